@@ -1,0 +1,3 @@
+from sparkplay.cli import main
+
+main()

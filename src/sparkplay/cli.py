@@ -1,0 +1,153 @@
+"""The `sparkplay` command: a thin layer that picks what to run and reports it.
+
+Work happens in the library modules (and, for hosts, in the playbooks); the
+CLI parses, confirms and prints. Every SparkplayError becomes one line on
+stderr and the exit code its class names.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sparkplay import __version__
+from sparkplay.errors import ExitCode, SparkplayError
+from sparkplay.lab import manager as lab_manager
+from sparkplay.paths import project_dir
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 failed; 2 bad input; 3 confirmation declined; "
+    "4 hosts failed; 5 hosts unreachable; 6 a prerequisite is missing (Docker engine, debootstrap, ...)."
+)
+
+app = typer.Typer(
+    help="Serve big models on a pair (or more) of DGX Sparks, driven by inference recipes.",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+lab_app = typer.Typer(
+    help="The local test bed: systemd containers joined by a simulated ConnectX-7 cable.",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+)
+app.add_typer(lab_app, name="lab")
+
+out = Console()
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ProjectOpt = Annotated[
+    Path | None,
+    typer.Option("--project-dir", help="The sparkplay checkout (default: found from the working directory)."),
+]
+
+
+def reports_errors(func: F) -> F:
+    """Turn a SparkplayError into one stderr line and its exit code."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SparkplayError as exc:
+            err.print(f"sparkplay: error: {exc}", markup=False)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            err.print("sparkplay: interrupted", markup=False)
+            raise typer.Exit(int(ExitCode.FAILED)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"sparkplay {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """sparkplay: recipes in, a multi-node engine serving out."""
+
+
+@lab_app.command("up")
+@reports_errors
+def lab_up(
+    nodes: Annotated[int, typer.Option("--nodes", "-n", help="How many nodes (1-8); 2 is a Spark pair.")] = 2,
+    project: ProjectOpt = None,
+) -> None:
+    """Build the node image if needed, start the nodes, wire the cable, write inventory/lab."""
+    lab_manager.validate_nodes(nodes)  # before looking for a project or an engine
+    root_dir = project_dir(project)
+    started = time.monotonic()
+    report = lab_manager.up(nodes, root_dir, say=lambda line: out.print(f"[dim]{line}[/dim]"))
+    elapsed = time.monotonic() - started
+    if report.changes:
+        for change in report.changes:
+            out.print(f"  changed: {change}", markup=False, highlight=False)
+        out.print(f"lab up: {len(report.changes)} change(s), {nodes} node(s) ready in {elapsed:.1f} s")
+    else:
+        out.print(f"lab up: nothing to change; {nodes} node(s) running and cabled ({elapsed:.1f} s)")
+    out.print(f"inventory: {root_dir / 'inventory' / 'lab' / 'hosts.yml'}", markup=False, highlight=False)
+
+
+@lab_app.command("down")
+@reports_errors
+def lab_down(
+    purge_images: Annotated[
+        bool, typer.Option("--purge-images", help="Also remove the cached node images (the next up rebuilds).")
+    ] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Remove the lab's containers, network, host links and inventory (only what lab up made)."""
+    report = lab_manager.down(project_dir(project), purge_images=purge_images)
+    for change in report.changes:
+        out.print(f"  removed: {change.removesuffix(' removed')}", markup=False, highlight=False)
+    out.print(f"lab down: {len(report.changes)} object(s) removed" if report.changes else "lab down: nothing to remove")
+
+
+@lab_app.command("status")
+@reports_errors
+def lab_status(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Show each lab node: container state, systemd state, cable links."""
+    rows = lab_manager.status()
+    if as_json:
+        out.print_json(json.dumps([asdict(row) for row in rows]))
+        return
+    if not rows:
+        out.print("no lab nodes (start them with: sparkplay lab up)")
+        return
+    table = Table(title="sparkplay lab")
+    for column in ("rank", "container", "state", "systemd", *lab_manager.cable.TWINS):
+        table.add_column(column)
+    colour = {"up": "green", "down": "red", "missing": "yellow"}
+    for row in rows:
+        links = [f"[{colour[state]}]{state}[/]" for state in row.links.values()]
+        table.add_row(str(row.rank), row.container, row.state, row.systemd, *links)
+    out.print(table)
+
+
+def main() -> None:
+    try:
+        app()
+    except BrokenPipeError:  # `sparkplay ... | head` must not print a traceback
+        sys.exit(int(ExitCode.FAILED))

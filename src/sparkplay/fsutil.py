@@ -1,0 +1,39 @@
+"""Filesystem helpers shared by everything that writes configuration."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write(path: Path, content: str, mode: int = 0o644) -> bool:
+    """Write `content` to `path` atomically; return False when it was already there.
+
+    The temporary file lives in the target's directory so the final rename
+    never crosses a filesystem, and it is fsynced first so a crash leaves
+    either the old file or the new one, never half of either.
+    """
+    try:
+        if path.read_text() == content and (path.stat().st_mode & 0o777) == mode:
+            return False
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(content)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return True

@@ -1,0 +1,176 @@
+"""The simulated ConnectX-7 cable between lab nodes.
+
+A Spark's QSFP port shows up as two netdevs, one per PCIe domain (the
+"twins"); the lab wires port 1's twins. Two nodes get a direct cable: one
+veth pair per twin between the two network namespaces, created straight
+into them so no half-made link is ever left in the host namespace. More
+than two nodes are joined the way real Spark clusters are, through a
+switch: one host bridge per twin, each node's twin plugged into it.
+
+Links are brought up without addresses; addressing is the fabric role's job.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sparkplay.errors import MissingPrerequisite, SparkplayError
+
+TWINS: tuple[str, str] = ("enp1s0f1np1", "enP2p1s0f1np1")
+SWITCH_PREFIX = "splab-sw"
+PORT_PREFIX = "splab-r"
+SWITCH_MTU = 9216  # a switch carries jumbo frames plus headroom
+
+
+@dataclass(frozen=True)
+class LinkState:
+    name: str
+    ifindex: int
+    peer_ifindex: int | None
+    kind: str | None
+    up: bool
+    carrier: bool
+    master: str | None = None
+
+    @property
+    def is_veth(self) -> bool:
+        return self.kind == "veth"
+
+
+def _ip(args: Sequence[str], pid: int | None = None, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    cmd = ["ip", *args] if pid is None else ["nsenter", "-t", str(pid), "-n", "ip", *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except FileNotFoundError as exc:
+        raise MissingPrerequisite(f"{cmd[0]} not found", "install iproute2 and util-linux (make setup)") from exc
+    if check and proc.returncode != 0:
+        where = "host" if pid is None else f"pid {pid}"
+        raise SparkplayError(f"ip {' '.join(args)} ({where}) failed: {proc.stderr.strip()}")
+    return proc
+
+
+def read_links(pid: int | None = None) -> dict[str, LinkState]:
+    """Every link in a namespace (the host's when pid is None), by name."""
+    proc = _ip(["-j", "-d", "link", "show"], pid)
+    links: dict[str, LinkState] = {}
+    for entry in json.loads(proc.stdout or "[]"):
+        flags = entry.get("flags", [])
+        links[entry["ifname"]] = LinkState(
+            name=entry["ifname"],
+            ifindex=int(entry["ifindex"]),
+            peer_ifindex=int(entry["link_index"]) if "link_index" in entry else None,
+            kind=(entry.get("linkinfo") or {}).get("info_kind"),
+            up="UP" in flags,
+            carrier="LOWER_UP" in flags,
+            master=entry.get("master"),
+        )
+    return links
+
+
+def switch_name(twin: int) -> str:
+    return f"{SWITCH_PREFIX}{twin}"
+
+
+def port_name(rank: int, twin: int) -> str:
+    return f"{PORT_PREFIX}{rank}t{twin}"
+
+
+def uses_switch(nodes: int) -> bool:
+    return nodes > 2
+
+
+def _direct_pair_ok(a: LinkState | None, b: LinkState | None) -> bool:
+    return (
+        a is not None
+        and b is not None
+        and a.is_veth
+        and b.is_veth
+        and a.peer_ifindex == b.ifindex
+        and b.peer_ifindex == a.ifindex
+        and a.up
+        and b.up
+        and a.carrier
+        and b.carrier
+    )
+
+
+def _switch_port_ok(node_end: LinkState | None, host_end: LinkState | None, twin: int) -> bool:
+    return (
+        node_end is not None
+        and host_end is not None
+        and node_end.is_veth
+        and host_end.is_veth
+        and node_end.peer_ifindex == host_end.ifindex
+        and host_end.peer_ifindex == node_end.ifindex
+        and host_end.master == switch_name(twin)
+        and node_end.up
+        and host_end.up
+        and node_end.carrier
+    )
+
+
+def wire(pids: Sequence[int]) -> list[str]:
+    """Make the cable match `pids` (rank order); return what was changed."""
+    changes: list[str] = []
+    node_links = [read_links(pid) for pid in pids]
+    if len(pids) < 2:
+        return changes
+    if not uses_switch(len(pids)):
+        for twin in TWINS:
+            a, b = node_links[0].get(twin), node_links[1].get(twin)
+            if _direct_pair_ok(a, b):
+                continue
+            for pid, have in ((pids[0], a), (pids[1], b)):
+                if have is not None:  # deleting one end of a pair removes both
+                    _ip(["link", "del", twin], pid, check=False)
+            _ip(["link", "add", twin, "netns", str(pids[0]), "type", "veth", "peer", twin, "netns", str(pids[1])])
+            for pid in pids[:2]:
+                _ip(["link", "set", twin, "up"], pid)
+            changes.append(f"cable {twin}: rank0 <-> rank1")
+        return changes
+
+    host = read_links()
+    for t, twin in enumerate(TWINS):
+        bridge = switch_name(t)
+        if bridge not in host:
+            _ip(["link", "add", bridge, "type", "bridge"])
+            changes.append(f"switch {bridge} for {twin}")
+        _ip(["link", "set", bridge, "mtu", str(SWITCH_MTU), "up"])
+        for rank, pid in enumerate(pids):
+            port = port_name(rank, t)
+            if _switch_port_ok(node_links[rank].get(twin), host.get(port), t):
+                continue
+            for where, name in ((pid, twin), (None, port)):
+                _ip(["link", "del", name], where, check=False)
+            _ip(["link", "add", port, "mtu", str(SWITCH_MTU), "type", "veth", "peer", twin, "netns", str(pid)])
+            _ip(["link", "set", port, "master", bridge, "up"])
+            _ip(["link", "set", twin, "up"], pid)
+            changes.append(f"cable {twin}: rank{rank} <-> {bridge}")
+    return changes
+
+
+def remove_switches(keep_for_nodes: int = 0) -> list[str]:
+    """Delete the lab's host bridges and ports (all, unless the lab still needs them)."""
+    if uses_switch(keep_for_nodes):
+        return []
+    removed: list[str] = []
+    for name in sorted(read_links()):
+        if name.startswith((SWITCH_PREFIX, PORT_PREFIX)):
+            _ip(["link", "del", name], check=False)
+            removed.append(name)
+    return [f"removed host link {name}" for name in removed]
+
+
+def twin_states(pid: int | None) -> dict[str, str]:
+    """'up', 'down' or 'missing' for each twin of one node (all missing if not running)."""
+    if pid is None:
+        return dict.fromkeys(TWINS, "missing")
+    links = read_links(pid)
+    states: dict[str, str] = {}
+    for twin in TWINS:
+        link = links.get(twin)
+        states[twin] = "missing" if link is None else ("up" if link.carrier else "down")
+    return states

@@ -1,0 +1,81 @@
+"""The lab's Ansible inventory: written by `lab up`, removed by `lab down`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from sparkplay.fsutil import atomic_write
+from sparkplay.lab.cable import TWINS
+
+MARKER = "# Written by `sparkplay lab up`"
+HEADER = f"""{MARKER}; `sparkplay lab down` removes it.
+# Rewritten on every `lab up`: put your own settings in another file.
+"""
+
+# What the lab is not, compared with a real Spark pair. Each knob is read by
+# the role named in its prefix (see that role's meta/argument_specs.yml).
+LAB_OVERRIDES: dict[str, object] = {
+    "sparkplay_lab": True,
+    # No GPU in a lab node: GPU checks report "not expected" instead of failing.
+    "sparkplay_gpu_expected": False,
+    # No /sys/class/infiniband and no Soft-RoCE in this kernel.
+    "sparkplay_rdma_expected": False,
+    # NCCL/GLOO may use TCP sockets on the cable; a real Spark must not.
+    "fabric_socket_fallback": True,
+    # `netplan apply` runs `udevadm trigger`, and no udev runs in a container:
+    # generate, then have networkd pick the files up, one twin at a time.
+    "fabric_netplan_apply_commands": [
+        ["netplan", "generate"],
+        ["networkctl", "reload"],
+        *[["networkctl", "reconfigure", twin] for twin in TWINS],
+    ],
+}
+
+
+def paths(project: Path) -> tuple[Path, Path]:
+    lab = project / "inventory" / "lab"
+    return lab / "hosts.yml", lab / "group_vars" / "sparkplay_nodes" / "lab.yml"
+
+
+def render(containers: list[str]) -> tuple[str, str]:
+    hosts = {
+        "all": {
+            "children": {
+                "sparkplay_nodes": {
+                    "hosts": {name: {"sparkplay_rank": rank} for rank, name in enumerate(containers)},
+                    "vars": {
+                        "ansible_connection": "community.docker.docker",
+                        "ansible_python_interpreter": "/usr/bin/python3",
+                    },
+                }
+            }
+        }
+    }
+    dump = lambda data: yaml.safe_dump(data, sort_keys=False, default_flow_style=None)  # noqa: E731
+    return HEADER + "---\n" + dump(hosts), HEADER + "---\n" + dump(LAB_OVERRIDES)
+
+
+def write(project: Path, containers: list[str]) -> list[str]:
+    """Write both files; return the ones that changed (relative to the project)."""
+    changed = []
+    for path, content in zip(paths(project), render(containers), strict=True):
+        if atomic_write(path, content):
+            changed.append(str(path.relative_to(project)))
+    return changed
+
+
+def remove(project: Path) -> list[str]:
+    """Remove the files lab up wrote (only if they still carry its marker)."""
+    removed = []
+    for path in paths(project):
+        if path.is_file() and path.read_text().startswith(MARKER):
+            path.unlink()
+            removed.append(str(path.relative_to(project)))
+            # prune the folders lab up made, if now empty
+            for parent in path.parents:
+                if parent == project / "inventory" or any(parent.iterdir()):
+                    break
+                parent.rmdir()
+    return removed
