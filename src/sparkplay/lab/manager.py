@@ -152,8 +152,15 @@ def _converge_nodes(nodes: int, tag: str, network_id: str, report: Report) -> No
             continue
         networks = info.get("NetworkSettings", {}).get("Networks", {})
         attached = any(net.get("NetworkID") == network_id for net in networks.values())
-        if info["Config"]["Image"] != tag or not attached:
-            why = "image changed" if info["Config"]["Image"] != tag else "management network was replaced"
+        half_made = info["State"]["Status"] == "created"  # an interrupted run stopped before start
+        if info["Config"]["Image"] != tag or not attached or half_made:
+            why = (
+                "image changed"
+                if info["Config"]["Image"] != tag
+                else "left half-made by an interrupted run"
+                if half_made
+                else "management network was replaced"
+            )
             dockercli.docker(["rm", "-f", name])
             _run_node(rank, tag, cgroup_root)
             report.add(f"{name} recreated ({why})")

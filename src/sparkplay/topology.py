@@ -1,0 +1,46 @@
+"""Rules about ranks: one place, used by the CLI and (through a filter plugin) by Ansible."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def rank_layout_problems(ranks: Mapping[str, Any]) -> list[str]:
+    """Why a host -> sparkplay_rank mapping is not a valid layout (empty if it is).
+
+    Valid: every host has an integer rank, exactly one host is rank 0 (the
+    leader), ranks are unique and contiguous from 0.
+    """
+    problems: list[str] = []
+    if not ranks:
+        return ["the group sparkplay_nodes has no hosts; list your nodes in the inventory"]
+    good: dict[str, int] = {}
+    for host, rank in sorted(ranks.items()):
+        # bool is an int in Python; "1" from a careless -e is a string: both are mistakes
+        if rank is None:
+            problems.append(f"{host}: sparkplay_rank is not set; give every node a rank (leader 0)")
+        elif isinstance(rank, bool) or not isinstance(rank, int):
+            problems.append(f"{host}: sparkplay_rank must be a whole number, got {rank!r}")
+        elif rank < 0:
+            problems.append(f"{host}: sparkplay_rank must be 0 or more, got {rank}")
+        else:
+            good[host] = rank
+    leaders = sorted(host for host, rank in good.items() if rank == 0)
+    if not leaders:
+        problems.append("no host has sparkplay_rank 0; give the leader rank 0")
+    elif len(leaders) > 1:
+        problems.append(f"more than one rank 0 ({', '.join(leaders)}); exactly one host leads")
+    by_rank: dict[int, list[str]] = {}
+    for host, rank in good.items():
+        by_rank.setdefault(rank, []).append(host)
+    for rank, hosts in sorted(by_rank.items()):
+        if rank != 0 and len(hosts) > 1:
+            problems.append(f"rank {rank} is used by {', '.join(sorted(hosts))}; ranks must be unique")
+    if not problems:
+        missing = sorted(set(range(len(ranks))) - set(good.values()))
+        if missing:
+            problems.append(
+                f"ranks must be contiguous from 0 to {len(ranks) - 1}; missing {', '.join(map(str, missing))}"
+            )
+    return problems
