@@ -26,8 +26,8 @@ def atomic_write(path: Path, content: str, mode: int = 0o644) -> bool:
             fh.write(content)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        Path(tmp).chmod(mode)
+        Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -17,7 +17,9 @@ def _is_project(path: Path) -> bool:
 def project_dir(explicit: Path | None = None) -> Path:
     """The project: --project-dir, else $SPARKPLAY_PROJECT_DIR, else the nearest
     one above the working directory, else the checkout this package runs from."""
-    chosen = explicit or (Path(os.environ["SPARKPLAY_PROJECT_DIR"]) if os.environ.get("SPARKPLAY_PROJECT_DIR") else None)
+    chosen = explicit or (
+        Path(os.environ["SPARKPLAY_PROJECT_DIR"]) if os.environ.get("SPARKPLAY_PROJECT_DIR") else None
+    )
     if chosen is not None:
         if not _is_project(chosen):
             raise BadInput(

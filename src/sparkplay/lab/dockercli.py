@@ -48,7 +48,9 @@ def docker(
         raise SparkplayError(f"docker {args[0]} timed out after {timeout:.0f} s") from exc
     if isinstance(proc.stdout, bytes):  # input given as bytes: decode for callers
         proc = subprocess.CompletedProcess(
-            proc.args, proc.returncode, proc.stdout.decode(errors="replace"),
+            proc.args,
+            proc.returncode,
+            proc.stdout.decode(errors="replace"),
             proc.stderr.decode(errors="replace"),
         )
     if check and proc.returncode != 0:

@@ -65,9 +65,7 @@ class ImageRecipe:
         ("/etc/systemd/system/sparkplay-lab-hostkeys.service", "sparkplay-lab-hostkeys.service", 0o644),
         ("/etc/apt/apt.conf.d/99sparkplay-lab", "99sparkplay-lab", 0o644),
     )
-    enabled_units: tuple[tuple[str, str], ...] = (
-        ("multi-user.target", "sparkplay-lab-hostkeys.service"),
-    )
+    enabled_units: tuple[tuple[str, str], ...] = (("multi-user.target", "sparkplay-lab-hostkeys.service"),)
     init: str = "/lib/systemd/systemd"
     build_format: int = field(default=BUILD_FORMAT)
 
@@ -113,7 +111,9 @@ def ensure_image(
 def _debootstrap(recipe: ImageRecipe, rootfs: Path, mirror: str) -> None:
     binary = shutil.which("debootstrap")
     if binary is None:
-        raise MissingPrerequisite("debootstrap is not installed", "as root: make setup (or apt-get install debootstrap)")
+        raise MissingPrerequisite(
+            "debootstrap is not installed", "as root: make setup (or apt-get install debootstrap)"
+        )
     scripts = Path("/usr/share/debootstrap/scripts")
     # Older debootstraps lack a forky script; sid's builds any testing suite.
     script = scripts / recipe.suite if (scripts / recipe.suite).exists() else scripts / "sid"

@@ -1,0 +1,48 @@
+"""Shared fixtures. Tests marked `lab` use the real Docker engine and systemd containers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the sparkplay CLI as a user would, in a separate process."""
+    return subprocess.run(
+        [sys.executable, "-m", "sparkplay", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=PROJECT,
+        check=False,
+    )
+
+
+def _lab_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "the lab needs root (veth pairs in container namespaces)"
+    if shutil.which("docker") is None or shutil.which("debootstrap") is None:
+        return "docker or debootstrap missing (run make setup)"
+    proc = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, check=False)
+    if proc.returncode != 0:
+        return "no Docker engine answers (run make setup)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def lab_host() -> None:
+    """Skip lab tests where the lab cannot run, except in CI, where that is a failure."""
+    reason = _lab_unavailable()
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the lab tests, but {reason}")
+    pytest.skip(reason)

@@ -1,0 +1,114 @@
+"""The lab's pure parts: image recipe hashing, inventory files, cable checks, input validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import stat
+
+import pytest
+import yaml
+
+from sparkplay.errors import BadInput, ExitCode
+from sparkplay.fsutil import atomic_write
+from sparkplay.lab import cable, inventory
+from sparkplay.lab.image import ImageRecipe
+from sparkplay.lab.manager import validate_nodes
+
+
+def test_image_tag_is_stable_and_follows_the_recipe():
+    base = ImageRecipe()
+    assert base.tag == ImageRecipe().tag
+    assert base.tag.startswith("sparkplay-lab-node:")
+    more = dataclasses.replace(base, packages=(*base.packages, "jq"))
+    other_suite = dataclasses.replace(base, suite="trixie")
+    assert len({base.tag, more.tag, other_suite.tag}) == 3
+
+
+def test_image_tag_follows_shipped_file_content(monkeypatch):
+    before = ImageRecipe().tag
+    original = ImageRecipe.file_content
+    monkeypatch.setattr(ImageRecipe, "file_content", lambda self, name: original(self, name) + b"\n# changed")
+    assert ImageRecipe().tag != before
+
+
+@pytest.mark.parametrize("nodes", [0, -1, 9, 99])
+def test_node_count_out_of_range(nodes):
+    with pytest.raises(BadInput) as exc:
+        validate_nodes(nodes)
+    assert exc.value.exit_code == ExitCode.BAD_INPUT
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 8])
+def test_node_count_in_range(nodes):
+    validate_nodes(nodes)
+
+
+def test_inventory_lists_ranks_and_lab_overrides(tmp_path):
+    changed = inventory.write(tmp_path, ["n0", "n1"])
+    assert changed == ["inventory/lab/hosts.yml", "inventory/lab/group_vars/sparkplay_nodes/lab.yml"]
+    hosts_path, vars_path = inventory.paths(tmp_path)
+    hosts = yaml.safe_load(hosts_path.read_text())
+    group = hosts["all"]["children"]["sparkplay_nodes"]
+    assert group["hosts"] == {"n0": {"sparkplay_rank": 0}, "n1": {"sparkplay_rank": 1}}
+    assert group["vars"]["ansible_connection"] == "community.docker.docker"
+    overrides = yaml.safe_load(vars_path.read_text())
+    assert overrides["sparkplay_gpu_expected"] is False
+    assert overrides["sparkplay_rdma_expected"] is False
+    assert overrides["fabric_socket_fallback"] is True
+    assert ["netplan", "apply"] not in overrides["fabric_netplan_apply_commands"]
+    # unchanged content is not rewritten
+    assert inventory.write(tmp_path, ["n0", "n1"]) == []
+    assert inventory.write(tmp_path, ["n0", "n1", "n2"]) == ["inventory/lab/hosts.yml"]
+
+
+def test_inventory_remove_leaves_foreign_files(tmp_path):
+    inventory.write(tmp_path, ["n0", "n1"])
+    hosts_path, vars_path = inventory.paths(tmp_path)
+    mine = vars_path.parent / "mine.yml"
+    mine.write_text("my_setting: 1\n")
+    vars_path.write_text("# edited by hand, no longer ours\n")
+    assert inventory.remove(tmp_path) == ["inventory/lab/hosts.yml"]
+    assert mine.exists() and vars_path.exists()
+    assert not hosts_path.exists()
+
+
+def test_inventory_remove_prunes_empty_folders(tmp_path):
+    inventory.write(tmp_path, ["n0", "n1"])
+    inventory.remove(tmp_path)
+    assert not (tmp_path / "inventory" / "lab").exists()
+    assert (tmp_path / "inventory").exists()
+
+
+def test_atomic_write_sets_mode_and_reports_change(tmp_path):
+    target = tmp_path / "sub" / "secret.env"
+    assert atomic_write(target, "A=1\n", mode=0o600) is True
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert atomic_write(target, "A=1\n", mode=0o600) is False
+    assert atomic_write(target, "A=1\n", mode=0o644) is True  # a mode change is a change
+    assert [p.name for p in target.parent.iterdir()] == ["secret.env"]  # no temp files left
+
+
+def _link(name, ifindex, peer, *, up=True, carrier=True, kind="veth", master=None):
+    return cable.LinkState(name, ifindex, peer, kind, up, carrier, master)
+
+
+def test_direct_pair_check():
+    a, b = _link("t", 5, 7), _link("t", 7, 5)
+    assert cable._direct_pair_ok(a, b)
+    assert not cable._direct_pair_ok(a, _link("t", 7, 9))  # b's peer is elsewhere
+    assert not cable._direct_pair_ok(a, _link("t", 7, 5, carrier=False))
+    assert not cable._direct_pair_ok(a, _link("t", 7, 5, kind="dummy"))
+    assert not cable._direct_pair_ok(a, None)
+
+
+def test_switch_port_check():
+    node, port = _link("t", 3, 30), _link("p", 30, 3, master="splab-sw0")
+    assert cable._switch_port_ok(node, port, 0)
+    assert not cable._switch_port_ok(node, port, 1)  # plugged into the other twin's switch
+    assert not cable._switch_port_ok(node, _link("p", 30, 3, master=None), 0)
+
+
+def test_switch_only_beyond_two_nodes():
+    assert [cable.uses_switch(n) for n in (1, 2, 3, 8)] == [False, False, True, True]
+    assert max(len(cable.port_name(7, 1)), len(cable.switch_name(1))) <= 15  # IFNAMSIZ
