@@ -10,25 +10,18 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict
-from functools import wraps
-from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from sparkplay import __version__
-from sparkplay.errors import ExitCode, SparkplayError
+from sparkplay.cli_common import EXIT_CODES_HELP, ProjectOpt, out, reports_errors
+from sparkplay.cli_recipes import apply, recipe_app
+from sparkplay.errors import ExitCode
 from sparkplay.lab import manager as lab_manager
 from sparkplay.paths import project_dir
-
-EXIT_CODES_HELP = (
-    "Exit codes: 0 ok; 1 failed; 2 bad input; 3 confirmation declined; "
-    "4 hosts failed; 5 hosts unreachable; 6 a prerequisite is missing (Docker engine, debootstrap, ...)."
-)
 
 app = typer.Typer(
     help="Serve big models on a pair (or more) of DGX Sparks, driven by inference recipes.",
@@ -43,33 +36,8 @@ lab_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(lab_app, name="lab")
-
-out = Console()
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-ProjectOpt = Annotated[
-    Path | None,
-    typer.Option("--project-dir", help="The sparkplay checkout (default: found from the working directory)."),
-]
-
-
-def reports_errors(func: F) -> F:
-    """Turn a SparkplayError into one stderr line and its exit code."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except SparkplayError as exc:
-            err.print(f"sparkplay: error: {exc}", markup=False)
-            raise typer.Exit(int(exc.exit_code)) from None
-        except KeyboardInterrupt:
-            err.print("sparkplay: interrupted", markup=False)
-            raise typer.Exit(int(ExitCode.FAILED)) from None
-
-    return wrapper  # type: ignore[return-value]
+app.add_typer(recipe_app, name="recipe", no_args_is_help=True)
+app.command("apply")(apply)
 
 
 def _version(value: bool) -> None:

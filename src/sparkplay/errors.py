@@ -38,3 +38,9 @@ class BadInput(SparkplayError):
 
 class MissingPrerequisite(SparkplayError):
     exit_code = ExitCode.MISSING_PREREQUISITE
+
+
+class Declined(SparkplayError):
+    """The user, or the lack of a terminal to ask on, said no; nothing was written."""
+
+    exit_code = ExitCode.DECLINED

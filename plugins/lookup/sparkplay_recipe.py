@@ -1,0 +1,49 @@
+"""Lookup `sparkplay_recipe`: load and validate recipes/<name>.yml with sparkplay's own code.
+
+    recipe: "{{ lookup('sparkplay_recipe', 'glm53') }}"
+
+Returns the normalised recipe (a dict). A missing, malformed or incomplete
+recipe fails the task with the validator's one-line message, so a play can
+stop before any host is touched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
+
+from sparkplay.errors import SparkplayError
+from sparkplay.recipes import catalog
+
+DOCUMENTATION = """
+name: sparkplay_recipe
+short_description: Load and validate a sparkplay recipe from the catalog
+description:
+  - Reads recipes/NAME.yml of the sparkplay project this plugin ships in.
+  - Fails with the validator's message when the recipe is unknown, malformed or incomplete.
+options:
+  _terms:
+    description: Recipe name(s).
+    required: true
+"""
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+class LookupModule(LookupBase):
+    def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[Any]:
+        results = []
+        for term in terms:
+            name = str(term).strip()
+            if not name:
+                raise AnsibleLookupError(
+                    "no recipe chosen: pass -e recipe=NAME or record one with `sparkplay apply NAME -i INVENTORY`"
+                )
+            try:
+                results.append(catalog.load_for_use(catalog.catalog_dir(PROJECT), name))
+            except SparkplayError as exc:
+                raise AnsibleLookupError(str(exc)) from None
+        return results

@@ -1,0 +1,46 @@
+"""What every CLI module shares: consoles, the error wrapper, common options."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from sparkplay.errors import ExitCode, SparkplayError
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 failed; 2 bad input; 3 confirmation declined; "
+    "4 hosts failed; 5 hosts unreachable; 6 a prerequisite is missing (Docker engine, debootstrap, ...)."
+)
+
+out = Console(soft_wrap=True)
+# one error, one line: never wrapped, never highlighted
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ProjectOpt = Annotated[
+    Path | None,
+    typer.Option("--project-dir", help="The sparkplay checkout (default: found from the working directory)."),
+]
+
+
+def reports_errors(func: F) -> F:
+    """Turn a SparkplayError into one stderr line and its exit code."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SparkplayError as exc:
+            err.print(f"sparkplay: error: {exc}", markup=False)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            err.print("sparkplay: interrupted", markup=False)
+            raise typer.Exit(int(ExitCode.FAILED)) from None
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,164 @@
+"""`sparkplay recipe ...` and `sparkplay apply`: thin commands over sparkplay.recipes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from sparkplay.cli_common import ProjectOpt, err, out, reports_errors
+from sparkplay.errors import BadInput, Declined
+from sparkplay.paths import project_dir
+from sparkplay.recipes import apply as apply_mod
+from sparkplay.recipes import catalog, model
+from sparkplay.recipes.diff import semantic_diff
+
+recipe_app = typer.Typer(help="Import, list, show, validate and compare recipes (the catalog in recipes/).")
+
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Answer yes to replacing what exists (it is backed up).")]
+
+
+def make_confirm(yes: bool) -> catalog.Confirm:
+    """Ask on the terminal; --yes says yes; no terminal and no --yes says no."""
+
+    def confirm(question: str, lines: list[str], path: Path) -> bool:
+        out.print(f"{path} exists with other content:", markup=False, highlight=False)
+        for line in lines:
+            out.print(f"  {line}", markup=False, highlight=False)
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            raise Declined(
+                f"{path} exists with other content and there is no terminal to ask on",
+                "rerun with --yes to replace it (the old one is backed up)",
+            )
+        return typer.confirm(question, default=False)
+
+    return confirm
+
+
+def _load_any(project: Path, ref: str) -> dict[str, Any]:
+    """A catalog name, or a path to a recipe YAML file."""
+    path = Path(ref)
+    if path.suffix in (".yml", ".yaml") and path.is_file():
+        return model.from_yaml(path.read_text(), ref)
+    return catalog.load(catalog.catalog_dir(project), ref)
+
+
+@recipe_app.command("import")
+@reports_errors
+def recipe_import(
+    source: Annotated[str, typer.Argument(help="An https URL, a .json file, a recipe.toml, or a sparkplay .yml.")],
+    name: Annotated[str | None, typer.Option("--name", help="Save under this name (default: from the recipe).")] = None,
+    yes: YesOpt = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Import a recipe into recipes/NAME.yml; asks before replacing a different one."""
+    root = project_dir(project)
+    doc = catalog.import_source(source, name)
+    result = catalog.save(catalog.catalog_dir(root), doc, make_confirm(yes))
+    where = result.path.relative_to(root)
+    if result.action == "unchanged":
+        out.print(f"{where}: unchanged", markup=False)
+    else:
+        backup = f" (previous kept as {result.backup.relative_to(root)})" if result.backup else ""
+        out.print(f"{where}: {result.action}{backup}", markup=False)
+    for problem in model.problems(doc):
+        err.print(str(problem), markup=False, highlight=False)
+
+
+@recipe_app.command("list")
+@reports_errors
+def recipe_list(project: ProjectOpt = None) -> None:
+    """List the recipes in the catalog."""
+    cat = catalog.catalog_dir(project_dir(project))
+    table = Table(title="recipes")
+    for column in ("name", "engine", "model", "quant", "context", "nodes", "title"):
+        table.add_column(column)
+    for name in catalog.names(cat):
+        doc = catalog.load(cat, name)
+        table.add_row(
+            name,
+            doc["engine"]["name"],
+            str(doc["model"]["repo"]),
+            str(doc["model"]["quant"]),
+            str(doc["context_length"]),
+            str(doc["topology"]["nodes"]),
+            doc["title"],
+        )
+    out.print(table)
+
+
+@recipe_app.command("show")
+@reports_errors
+def recipe_show(
+    name: Annotated[str, typer.Argument(help="A catalog name or a recipe .yml path.")],
+    fmt: Annotated[str, typer.Option("--format", help="yaml or json.")] = "yaml",
+    project: ProjectOpt = None,
+) -> None:
+    """Print the normalised recipe."""
+    if fmt not in ("yaml", "json"):
+        raise BadInput(f"--format {fmt} is not known", "use --format yaml or --format json")
+    doc = _load_any(project_dir(project), name)
+    text = json.dumps(doc, indent=2) if fmt == "json" else model.to_yaml(doc)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+@recipe_app.command("validate")
+@reports_errors
+def recipe_validate(
+    name: Annotated[str, typer.Argument(help="A catalog name or a recipe .yml path.")],
+    project: ProjectOpt = None,
+) -> None:
+    """Check a recipe: well formed, and complete enough to deploy (exit 2 if not)."""
+    doc = _load_any(project_dir(project), name)
+    found = model.problems(doc)
+    for problem in found:
+        out.print(str(problem), markup=False, highlight=False)
+    errors = [p for p in found if p.severity == "error"]
+    if errors:
+        raise BadInput(f"recipe {name} has {len(errors)} error(s)", "set the keys named above")
+    out.print(f"recipe {name}: ok", markup=False)
+
+
+@recipe_app.command("diff")
+@reports_errors
+def recipe_diff(
+    old: Annotated[str, typer.Argument(help="A catalog name or a recipe .yml path.")],
+    new: Annotated[str, typer.Argument(help="A catalog name or a recipe .yml path.")],
+    project: ProjectOpt = None,
+) -> None:
+    """What differs between two recipes for a deployment: engine, model, context, topology, flags, env."""
+    root = project_dir(project)
+    lines = semantic_diff(_load_any(root, old), _load_any(root, new))
+    for line in lines or ["no differences in engine, model, context, topology, flags or env"]:
+        out.print(line, markup=False, highlight=False)
+
+
+@reports_errors
+def apply(
+    recipe: Annotated[str, typer.Argument(help="A recipe name from the catalog.")],
+    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Your inventory folder or hosts file.")],
+    knob: Annotated[
+        list[str] | None, typer.Option("--set", help="KNOB=VALUE, e.g. gpu_memory_utilization=0.9 (repeatable).")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be recorded; change nothing.")] = False,
+    yes: YesOpt = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Record the recipe (and knob values) the inventory serves, asking before replacing another choice."""
+    root = project_dir(project)
+    result = apply_mod.record(root, recipe, inventory, knob or [], make_confirm(yes), dry_run=dry_run)
+    out.print(f"{result.path}: {result.action}", markup=False, highlight=False)
+    if result.action.startswith("would"):
+        for line in result.diff:
+            out.print(f"  {line}", markup=False, highlight=False)
+    if result.backup:
+        out.print(f"previous kept as {result.backup}", markup=False, highlight=False)
+    # The seam: serving this recipe is the serve playbook's job (ansible-playbook serve.yml).
+    if not dry_run:
+        out.print(f"next: ansible-playbook -i {inventory} serve.yml", markup=False, highlight=False)

@@ -1,0 +1,142 @@
+"""Fetching a recipe over HTTP: HTTPS (or an explicit loopback URL) only, bounded in every way.
+
+A recipe URL comes from the internet, so the fetch is careful: connect and
+total timeouts, a 1 MiB cap read incrementally (a lying Content-Length does
+not matter), at most 3 redirects and none to a plain-HTTP remote host, and
+a JSON object required. Errors are one line naming the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from sparkplay.errors import BadInput, SparkplayError
+
+MAX_BYTES = 1 << 20
+MAX_REDIRECTS = 3
+CONNECT_TIMEOUT_S = 10.0
+TOTAL_TIMEOUT_S = 30.0
+
+
+class FetchError(SparkplayError):
+    """The URL could not be fetched; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    url: str
+    body: bytes
+    sha256: str
+    data: dict[str, Any]
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return
+    if parts.scheme == "http" and _is_loopback(parts.hostname):
+        return
+    raise BadInput(f"refusing to fetch {url!r}", "use an https:// URL (plain http only for 127.0.0.1 or localhost)")
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    max_redirections = MAX_REDIRECTS
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN202
+        check_url(newurl)  # a redirect may not downgrade to plain http on the internet
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _timeout(env: str, default: float) -> float:
+    try:
+        return float(os.environ.get(env, default))
+    except ValueError:
+        return default
+
+
+def fetch_json(
+    url: str,
+    *,
+    connect_timeout: float | None = None,
+    total_timeout: float | None = None,
+    max_bytes: int = MAX_BYTES,
+) -> Fetched:
+    """GET a JSON object. Timeouts default to $SPARKPLAY_FETCH_CONNECT_TIMEOUT_S and
+    $SPARKPLAY_FETCH_TOTAL_TIMEOUT_S, else 10 s and 30 s."""
+    connect_timeout = connect_timeout or _timeout("SPARKPLAY_FETCH_CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S)
+    total_timeout = total_timeout or _timeout("SPARKPLAY_FETCH_TOTAL_TIMEOUT_S", TOTAL_TIMEOUT_S)
+    check_url(url)
+    opener = urllib.request.build_opener(_Redirects())
+    request = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": "sparkplay"})  # noqa: S310
+    deadline = time.monotonic() + total_timeout
+    try:
+        with opener.open(request, timeout=connect_timeout) as response:
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                if time.monotonic() > deadline:
+                    raise FetchError(f"{url} took longer than {total_timeout:.0f} s", "try again later")
+                chunk = response.read(64 * 1024)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > max_bytes:
+                    raise FetchError(
+                        f"{url} is larger than {max_bytes // 1024} KiB", "a recipe is small; check the URL"
+                    )
+                chunks.append(chunk)
+            final_url = response.geturl()
+            content_type = response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        if exc.code in (301, 302, 303, 307, 308):
+            raise FetchError(f"{url} redirects more than {MAX_REDIRECTS} times", "use the final URL") from None
+        raise FetchError(f"{url} answered HTTP {exc.code} {exc.reason}", "check the recipe's URL") from None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, BadInput):
+            raise reason from None
+        if isinstance(reason, TimeoutError):
+            raise FetchError(f"{url} did not answer within {connect_timeout:.0f} s", "try again later") from None
+        raise FetchError(f"cannot reach {url} ({reason})", "check the address and your network") from None
+    except TimeoutError:
+        raise FetchError(f"{url} did not answer within {connect_timeout:.0f} s", "try again later") from None
+    except BadInput:
+        raise
+    body = b"".join(chunks)
+    return Fetched(final_url, body, hashlib.sha256(body).hexdigest(), parse_json_object(body, url, content_type))
+
+
+def parse_json_object(body: bytes, where: str, content_type: str = "") -> dict[str, Any]:
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        looks_html = "html" in content_type.lower() or body.lstrip()[:1] == b"<"
+        what = "an HTML page" if looks_html else "not JSON"
+        raise BadInput(
+            f"{where} is {what}, not a JSON recipe", "use the recipe's API URL (…/api/v1/recipes/<slug>.json)"
+        ) from None
+    if not isinstance(data, dict):
+        raise BadInput(
+            f"{where} holds a JSON {type(data).__name__}, not a recipe object", "use the URL of a single recipe"
+        )
+    return data

@@ -1,0 +1,154 @@
+"""The normalised recipe: schema, validation, names, YAML form.
+
+Two levels of checking. The JSON Schema (schema.json, shipped in the
+package) says whether a document is well formed: importable. `problems()`
+adds what a deployment needs: a recipe can be importable and still
+incomplete (an unknown model repo, say); apply refuses those and names the
+key to set.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import yaml
+
+from sparkplay.errors import BadInput
+
+SCHEMA_ID = "sparkplay.recipe/v1"
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+ATLAS_MEMORY_RANGE = (0.80, 0.95)
+
+
+@cache
+def schema() -> dict[str, Any]:
+    return json.loads(resources.files("sparkplay.recipes").joinpath("schema.json").read_text())
+
+
+def check_name(name: str) -> str:
+    """A recipe name is a file name in recipes/: no separators, no '..', nothing hidden."""
+    if "/" in name or "\\" in name or ".." in name or not NAME_PATTERN.match(name):
+        raise BadInput(
+            f"recipe name {name!r} is not allowed",
+            "use 1-64 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit, without '..'",
+        )
+    return name
+
+
+def slugify(text: str) -> str:
+    slug = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.")
+    slug = re.sub(r"\.{2,}", ".", slug)
+    return slug[:64].rstrip("-.") or "recipe"
+
+
+def schema_errors(doc: Any) -> list[str]:
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    return [f"{'.'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}" for e in errors]
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str
+    message: str
+    fix: str
+    severity: str = "error"  # "error" blocks apply; "warning" does not
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.key}: {self.message}; {self.fix}"
+
+
+def problems(doc: dict[str, Any]) -> list[Problem]:
+    """What stops (errors) or worries (warnings) a deployment of this recipe."""
+    found = [Problem("(schema)", message, "fix the recipe file") for message in schema_errors(doc)]
+    if found:
+        return found
+    engine, model, serve = doc["engine"], doc["model"], doc["serve"]
+    if engine["runtime"] == "docker" and not engine["image"] and not engine.get("image_dir"):
+        found.append(Problem("engine.image", "no container image is known", "set engine.image in the recipe"))
+    if engine["runtime"] == "native" and not engine.get("packages"):
+        found.append(Problem("engine.packages", "no packages are known", "set engine.packages in the recipe"))
+    if not model["repo"] and not model.get("checkpoints"):
+        found.append(Problem("model.repo", "the model's repository is not known", "set model.repo (org/name)"))
+    if doc["context_length"] is None:
+        found.append(Problem("context_length", "the context length is not known", "set context_length"))
+    if doc["topology"]["nodes"] is None:
+        found.append(Problem("topology.nodes", "the node count is not known", "set topology.nodes"))
+    for i, ckpt in enumerate(model.get("checkpoints") or []):
+        if not ckpt["revision"]:
+            found.append(
+                Problem(
+                    f"model.checkpoints[{i}].revision",
+                    f"{ckpt['repo']} is not pinned",
+                    "it will be resolved to a commit once at download and recorded; pin it to be sure",
+                    "warning",
+                )
+            )
+        if ckpt.get("license") and "non-commercial" in ckpt["license"].lower():
+            found.append(
+                Problem(
+                    f"model.checkpoints[{i}].license",
+                    f"{ckpt['repo']} is licensed {ckpt['license']}",
+                    "make sure your use is allowed",
+                    "warning",
+                )
+            )
+    memory = doc.get("knobs", {}).get("gpu_memory_utilization")
+    low, high = ATLAS_MEMORY_RANGE
+    if engine["name"] == "atlas" and memory is not None and not low <= memory <= high:
+        found.append(
+            Problem("knobs.gpu_memory_utilization", f"{memory} is outside {low}-{high}", f"choose {low} to {high}")
+        )
+    if serve["bind"] not in ("127.0.0.1", "localhost", "::1"):
+        found.append(
+            Problem(
+                "serve.bind",
+                f"the API would listen on {serve['bind']}, beyond this machine, with no authentication",
+                "keep 127.0.0.1 unless you mean it",
+                "warning",
+            )
+        )
+    return found
+
+
+def errors(doc: dict[str, Any]) -> list[Problem]:
+    return [p for p in problems(doc) if p.severity == "error"]
+
+
+class _Dumper(yaml.SafeDumper):
+    """yamllint-clean block style: indented sequences, long prose folded."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # folded (>) keeps prose under the line limit and round-trips exactly
+    style = ">" if "\n" in value or len(value) > 100 else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def to_yaml(doc: dict[str, Any]) -> str:
+    header = f"# {doc['title']}\n# sparkplay recipe ({SCHEMA_ID}); imported with `sparkplay recipe import`.\n"
+    return header + "---\n" + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+def from_yaml(text: str, where: str) -> dict[str, Any]:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise BadInput(f"{where} is not valid YAML{at}", "fix the YAML syntax") from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"{where} is not a recipe (a YAML mapping is expected)", "check the file")
+    return doc

@@ -1,0 +1,313 @@
+"""From what an importer read to one normalised `sparkplay.recipe/v1` document.
+
+Importers hand over a RawRecipe: the engine's flags exactly as given, the
+environment, and whatever else the source stated outright. Here the flags
+are read (never changed) to derive context, topology, memory, speculative
+decoding, port and bind; gaps are filled from sparkplay.recipes.known; and
+every derived, filled or cleaned value is noted in `provenance`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkplay.errors import BadInput
+from sparkplay.recipes import cmdline, known
+from sparkplay.recipes.model import SCHEMA_ID
+
+LOOPBACK = "127.0.0.1"
+REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+QUANT_PATTERN = re.compile(r"(nvfp4|mxfp4|fp8|awq|gptq|int4|int8|q4_k_m|q5_k_m|q8_0|bf16|f16)", re.IGNORECASE)
+# Flags whose value is JSON text (vLLM); checked so a bad one fails at import.
+JSON_FLAGS = (
+    "--speculative-config",
+    "--compilation-config",
+    "--kv-transfer-config",
+    "--hf-overrides",
+    "--override-generation-config",
+)
+
+
+@dataclass
+class RawRecipe:
+    """What an importer read, before normalisation."""
+
+    name: str
+    title: str
+    source: dict[str, Any]
+    engine: str
+    model: str | None
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    image: str | None = None
+    image_dir: str | None = None
+    nodes: int | None = None
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    distributed_backend: str | None = None
+    shm_size: str | None = None
+    port: int | None = None
+    bind: str | None = None
+    notes: str | None = None
+    knobs: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    provenance: list[dict[str, str]] = field(default_factory=list)
+
+    def note(self, key: str, how: str, detail: str) -> None:
+        self.provenance.append({"key": key, "how": how, "detail": detail})
+
+
+def _int(value: str | None, flag: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise BadInput(f"{flag} has a non-integer value {value!r}", f"give {flag} a whole number") from None
+
+
+def _float(value: str | None, flag: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise BadInput(f"{flag} has a non-numeric value {value!r}", f"give {flag} a number") from None
+
+
+def _check_json_flags(args: list[str]) -> None:
+    for flag in JSON_FLAGS:
+        value = cmdline.flag_value(args, flag)
+        if value is None:
+            continue
+        try:
+            json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"{flag} is not valid JSON ({exc.msg})", f"fix the JSON text given to {flag}") from None
+
+
+def _speculative(raw: RawRecipe) -> dict[str, Any] | None:
+    args = raw.args
+    if raw.engine == "atlas" and cmdline.has_flag(args, "--dflash"):
+        return {
+            "method": "dflash",
+            "num_tokens": _int(cmdline.flag_value(args, "--dflash-gamma"), "--dflash-gamma"),
+            "draft_model": cmdline.flag_value(args, "--draft-model"),
+        }
+    if raw.engine == "vllm":
+        text = cmdline.flag_value(args, "--speculative-config")
+        if text is not None:
+            config = json.loads(text)
+            if not isinstance(config, dict) or "method" not in config:
+                raise BadInput("--speculative-config has no method", "give it a JSON object with a method")
+            tokens = config.get("num_speculative_tokens")
+            return {
+                "method": str(config["method"]),
+                "num_tokens": tokens if isinstance(tokens, int) else None,
+                "draft_model": config.get("model"),
+            }
+    if raw.engine == "llamacpp":
+        draft = cmdline.flag_value(args, "-md", "--model-draft")
+        if draft is not None:
+            return {
+                "method": "draft",
+                "num_tokens": _int(cmdline.flag_value(args, "--draft-max", "--draft"), "--draft-max"),
+                "draft_model": draft,
+            }
+    return None
+
+
+def _derive_from_flags(raw: RawRecipe) -> dict[str, Any]:
+    """Context, topology, memory, port and bind as the engine's flags state them."""
+    a = raw.args
+    flag = cmdline.flag_value
+    if raw.engine == "atlas":
+        world = _int(flag(a, "--world-size"), "--world-size")
+        return {
+            "context_length": _int(flag(a, "--max-seq-len"), "--max-seq-len"),
+            "tensor_parallel": _int(flag(a, "--tp-size"), "--tp-size"),
+            "pipeline_parallel": _int(flag(a, "--pp-size"), "--pp-size"),
+            "expert_parallel": _int(flag(a, "--ep-size"), "--ep-size"),
+            # one GB10 per Spark: the world is the node count
+            "nodes": world,
+            "gpu_memory_utilization": _float(flag(a, "--gpu-memory-utilization"), "--gpu-memory-utilization"),
+            "port": _int(flag(a, "--port"), "--port"),
+            "bind": flag(a, "--host"),
+            "served_name": flag(a, "--served-model-name"),
+        }
+    if raw.engine == "vllm":
+        tp = _int(flag(a, "--tensor-parallel-size", "-tp"), "--tensor-parallel-size")
+        return {
+            "context_length": _int(flag(a, "--max-model-len"), "--max-model-len"),
+            "tensor_parallel": tp,
+            "pipeline_parallel": _int(flag(a, "--pipeline-parallel-size", "-pp"), "--pipeline-parallel-size"),
+            # vLLM's expert parallelism spans the tensor-parallel group
+            "expert_parallel": (tp or 1) if cmdline.has_flag(a, "--enable-expert-parallel", "-ep") else None,
+            "nodes": _int(flag(a, "--nnodes"), "--nnodes"),
+            "gpu_memory_utilization": _float(flag(a, "--gpu-memory-utilization"), "--gpu-memory-utilization"),
+            "port": _int(flag(a, "--port"), "--port"),
+            "bind": flag(a, "--host"),
+            "served_name": flag(a, "--served-model-name"),
+        }
+    rpc = flag(a, "--rpc")
+    return {
+        "context_length": _int(flag(a, "-c", "--ctx-size"), "--ctx-size"),
+        "tensor_parallel": None,
+        "pipeline_parallel": None,
+        "expert_parallel": None,
+        # llama.cpp's RPC backend: the leader plus one rank per --rpc worker
+        "nodes": 1 + len([w for w in rpc.split(",") if w]) if rpc else None,
+        "gpu_memory_utilization": None,
+        "port": _int(flag(a, "--port"), "--port"),
+        "bind": flag(a, "--host"),
+        "served_name": flag(a, "-a", "--alias"),
+    }
+
+
+def _set_path(doc: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = doc
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = copy.deepcopy(value)
+
+
+def _get_path(doc: dict[str, Any], dotted: str) -> Any:
+    node: Any = doc
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _pick(raw: RawRecipe, key: str, stated: Any, derived: Any, default: Any, detail: str) -> Any:
+    """Stated by the source > derived from flags > default; note where it came from."""
+    if stated is not None:
+        return stated
+    if derived is not None:
+        raw.note(key, "derived", detail)
+        return derived
+    if default is not None:
+        raw.note(key, "default", f"not stated; sparkplay's default {default!r}")
+    return default
+
+
+def normalise(raw: RawRecipe) -> dict[str, Any]:
+    """The normalised recipe document (not yet schema-validated)."""
+    _check_json_flags(raw.args)
+    engine_defaults = known.ENGINES[raw.engine]
+    derived = _derive_from_flags(raw)
+    flags = cmdline.flag_map(raw.args)
+
+    model_is_repo = raw.model is not None and REPO_PATTERN.match(raw.model) is not None
+    repo = raw.model if model_is_repo else None
+    served = derived["served_name"]
+    tp = _pick(raw, "topology.tensor_parallel", raw.tensor_parallel, derived["tensor_parallel"], 1, "engine flags")
+    pp = _pick(raw, "topology.pipeline_parallel", raw.pipeline_parallel, derived["pipeline_parallel"], 1, "flags")
+    nodes = raw.nodes if raw.nodes is not None else derived["nodes"]
+    if nodes is None and raw.engine != "llamacpp":
+        nodes = tp * pp  # one GPU per Spark
+        raw.note("topology.nodes", "derived", f"tensor x pipeline parallel ({tp} x {pp}), one GPU per node")
+    elif raw.nodes is None and nodes is not None:
+        raw.note("topology.nodes", "derived", "engine flags")
+    port = raw.port or derived["port"]
+    if port is None:
+        port = engine_defaults.port
+        raw.note("serve.port", "default", f"the {raw.engine} engine's default port")
+    bind = raw.bind or derived["bind"]
+    if bind is None:
+        # the engines' APIs have no authentication: loopback unless the user says otherwise
+        bind = LOOPBACK
+        raw.note("serve.bind", "default", "not stated; APIs bind to loopback unless the user chooses otherwise")
+    quant_match = QUANT_PATTERN.search(repo or raw.model or "")
+    context = derived["context_length"]
+    if context is not None:
+        raw.note("context_length", "derived", "engine flags")
+
+    health = engine_defaults.health_timeout_s
+    ready = raw.env.get("VLLM_ENGINE_READY_TIMEOUT_S")
+    if ready and ready.isdigit():
+        health = int(ready)
+        raw.note("serve.health_timeout_s", "derived", "VLLM_ENGINE_READY_TIMEOUT_S in the recipe's env")
+
+    doc: dict[str, Any] = {
+        "schema": SCHEMA_ID,
+        "name": raw.name,
+        "title": raw.title,
+        "source": raw.source,
+        "engine": {
+            "name": raw.engine,
+            "image": raw.image,
+            "image_dir": raw.image_dir,
+            "packages": list(engine_defaults.packages) if engine_defaults.runtime == "native" else [],
+            "runtime": engine_defaults.runtime,
+        },
+        "model": {
+            "repo": repo,
+            "revision": None,
+            "quant": quant_match.group(1).lower() if quant_match else None,
+            "served_name": served,
+            "path": None if model_is_repo else raw.model,
+            "checkpoints": [],
+            "overlay": None,
+        },
+        "context_length": context,
+        "topology": {
+            "nodes": nodes,
+            "tensor_parallel": tp,
+            "pipeline_parallel": pp,
+            "expert_parallel": derived["expert_parallel"] or 1,
+        },
+        "serve": {
+            "args": list(raw.args),
+            "env": dict(raw.env),
+            "port": port,
+            "bind": bind,
+            "health_timeout_s": health,
+            "distributed_backend": raw.distributed_backend,
+            "shm_size": raw.shm_size,
+        },
+        "speculative": _speculative(raw),
+        "knobs": dict(raw.knobs),
+        "requirements": {"gpu_arch": None, "driver_min": None, "disk_per_node_gb": None, "memory_gb": None},
+        "notes": raw.notes,
+        "provenance": [],
+        "extra": dict(raw.extra),
+    }
+    for key, knob in engine_defaults.knob_env.items():
+        if key in doc["serve"]["env"]:
+            value = doc["serve"]["env"].pop(key)
+            if knob in ("fabric_siblings", "display_carveout", "kv_shard"):
+                doc["knobs"][knob] = value == "1"
+            raw.note("serve.env", "derived", f"{key} moved to the {knob} knob, which governs it")
+    for knob, default in engine_defaults.knobs.items():
+        doc["knobs"].setdefault(knob, default)
+    if derived["gpu_memory_utilization"] is not None:
+        doc["knobs"].setdefault("gpu_memory_utilization", derived["gpu_memory_utilization"])
+    if doc["model"]["quant"] is not None:
+        raw.note("model.quant", "derived", "the model's name")
+    if doc["speculative"] is not None:
+        raw.note("speculative", "derived", "engine flags")
+
+    known_model = known.find_model(raw.engine, raw.model, flags)
+    if known_model is not None:
+        for key, value in known_model.fills.items():
+            if _get_path(doc, key) in (None, []):
+                _set_path(doc, key, value)
+                raw.note(key, "filled", f"known model table: {known_model.label}")
+    if raw.engine == "atlas" and doc["engine"]["image"] and ":" not in doc["engine"]["image"]:
+        # the recipe gave only a tag; the repository comes from the known engines table
+        doc["engine"]["image"] = f"{engine_defaults.image_repository}:{doc['engine']['image']}"
+        raw.note("engine.image", "filled", "image repository from the known engines table; tag from the recipe")
+    if repo and not doc["model"]["checkpoints"]:
+        doc["model"]["checkpoints"] = [
+            {"role": "target", "repo": repo, "revision": doc["model"]["revision"], "size_bytes": None,
+             "mount": None, "license": None},
+        ]  # fmt: skip
+    doc["provenance"] = raw.provenance
+    return doc
