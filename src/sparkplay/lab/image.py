@@ -10,6 +10,7 @@ one is reused.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ from sparkplay.lab import dockercli
 IMAGE_REPO = "sparkplay-lab-node"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
-# Bump when a build step below changes in a way the recipe data cannot see.
+# Bump to force a rebuild that nothing else here would cause (e.g. a moved mirror snapshot).
 BUILD_FORMAT = 1
 
 
@@ -77,6 +78,8 @@ class ImageRecipe:
         payload["file_sha256"] = {
             name: hashlib.sha256(self.file_content(name)).hexdigest() for _, name, _ in self.files
         }
+        # the build steps are part of the recipe: changing one rebuilds the image
+        payload["steps"] = [inspect.getsource(step) for step in (_debootstrap, _apply_fixes, _import)]
         canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
@@ -158,11 +161,10 @@ def _apply_fixes(recipe: ImageRecipe, rootfs: Path) -> None:
         link = wants / unit
         link.unlink(missing_ok=True)
         link.symlink_to(f"/etc/systemd/system/{unit}")
-    # Package lists and .debs are re-fetched by apt inside the node when needed.
-    for leftover in ("var/lib/apt/lists", "var/cache/apt/archives"):
-        for entry in (rootfs / leftover).glob("*"):
-            if entry.is_file() and entry.name != "lock":
-                entry.unlink()
+    # The .debs are not needed again. Package lists stay: a node (like a real
+    # one) has a usable apt cache, so roles install without an update first.
+    for entry in (rootfs / "var/cache/apt/archives").glob("*.deb"):
+        entry.unlink()
 
 
 def _import(recipe: ImageRecipe, rootfs: Path, tag: str) -> None:

@@ -1,0 +1,28 @@
+"""Filters for node-side roles; the rules live in the sparkplay package."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan, twin_addresses
+from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch
+from sparkplay.managed import foreign_files, foreign_report, record
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "sparkplay_foreign_files": foreign_files,
+            "sparkplay_managed_record": record,
+            "sparkplay_foreign_report": foreign_report,
+            "sparkplay_twin_addresses": twin_addresses,
+            "sparkplay_fabric_address_map": address_map,
+            "sparkplay_fabric_ping_plan": ping_plan,
+            "sparkplay_fabric_peer_addresses": peer_addresses,
+            "sparkplay_cidr_address": address_of,
+            "sparkplay_free_bytes_for": free_bytes_for,
+            "sparkplay_docker_daemon_merge": docker_daemon_merge,
+            "sparkplay_listener_pids": listener_pids,
+            "sparkplay_nvidia_arch": nvidia_arch,
+        }

@@ -1,0 +1,48 @@
+#!/usr/bin/python
+"""Ansible module: the ConnectX-7 fabric as this host's sysfs shows it (read-only)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sparkplay_fabric_facts
+short_description: Detect a Spark's cabled ConnectX-7 port, its twin, RDMA devices and GID index
+description:
+  - Reads /sys/class/net and /sys/class/infiniband only; changes nothing.
+  - Sets the fact C(sparkplay_fabric).
+options:
+  twin_pairing:
+    description: Pair the cabled netdev with its twin in the other PCIe domain (off for ASUS GX10-style boards).
+    type: bool
+    default: true
+  root:
+    description: Filesystem root to read sysfs under (tests point it at captured trees).
+    type: path
+    default: /
+author: sparkplay
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: C(sparkplay_fabric) with netdevs, rdma_devices, rdma_present, twins, cabled_ports, hcas, gid_index, problems.
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkplay_fabric import detect
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "twin_pairing": {"type": "bool", "default": True},
+            "root": {"type": "path", "default": "/"},
+        },
+        supports_check_mode=True,
+    )
+    fabric = detect(module.params["root"], module.params["twin_pairing"])
+    module.exit_json(changed=False, ansible_facts={"sparkplay_fabric": fabric})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""Small rules over node facts, used by the roles through filters."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def free_bytes_for(path: str, mounts: Iterable[Mapping[str, Any]]) -> int | None:
+    """Bytes free on the filesystem that holds (or would hold) `path`, from ansible_mounts."""
+    best: Mapping[str, Any] | None = None
+    for mount in mounts:
+        point = str(mount.get("mount", ""))
+        inside = path == point or path.startswith(point.rstrip("/") + "/") or point == "/"
+        if inside and (best is None or len(point) > len(str(best["mount"]))):
+            best = mount
+    return None if best is None else int(best.get("size_available", 0))
+
+
+def docker_daemon_merge(current: Mapping[str, Any] | None, runtime: str, runtime_path: str) -> dict[str, Any]:
+    """daemon.json with the NVIDIA runtime registered, every key of the user's kept as it was."""
+    merged: dict[str, Any] = copy.deepcopy(dict(current or {}))
+    runtimes = merged.setdefault("runtimes", {})
+    if not isinstance(runtimes, dict):
+        raise ValueError("daemon.json 'runtimes' is not an object; fix it by hand first")
+    runtimes.setdefault(runtime, {"path": runtime_path, "args": []})
+    return merged
+
+
+SS_PID = re.compile(r"pid=(\d+)")
+
+
+def listener_pids(ss_output: str) -> list[int]:
+    """PIDs in `ss -Htlnp` output (users:(("name",pid=123,fd=4)))."""
+    return sorted({int(pid) for pid in SS_PID.findall(ss_output)})
+
+
+def nvidia_arch(machine: str) -> str:
+    """NVIDIA's repository architecture: aarch64 servers (a Spark) are 'sbsa'."""
+    return {"aarch64": "sbsa", "arm64": "sbsa", "x86_64": "x86_64", "amd64": "x86_64"}.get(machine, machine)
