@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sparkplay.doctor import collect, doctor_table, ib_write_bw_gbps
 from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan, twin_addresses
 from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch
 from sparkplay.managed import foreign_files, foreign_report, record
@@ -25,4 +26,7 @@ class FilterModule:
             "sparkplay_docker_daemon_merge": docker_daemon_merge,
             "sparkplay_listener_pids": listener_pids,
             "sparkplay_nvidia_arch": nvidia_arch,
+            "sparkplay_doctor_table": doctor_table,
+            "sparkplay_doctor_collect": collect,
+            "sparkplay_ib_write_bw_gbps": ib_write_bw_gbps,
         }

@@ -23,13 +23,15 @@ author: sparkplay
 
 RETURN = r"""
 ansible_facts:
-  description: C(sparkplay_fabric) with netdevs, rdma_devices, rdma_present, twins, cabled_ports, hcas, gid_index, problems.
+  description: >-
+    C(sparkplay_fabric) with netdevs, rdma_devices, rdma_present, twins, cabled_ports, hcas, gid_index, problems.
   returned: always
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkplay_fabric import detect
+# Ansible modules put their documentation before the imports.
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.sparkplay_fabric import detect  # noqa: E402
 
 
 def main() -> None:

@@ -42,4 +42,4 @@ def record(stats: Iterable[Mapping[str, Any]], registry: Mapping[str, str]) -> d
 
 def foreign_report(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
     """'host: path' for every foreign file noted on any of `hosts`."""
-    return [f"{host}: {path}" for host in hosts for path in hostvars[host].get("sparkplay_foreign_files") or []]
+    return [f"{host}: {path}" for host in hosts for path in hostvars[host].get("managed_files_foreign") or []]

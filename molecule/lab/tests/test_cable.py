@@ -12,13 +12,5 @@ def test_twin_has_carrier(host, twin):
     assert carrier.content_string.strip() == "1"
 
 
-@pytest.mark.parametrize("twin", TWINS)
-def test_twin_is_up_without_addresses(host, twin):
-    # addressing the twins is the fabric role's job; the lab leaves them bare
-    iface = host.interface(twin)
-    assert iface.exists
-    assert [a for a in iface.addresses if not a.startswith("fe80")] == []
-
-
 def test_systemd_is_pid1(host):
     assert host.file("/proc/1/comm").content_string.strip() == "systemd"

@@ -1,0 +1,127 @@
+"""The table `doctor.yml` prints: one block per node, one row per cable twin."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+COLUMNS = (
+    "node",
+    "rank",
+    "preflight",
+    "transport",
+    "twin",
+    "link",
+    "mtu",
+    "address",
+    "jumbo ping",
+    "ssh",
+    "ib_write_bw",
+)
+
+
+def _rows(host: str, doc: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    fabric = doc.get("fabric") or {}
+    env = doc.get("env") or {}
+    twins = fabric.get("twins") or ["-"]
+    rows = []
+    for i, twin in enumerate(twins):
+        netdev = (fabric.get("netdevs") or {}).get(twin, {})
+        pings = [p for p in doc.get("pings", []) if p["ifname"] == twin]
+        ssh = [s for s in doc.get("ssh", []) if s.get("twin_index") == i]
+        bw = [b for b in doc.get("bandwidth", []) if b.get("twin") == twin]
+        rows.append(
+            (
+                host if i == 0 else "",
+                str(doc.get("rank", "?")) if i == 0 else "",
+                ("ok" if doc.get("preflight") == "ok" else "FAILED") if i == 0 else "",
+                (env.get("SPARKPLAY_FABRIC_TRANSPORT") or "no fabric.env") if i == 0 else "",
+                twin,
+                "up" if netdev.get("carrier") else "down" if netdev else "-",
+                str(netdev.get("mtu", "-")),
+                ",".join((doc.get("addresses") or {}).get(twin, [])) or "-",
+                " ".join(f"{'ok' if p['ok'] else 'FAIL'}:{p['peer']}" for p in pings) or "-",
+                " ".join(f"{'ok' if s['ok'] else 'FAIL'}:{s['peer']}" for s in ssh) or "-",
+                " ".join(f"{b['gbps']} Gb/s" if b.get("gbps") is not None else "FAIL" for b in bw)
+                or doc.get("bandwidth_note", "-"),
+            )
+        )
+    return rows
+
+
+def doctor_table(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """Fixed-width lines, then each node's problems spelled out."""
+    rows: list[tuple[str, ...]] = [COLUMNS]
+    notes: list[str] = []
+    for host in hosts:
+        doc = hostvars[host].get("sparkplay_doctor") or {}
+        rows.extend(_rows(host, doc))
+        if doc.get("preflight") not in (None, "ok"):
+            notes.append(f"{host}: preflight: {doc['preflight']}")
+        for problem in (doc.get("fabric") or {}).get("problems", []):
+            notes.append(f"{host}: fabric: {problem}")
+        if doc.get("env"):
+            keys = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_DISABLE")
+            shown = " ".join(f"{k}={doc['env'][k]}" for k in keys if k in doc["env"])
+            notes.append(f"{host}: fabric.env: {shown}")
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    return [*lines, "", *notes]
+
+
+def _inet(stdout: str) -> list[str]:
+    import json
+
+    try:
+        shown = json.loads(stdout)[0]
+    except (ValueError, IndexError, KeyError):
+        return []
+    return [a["local"] for a in shown.get("addr_info", []) if a.get("family") == "inet"]
+
+
+def collect(
+    addr_results: Iterable[Mapping[str, Any]],
+    ping_results: Iterable[Mapping[str, Any]],
+    ssh_results: Iterable[Mapping[str, Any]],
+    env_text: str | None,
+) -> dict[str, Any]:
+    """A node's findings from the registered results of doctor.yml's read-only probes."""
+    ssh: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for result in ssh_results:
+        if "rc" not in result:  # skipped (not rank 0)
+            continue
+        peer = result["item"]["peer"]
+        index = seen.get(peer, 0)
+        seen[peer] = index + 1
+        ssh.append({"peer": peer, "address": result["item"]["address"], "twin_index": index, "ok": result["rc"] == 0})
+    env: dict[str, str] = {}
+    for line in (env_text or "").splitlines():
+        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            env[key.strip()] = value.strip()
+    return {
+        "addresses": {r["item"]: _inet(r.get("stdout", "")) for r in addr_results if "item" in r},
+        "pings": [
+            {"ifname": r["item"]["ifname"], "peer": r["item"]["peer"], "ok": r.get("rc") == 0}
+            for r in ping_results
+            if "item" in r
+        ],
+        "ssh": ssh,
+        "env": env or None,
+    }
+
+
+def ib_write_bw_gbps(output: str) -> float | None:
+    """BW average [Gb/sec] from `ib_write_bw --report_gbits` output, or None."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if "BW average" in line:
+            for row in lines[i + 1 :]:
+                fields = row.split()
+                if len(fields) >= 4 and fields[0].isdigit():
+                    try:
+                        return float(fields[3])
+                    except ValueError:
+                        return None
+    return None

@@ -1,0 +1,117 @@
+"""provision.yml and doctor.yml on the real lab: check mode, foreign files, confirmation. Marked `lab`.
+
+Runs ansible-playbook against the two lab nodes exactly as a user would.
+The only things that cannot exist here are the GPU and RDMA: the lab
+inventory says so (sparkplay_gpu_expected/rdma_expected false, socket
+fallback allowed), and the roles take their documented no-GPU/no-RDMA paths.
+The tests run in file order on one lab: each starts from the state the one
+before it left (fresh, then a foreign file, then confirmed, provisioned...).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from tests.conftest import PROJECT, run_cli
+from tests.test_lab import in_node
+
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
+
+HOSTS = PROJECT / "inventory" / "lab" / "hosts.yml"
+NETPLAN = "/etc/netplan/40-cx7.yaml"
+USER_NETPLAN = "# the user's own cable config\nnetwork:\n  version: 2\n"
+
+
+def playbook(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ansible-playbook", "-i", str(HOSTS), name, *args],
+        capture_output=True, text=True, cwd=PROJECT, check=False, timeout=900,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )  # fmt: skip
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    found = {}
+    for host, fields in re.findall(r"^(sparkplay-lab-rank\d+)\s+:\s+(.*)$", output, re.M):
+        found[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
+    return found
+
+
+def node_state(rank: int) -> dict[str, str]:
+    """What provisioning would change on a node, read from inside it."""
+    return {
+        "netplan": in_node(rank, "ls", "/etc/netplan", check=False).stdout,
+        "sparkplay": in_node(rank, "ls", "/etc/sparkplay", check=False).stdout,
+        "addresses": in_node(rank, "ip", "-4", "-o", "addr", "show", "dev", "enp1s0f1np1").stdout,
+        "keys": in_node(rank, "ls", "/root/.ssh", check=False).stdout,
+    }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_lab():
+    run_cli("lab", "down")
+    assert run_cli("lab", "up").returncode == 0
+    yield
+    run_cli("lab", "down")
+
+
+def test_check_mode_on_a_fresh_lab_reports_and_changes_nothing():
+    before = [node_state(r) for r in (0, 1)]
+    proc = playbook("provision.yml", "--check", "--diff")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert all(totals["changed"] > 0 for totals in recap(proc.stdout).values())
+    assert "192.168.100.10/24" in proc.stdout  # the netplan file it would write, as a diff
+    assert [node_state(r) for r in (0, 1)] == before
+
+
+def test_a_foreign_netplan_file_stops_the_play_before_any_change():
+    in_node(1, "sh", "-c", f'mkdir -p /etc/netplan && printf %s "$1" > {NETPLAN}', "_", USER_NETPLAN)
+    before = [node_state(r) for r in (0, 1)]
+    proc = playbook("provision.yml")
+    assert proc.returncode != 0
+    assert f"These files exist and were not written by sparkplay: sparkplay-lab-rank1: {NETPLAN}" in proc.stdout
+    assert "-e sparkplay_confirm_overwrite=true" in proc.stdout
+    assert in_node(1, "cat", NETPLAN).stdout == USER_NETPLAN
+    assert [node_state(r) for r in (0, 1)] == before  # nothing changed on either node
+
+
+def test_confirming_backs_up_and_replaces_it():
+    proc = playbook("provision.yml", "-e", "sparkplay_confirm_overwrite=true")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "Written by sparkplay" in in_node(1, "cat", NETPLAN).stdout
+    backups = in_node(1, "sh", "-c", f"ls {NETPLAN}.*~").stdout.split()
+    assert len(backups) == 1
+    assert in_node(1, "cat", backups[0]).stdout == USER_NETPLAN
+
+
+def test_second_run_changes_nothing_and_asks_nothing():
+    proc = playbook("provision.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    totals = recap(proc.stdout)
+    assert set(totals) == {"sparkplay-lab-rank0", "sparkplay-lab-rank1"}
+    assert all(t["changed"] == 0 and t["failed"] == 0 for t in totals.values()), totals
+
+
+def test_a_file_edited_after_sparkplay_wrote_it_is_asked_about_again():
+    in_node(0, "sh", "-c", "echo '# my tweak' >> /etc/security/limits.d/90-sparkplay-memlock.conf")
+    proc = playbook("provision.yml")
+    assert proc.returncode != 0
+    assert "sparkplay-lab-rank0: /etc/security/limits.d/90-sparkplay-memlock.conf" in proc.stdout
+    assert "# my tweak" in in_node(0, "cat", "/etc/security/limits.d/90-sparkplay-memlock.conf").stdout
+
+
+@pytest.mark.parametrize("mode", [[], ["--check"]])
+def test_doctor_prints_its_table_and_changes_nothing(mode):
+    proc = playbook("doctor.yml", *mode)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert all(t["changed"] == 0 for t in recap(proc.stdout).values())
+    table = [line for line in proc.stdout.splitlines() if "  up    9000  192.168." in line]
+    assert len(table) == 4  # a row per twin per node
+    assert '"sparkplay-lab-rank0  0     ok         socket     enp1s0f1np1' in table[0]
+    assert "ok:sparkplay-lab-rank1  ok:sparkplay-lab-rank1" in table[0]  # jumbo ping and ssh from rank 0
+    assert "no RDMA: not measured" in proc.stdout
+    assert "fabric.env: NCCL_SOCKET_IFNAME=enp1s0f1np1 NCCL_IB_DISABLE=1" in proc.stdout
