@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sparkplay.checkpoints import fabric_env, progress_line, sources
 from sparkplay.doctor import collect, doctor_table, ib_write_bw_gbps
 from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan, twin_addresses
 from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch
 from sparkplay.managed import foreign_files, foreign_report, record
+from sparkplay.nodetools import path_of
 
 
 class FilterModule:
@@ -27,6 +29,10 @@ class FilterModule:
             "sparkplay_listener_pids": listener_pids,
             "sparkplay_nvidia_arch": nvidia_arch,
             "sparkplay_doctor_table": doctor_table,
+            "sparkplay_checkpoint_sources": sources,
+            "sparkplay_fabric_env": fabric_env,
+            "sparkplay_progress_line": progress_line,
+            "sparkplay_nodetool": path_of,
             "sparkplay_doctor_collect": collect,
             "sparkplay_ib_write_bw_gbps": ib_write_bw_gbps,
         }

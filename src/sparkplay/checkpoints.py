@@ -1,0 +1,71 @@
+"""Which checkpoints a deployment needs on every rank, and where they live."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def sources(
+    recipe: Mapping[str, Any],
+    model_root: str,
+    extra: Sequence[Mapping[str, Any]] = (),
+    lock: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The recipe's checkpoints (Hugging Face repos) plus staged folders, normalised.
+
+    Each: name, kind (hf|staged), repo, revision (pinned, else from the lock,
+    else None to resolve once), dest (same absolute path on every rank),
+    size_bytes (if known).
+    """
+    lock = lock or {}
+    found: list[dict[str, Any]] = []
+    for ckpt in (recipe.get("model") or {}).get("checkpoints") or []:
+        org, _, name = ckpt["repo"].partition("/")
+        folder = f"{org}--{name}"
+        found.append(
+            {
+                "name": folder,
+                "kind": "hf",
+                "repo": ckpt["repo"],
+                "revision": ckpt.get("revision") or lock.get(ckpt["repo"]),
+                "pinned": bool(ckpt.get("revision")),
+                "dest": f"{model_root.rstrip('/')}/{folder}",
+                "size_bytes": ckpt.get("size_bytes"),
+            }
+        )
+    for item in extra:
+        if "staged" not in item or "name" not in item:
+            raise ValueError(f"a staged checkpoint needs name and staged (a folder on rank 0): {dict(item)}")
+        found.append(
+            {
+                "name": item["name"],
+                "kind": "staged",
+                "repo": None,
+                "revision": str(item.get("revision") or "staged"),
+                "pinned": True,
+                "dest": str(item["staged"]).rstrip("/"),
+                "size_bytes": item.get("size_bytes"),
+            }
+        )
+    return found
+
+
+def fabric_env(text: str) -> dict[str, str]:
+    """KEY=VALUE lines of /etc/sparkplay/fabric.env."""
+    env = {}
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            env[key.strip()] = value.strip()
+    return env
+
+
+def progress_line(host: str, progress: Mapping[str, Any]) -> str:
+    """'rank1: 1.20 / 3.40 GB (35%), 0.85 GB/s, ETA 3 s' from the mirror's progress file."""
+    done, total = progress.get("bytes_done", 0), progress.get("bytes_total", 0) or 1
+    rate = progress.get("rate_bps", 0) or 0
+    eta = progress.get("eta_s")
+    eta_text = "-" if eta is None else f"{eta:.0f} s" if eta < 120 else f"{eta / 60:.1f} min"
+    share = f"{done / 1e9:.2f} / {total / 1e9:.2f} GB ({100 * done / total:.0f}%)"
+    return f"{host}: {share}, {rate / 1e9:.2f} GB/s, ETA {eta_text}"

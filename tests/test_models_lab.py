@@ -1,0 +1,156 @@
+"""models.yml on the real lab: mirror over the simulated cable, verify, and the fault cases. Marked `lab`.
+
+A generated checkpoint stands in for a Hugging Face download here (the hub
+cannot be reached; the download path is tested against a stand-in hub in
+test_ckpt_tool.py). Everything else is real: rsync over ssh over the
+cable between two systemd nodes, hashing on each, the markers.
+The tests run in file order on one provisioned lab.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import PROJECT, run_cli
+from tests.test_lab import in_node
+from tests.test_provision_lab import HOSTS, playbook, recap
+
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
+
+ROOT = "/var/lib/sparkplay/models"
+MAKER = PROJECT / "molecule" / "lab" / "files" / "make_checkpoint.py"
+
+
+def make_checkpoint(rank: int, dest: str, *args: str) -> None:
+    subprocess.run(
+        ["docker", "exec", "-i", f"sparkplay-lab-rank{rank}", "python3", "-", dest, *args],
+        input=MAKER.read_bytes(), capture_output=True, check=True, timeout=300,
+    )  # fmt: skip
+
+
+def staged(*names: str) -> str:
+    return json.dumps({"checkpoint_staged": [{"name": n, "staged": f"{ROOT}/{n}"} for n in names]})
+
+
+def models(*args: str) -> subprocess.CompletedProcess[str]:
+    return playbook("models.yml", *args)
+
+
+def digests(rank: int, dest: str) -> dict[str, str]:
+    out = in_node(
+        rank, "sh", "-c", f"cd {dest} && find . -path ./.sparkplay -prune -o -type f -print0 | xargs -0 sha256sum"
+    )
+    return {line.split()[1]: line.split()[0] for line in out.stdout.splitlines()}
+
+
+def inodes(rank: int, dest: str) -> dict[str, str]:
+    out = in_node(rank, "sh", "-c", f"cd {dest} && find . -path ./.sparkplay -prune -o -type f -printf '%i %p\\n'")
+    return {line.split()[1]: line.split()[0] for line in out.stdout.splitlines()}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def provisioned_lab():
+    run_cli("lab", "down")
+    assert run_cli("lab", "up").returncode == 0
+    proc = playbook("provision.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    make_checkpoint(0, f"{ROOT}/lab-gen", "--large", "2", "--large-mb", "70", "--small", "30")
+    yield
+    run_cli("lab", "down")
+
+
+def test_mirror_copies_and_verifies_on_every_rank():
+    proc = models("-e", staged("lab-gen"))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    source = digests(0, f"{ROOT}/lab-gen")
+    assert len(source) == 2 + 30 + 2  # shards, small files, config and its blob
+    assert digests(1, f"{ROOT}/lab-gen") == source
+    link = in_node(1, "readlink", f"{ROOT}/lab-gen/snapshots/main/config.json").stdout.strip()
+    assert link.startswith("../../blobs/")
+    for rank in (0, 1):
+        marker = json.loads(in_node(rank, "cat", f"{ROOT}/lab-gen/.sparkplay/complete.json").stdout)
+        assert marker["files"] == 35 and marker["revision"] == "staged"
+    assert re.search(r'sparkplay-lab-rank1: \{.*"transferred_bytes"', proc.stdout)
+
+
+def test_rerun_is_a_quick_noop():
+    started = time.monotonic()
+    proc = models("-e", staged("lab-gen"))
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert all(t["changed"] == 0 for t in recap(proc.stdout).values()), recap(proc.stdout)
+    assert (
+        "Start the mirror" not in proc.stdout.split("PLAY RECAP")[0].split("TASKS RECAP")[0]
+        or "skipping" in proc.stdout
+    )
+    assert "Verify every file by hash" not in proc.stdout
+    print(f"no-op models.yml run: {elapsed:.1f} s")
+
+
+def test_flipped_byte_is_found_by_full_verify_and_only_that_file_recopied():
+    victim = f"{ROOT}/lab-gen/extra/part1/file012.bin"
+    in_node(
+        1, "python3", "-c", f"f=open('{victim}','r+b'); f.seek(7); b=f.read(1); f.seek(7); f.write(bytes([b[0]^1]))"
+    )
+    before = inodes(1, f"{ROOT}/lab-gen")
+    quick = models("-e", staged("lab-gen"))
+    assert all(t["changed"] == 0 for t in recap(quick.stdout).values())  # a quick run trusts the marker
+    full = models("-e", staged("lab-gen"), "-e", "checkpoint_verify=full")
+    assert full.returncode == 0, full.stdout[-4000:]
+    assert "(only extra/part1/file012.bin)" in full.stdout or '"transferred_bytes": 65536' in full.stdout
+    assert re.search(r'"transferred_bytes": 65536\b', full.stdout), full.stdout[-3000:]
+    assert digests(1, f"{ROOT}/lab-gen") == digests(0, f"{ROOT}/lab-gen")
+    after = inodes(1, f"{ROOT}/lab-gen")
+    unchanged = [p for p in before if p != "./extra/part1/file012.bin" and before[p] == after[p]]
+    assert len(unchanged) == len(before) - 1  # every other file untouched
+
+
+def test_interrupted_mirror_resumes_without_resending_completed_files():
+    make_checkpoint(0, f"{ROOT}/lab-big", "--large", "1", "--large-mb", "300", "--small", "40")
+    args = ["-e", staged("lab-big"), "-e", "checkpoint_bwlimit_kbps=20000", "-e", "checkpoint_streams=1"]
+    first = subprocess.Popen(
+        ["ansible-playbook", "-i", str(HOSTS), "models.yml", *args],
+        cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ},
+    )  # fmt: skip
+    shard = f"{ROOT}/lab-big/model-00001-of-00001.safetensors"
+    deadline = time.monotonic() + 240
+    size = 0
+    while time.monotonic() < deadline:
+        probe = in_node(1, "stat", "-c", "%s", shard, check=False)
+        size = int(probe.stdout.strip() or 0) if probe.returncode == 0 else 0
+        if size > 60 << 20:
+            break
+        time.sleep(0.5)
+    assert 0 < size < 300 << 20, f"the shard did not start copying ({size} bytes)"
+    first.kill()
+    first.wait()
+    in_node(0, "pkill", "-f", "sparkplay-ckpt mirror", check=False)
+    in_node(0, "pkill", "-x", "rsync", check=False)
+    assert in_node(1, "test", "-e", f"{ROOT}/lab-big/.sparkplay/complete.json", check=False).returncode != 0
+    partial = int(in_node(1, "stat", "-c", "%s", shard).stdout)
+    assert partial < 300 << 20
+    proc = models("-e", staged("lab-big"))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    sent = int(re.search(r'sparkplay-lab-rank1: \{.*"transferred_bytes": (\d+)', proc.stdout).group(1))
+    # the resumed shard sends only what was missing (plus the small files, at most)
+    assert sent <= (300 << 20) - partial + 40 * (64 << 10), (sent, partial)
+    assert digests(1, f"{ROOT}/lab-big") == digests(0, f"{ROOT}/lab-big")
+
+
+def test_too_small_disk_fails_before_copying_and_marks_nothing():
+    in_node(1, "sh", "-c", f"mkdir -p {ROOT}/tight && mount -t tmpfs -o size=20m tmpfs {ROOT}/tight")
+    try:
+        make_checkpoint(0, f"{ROOT}/tight", "--large", "1", "--large-mb", "70", "--small", "2")
+        proc = models("-e", staged("tight"))
+        assert proc.returncode != 0
+        assert re.search(r"sparkplay-lab-rank1 needs 0\.07 GB more for tight under .* has 0\.02 GB free", proc.stdout)
+        assert "Nothing was copied" in proc.stdout
+        assert in_node(1, "ls", "-A", f"{ROOT}/tight").stdout == ""
+    finally:
+        in_node(1, "umount", f"{ROOT}/tight", check=False)
