@@ -321,12 +321,14 @@ class _Progress:
 
 PROGRESS2 = re.compile(r"^\s*([\d,]+)\s+\d+%")
 TRANSFERRED = re.compile(r"Total transferred file size: ([\d,]+)")
+LITERAL = re.compile(r"Literal data: ([\d,]+)")
 
 
-def _rsync(args: list[str], stream: int, progress: _Progress) -> tuple[int, int, str]:
-    """Run one rsync stream; return (rc, bytes of files it transferred, last error line)."""
+def _rsync(args: list[str], stream: int, progress: _Progress) -> tuple[int, int, int, str]:
+    """Run one rsync stream; return (rc, size of the files it transferred, bytes it actually
+    sent as file data (a resumed or delta-copied file sends only what differs), last error line)."""
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
-    transferred = 0
+    transferred = literal = 0
     if proc.stdout is None:  # pragma: no cover - Popen with PIPE always has it
         raise Failure("rsync gave no output pipe")
     buffer = ""
@@ -341,12 +343,16 @@ def _rsync(args: list[str], stream: int, progress: _Progress) -> tuple[int, int,
                 progress.update(stream, int(match.group(1).replace(",", "")))
             elif match := TRANSFERRED.search(line):
                 transferred = int(match.group(1).replace(",", ""))
+            elif match := LITERAL.search(line):
+                literal = int(match.group(1).replace(",", ""))
     if match := TRANSFERRED.search(buffer):
         transferred = int(match.group(1).replace(",", ""))
+    if match := LITERAL.search(buffer):
+        literal = int(match.group(1).replace(",", ""))
     err = proc.stderr.read() if proc.stderr else ""
     rc = proc.wait()
     last = next((line for line in reversed(err.splitlines()) if line.strip()), "")
-    return rc, transferred, last
+    return rc, transferred, literal, last
 
 
 def cmd_mirror(
@@ -400,13 +406,13 @@ def cmd_mirror(
     thread = threading.Thread(target=reporter, daemon=True)
     thread.start()
     try:
-        results: list[tuple[int, int, str]] = []
+        results: list[tuple[int, int, int, str]] = []
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
             results = list(pool.map(lambda pair: _rsync(pair[1], pair[0], progress), enumerate(jobs)))
         failed = [r for r in results if r[0] != 0]
         if failed:
-            raise Failure(f"rsync to {host} failed (exit {failed[0][0]}): {failed[0][2]}")
-        rc, swept, err = _rsync(sweep, len(jobs), progress)
+            raise Failure(f"rsync to {host} failed (exit {failed[0][0]}): {failed[0][3]}")
+        rc, swept, swept_sent, err = _rsync(sweep, len(jobs), progress)
         if rc != 0:
             raise Failure(f"rsync to {host} failed (exit {rc}): {err}")
     finally:
@@ -417,9 +423,10 @@ def cmd_mirror(
             Path(name).unlink(missing_ok=True)
     elapsed = time.monotonic() - started
     transferred = sum(r[1] for r in results) + swept
+    sent = sum(r[2] for r in results) + swept_sent
     gbps = round(transferred / elapsed / 1e9, 3) if elapsed else None
-    return {"host": host, "streams": len(jobs), "transferred_bytes": transferred, "total_bytes": progress.total,
-            "seconds": round(elapsed, 3), "gbps": gbps}  # fmt: skip
+    return {"host": host, "streams": len(jobs), "transferred_bytes": transferred, "sent_bytes": sent,
+            "total_bytes": progress.total, "seconds": round(elapsed, 3), "gbps": gbps}  # fmt: skip
 
 
 # --- download ------------------------------------------------------------------------------
