@@ -97,8 +97,8 @@ def test_flipped_byte_is_found_by_full_verify_and_only_that_file_recopied():
     victim = f"{ROOT}/lab-gen/extra/part1/file012.bin"
     # silent corruption: one bit flipped, size and mtime as they were (a quick run cannot see it)
     flip = (
-        "import os; p='%s'; st=os.stat(p); f=open(p,'r+b'); f.seek(7); b=f.read(1); f.seek(7); "
-        "f.write(bytes([b[0]^1])); f.close(); os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))" % victim
+        f"import os; p='{victim}'; st=os.stat(p); f=open(p,'r+b'); f.seek(7); b=f.read(1); f.seek(7); "
+        "f.write(bytes([b[0]^1])); f.close(); os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))"
     )
     in_node(1, "python3", "-c", flip)
     before = inodes(1, f"{ROOT}/lab-gen")
