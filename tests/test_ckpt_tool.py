@@ -107,7 +107,6 @@ def test_broken_link_is_an_error(tmp_path):
 
 
 def test_download_resolve_and_manifest_against_the_hub_api(tmp_path):
-    pytest.importorskip("huggingface_hub")
     weights = os.urandom(5000)
     hub = FakeHub({"org/tiny": {"config.json": b'{"a": 1}', "model.safetensors": weights, "sub/x.txt": b"x"}})
     token = tmp_path / "token"

@@ -158,3 +158,19 @@ def test_too_small_disk_fails_before_copying_and_marks_nothing():
         assert in_node(1, "ls", "-A", f"{ROOT}/tight").stdout == ""
     finally:
         in_node(1, "umount", f"{ROOT}/tight", check=False)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "rsyncd"])
+def test_plain_tcp_transports_mirror_and_verify(transport):
+    """The transports for a private cable: listen on the cable address only, per-run secret."""
+    name = f"lab-{transport}"
+    make_checkpoint(0, f"{ROOT}/{name}", "--large", "1", "--large-mb", "70", "--small", "10")
+    proc = models("-e", staged(name), "-e", f"checkpoint_transport={transport}")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert digests(1, f"{ROOT}/{name}") == digests(0, f"{ROOT}/{name}")
+    assert in_node(1, "readlink", f"{ROOT}/{name}/snapshots/main/config.json").stdout.startswith("../../blobs/")
+    assert in_node(1, "test", "-e", f"{ROOT}/{name}/.sparkplay/complete.json", check=False).returncode == 0
+    # nothing is left listening and no secret is left behind
+    assert in_node(1, "ss", "-Htln", "sport = :8730").stdout.strip() == ""
+    for rank in (0, 1):
+        assert in_node(rank, "sh", "-c", "ls /run/sparkplay-receive* 2>/dev/null", check=False).stdout.strip() == ""

@@ -22,16 +22,22 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import hashlib
+import hmac
 import json
 import os
 import re
 import shlex
+import signal
+import socket
+import socketserver
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -319,6 +325,25 @@ class _Progress:
             _write_json(self.path, self.snapshot())
 
 
+@contextlib.contextmanager
+def _reporting(progress: _Progress) -> Iterator[None]:
+    """Write the progress file every second while the body runs, and once at the end."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(1.0):
+            progress.write()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        progress.write()
+
+
 PROGRESS2 = re.compile(r"^\s*([\d,]+)\s+\d+%")
 TRANSFERRED = re.compile(r"Total transferred file size: ([\d,]+)")
 LITERAL = re.compile(r"Literal data: ([\d,]+)")
@@ -355,9 +380,29 @@ def _rsync(args: list[str], stream: int, progress: _Progress) -> tuple[int, int,
     return rc, transferred, literal, last
 
 
+RSYNCD_USER = "sparkplay"
+RSYNCD_MODULE = "ckpt"
+
+
+def _rsync_all(
+    jobs: list[list[str]], sweep: list[str], host: str, progress: _Progress
+) -> tuple[list[tuple[int, int, int, str]], int, int]:
+    """The large-file streams in parallel, then the sweep; fail on the first error."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        results = list(pool.map(lambda pair: _rsync(pair[1], pair[0], progress), enumerate(jobs)))
+    failed = [r for r in results if r[0] != 0]
+    if failed:
+        raise Failure(f"rsync to {host} failed (exit {failed[0][0]}): {failed[0][3]}")
+    rc, swept, swept_sent, err = _rsync(sweep, len(jobs), progress)
+    if rc != 0:
+        raise Failure(f"rsync to {host} failed (exit {rc}): {err}")
+    return results, swept, swept_sent
+
+
 def cmd_mirror(
     root: Path, host: str, dest: str, streams: int, cipher: str, only: Path | None, progress_path: Path | None,
-    ssh_options: list[str], bwlimit_kbps: int = 0,
+    ssh_options: list[str], bwlimit_kbps: int = 0, transport: str = "ssh", port: int = 0,
+    password_file: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     manifest = _load_manifest(root / MANIFEST)
     entries = manifest["files"]
@@ -368,13 +413,37 @@ def cmd_mirror(
     if cipher:
         ssh += ["-c", cipher]
     ssh += ssh_options
-    base = [
-        "rsync", "-a", "--partial", "--numeric-ids", "--info=progress2", "--no-inc-recursive", "--stats",
-        "-e", shlex.join(ssh),
-    ]  # fmt: skip
+    if transport == "tcp":
+        if password_file is None or not port:
+            raise Failure("the tcp transport needs --port and --password-file")
+        progress = _Progress(progress_path, sum(e.get("size", 0) for e in entries))
+        started = time.monotonic()
+        try:
+            with _reporting(progress):
+                n, transferred, sent = _mirror_tcp(
+                    root, host, port, password_file, entries, streams, only is not None, progress
+                )
+        except (OSError, ConnectionError) as exc:
+            raise Failure(f"tcp mirror to {host}:{port} failed: {exc}") from None
+        elapsed = time.monotonic() - started
+        return {"host": host, "streams": n, "transferred_bytes": transferred, "sent_bytes": sent,
+                "total_bytes": progress.total, "seconds": round(elapsed, 3),
+                "gbps": round(transferred / elapsed / 1e9, 3) if elapsed else None}  # fmt: skip
+    base = ["rsync", "-a", "--partial", "--numeric-ids", "--info=progress2", "--no-inc-recursive", "--stats"]
+    if transport == "ssh":
+        base += ["-e", shlex.join(ssh)]
+        target = f"{host}:{dest.rstrip('/')}/"
+    elif transport == "rsyncd":
+        # plain TCP to a one-shot daemon on the peer's cable address (see `receive`): no
+        # encryption, for a private point-to-point cable; authenticated by a per-run secret
+        if password_file is None or not port:
+            raise Failure("the rsyncd transport needs --port and --password-file")
+        base.append(f"--password-file={password_file}")
+        target = f"rsync://{RSYNCD_USER}@{host}:{port}/{RSYNCD_MODULE}/"
+    else:
+        raise Failure(f"unknown transport {transport!r}: use ssh or rsyncd")
     if bwlimit_kbps:
         base.append(f"--bwlimit={bwlimit_kbps}")
-    target = f"{host}:{dest.rstrip('/')}/"
     progress = _Progress(progress_path, sum(e.get("size", 0) for e in entries))
     jobs: list[list[str]] = []
     lists: list[str] = []
@@ -385,11 +454,13 @@ def cmd_mirror(
         with os.fdopen(fd, "w") as fh:
             fh.write("".join(e["path"] + "\n" for e in bucket))
         lists.append(name)
-        # --append-verify resumes an interrupted large file from where it stopped
+        # --append-verify resumes an interrupted large file from where it stopped (rsync
+        # refuses it together with -W, so the large files keep rsync's default)
         jobs.append([*base, "--append-verify", f"--files-from={name}", f"{root}/", target])
-    # one sweep for the rest: small files, links, folders, the manifest; the
-    # large files are already there and skipped by size and mtime
-    sweep = [*base, f"--exclude=/{MARKER}", f"{root}/", target]
+    # one sweep for the rest: small files, links, folders, the manifest; the large
+    # files are already there and skipped by size and mtime; -W: no delta search
+    # for the small files, pure overhead on a fast link
+    sweep = [*base, "-W", f"--exclude=/{MARKER}", f"{root}/", target]
     if only is not None:
         fd, name = tempfile.mkstemp(prefix="sparkplay-mirror.", suffix=".list")
         with os.fdopen(fd, "w") as fh:
@@ -397,28 +468,10 @@ def cmd_mirror(
         lists.append(name)
         sweep = [*base, "--ignore-times", f"--files-from={name}", f"{root}/", target]
     started = time.monotonic()
-    stop = threading.Event()
-
-    def reporter() -> None:
-        while not stop.wait(1.0):
-            progress.write()
-
-    thread = threading.Thread(target=reporter, daemon=True)
-    thread.start()
     try:
-        results: list[tuple[int, int, int, str]] = []
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
-            results = list(pool.map(lambda pair: _rsync(pair[1], pair[0], progress), enumerate(jobs)))
-        failed = [r for r in results if r[0] != 0]
-        if failed:
-            raise Failure(f"rsync to {host} failed (exit {failed[0][0]}): {failed[0][3]}")
-        rc, swept, swept_sent, err = _rsync(sweep, len(jobs), progress)
-        if rc != 0:
-            raise Failure(f"rsync to {host} failed (exit {rc}): {err}")
+        with _reporting(progress):
+            results, swept, swept_sent = _rsync_all(jobs, sweep, host, progress)
     finally:
-        stop.set()
-        thread.join()
-        progress.write()
         for name in lists:
             Path(name).unlink(missing_ok=True)
     elapsed = time.monotonic() - started
@@ -427,6 +480,221 @@ def cmd_mirror(
     gbps = round(transferred / elapsed / 1e9, 3) if elapsed else None
     return {"host": host, "streams": len(jobs), "transferred_bytes": transferred, "sent_bytes": sent,
             "total_bytes": progress.total, "seconds": round(elapsed, 3), "gbps": gbps}  # fmt: skip
+
+
+def cmd_receive(
+    dest: Path, address: str, port: int, secret_file: Path, allow: str, timeout: float, transport: str = "rsyncd"
+) -> dict[str, Any]:
+    """Receive into `dest` on the cable address until stopped or `timeout`: a one-shot rsync
+    daemon (rsyncd) or sparkplay's own TCP receiver (tcp)."""
+    secret = secret_file.read_text().strip()
+    if not secret:
+        raise Failure(f"{secret_file} is empty")
+    if transport == "tcp":
+        return _serve_tcp(dest, address, port, secret.encode(), allow, timeout)
+    dest.mkdir(parents=True, exist_ok=True)
+    run = Path("/run")
+    secrets = run / f"sparkplay-rsyncd-{port}.secrets"
+    fd = os.open(secrets, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{RSYNCD_USER}:{secret}\n")
+    config = run / f"sparkplay-rsyncd-{port}.conf"
+    config.write_text(
+        f"pid file = {run}/sparkplay-rsyncd-{port}.pid\nuse chroot = no\n"
+        f"[{RSYNCD_MODULE}]\n  path = {dest}\n  read only = false\n  uid = root\n  gid = root\n"
+        # links as sent (HF snapshots link into blobs/): the only client is rank 0, authenticated
+        f"  numeric ids = yes\n  munge symlinks = no\n  auth users = {RSYNCD_USER}\n  secrets file = {secrets}\n"
+        f"  hosts allow = {allow}\n  hosts deny = *\n"
+    )
+    cmd = ["rsync", "--daemon", "--no-detach", f"--config={config}", f"--address={address}", f"--port={port}"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"stopped": "timeout"}
+    finally:
+        secrets.unlink(missing_ok=True)
+        config.unlink(missing_ok=True)
+    if proc.returncode not in (0, -15, 143):
+        raise Failure(f"rsync daemon on {address}:{port} failed: {proc.stderr.strip()}")
+    return {"stopped": "signal", "rc": proc.returncode}
+
+
+def cmd_stop(port: int) -> dict[str, Any]:
+    for name in (f"sparkplay-rsyncd-{port}.pid", f"sparkplay-receive-{port}.pid"):
+        try:
+            pid = int((Path("/run") / name).read_text().strip())
+            break
+        except (OSError, ValueError):
+            continue
+    else:
+        return {"stopped": False}
+    try:
+        os.kill(pid, 15)
+    except ProcessLookupError:
+        return {"stopped": False}
+    return {"stopped": True, "pid": pid}
+
+
+# --- the tcp transport: plain TCP, parallel, resumable, for a private cable -----------------
+#
+# A receiver (`receive --transport tcp`) listens on its cable address and
+# accepts only the sender's address after an HMAC challenge on a per-run
+# secret. Per file the sender says path, size, mode and mtime; the receiver
+# answers with the bytes it already has (a resumed file continues there);
+# the sender sendfile()s the rest. Integrity is the manifest's job: every
+# file is hashed on the receiver afterwards.
+
+
+TCP_BUFFER = 4 << 20
+
+
+def _line(sock_file: Any) -> dict[str, Any]:
+    raw = sock_file.readline(65536)
+    if not raw:
+        raise ConnectionError("peer closed the connection")
+    return json.loads(raw)
+
+
+def _send_line(sock: socket.socket, data: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(data).encode() + b"\n")
+
+
+def _safe_join(root: Path, rel: str) -> Path:
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or ".." in parts:
+        raise Failure(f"refusing path {rel!r}")
+    return root.joinpath(*parts)
+
+
+def _serve_tcp(dest: Path, address: str, port: int, secret: bytes, allow: str, timeout: float) -> dict[str, Any]:
+    dest.mkdir(parents=True, exist_ok=True)
+    received = {"files": 0, "bytes": 0}
+    lock = threading.Lock()
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            if self.client_address[0] != allow:
+                return
+            nonce = os.urandom(16).hex()
+            _send_line(self.request, {"nonce": nonce})
+            answer = _line(self.rfile).get("hmac", "")
+            if not hmac.compare_digest(answer, hmac.new(secret, nonce.encode(), "sha256").hexdigest()):
+                return
+            _send_line(self.request, {"ok": True})
+            buffer = bytearray(TCP_BUFFER)
+            view = memoryview(buffer)
+            while True:
+                req = _line(self.rfile)
+                if req.get("done"):
+                    return
+                path = _safe_join(dest, req["path"])
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if "symlink" in req:
+                    if path.is_symlink() or path.exists():
+                        path.unlink()
+                    path.symlink_to(req["symlink"])
+                    _send_line(self.request, {"ok": True})
+                    continue
+                size = int(req["size"])
+                have = path.stat().st_size if path.is_file() and not path.is_symlink() else 0
+                if req.get("restart") or have > size:
+                    have = 0
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+                try:
+                    os.ftruncate(fd, have)
+                    os.lseek(fd, have, os.SEEK_SET)
+                    _send_line(self.request, {"offset": have})
+                    left = size - have
+                    while left:
+                        # buffered bytes first (readline may have read ahead), then the socket
+                        n = self.rfile.readinto(view[: min(left, TCP_BUFFER)])
+                        if not n:
+                            raise ConnectionError("sender stopped mid-file")
+                        os.write(fd, view[:n])
+                        left -= n
+                    os.utime(fd, ns=(req["mtime_ns"], req["mtime_ns"]))
+                    os.fchmod(fd, req.get("mode", 0o644))
+                finally:
+                    os.close(fd)
+                with lock:
+                    received["files"] += 1
+                    received["bytes"] += size - have
+                _send_line(self.request, {"ok": True})
+
+    class Server(socketserver.ThreadingTCPServer):
+        allow_reuse_address = True
+        daemon_threads = True
+
+    with Server((address, port), Handler) as server:
+        pid_file = Path("/run") / f"sparkplay-receive-{port}.pid"
+        pid_file.write_text(f"{os.getpid()}\n")
+        stop = threading.Event()
+
+        def on_term(*_: Any) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_term)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        thread.start()
+        stopped = "signal" if stop.wait(timeout) else "timeout"
+        server.shutdown()
+        pid_file.unlink(missing_ok=True)
+    return {"stopped": stopped, **received}
+
+
+def _tcp_stream(
+    root: Path, host: str, port: int, secret: bytes, entries: list[dict[str, Any]], restart: bool,
+    stream: int, progress: _Progress,
+) -> tuple[int, int]:  # fmt: skip
+    """Send entries over one connection; return (bytes of files sent, bytes that crossed)."""
+    transferred = sent = 0
+    with socket.create_connection((host, port), timeout=60) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+        reader = sock.makefile("rb")
+        nonce = _line(reader)["nonce"]
+        _send_line(sock, {"hmac": hmac.new(secret, nonce.encode(), "sha256").hexdigest()})
+        if not _line(reader).get("ok"):
+            raise Failure(f"{host}:{port} refused the secret")
+        for entry in entries:
+            path = root / entry["path"]
+            if entry["type"] == "symlink":
+                _send_line(sock, {"path": entry["path"], "symlink": entry["target"]})
+                _line(reader)
+                continue
+            st = path.stat()
+            _send_line(sock, {"path": entry["path"], "size": st.st_size, "mode": st.st_mode & 0o7777,
+                              "mtime_ns": st.st_mtime_ns, "restart": restart})  # fmt: skip
+            offset = int(_line(reader)["offset"])
+            with path.open("rb") as fh:
+                position = offset
+                while position < st.st_size:
+                    count = min(st.st_size - position, 64 << 20)
+                    position += sock.sendfile(fh, position, count)
+                    progress.update(stream, progress.done.get(stream, 0) + count)
+            if not _line(reader).get("ok"):
+                raise Failure(f"{host} did not confirm {entry['path']}")
+            transferred += st.st_size if offset < st.st_size else 0
+            sent += st.st_size - offset
+        _send_line(sock, {"done": True})
+    return transferred, sent
+
+
+def _mirror_tcp(
+    root: Path, host: str, port: int, password_file: Path, entries: list[dict[str, Any]], streams: int,
+    restart: bool, progress: _Progress,
+) -> tuple[int, int, int]:  # fmt: skip
+    secret = password_file.read_text().strip().encode()
+    queues = [list(b) for b in _buckets(entries, streams)] or [[]]
+    big = {e["path"] for b in queues for e in b}
+    for i, entry in enumerate(e for e in entries if e["path"] not in big):
+        queues[i % len(queues)].append(entry)
+    manifest = root / MANIFEST
+    queues[0].append({"path": MANIFEST, "type": "file", "size": manifest.stat().st_size})
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(queues)) as pool:
+        futures = [pool.submit(_tcp_stream, root, host, port, secret, q, restart, i, progress)
+                   for i, q in enumerate(queues)]  # fmt: skip
+        results = [f.result() for f in futures]
+    return len(queues), sum(r[0] for r in results), sum(r[1] for r in results)
 
 
 # --- download ------------------------------------------------------------------------------
@@ -509,6 +777,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--progress", type=Path)
     p.add_argument("--ssh-option", action="append", default=[], dest="ssh_options")
     p.add_argument("--bwlimit", type=int, default=0, help="KiB/s per stream (0: no limit)")
+    p.add_argument("--transport", choices=["ssh", "rsyncd", "tcp"], default="ssh")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--password-file", type=Path)
+    p = sub.add_parser("receive")
+    p.add_argument("dest", type=Path)
+    p.add_argument("--address", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--secret-file", type=Path, required=True)
+    p.add_argument("--allow", required=True, help="the sender's address")
+    p.add_argument("--timeout", type=float, default=43200)
+    p.add_argument("--transport", choices=["rsyncd", "tcp"], default="rsyncd")
+    p = sub.add_parser("stop")
+    p.add_argument("--port", type=int, required=True)
     p = sub.add_parser("resolve")
     p.add_argument("--repo", required=True)
     p.add_argument("--revision")
@@ -534,7 +815,13 @@ def main(argv: list[str] | None = None) -> int:
             result = cmd_status(args.dir, args.digest, args.revision)
         elif args.command == "mirror":
             result = cmd_mirror(args.dir, args.host, args.dest, args.streams, args.cipher, args.only,
-                                args.progress, args.ssh_options, args.bwlimit)  # fmt: skip
+                                args.progress, args.ssh_options, args.bwlimit, args.transport, args.port,
+                                args.password_file)  # fmt: skip
+        elif args.command == "receive":
+            result = cmd_receive(args.dest, args.address, args.port, args.secret_file, args.allow, args.timeout,
+                                 args.transport)  # fmt: skip
+        elif args.command == "stop":
+            result = cmd_stop(args.port)
         elif args.command == "resolve":
             result = cmd_resolve(args.repo, args.revision, args.token_file)
         else:
