@@ -131,3 +131,13 @@ def test_download_resolve_and_manifest_against_the_hub_api(tmp_path):
         assert not any("hf_secret_token" in path for _, path, _ in hub.requests)
     finally:
         hub.close()
+
+
+@pytest.mark.parametrize("rel", ["../x", "/etc/passwd", "a/../../b", ""])
+def test_tcp_receiver_refuses_paths_outside_the_checkpoint(tmp_path, rel):
+    with pytest.raises(ckpt.Failure):
+        ckpt._safe_join(tmp_path, rel)
+
+
+def test_tcp_receiver_accepts_nested_paths(tmp_path):
+    assert ckpt._safe_join(tmp_path, "a/b/c.bin") == tmp_path / "a" / "b" / "c.bin"
