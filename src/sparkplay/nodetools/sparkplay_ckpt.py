@@ -57,7 +57,10 @@ class Failure(Exception):
 
 
 def _write_json(path: Path, data: Any) -> None:
-    """Atomically: temp file in the same folder, fsync, rename, fsync the folder."""
+    """Atomically: temp file in the same folder, fsync, rename, fsync the folder.
+
+    The same rule as sparkplay.fsutil.atomic_write, restated because this tool
+    runs on nodes where the sparkplay package is not installed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
