@@ -18,6 +18,7 @@ from rich.table import Table
 
 from sparkplay import __version__
 from sparkplay.cli_common import EXIT_CODES_HELP, ProjectOpt, out, reports_errors
+from sparkplay.cli_overlay import overlay_app
 from sparkplay.cli_recipes import apply, recipe_app
 from sparkplay.errors import ExitCode
 from sparkplay.lab import manager as lab_manager
@@ -38,6 +39,7 @@ lab_app = typer.Typer(
 app.add_typer(lab_app, name="lab")
 app.add_typer(recipe_app, name="recipe", no_args_is_help=True)
 app.command("apply")(apply)
+app.add_typer(overlay_app, name="overlay", no_args_is_help=True)
 
 
 def _version(value: bool) -> None:

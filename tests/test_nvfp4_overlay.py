@@ -1,0 +1,127 @@
+"""The overlay converter and verifier on a small generated safetensors checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sparkplay.nvfp4 import atlas, overlay
+from sparkplay.nvfp4.safetensors import OutTensor, read_bytes, read_header, write_file
+from tests.conftest import run_cli
+
+MATCH = r"^layers\.9\.experts\.\d+\.(gate|up|down)_proj\.weight$"
+
+
+def bf16(a: np.ndarray) -> bytes:
+    return (a.astype(np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+
+
+def shard(path: Path, tensors: list[OutTensor]) -> None:
+    write_file(path, iter(tensors), [(t.name, t.dtype, t.shape, len(t.data)) for t in tensors], {"format": "pt"})
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    experts = {f"layers.9.experts.{e}.{p}_proj.weight": rng.standard_normal((32, 64)) for e in range(2)
+               for p in ("gate", "up", "down")}  # fmt: skip
+    names = sorted(experts)
+    first = [OutTensor("embed.weight", "F32", (4, 4), np.arange(16, dtype="<f4").tobytes())]
+    first += [OutTensor(n, "BF16", (32, 64), bf16(experts[n])) for n in names[:4]]
+    second = [OutTensor(n, "BF16", (32, 64), bf16(experts[n])) for n in names[4:]]
+    second.append(OutTensor("layers.9.norm.weight", "BF16", (64,), bf16(np.ones(64))))
+    third = [OutTensor("lm_head.weight", "BF16", (16, 16), bf16(rng.standard_normal((16, 16))))]
+    files = {"model-1.safetensors": first, "model-2.safetensors": second, "model-3.safetensors": third}
+    weight_map = {}
+    for fname, tensors in files.items():
+        shard(src / fname, tensors)
+        weight_map.update({t.name: fname for t in tensors})
+    (src / overlay.INDEX).write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": weight_map}))
+    (src / "config.json").write_text('{"model_type": "test"}\n')
+    return src
+
+
+def test_convert_verify_and_layout(source, tmp_path):
+    out = tmp_path / "overlay"
+    result = overlay.convert(source, out, match=MATCH, expect=6)
+    assert result.action == "converted" and result.converted == 6
+    assert overlay.verify(out, expect=6) == []
+    # the untouched shard and files are hardlinks to the source
+    assert (out / "model-3.safetensors").stat().st_ino == (source / "model-3.safetensors").stat().st_ino
+    assert (out / "config.json").read_text() == (source / "config.json").read_text()
+    header, _, _ = read_header(out / "model-1.safetensors")
+    name = "layers.9.experts.0.down_proj"
+    assert (header[f"{name}.weight"].dtype, header[f"{name}.weight"].shape) == ("U8", (32, 32))
+    assert (header[f"{name}.weight_scale"].dtype, header[f"{name}.weight_scale"].shape) == ("F8_E4M3", (32, 4))
+    assert (header[f"{name}.weight_scale_2"].dtype, header[f"{name}.weight_scale_2"].shape) == ("F32", ())
+    # other tensors carried byte-exact, converted ones bit-exact with the quantiser
+    src_header = read_header(source / "model-1.safetensors")[0]
+    assert read_bytes(out / "model-1.safetensors", header["embed.weight"]) == read_bytes(
+        source / "model-1.safetensors", src_header["embed.weight"]
+    )
+    raw = read_bytes(source / "model-1.safetensors", src_header[f"{name}.weight"])
+    qt = atlas.quantise(atlas.bf16_to_f32(np.frombuffer(raw, "<u2").reshape(32, 64)))
+    assert read_bytes(out / "model-1.safetensors", header[f"{name}.weight"]) == qt.weight.tobytes()
+    assert read_bytes(out / "model-1.safetensors", header[f"{name}.weight_scale"]) == qt.weight_scale.tobytes()
+    # the index names every tensor once, in the shard that holds it, with the new total size
+    index = json.loads((out / overlay.INDEX).read_text())
+    assert index["weight_map"][f"{name}.weight_scale_2"] == "model-1.safetensors"
+    assert index["metadata"]["total_size"] == sum(
+        i.nbytes for f in ("model-1", "model-2", "model-3") for i in read_header(out / f"{f}.safetensors")[0].values()
+    )
+    assert not (out / overlay.PARTIAL_DIR).exists()
+
+
+def test_rerun_is_skipped_and_an_old_overlay_is_moved_aside(source, tmp_path):
+    out = tmp_path / "overlay"
+    overlay.convert(source, out, match=MATCH, expect=6)
+    assert overlay.convert(source, out, match=MATCH, expect=6).action == "already complete"
+    receipt = json.loads((out / overlay.RECEIPT).read_text())
+    receipt["converter_version"] = "0.0.0-older"
+    (out / overlay.RECEIPT).write_text(json.dumps(receipt))
+    result = overlay.convert(source, out, match=MATCH, expect=6)
+    assert result.action == "converted" and result.moved_aside is not None
+    assert json.loads((result.moved_aside / overlay.RECEIPT).read_text())["converter_version"] == "0.0.0-older"
+    assert overlay.verify(out) == []
+
+
+def test_verify_finds_a_damaged_payload_a_changed_link_and_a_missing_receipt(source, tmp_path):
+    out = tmp_path / "overlay"
+    overlay.convert(source, out, match=MATCH, expect=6)
+    info = read_header(out / "model-2.safetensors")[0]["layers.9.experts.1.up_proj.weight"]
+    path = out / "model-2.safetensors"
+    data = bytearray(path.read_bytes())
+    data[info.start + 3] ^= 0x10
+    path.write_bytes(bytes(data))
+    (out / "config.json").unlink()
+    problems = overlay.verify(out)
+    assert "model-2.safetensors: layers.9.experts.1.up_proj.weight does not match its receipt hash" in problems
+    assert "config.json: linked file missing" in problems
+    (out / overlay.RECEIPT).unlink()
+    assert "the overlay is not complete" in overlay.verify(out)[0]
+
+
+def test_wrong_count_or_dtype_is_refused_and_writes_nothing(source, tmp_path):
+    out = tmp_path / "overlay"
+    with pytest.raises(overlay.OverlayError, match=r"6 tensors match .* expected 864"):
+        overlay.convert(source, out, match=MATCH, expect=864)
+    with pytest.raises(overlay.OverlayError, match="not a 2-D BF16 matrix"):
+        overlay.convert(source, out, match=r"^(embed|layers\.9\.norm)\.weight$", expect=None)
+    assert not out.exists()
+
+
+def test_cli_convert_and_verify(source, tmp_path):
+    out = tmp_path / "overlay"
+    proc = run_cli("overlay", "convert", "--source", str(source), "--output", str(out), "--match", MATCH,
+                   "--expect", "6")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "converted, 6 matrices" in proc.stdout
+    check = run_cli("overlay", "verify", str(out), "--expect", "6")
+    assert check.returncode == 0 and "verified" in check.stdout
+    bad = run_cli("overlay", "verify", str(out), "--expect", "864")
+    assert bad.returncode == 1 and "6 matrices converted, expected 864" in bad.stdout
