@@ -25,10 +25,11 @@ def convert(
         str, typer.Option("--match", help="Regex of the tensor names to convert.")
     ] = overlay.DEFAULT_MATCH,
     expect: Annotated[int, typer.Option("--expect", help="How many must match (0: any).")] = overlay.DEFAULT_EXPECT,
+    device: Annotated[str, typer.Option("--device", help="auto (the GPU when PyTorch sees one), cpu or gpu.")] = "auto",
 ) -> None:
     """Build the overlay: matching BF16 matrices as NVFP4, the rest linked or carried byte-exact."""
     try:
-        result = overlay.convert(source, output, scheme=scheme, match=match, expect=expect or None)
+        result = overlay.convert(source, output, scheme=scheme, match=match, expect=expect or None, device=device)
     except overlay.OverlayError as exc:
         raise BadInput(str(exc), "check the source checkpoint and the options") from None
     moved = f"; the previous one is now {result.moved_aside}" if result.moved_aside else ""

@@ -27,7 +27,7 @@ import numpy as np
 
 from sparkplay import __version__
 from sparkplay.fsutil import atomic_write
-from sparkplay.nvfp4 import atlas
+from sparkplay.nvfp4 import atlas, gpu
 from sparkplay.nvfp4.safetensors import OutTensor, TensorInfo, read_bytes, read_header, write_file
 
 INDEX = "model.safetensors.index.json"
@@ -66,11 +66,11 @@ def sampled_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _quantise(raw: bytes, info: TensorInfo) -> tuple[list[OutTensor], float]:
+def _quantise(raw: bytes, info: TensorInfo, use_gpu: bool) -> tuple[list[OutTensor], float]:
     prefix = info.name.removesuffix(".weight")
     w = atlas.bf16_to_f32(np.frombuffer(raw, dtype="<u2").reshape(info.shape))
     try:
-        qt = atlas.quantise(w)
+        qt = gpu.quantise(w) if use_gpu else atlas.quantise(w)
     except atlas.QuantError as exc:
         raise OverlayError(f"{info.name}: {exc}") from None
     n, k = info.shape
@@ -97,7 +97,7 @@ def _plan(tensors: dict[str, TensorInfo], chosen: set[str]) -> list[tuple[str, s
     return plan
 
 
-def _rewrite_shard(src: Path, dst: Path, chosen: set[str], workers: int) -> dict[str, Any]:
+def _rewrite_shard(src: Path, dst: Path, chosen: set[str], workers: int, use_gpu: bool) -> dict[str, Any]:
     tensors, metadata, _ = read_header(src)
     plan = _plan(tensors, chosen)
     record: dict[str, Any] = {"tensors": {}, "converted": {}}
@@ -107,7 +107,7 @@ def _rewrite_shard(src: Path, dst: Path, chosen: set[str], workers: int) -> dict
         raw = read_bytes(src, info)
         sources[info.name] = (_sha(raw), len(raw))
         if info.name in chosen:
-            return _quantise(raw, info)
+            return _quantise(raw, info, use_gpu)
         return [OutTensor(info.name, info.dtype, info.shape, raw)], None
 
     def stream() -> Iterator[OutTensor]:
@@ -165,6 +165,7 @@ def convert(
     match: str = DEFAULT_MATCH,
     expect: int | None = DEFAULT_EXPECT,
     workers: int | None = None,
+    device: str = "auto",
 ) -> Result:
     """Build the overlay of `source` at `output`."""
     started = time.monotonic()
@@ -202,10 +203,15 @@ def convert(
     output.mkdir(parents=True)
     (output / PARTIAL_DIR).mkdir()
     workers = workers or max(1, os.cpu_count() or 1)
+    if device not in ("auto", "cpu", "gpu"):
+        raise OverlayError(f"device {device!r} is not auto, cpu or gpu")
+    use_gpu = device == "gpu" or (device == "auto" and gpu.available())
+    if use_gpu and not gpu.available():
+        raise OverlayError("--device gpu needs PyTorch with a CUDA device")
     tensors_record: dict[str, Any] = {}
     converted: dict[str, Any] = {}
     for shard, names in sorted(chosen_by_shard.items()):
-        record = _rewrite_shard(source / shard, output / shard, names, workers)
+        record = _rewrite_shard(source / shard, output / shard, names, workers, use_gpu)
         atomic_write(output / PARTIAL_DIR / f"{shard}.json", json.dumps(record, sort_keys=True) + "\n")
         tensors_record[shard] = record["tensors"]
         converted.update(record["converted"])
@@ -240,6 +246,7 @@ def convert(
         "source": str(source.resolve()),
         "match": match,
         "converted_count": count,
+        "device": "gpu" if use_gpu else "cpu",
         "converted": converted,
         "shards": tensors_record,
         "links": links,
