@@ -125,3 +125,16 @@ def test_cli_convert_and_verify(source, tmp_path):
     assert check.returncode == 0 and "verified" in check.stdout
     bad = run_cli("overlay", "verify", str(out), "--expect", "864")
     assert bad.returncode == 1 and "6 matrices converted, expected 864" in bad.stdout
+
+
+def test_modelopt_scheme_shares_each_experts_gate_up_scale(source, tmp_path):
+    out = tmp_path / "overlay-modelopt"
+    overlay.convert(source, out, scheme="modelopt", match=MATCH, expect=6)
+    assert overlay.verify(out, expect=6) == []
+    receipt = json.loads((out / overlay.RECEIPT).read_text())
+    scales = {name: entry["scale2"] for name, entry in receipt["converted"].items()}
+    for e in range(2):
+        gate, up, down = (f"layers.9.experts.{e}.{p}_proj.weight" for p in ("gate", "up", "down"))
+        assert scales[gate] == scales[up]
+        assert scales[down] != scales[gate]  # down keeps its own
+    assert receipt["scheme"] == "modelopt"

@@ -27,7 +27,7 @@ import numpy as np
 
 from sparkplay import __version__
 from sparkplay.fsutil import atomic_write
-from sparkplay.nvfp4 import atlas, gpu
+from sparkplay.nvfp4 import atlas, gpu, modelopt
 from sparkplay.nvfp4.safetensors import OutTensor, TensorInfo, read_bytes, read_header, write_file
 
 INDEX = "model.safetensors.index.json"
@@ -66,11 +66,23 @@ def sampled_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _quantise(raw: bytes, info: TensorInfo, use_gpu: bool) -> tuple[list[OutTensor], float]:
+PAIR = re.compile(r"(gate|up)_proj")
+
+
+def _bf16_matrix(raw: bytes, info: TensorInfo) -> np.ndarray:
+    return atlas.bf16_to_f32(np.frombuffer(raw, dtype="<u2").reshape(info.shape))
+
+
+def _quantise(
+    raw: bytes, info: TensorInfo, use_gpu: bool, scheme: str, shared: dict[str, np.float32]
+) -> tuple[list[OutTensor], float]:
     prefix = info.name.removesuffix(".weight")
-    w = atlas.bf16_to_f32(np.frombuffer(raw, dtype="<u2").reshape(info.shape))
+    w = _bf16_matrix(raw, info)
     try:
-        qt = gpu.quantise(w) if use_gpu else atlas.quantise(w)
+        if scheme == "modelopt":
+            qt = modelopt.quantise(w, shared.get(info.name))
+        else:
+            qt = gpu.quantise(w) if use_gpu else atlas.quantise(w)
     except atlas.QuantError as exc:
         raise OverlayError(f"{info.name}: {exc}") from None
     n, k = info.shape
@@ -97,7 +109,9 @@ def _plan(tensors: dict[str, TensorInfo], chosen: set[str]) -> list[tuple[str, s
     return plan
 
 
-def _rewrite_shard(src: Path, dst: Path, chosen: set[str], workers: int, use_gpu: bool) -> dict[str, Any]:
+def _rewrite_shard(
+    src: Path, dst: Path, chosen: set[str], workers: int, use_gpu: bool, scheme: str, shared: dict[str, np.float32]
+) -> dict[str, Any]:
     tensors, metadata, _ = read_header(src)
     plan = _plan(tensors, chosen)
     record: dict[str, Any] = {"tensors": {}, "converted": {}}
@@ -107,7 +121,7 @@ def _rewrite_shard(src: Path, dst: Path, chosen: set[str], workers: int, use_gpu
         raw = read_bytes(src, info)
         sources[info.name] = (_sha(raw), len(raw))
         if info.name in chosen:
-            return _quantise(raw, info, use_gpu)
+            return _quantise(raw, info, use_gpu, scheme, shared)
         return [OutTensor(info.name, info.dtype, info.shape, raw)], None
 
     def stream() -> Iterator[OutTensor]:
@@ -144,6 +158,24 @@ def _link(src: Path, dst: Path) -> str:
     return "symlink"
 
 
+def _shared_scales(
+    source: Path, headers: dict[str, dict[str, TensorInfo]], chosen_by_shard: dict[str, set[str]]
+) -> dict[str, np.float32]:
+    """modelopt: one global scale per expert's gate/up pair (the larger amax); others their own."""
+    amaxes: dict[str, np.float32] = {}
+    for shard, names in chosen_by_shard.items():
+        for name in names:
+            info = headers[shard][name]
+            amaxes[name] = modelopt.amax(_bf16_matrix(read_bytes(source / shard, info), info))
+    groups: dict[str, list[str]] = {}
+    for name in amaxes:
+        key = PAIR.sub("gate_up", name) if PAIR.search(name) else name
+        groups.setdefault(key, []).append(name)
+    return {
+        name: modelopt.global_scale(max(amaxes[n] for n in members)) for members in groups.values() for name in members
+    }
+
+
 def _receipt_matches(output: Path, source: Path, scheme: str) -> bool:
     try:
         receipt = json.loads((output / RECEIPT).read_text())
@@ -169,8 +201,8 @@ def convert(
 ) -> Result:
     """Build the overlay of `source` at `output`."""
     started = time.monotonic()
-    if scheme != "atlas":
-        raise OverlayError(f"scheme {scheme!r} is not implemented yet; use --scheme atlas")
+    if scheme not in ("atlas", "modelopt"):
+        raise OverlayError(f"scheme {scheme!r} is not known; use atlas or modelopt")
     index_path = source / INDEX
     try:
         index = json.loads(index_path.read_text())
@@ -205,13 +237,14 @@ def convert(
     workers = workers or max(1, os.cpu_count() or 1)
     if device not in ("auto", "cpu", "gpu"):
         raise OverlayError(f"device {device!r} is not auto, cpu or gpu")
-    use_gpu = device == "gpu" or (device == "auto" and gpu.available())
-    if use_gpu and not gpu.available():
-        raise OverlayError("--device gpu needs PyTorch with a CUDA device")
+    use_gpu = scheme == "atlas" and (device == "gpu" or (device == "auto" and gpu.available()))
+    if device == "gpu" and not use_gpu:
+        raise OverlayError("--device gpu needs scheme atlas and PyTorch with a CUDA device")
+    shared = _shared_scales(source, headers, chosen_by_shard) if scheme == "modelopt" else {}
     tensors_record: dict[str, Any] = {}
     converted: dict[str, Any] = {}
     for shard, names in sorted(chosen_by_shard.items()):
-        record = _rewrite_shard(source / shard, output / shard, names, workers, use_gpu)
+        record = _rewrite_shard(source / shard, output / shard, names, workers, use_gpu, scheme, shared)
         atomic_write(output / PARTIAL_DIR / f"{shard}.json", json.dumps(record, sort_keys=True) + "\n")
         tensors_record[shard] = record["tensors"]
         converted.update(record["converted"])
