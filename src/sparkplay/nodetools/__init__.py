@@ -8,3 +8,26 @@ from importlib import resources
 def path_of(name: str) -> str:
     """Filesystem path of a node tool shipped in this package."""
     return str(resources.files(__name__).joinpath(name))
+
+
+# The converter as it runs on a node: these modules need only numpy (and PyTorch when present).
+NVFP4_NODE_FILES = (
+    "__init__.py",
+    "fsutil.py",
+    "nvfp4/__init__.py",
+    "nvfp4/__main__.py",
+    "nvfp4/atlas.py",
+    "nvfp4/gpu.py",
+    "nvfp4/modelopt.py",
+    "nvfp4/overlay.py",
+    "nvfp4/safetensors.py",
+)
+
+
+BUNDLES = {"nvfp4": NVFP4_NODE_FILES}
+
+
+def package_files(bundle: str) -> list[dict[str, str]]:
+    """[{src, rel}] for the package files of a bundle the roles copy to nodes ('nvfp4')."""
+    root = resources.files("sparkplay")
+    return [{"src": str(root.joinpath(name)), "rel": name} for name in BUNDLES[bundle]]

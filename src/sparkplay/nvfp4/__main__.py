@@ -1,0 +1,51 @@
+"""`python3 -m sparkplay.nvfp4 convert|verify`: the converter as the mtp_overlay role runs it on a node.
+
+Standard library and numpy only (PyTorch is used when present), so the role
+can install it beside python3-numpy without the rest of sparkplay. Prints one
+JSON object; exits 1 with a one-line error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sparkplay.nvfp4 import overlay
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m sparkplay.nvfp4")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("convert")
+    p.add_argument("--source", type=Path, required=True)
+    p.add_argument("--output", type=Path, required=True)
+    p.add_argument("--scheme", default="atlas", choices=["atlas", "modelopt"])
+    p.add_argument("--match", default=overlay.DEFAULT_MATCH)
+    p.add_argument("--expect", type=int, default=overlay.DEFAULT_EXPECT, help="0: any count")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
+    p = sub.add_parser("verify")
+    p.add_argument("output", type=Path)
+    p.add_argument("--expect", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "convert":
+            result = overlay.convert(
+                args.source, args.output, scheme=args.scheme, match=args.match,
+                expect=args.expect or None, device=args.device,
+            )  # fmt: skip
+            print(json.dumps({"output": str(result.output), "action": result.action, "converted": result.converted,
+                              "moved_aside": str(result.moved_aside) if result.moved_aside else None,
+                              "seconds": round(result.seconds, 3)}))  # fmt: skip
+            return 0
+        problems = overlay.verify(args.output, args.expect or None)
+        print(json.dumps({"ok": not problems, "problems": problems}))
+        return 0 if not problems else 3
+    except (overlay.OverlayError, OSError) as exc:
+        print(f"sparkplay-overlay: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
