@@ -111,3 +111,61 @@ def test_modelopt_scheme_shares_each_experts_gate_up_scale(source, tmp_path):
         assert scales[gate] == scales[up]
         assert scales[down] != scales[gate]  # down keeps its own
     assert receipt["scheme"] == "modelopt"
+
+
+def test_overlay_loads_with_the_safetensors_library(source, tmp_path):
+    from safetensors import safe_open
+
+    out = tmp_path / "overlay"
+    overlay.convert(source, out, match=MATCH, expect=6)
+    name = "layers.9.experts.0.down_proj"
+    with safe_open(str(out / "model-1.safetensors"), framework="numpy") as fh:
+        kinds = {key: (fh.get_slice(key).get_dtype(), fh.get_slice(key).get_shape()) for key in fh.keys()}  # noqa: SIM118
+        assert fh.get_tensor(f"{name}.weight").dtype == np.uint8  # numpy has no F8 dtype to load the scales into
+        assert fh.get_tensor("embed.weight").tolist()[0] == [0.0, 1.0, 2.0, 3.0]
+    assert kinds[f"{name}.weight"] == ("U8", [32, 32])
+    assert kinds[f"{name}.weight_scale"] == ("F8_E4M3", [32, 4])
+    assert kinds[f"{name}.weight_scale_2"] == ("F32", [])
+
+
+def test_verify_catches_a_broken_index_and_a_missing_shard(source, tmp_path):
+    out = tmp_path / "overlay"
+    overlay.convert(source, out, match=MATCH, expect=6)
+    index = json.loads((out / overlay.INDEX).read_text())
+    index["weight_map"]["ghost.weight"] = "model-1.safetensors"
+    (out / overlay.INDEX).write_text(json.dumps(index))
+    assert any("index and the shard headers disagree" in p for p in overlay.verify(out))
+    (out / "model-2.safetensors").unlink()
+    assert any(p.startswith("model-2.safetensors:") for p in overlay.verify(out))
+
+
+def test_a_conversion_killed_half_way_is_not_complete_and_a_rerun_finishes(source, tmp_path, monkeypatch):
+    out = tmp_path / "overlay"
+    real = overlay._rewrite_shard
+    calls = []
+
+    def dies_on_the_second_shard(*args, **kwargs):
+        calls.append(args[0].name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the process is killed mid-way
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(overlay, "_rewrite_shard", dies_on_the_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        overlay.convert(source, out, match=MATCH, expect=6)
+    assert not (out / overlay.RECEIPT).exists()
+    assert "not complete" in overlay.verify(out)[0]
+    monkeypatch.setattr(overlay, "_rewrite_shard", real)
+    result = overlay.convert(source, out, match=MATCH, expect=6)
+    assert result.action == "converted" and result.moved_aside is not None  # the half-made one kept aside
+    assert overlay.verify(out, expect=6) == []
+
+
+def test_a_changed_source_manifest_means_convert_again(source, tmp_path):
+    out = tmp_path / "overlay"
+    (source / ".sparkplay").mkdir()
+    (source / ".sparkplay" / "manifest.json").write_text('{"digest": "aaa"}')
+    overlay.convert(source, out, match=MATCH, expect=6)
+    assert overlay.convert(source, out, match=MATCH, expect=6).action == "already complete"
+    (source / ".sparkplay" / "manifest.json").write_text('{"digest": "bbb"}')
+    assert overlay.convert(source, out, match=MATCH, expect=6).action == "converted"

@@ -176,7 +176,16 @@ def _shared_scales(
     }
 
 
+def source_manifest_digest(source: Path) -> str | None:
+    """The digest of the checkpoint's verified manifest (sparkplay-ckpt), if it has one."""
+    try:
+        return str(json.loads((source / ".sparkplay" / "manifest.json").read_text())["digest"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _receipt_matches(output: Path, source: Path, scheme: str) -> bool:
+    """Complete for this converter, scheme, source and source manifest, and it still verifies."""
     try:
         receipt = json.loads((output / RECEIPT).read_text())
     except (OSError, ValueError):
@@ -186,6 +195,8 @@ def _receipt_matches(output: Path, source: Path, scheme: str) -> bool:
         and receipt.get("converter_version") == __version__
         and receipt.get("scheme") == scheme
         and receipt.get("source") == str(source.resolve())
+        and receipt.get("source_manifest") == source_manifest_digest(source)
+        and not verify(output)
     )
 
 
@@ -277,6 +288,7 @@ def convert(
         "converter_version": __version__,
         "scheme": scheme,
         "source": str(source.resolve()),
+        "source_manifest": source_manifest_digest(source),
         "match": match,
         "converted_count": count,
         "device": "gpu" if use_gpu else "cpu",
@@ -301,6 +313,18 @@ def verify(output: Path, expect: int | None = None) -> list[str]:
     except (OSError, ValueError):
         return [f"{output / RECEIPT} is missing or unreadable: the overlay is not complete"]
     problems: list[str] = []
+    cache: dict[str, dict[str, TensorInfo] | None] = {}
+
+    def header_of(shard: str) -> dict[str, TensorInfo] | None:
+        """A shard's tensors, read once; an unreadable shard is reported once."""
+        if shard not in cache:
+            try:
+                cache[shard] = read_header(output / shard)[0]
+            except (OSError, ValueError) as exc:
+                cache[shard] = None
+                problems.append(f"{shard}: {exc}")
+        return cache[shard]
+
     if receipt.get("complete") is not True:
         problems.append("the receipt does not say complete")
     if expect is not None and receipt.get("converted_count") != expect:
@@ -308,10 +332,8 @@ def verify(output: Path, expect: int | None = None) -> list[str]:
     if (output / PARTIAL_DIR).exists():
         problems.append("partial receipts are still there: a conversion did not finish")
     for shard, tensors in receipt.get("shards", {}).items():
-        try:
-            header, _, _ = read_header(output / shard)
-        except (OSError, ValueError) as exc:
-            problems.append(f"{shard}: {exc}")
+        header = header_of(shard)
+        if header is None:
             continue
         if set(header) != set(tensors):
             problems.append(f"{shard}: tensors differ from the receipt")
@@ -328,7 +350,7 @@ def verify(output: Path, expect: int | None = None) -> list[str]:
         if shard is None:
             problems.append(f"{name}: no shard holds its NVFP4 form")
             continue
-        info = read_header(output / shard)[0].get(name)
+        info = (header_of(shard) or {}).get(name)
         if info is not None and info.dtype == "BF16":
             problems.append(f"{name}: the superseded BF16 tensor is still in {shard}")
     for rel, want in receipt.get("links", {}).items():
@@ -343,10 +365,8 @@ def verify(output: Path, expect: int | None = None) -> list[str]:
         return [*problems, f"{output / INDEX} is missing or unreadable"]
     seen: dict[str, str] = {}
     for shard in sorted(set(index["weight_map"].values())):
-        try:
-            header = read_header(output / shard)[0]
-        except (OSError, ValueError) as exc:
-            problems.append(f"{shard}: {exc}")
+        header = header_of(shard)
+        if header is None:
             continue
         for name in header:
             if name in seen:
