@@ -25,27 +25,34 @@ def test_convert_verify_and_layout(source, tmp_path):
     assert result.action == "converted" and result.converted == 6
     assert overlay.verify(out, expect=6) == []
     # the untouched shard and files are hardlinks to the source
-    assert (out / "model-3.safetensors").stat().st_ino == (source / "model-3.safetensors").stat().st_ino
+    assert (out / "model-00003-of-00003.safetensors").stat().st_ino == (
+        source / "model-00003-of-00003.safetensors"
+    ).stat().st_ino
     assert (out / "config.json").read_text() == (source / "config.json").read_text()
-    header, _, _ = read_header(out / "model-1.safetensors")
-    name = "layers.9.experts.0.down_proj"
+    header, _, _ = read_header(out / "model-00001-of-00003.safetensors")
+    name = "model.language_model.layers.45.mlp.experts.0.down_proj"
     assert (header[f"{name}.weight"].dtype, header[f"{name}.weight"].shape) == ("U8", (32, 32))
     assert (header[f"{name}.weight_scale"].dtype, header[f"{name}.weight_scale"].shape) == ("F8_E4M3", (32, 4))
     assert (header[f"{name}.weight_scale_2"].dtype, header[f"{name}.weight_scale_2"].shape) == ("F32", ())
     # other tensors carried byte-exact, converted ones bit-exact with the quantiser
-    src_header = read_header(source / "model-1.safetensors")[0]
-    assert read_bytes(out / "model-1.safetensors", header["embed.weight"]) == read_bytes(
-        source / "model-1.safetensors", src_header["embed.weight"]
+    src_header = read_header(source / "model-00001-of-00003.safetensors")[0]
+    assert read_bytes(out / "model-00001-of-00003.safetensors", header["model.embed_tokens.weight"]) == read_bytes(
+        source / "model-00001-of-00003.safetensors", src_header["model.embed_tokens.weight"]
     )
-    raw = read_bytes(source / "model-1.safetensors", src_header[f"{name}.weight"])
+    raw = read_bytes(source / "model-00001-of-00003.safetensors", src_header[f"{name}.weight"])
     qt = atlas.quantise(atlas.bf16_to_f32(np.frombuffer(raw, "<u2").reshape(32, 64)))
-    assert read_bytes(out / "model-1.safetensors", header[f"{name}.weight"]) == qt.weight.tobytes()
-    assert read_bytes(out / "model-1.safetensors", header[f"{name}.weight_scale"]) == qt.weight_scale.tobytes()
+    assert read_bytes(out / "model-00001-of-00003.safetensors", header[f"{name}.weight"]) == qt.weight.tobytes()
+    assert (
+        read_bytes(out / "model-00001-of-00003.safetensors", header[f"{name}.weight_scale"])
+        == qt.weight_scale.tobytes()
+    )
     # the index names every tensor once, in the shard that holds it, with the new total size
     index = json.loads((out / overlay.INDEX).read_text())
-    assert index["weight_map"][f"{name}.weight_scale_2"] == "model-1.safetensors"
+    assert index["weight_map"][f"{name}.weight_scale_2"] == "model-00001-of-00003.safetensors"
     assert index["metadata"]["total_size"] == sum(
-        i.nbytes for f in ("model-1", "model-2", "model-3") for i in read_header(out / f"{f}.safetensors")[0].values()
+        i.nbytes
+        for f in ("model-00001", "model-00002", "model-00003")
+        for i in read_header(out / f"{f}-of-00003.safetensors")[0].values()
     )
     assert not (out / overlay.PARTIAL_DIR).exists()
 
@@ -66,14 +73,17 @@ def test_rerun_is_skipped_and_an_old_overlay_is_moved_aside(source, tmp_path):
 def test_verify_finds_a_damaged_payload_a_changed_link_and_a_missing_receipt(source, tmp_path):
     out = tmp_path / "overlay"
     overlay.convert(source, out, match=MATCH, expect=6)
-    info = read_header(out / "model-2.safetensors")[0]["layers.9.experts.1.up_proj.weight"]
-    path = out / "model-2.safetensors"
+    info = read_header(out / "model-00002-of-00003.safetensors")[0][
+        "model.language_model.layers.45.mlp.experts.1.up_proj.weight"
+    ]
+    path = out / "model-00002-of-00003.safetensors"
     data = bytearray(path.read_bytes())
     data[info.start + 3] ^= 0x10
     path.write_bytes(bytes(data))
     (out / "config.json").unlink()
     problems = overlay.verify(out)
-    assert "model-2.safetensors: layers.9.experts.1.up_proj.weight does not match its receipt hash" in problems
+    bad = "model.language_model.layers.45.mlp.experts.1.up_proj.weight"
+    assert f"model-00002-of-00003.safetensors: {bad} does not match its receipt hash" in problems
     assert "config.json: linked file missing" in problems
     (out / overlay.RECEIPT).unlink()
     assert "the overlay is not complete" in overlay.verify(out)[0]
@@ -84,7 +94,9 @@ def test_wrong_count_or_dtype_is_refused_and_writes_nothing(source, tmp_path):
     with pytest.raises(overlay.OverlayError, match=r"6 tensors match .* expected 864"):
         overlay.convert(source, out, match=MATCH, expect=864)
     with pytest.raises(overlay.OverlayError, match="not a 2-D BF16 matrix"):
-        overlay.convert(source, out, match=r"^(embed|layers\.9\.norm)\.weight$", expect=None)
+        overlay.convert(
+            source, out, match=r"^model\.(embed_tokens|language_model\.layers\.45\.norm)\.weight$", expect=None
+        )
     assert not out.exists()
 
 
@@ -107,7 +119,9 @@ def test_modelopt_scheme_shares_each_experts_gate_up_scale(source, tmp_path):
     receipt = json.loads((out / overlay.RECEIPT).read_text())
     scales = {name: entry["scale2"] for name, entry in receipt["converted"].items()}
     for e in range(2):
-        gate, up, down = (f"layers.9.experts.{e}.{p}_proj.weight" for p in ("gate", "up", "down"))
+        gate, up, down = (
+            f"model.language_model.layers.45.mlp.experts.{e}.{p}_proj.weight" for p in ("gate", "up", "down")
+        )
         assert scales[gate] == scales[up]
         assert scales[down] != scales[gate]  # down keeps its own
     assert receipt["scheme"] == "modelopt"
@@ -118,11 +132,11 @@ def test_overlay_loads_with_the_safetensors_library(source, tmp_path):
 
     out = tmp_path / "overlay"
     overlay.convert(source, out, match=MATCH, expect=6)
-    name = "layers.9.experts.0.down_proj"
-    with safe_open(str(out / "model-1.safetensors"), framework="numpy") as fh:
+    name = "model.language_model.layers.45.mlp.experts.0.down_proj"
+    with safe_open(str(out / "model-00001-of-00003.safetensors"), framework="numpy") as fh:
         kinds = {key: (fh.get_slice(key).get_dtype(), fh.get_slice(key).get_shape()) for key in fh.keys()}  # noqa: SIM118
         assert fh.get_tensor(f"{name}.weight").dtype == np.uint8  # numpy has no F8 dtype to load the scales into
-        assert fh.get_tensor("embed.weight").tolist()[0] == [0.0, 1.0, 2.0, 3.0]
+        assert fh.get_tensor("model.embed_tokens.weight").tolist()[0] == [0.0, 1.0, 2.0, 3.0]
     assert kinds[f"{name}.weight"] == ("U8", [32, 32])
     assert kinds[f"{name}.weight_scale"] == ("F8_E4M3", [32, 4])
     assert kinds[f"{name}.weight_scale_2"] == ("F32", [])
@@ -132,11 +146,11 @@ def test_verify_catches_a_broken_index_and_a_missing_shard(source, tmp_path):
     out = tmp_path / "overlay"
     overlay.convert(source, out, match=MATCH, expect=6)
     index = json.loads((out / overlay.INDEX).read_text())
-    index["weight_map"]["ghost.weight"] = "model-1.safetensors"
+    index["weight_map"]["ghost.weight"] = "model-00001-of-00003.safetensors"
     (out / overlay.INDEX).write_text(json.dumps(index))
     assert any("index and the shard headers disagree" in p for p in overlay.verify(out))
-    (out / "model-2.safetensors").unlink()
-    assert any(p.startswith("model-2.safetensors:") for p in overlay.verify(out))
+    (out / "model-00002-of-00003.safetensors").unlink()
+    assert any(p.startswith("model-00002-of-00003.safetensors:") for p in overlay.verify(out))
 
 
 def test_a_conversion_killed_half_way_is_not_complete_and_a_rerun_finishes(source, tmp_path, monkeypatch):

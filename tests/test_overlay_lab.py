@@ -58,10 +58,17 @@ def test_every_rank_builds_and_verifies_its_overlay():
         receipt = json.loads(in_node(rank, "cat", f"{OUT}/sparkplay-overlay.json").stdout)
         assert receipt["converted_count"] == 6 and receipt["device"] == "cpu"
         # the untouched shard is a hardlink to this rank's own checkpoint
-        inodes = in_node(rank, "stat", "-c", "%i", f"{SRC}/model-3.safetensors", f"{OUT}/model-3.safetensors")
+        inodes = in_node(
+            rank,
+            "stat",
+            "-c",
+            "%i",
+            f"{SRC}/model-00003-of-00003.safetensors",
+            f"{OUT}/model-00003-of-00003.safetensors",
+        )
         assert len(set(inodes.stdout.split())) == 1
     # both ranks made the same bytes from their own copies
-    sums = [in_node(r, "sha256sum", f"{OUT}/model-1.safetensors").stdout.split()[0] for r in (0, 1)]
+    sums = [in_node(r, "sha256sum", f"{OUT}/model-00001-of-00003.safetensors").stdout.split()[0] for r in (0, 1)]
     assert sums[0] == sums[1]
 
 

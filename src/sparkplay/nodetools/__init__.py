@@ -21,6 +21,7 @@ NVFP4_NODE_FILES = (
     "nvfp4/modelopt.py",
     "nvfp4/overlay.py",
     "nvfp4/safetensors.py",
+    "nvfp4/testmodel.py",
 )
 
 

@@ -28,8 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("verify")
     p.add_argument("output", type=Path)
     p.add_argument("--expect", type=int, default=0)
+    p = sub.add_parser("make-test-checkpoint")
+    p.add_argument("dest", type=Path)
+    p.add_argument("--experts", type=int, default=2)
+    p.add_argument("--rows", type=int, default=32)
+    p.add_argument("--cols", type=int, default=64)
     args = parser.parse_args(argv)
     try:
+        if args.command == "make-test-checkpoint":
+            from sparkplay.nvfp4.testmodel import make_checkpoint
+
+            made = make_checkpoint(args.dest, args.experts, args.rows, args.cols)
+            print(json.dumps({"checkpoint": str(made), "matrices": args.experts * 3}))
+            return 0
         if args.command == "convert":
             result = overlay.convert(
                 args.source, args.output, scheme=args.scheme, match=args.match,
