@@ -8,15 +8,39 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 
-def free_bytes_for(path: str, mounts: Iterable[Mapping[str, Any]]) -> int | None:
-    """Bytes free on the filesystem that holds (or would hold) `path`, from ansible_mounts."""
+def mount_for(path: str, mounts: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The ansible_mounts entry of the filesystem that holds (or would hold) `path`."""
     best: Mapping[str, Any] | None = None
     for mount in mounts:
         point = str(mount.get("mount", ""))
         inside = path == point or path.startswith(point.rstrip("/") + "/") or point == "/"
         if inside and (best is None or len(point) > len(str(best["mount"]))):
             best = mount
+    return best
+
+
+def free_bytes_for(path: str, mounts: Iterable[Mapping[str, Any]]) -> int | None:
+    """Bytes free on the filesystem that holds (or would hold) `path`, from ansible_mounts."""
+    best = mount_for(path, mounts)
     return None if best is None else int(best.get("size_available", 0))
+
+
+# memory-backed or copy-on-write: a disk cache there is no cache at all
+PREFIX_CACHE_REFUSED_FS = ("tmpfs", "ramfs", "overlay", "overlayfs")
+
+
+def prefix_cache_problems(path: str, size_gb: int, mounts: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Why `path` cannot hold a `size_gb` GiB disk prefix cache on this host (empty: it can)."""
+    mount = mount_for(path, list(mounts))
+    if mount is None:
+        return [f"no filesystem holds {path}"]
+    problems = []
+    if str(mount.get("fstype")) in PREFIX_CACHE_REFUSED_FS:
+        problems.append(f"{path} is on {mount['fstype']} ({mount['mount']}): choose a folder on a disk")
+    free = int(mount.get("size_available", 0))
+    if free < size_gb * 2**30:
+        problems.append(f"{path} has {free / 2**30:.1f} GiB free, the cache needs {size_gb} GiB: free space or shrink")
+    return problems
 
 
 def docker_daemon_merge(current: Mapping[str, Any] | None, runtime: str, runtime_path: str) -> dict[str, Any]:

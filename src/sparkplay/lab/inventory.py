@@ -8,6 +8,7 @@ import yaml
 
 from sparkplay.fsutil import atomic_write
 from sparkplay.lab.cable import TWINS
+from sparkplay.lab.staging import MODEL_ROOT
 
 MARKER = "# Written by `sparkplay lab up`"
 HEADER = f"""{MARKER}; `sparkplay lab down` removes it.
@@ -31,6 +32,9 @@ LAB_OVERRIDES: dict[str, object] = {
         ["networkctl", "reload"],
         *[["networkctl", "reconfigure", twin] for twin in TWINS],
     ],
+    # The lab-tiny recipe's model, generated and staged on rank 0 by `lab up`
+    # (a real pair downloads from Hugging Face instead).
+    "checkpoint_staged": [{"name": "lab-tiny", "staged": f"{MODEL_ROOT}/lab-tiny"}],
 }
 
 

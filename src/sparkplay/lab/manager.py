@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkplay.errors import BadInput, MissingPrerequisite, SparkplayError
-from sparkplay.lab import cable, dockercli, inventory
+from sparkplay.lab import cable, dockercli, inventory, staging
 from sparkplay.lab.image import ImageRecipe, ensure_image
 
 LABEL = "sparkplay.lab"
@@ -227,6 +227,9 @@ def up(
         report.add(*cable.remove_switches(keep_for_nodes=nodes))
         report.add(*cable.wire(_pids(names)))
         report.add(*(f"{path} written" for path in inventory.write(project, names)))
+        staged = staging.stage(names[0], project / ".cache" / "lab")
+        if staged:
+            report.add(staged)
     return report
 
 

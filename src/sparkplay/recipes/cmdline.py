@@ -90,6 +90,23 @@ def has_flag(args: Sequence[str], *names: str) -> bool:
     return any(token in names or token.split("=", 1)[0] in names for token in args)
 
 
+def without_flags(args: Sequence[str], *names: str) -> list[str]:
+    """`args` minus every `--f v` / `--f=v` / switch `--f` for the given names, all else in order."""
+    kept: list[str] = []
+    skip = False
+    for i, token in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if token in names:
+            skip = i + 1 < len(args) and not _is_flag(args[i + 1])
+            continue
+        if token.split("=", 1)[0] in names and "=" in token:
+            continue
+        kept.append(token)
+    return kept
+
+
 def _is_flag(token: str) -> bool:
     # "-1" or "-0.5" are values, not flags
     return token.startswith("-") and not re.match(r"^-\d", token)

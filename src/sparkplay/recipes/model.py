@@ -74,11 +74,12 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
         found.append(Problem("engine.image", "no container image is known", "set engine.image in the recipe"))
     if engine["runtime"] == "native" and not engine.get("packages"):
         found.append(Problem("engine.packages", "no packages are known", "set engine.packages in the recipe"))
-    if not model["repo"] and not model.get("checkpoints"):
+    if not model["repo"] and not model.get("checkpoints") and not (engine["name"] == "llamacpp" and model.get("path")):
         found.append(Problem("model.repo", "the model's repository is not known", "set model.repo (org/name)"))
     if doc["context_length"] is None:
         found.append(Problem("context_length", "the context length is not known", "set context_length"))
-    if doc["topology"]["nodes"] is None:
+    # llama.cpp spreads layers over however many ranks there are
+    if doc["topology"]["nodes"] is None and engine["name"] != "llamacpp":
         found.append(Problem("topology.nodes", "the node count is not known", "set topology.nodes"))
     for i, ckpt in enumerate(model.get("checkpoints") or []):
         if not ckpt["revision"]:

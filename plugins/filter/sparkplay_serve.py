@@ -1,0 +1,20 @@
+"""Filters for the engine and serve roles; the rules live in sparkplay.engines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sparkplay.engines.systemd import env_file, exec_line, status_rows, status_table
+from sparkplay.hostfacts import prefix_cache_problems
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "sparkplay_systemd_exec": exec_line,
+            "sparkplay_env_file": env_file,
+            "sparkplay_serve_status_rows": status_rows,
+            "sparkplay_serve_status_table": status_table,
+            "sparkplay_prefix_cache_problems": prefix_cache_problems,
+        }

@@ -1,0 +1,156 @@
+"""Atlas (the SparkGLM RC4.x stack): one container per rank, rank 1 first.
+
+The image's entrypoint drops every ambient ATLAS_* variable and applies a
+named profile, so the recipe's ATLAS_* settings reach the engine through a
+custom profile file mounted at /opt/atlas/profiles/custom.json; everything
+else (rank, master, fabric, paths) is plain container environment. Knobs
+(memory utilisation, KV shard, display carve-out, fabric siblings, the disk
+prefix cache) are validated here. Facts: shared/reference/engines.md.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+from sparkplay.engines.plan import Context
+from sparkplay.engines.vllm import fabric_env
+from sparkplay.errors import BadInput
+
+MASTER_PORT = 29510
+PROFILE_SCHEMA = "sparkglm.atlas-install-profile/v1"
+PROFILE_IN_CONTAINER = "/opt/atlas/profiles/custom.json"
+CUDA_CACHE = "/atlas-cuda-cache"
+PREFIX_CACHE = "/prefix-cache"
+MEMORY_RANGE = (0.80, 0.95)
+PREFIX_GB_RANGE = (16, 100)
+CONTAINER_OPTIONS = [
+    "--network", "host", "--ipc", "host", "--shm-size", "32g", "--memory", "114g",
+    "--gpus", "all", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK", "--cap-add", "SYS_NICE",
+    "--ulimit", "memlock=-1:-1", "--security-opt", "no-new-privileges=true", "--stop-timeout", "60",
+]  # fmt: skip
+
+
+def check_knobs(knobs: dict[str, Any]) -> None:
+    low, high = MEMORY_RANGE
+    memory = knobs.get("gpu_memory_utilization")
+    if memory is not None and not low <= float(memory) <= high:
+        raise BadInput(f"gpu_memory_utilization {memory} is outside {low}-{high}", f"choose {low} to {high}")
+    for flag in ("kv_shard", "display_carveout", "fabric_siblings"):
+        if knobs.get(flag) not in (None, True, False, 0, 1):
+            raise BadInput(f"knob {flag} must be true or false, got {knobs[flag]!r}", f"set {flag} to true or false")
+    directory, size = knobs.get("prefix_cache_dir"), knobs.get("prefix_cache_gb")
+    if directory is None:
+        return
+    if not posixpath.isabs(str(directory)) or ".." in str(directory).split("/"):
+        raise BadInput(f"prefix_cache_dir {directory!r} is not an absolute path", "give an absolute folder")
+    low_gb, high_gb = PREFIX_GB_RANGE
+    if size is None or not low_gb <= int(size) <= high_gb:
+        raise BadInput(
+            f"prefix_cache_gb {size!r} is outside {low_gb}-{high_gb} GiB per node", f"choose {low_gb} to {high_gb}"
+        )
+
+
+def profile_env(recipe_env: dict[str, str], knobs: dict[str, Any]) -> dict[str, str]:
+    """The ATLAS_* settings the engine will actually apply (the profile's environment)."""
+    env = {k: v for k, v in recipe_env.items() if k.startswith("ATLAS_")}
+    if knobs.get("kv_shard"):
+        env |= {"ATLAS_GLM_KV_SHARD": "1", "ATLAS_GLM_KV_SHARD_COMPACT": "1"}
+    if knobs.get("prefix_cache_dir"):
+        half = str(int(knobs["prefix_cache_gb"]) // 2)
+        env |= {
+            "ATLAS_KV_NVME_DIR": f"{PREFIX_CACHE}/kv",
+            "ATLAS_KV_NVME_GB": half,
+            "ATLAS_GLM_NVME_FAST": "1",
+            "ATLAS_SSM_TIER": "1",
+            "ATLAS_SSM_TIER_UNIFIED": "1",
+            "ATLAS_SSM_TIER_SWAP_DIR": f"{PREFIX_CACHE}/ssm",
+            "ATLAS_SSM_TIER_DISK_GB": half,
+            "ATLAS_SSM_TIER_SLOTS": "2",
+        }
+    return env
+
+
+def plan(ctx: Context) -> dict[str, Any]:
+    recipe, knobs = ctx.recipe, ctx.knobs
+    check_knobs(knobs)
+    model = recipe["model"]
+    target = ctx.checkpoint_dir("target")
+    drafter = ctx.checkpoint_dir("drafter")
+    overlay = model.get("overlay")
+    if target is None or overlay is None:
+        raise BadInput(
+            "the atlas recipe needs a target checkpoint and an overlay", "set model.checkpoints and model.overlay"
+        )
+    overlay_dir = f"{ctx.model_root}/{posixpath.basename(overlay['mount'].rstrip('/'))}"
+    state = ctx.options.state_dir.rstrip("/")
+    profile_path = "/etc/sparkplay/atlas-profile.json"
+    profile = {
+        "schema": PROFILE_SCHEMA,
+        "environment": profile_env(dict(recipe["serve"]["env"]), knobs),
+        "server_argv": list(recipe["serve"]["args"]),
+    }
+    # same absolute paths as on the host (the overlay's links point there), plus the
+    # container paths the recipe's own flags name
+    mounts = [
+        {"source": target, "target": target, "readonly": True},
+        {"source": overlay_dir, "target": overlay_dir, "readonly": True},
+        {"source": overlay_dir, "target": overlay["mount"], "readonly": True},
+        {"source": f"{state}/atlas-cuda-cache", "target": CUDA_CACHE, "readonly": False},
+        {"source": profile_path, "target": PROFILE_IN_CONTAINER, "readonly": True},
+    ]
+    drafter_mount = next((c.get("mount") for c in model.get("checkpoints") or [] if c["role"] == "drafter"), None)
+    if drafter:
+        mounts.insert(1, {"source": drafter, "target": drafter, "readonly": True})
+        if drafter_mount:
+            mounts.insert(2, {"source": drafter, "target": drafter_mount, "readonly": True})
+    directories = [f"{state}/atlas-cuda-cache"]
+    if knobs.get("prefix_cache_dir"):
+        directory = str(knobs["prefix_cache_dir"]).rstrip("/")
+        mounts.append({"source": directory, "target": PREFIX_CACHE, "readonly": False})
+        directories += [directory, f"{directory}/kv", f"{directory}/ssm"]
+    options = list(CONTAINER_OPTIONS)
+    if knobs.get("display_carveout"):
+        options += ["--cap-add", "SYS_ADMIN"]  # the server drops it after exporting the carve-out
+    ranks = []
+    for node in ctx.nodes:
+        env = {
+            **fabric_env(dict(node.fabric_env)),
+            **{k: v for k, v in recipe["serve"]["env"].items() if not k.startswith("ATLAS_")},
+            "NODE_RANK": str(node.rank),
+            "MASTER_ADDR": ctx.leader.address,
+            "MASTER_PORT": str(MASTER_PORT),
+            "MODEL_PATH": overlay["mount"],
+            "SERVED_MODEL_NAME": model["served_name"] or recipe["name"],
+            "NCCL_SOCKET_IFNAME": node.ifname,
+            "GLOO_SOCKET_IFNAME": node.ifname,
+            "HF_HUB_OFFLINE": "1",
+            "SPARKGLM_PROFILE": "custom",
+            "SPARKGLM_GPU_MEMORY_UTILIZATION": str(knobs.get("gpu_memory_utilization") or 0.88),
+            "KV_SHARD": "1" if knobs.get("kv_shard") else "0",
+            "DISPLAY_CARVEOUT": "1" if knobs.get("display_carveout") else "0",
+            "FABRIC_SIBLINGS": "1" if knobs.get("fabric_siblings") else "0",
+        }
+        if drafter_mount:
+            env["DRAFTER_PATH"] = drafter_mount
+        ranks.append(
+            {
+                "rank": node.rank,
+                "host": node.host,
+                "role": "leader" if node.rank == 0 else "worker",
+                "argv": list(recipe["serve"]["args"]),
+                "env": env,
+                "mounts": mounts,
+                "container_options": options,
+                "files": [{"path": profile_path, "content": json.dumps(profile, indent=2) + "\n", "mode": "0644"}],
+                # rank r serves its API on port + r; only the leader's is the deployment's
+                "listen": [{"address": ctx.bind, "port": ctx.port + node.rank}],
+                "wait_for": [],
+            }
+        )
+    requires = [
+        {"host": n.host, "path": f"{overlay_dir}/sparkplay-overlay.json", "what": "the verified overlay"}
+        for n in ctx.nodes
+    ]
+    return {"ranks": ranks, "leader_follows_workers": False, "directories": directories, "requires": requires}

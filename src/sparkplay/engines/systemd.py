@@ -1,0 +1,82 @@
+"""systemd unit pieces: an argv as one Exec line, an env file, the status table.
+
+Recipe flags are untrusted text: each argument is double-quoted with
+backslash and quote escaped, and `%` and `$` doubled, so systemd starts
+exactly the argv the plan holds, with no specifier or variable expansion
+and no shell involved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sparkplay.errors import BadInput
+
+
+def quote(arg: str) -> str:
+    if any(c in arg for c in "\n\r\0"):
+        raise BadInput(f"argument {arg[:40]!r} spans lines", "give every engine flag on one line")
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def exec_line(argv: Sequence[str]) -> str:
+    """`ExecStart=` value for argv; the program stays bare (systemd wants an absolute path there)."""
+    if not argv or not str(argv[0]).startswith("/"):
+        raise BadInput(f"the program {argv[:1]} is not an absolute path", "fix the engine adapter's binary path")
+    program, *rest = (str(a) for a in argv)
+    if any(c.isspace() or c in "\"'\\%$" for c in program):
+        raise BadInput(f"the program path {program!r} has characters systemd would read", "use a plain path")
+    return " ".join([program, *(quote(a) for a in rest)])
+
+
+def env_file(env: Mapping[str, str]) -> str:
+    """KEY=VALUE lines, readable by both systemd's EnvironmentFile= and docker's --env-file.
+
+    docker takes the value verbatim, systemd would strip quotes, so values are
+    written bare; plan.environment() already refused names and values that
+    could break a line.
+    """
+    return "".join(f"{key}={value}\n" for key, value in sorted(env.items()))
+
+
+def status_rows(
+    records: Mapping[str, Mapping[str, Any]], units: Mapping[str, Mapping[str, str]], probe: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """One row per host: rank, host, unit, state, since, health, served model.
+
+    records: host -> the deployment record the serve role left (/etc/sparkplay/serve.json),
+    empty for a host with none; units: host -> `systemctl show` properties;
+    probe: the leader's look at its API ({health, served}).
+    """
+    rows = []
+    for host, record in records.items():
+        show = units.get(host) or {}
+        state, sub = show.get("ActiveState") or "unknown", show.get("SubState", "")
+        leader = record.get("role") == "leader"
+        deployed = bool(record)
+        rows.append(
+            {
+                "rank": record.get("rank", "-"),
+                "host": host,
+                "role": record.get("role", "-"),
+                "unit": record.get("unit", "-"),
+                "state": (f"{state}/{sub}" if sub else state) if deployed else "not deployed",
+                "since": show.get("StateChangeTimestamp") or "-",
+                "restarts": int(show.get("NRestarts") or 0),
+                "health": ("ok" if probe.get("health") else "down") if leader else "-",
+                "model": (record.get("served_name") if probe.get("served") else "-") if leader else "-",
+                "up": deployed and state == "active",
+            }
+        )
+    return sorted(rows, key=lambda row: (row["rank"] if isinstance(row["rank"], int) else 1 << 30, row["host"]))
+
+
+def status_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    columns = ("rank", "host", "unit", "state", "since", "health", "model")
+    cells = [[str(row[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)

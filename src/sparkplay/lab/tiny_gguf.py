@@ -1,0 +1,97 @@
+"""A tiny random llama model in GGUF, for the lab's `lab-tiny` recipe.
+
+llama.cpp serves it on CPU in milliseconds, so the lab can run the whole
+flow (mirror, units, ordered start, health, a real completion) with no GPU.
+The weights are random but seeded: the same file, byte for byte, every time.
+
+The tokenizer is the smallest one llama.cpp accepts (lab-testbed.md):
+`llama` (SentencePiece-style) with <unk>/<s>/</s>, the 256 byte tokens and a
+few printable single characters. The output rows of every token that is not
+printable are zero, so greedy output stays readable.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import numpy as np
+
+LAYERS = 4
+HIDDEN = 128
+HEADS = 4
+FFN = 256
+CONTEXT = 512
+SEED = 20261130
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+# gguf's token types
+_NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6
+
+
+def vocabulary() -> tuple[list[str], list[float], list[int]]:
+    """Tokens, scores and types: specials, the 256 bytes, then printable characters."""
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256))]
+    types = [_UNKNOWN, _CONTROL, _CONTROL, *([_BYTE] * 256)]
+    printable = ["\u2581", *string.ascii_lowercase, *string.ascii_uppercase, *string.digits, *".,!?'-:;()"]
+    tokens += printable
+    types += [_NORMAL] * len(printable)
+    # SentencePiece merges by score: higher first; specials and bytes score 0
+    scores = [0.0] * (len(tokens) - len(printable)) + [-float(i) for i in range(len(printable))]
+    return tokens, scores, types
+
+
+def write(path: Path) -> Path:
+    """Write the model to `path` (a .gguf file); return it."""
+    import gguf  # late: only the lab needs it
+
+    tokens, scores, types = vocabulary()
+    rng = np.random.default_rng(SEED)
+
+    def weights(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("sparkplay lab-tiny")
+    writer.add_context_length(CONTEXT)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_block_count(LAYERS)
+    writer.add_feed_forward_length(FFN)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(HEADS)
+    writer.add_rope_dimension_count(HIDDEN // HEADS)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(True)
+    writer.add_chat_template(CHATML)
+
+    output = weights(len(tokens), HIDDEN)
+    output[[i for i, kind in enumerate(types) if kind != _NORMAL]] = 0.0
+    writer.add_tensor("token_embd.weight", weights(len(tokens), HIDDEN))
+    writer.add_tensor("output_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+    writer.add_tensor("output.weight", output)
+    for layer in range(LAYERS):
+        block = f"blk.{layer}"
+        writer.add_tensor(f"{block}.attn_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(f"{block}.{name}.weight", weights(HIDDEN, HIDDEN))
+        writer.add_tensor(f"{block}.ffn_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+        writer.add_tensor(f"{block}.ffn_gate.weight", weights(FFN, HIDDEN))
+        writer.add_tensor(f"{block}.ffn_up.weight", weights(FFN, HIDDEN))
+        writer.add_tensor(f"{block}.ffn_down.weight", weights(HIDDEN, FFN))
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

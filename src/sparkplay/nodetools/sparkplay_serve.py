@@ -1,0 +1,294 @@
+#!/usr/bin/python3
+"""sparkplay-serve: what the serve role runs on a node (Python 3 standard library only).
+
+sparkplay-serve wait-ports ADDR:PORT ... [--timeout S]
+    Block until every port accepts a TCP connection (a leader's
+    ExecStartPre: workers first). Exit 1 at the timeout.
+sparkplay-serve watch --unit U --peer ADDR:PORT ...
+    Runs as a unit on the leader. A connection to a worker that the worker
+    closed while the leader still holds it (CLOSE_WAIT) means the worker
+    went away, its state with it: restart the leader, which then waits
+    for the worker again.
+sparkplay-serve ready --url URL --model NAME --timeout S --unit U [--peer HOST ...]
+    Wait until the API is healthy, lists the model and answers a
+    temperature-0 completion, while watching this rank's unit and each
+    peer's (over the peer ssh trust): a failed unit stops the wait. Prints
+    one JSON object; on failure it holds every rank's last journal lines.
+    Exit 0 ready, 4 a unit failed, 5 timed out.
+sparkplay-serve probe --url URL --model NAME
+    One look (no completion): JSON {health, models, served}.
+sparkplay-serve verify-unit FILE NAME
+    systemd-analyze verify FILE under the unit name NAME (templates land
+    under a temporary name that systemd would refuse to parse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+JOURNAL_LINES = 40
+TCP_ESTABLISHED, TCP_CLOSE_WAIT = "01", "08"
+
+
+def _endpoint(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def port_open(endpoint: str, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection(_endpoint(endpoint), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def cmd_wait_ports(args: argparse.Namespace) -> int:
+    deadline = time.monotonic() + args.timeout
+    waiting = list(args.endpoints)
+    said: set[str] = set()
+    while waiting:
+        waiting = [e for e in waiting if not port_open(e)]
+        for endpoint in waiting:
+            if endpoint not in said:
+                print(f"waiting for {endpoint}", flush=True)
+                said.add(endpoint)
+        if not waiting:
+            break
+        if time.monotonic() > deadline:
+            print(f"gave up after {args.timeout:.0f} s waiting for {', '.join(waiting)}", file=sys.stderr)
+            return 1
+        time.sleep(1)
+    print("all ports answer: " + ", ".join(args.endpoints), flush=True)
+    return 0
+
+
+# -- the leader's watcher ---------------------------------------------------
+
+
+def _hex_endpoint(endpoint: str) -> str:
+    """'192.168.100.11:50052' as /proc/net/tcp spells a remote address ('0B64A8C0:C384')."""
+    host, port = _endpoint(endpoint)
+    packed = socket.inet_aton(host)
+    return f"{int.from_bytes(packed, 'little'):08X}:{port:04X}"
+
+
+def connection_states(endpoints: list[str], tcp_table: str) -> dict[str, set[str]]:
+    """For each endpoint, the TCP states of the sockets in this netns whose remote end is it."""
+    wanted = {_hex_endpoint(e): e for e in endpoints}
+    states: dict[str, set[str]] = {e: set() for e in endpoints}
+    for line in tcp_table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 3 and fields[2] in wanted:
+            states[wanted[fields[2]]].add(fields[3])
+    return states
+
+
+def unit_show(unit: str, *props: str, peer: str | None = None) -> dict[str, str]:
+    argv = ["systemctl", "show", unit, "--property=" + ",".join(props)]
+    if peer:
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", peer, *argv]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def lost_peers(states: dict[str, set[str]]) -> list[str]:
+    """Workers that closed their end while the leader still holds it (CLOSE_WAIT) and has no live one."""
+    return [e for e, found in states.items() if TCP_CLOSE_WAIT in found and TCP_ESTABLISHED not in found]
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    print(f"watching {args.unit}'s connections to {', '.join(args.peers)}", flush=True)
+    while True:
+        time.sleep(args.interval)
+        if unit_show(args.unit, "ActiveState").get("ActiveState") != "active":
+            continue
+        lost = lost_peers(connection_states(args.peers, Path("/proc/net/tcp").read_text(encoding="ascii")))
+        if lost:
+            print(f"{', '.join(lost)} went away: restarting {args.unit} so it reconnects", flush=True)
+            subprocess.run(["systemctl", "restart", "--no-block", args.unit], check=False)
+            time.sleep(args.interval * 3)
+
+
+# -- readiness ----------------------------------------------------------------
+
+
+def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - our own API URL
+            text = response.read().decode("utf-8", "replace")
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (OSError, ValueError):
+        return 0, None
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def probe(url: str, model: str) -> dict[str, Any]:
+    health, _ = http_json(f"{url}/health", timeout=5)
+    status, listing = http_json(f"{url}/v1/models", timeout=5) if health == 200 else (0, None)
+    names = []
+    if status == 200 and isinstance(listing, dict):
+        names = [str(m.get("id")) for m in listing.get("data") or [] if isinstance(m, dict)]
+    return {"health": health == 200, "models": names, "served": model in names}
+
+
+def completion(url: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any] | None:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+    }
+    started = time.monotonic()
+    status, answer = http_json(f"{url}/v1/chat/completions", body, timeout=120)
+    if status != 200 or not isinstance(answer, dict) or not answer.get("choices"):
+        return None
+    message = answer["choices"][0].get("message") or {}
+    text = message.get("content") or message.get("reasoning_content") or ""
+    if not text:
+        return None
+    return {
+        "text": text,
+        "tokens": (answer.get("usage") or {}).get("completion_tokens"),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def journal(unit: str, peer: str | None = None) -> str:
+    argv = ["journalctl", "-u", unit, "-n", str(JOURNAL_LINES), "--no-pager", "-o", "short-iso"]
+    if peer:
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", peer, *argv]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(journal unavailable: {exc})"
+    return (done.stdout or done.stderr).strip()
+
+
+def unit_failed(state: dict[str, str], restarts_before: int) -> str | None:
+    """Why a unit counts as failed during the wait, or None."""
+    active, sub = state.get("ActiveState", ""), state.get("SubState", "")
+    if active == "failed":
+        return f"failed ({state.get('Result', '?')})"
+    if sub == "auto-restart" or int(state.get("NRestarts", "0") or 0) > restarts_before:
+        return f"exited and is being restarted ({state.get('Result', '?')})"
+    if active == "inactive":
+        return "stopped"
+    return None
+
+
+def cmd_ready(args: argparse.Namespace) -> int:
+    ranks: list[tuple[str, str | None]] = [("rank 0", None)] + [(f"rank {i + 1}", p) for i, p in enumerate(args.peers)]
+    props = ("ActiveState", "SubState", "NRestarts", "Result")
+    before = {name: int(unit_show(args.unit, *props, peer=peer).get("NRestarts", "0") or 0) for name, peer in ranks}
+    started = time.monotonic()
+    stage, result = "health", {}
+    while True:
+        for name, peer in ranks:
+            why = unit_failed(unit_show(args.unit, *props, peer=peer), before[name])
+            if why:
+                return _report(args, ranks, 4, f"{name}'s {args.unit} {why} while waiting", stage, started)
+        look = probe(args.url, args.model)
+        stage = "completion" if look["served"] else "models" if look["health"] else "health"
+        if look["served"]:
+            answer = completion(args.url, args.model, args.prompt, args.max_tokens)
+            if answer:
+                result = {"ready": True, "seconds": round(time.monotonic() - started, 1), "completion": answer}
+                print(json.dumps(result), flush=True)
+                return 0
+        if time.monotonic() - started > args.timeout:
+            return _report(args, ranks, 5, f"not ready after {args.timeout} s (stuck at: {stage})", stage, started)
+        _progress(args.progress, stage, started)
+        time.sleep(args.interval)
+
+
+def _progress(path: str | None, stage: str, started: float) -> None:
+    if path:
+        scratch = Path(path + ".tmp")
+        scratch.write_text(json.dumps({"stage": stage, "waited_s": round(time.monotonic() - started, 1)}))
+        scratch.replace(path)
+
+
+def _report(args: argparse.Namespace, ranks: list[tuple[str, str | None]], code: int, why: str, stage: str,
+            started: float) -> int:  # fmt: skip
+    journals = {name: journal(args.unit, peer) for name, peer in ranks}
+    print(json.dumps({"ready": False, "why": why, "stage": stage, "seconds": round(time.monotonic() - started, 1),
+                      "journals": journals}), flush=True)  # fmt: skip
+    return code
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    print(json.dumps(probe(args.url, args.model)))
+    return 0
+
+
+def cmd_verify_unit(args: argparse.Namespace) -> int:
+    if shutil.which("systemd-analyze") is None:
+        print("systemd-analyze is missing: cannot check the unit", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory() as scratch:
+        path = str(Path(scratch) / args.name)
+        shutil.copyfile(args.file, path)
+        done = subprocess.run(["systemd-analyze", "verify", path], capture_output=True, text=True, check=False)
+    # systemd-analyze also grumbles about unrelated units on the host; only lines naming ours count
+    mine = [line for line in (done.stdout + done.stderr).splitlines() if args.name in line]
+    for line in mine:
+        print(line, file=sys.stderr)
+    return 1 if done.returncode != 0 and mine else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sparkplay-serve", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("wait-ports")
+    p.add_argument("endpoints", nargs="+")
+    p.add_argument("--timeout", type=float, default=600)
+    p.set_defaults(func=cmd_wait_ports)
+    p = sub.add_parser("watch")
+    p.add_argument("--unit", required=True)
+    p.add_argument("--peer", dest="peers", action="append", required=True)
+    p.add_argument("--interval", type=float, default=1.0)
+    p.set_defaults(func=cmd_watch)
+    p = sub.add_parser("ready")
+    p.add_argument("--url", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--unit", required=True)
+    p.add_argument("--peer", dest="peers", action="append", default=[])
+    p.add_argument("--timeout", type=int, default=900)
+    p.add_argument("--interval", type=float, default=2.0)
+    p.add_argument("--prompt", default="What is 17*23?")
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--progress")
+    p.set_defaults(func=cmd_ready)
+    p = sub.add_parser("probe")
+    p.add_argument("--url", required=True)
+    p.add_argument("--model", required=True)
+    p.set_defaults(func=cmd_probe)
+    p = sub.add_parser("verify-unit")
+    p.add_argument("file")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_verify_unit)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
