@@ -8,7 +8,7 @@ from typing import Any
 from sparkplay.checkpoints import fabric_env, progress_line, sources
 from sparkplay.doctor import collect, doctor_table, ib_write_bw_gbps
 from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan, twin_addresses
-from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch
+from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch, path_and_parents
 from sparkplay.managed import foreign_files, foreign_report, record
 from sparkplay.nodetools import package_files, path_of
 
@@ -25,6 +25,7 @@ class FilterModule:
             "sparkplay_fabric_peer_addresses": peer_addresses,
             "sparkplay_cidr_address": address_of,
             "sparkplay_free_bytes_for": free_bytes_for,
+            "sparkplay_path_and_parents": path_and_parents,
             "sparkplay_docker_daemon_merge": docker_daemon_merge,
             "sparkplay_listener_pids": listener_pids,
             "sparkplay_nvidia_arch": nvidia_arch,

@@ -139,7 +139,8 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "rank": node.rank,
                 "host": node.host,
                 "role": "leader" if node.rank == 0 else "worker",
-                "argv": list(recipe["serve"]["args"]),
+                # the seed's own command: `serve MODEL FLAGS...`, MODEL being the overlay's container path
+                "argv": ["serve", model.get("path") or overlay["mount"], *recipe["serve"]["args"]],
                 "env": env,
                 "mounts": mounts,
                 "container_options": options,

@@ -1,0 +1,283 @@
+"""Engine adapters: the per-rank launch plans, golden against the seed recipes.
+
+Pure functions, no hosts: the nodes' facts are written here as a real Spark
+pair's fabric.env would hold them (cable addresses, twins, NCCL settings).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+
+from sparkplay.engines import plan as planmod
+from sparkplay.engines.plan import Node, Options, build
+from sparkplay.engines.systemd import env_file, exec_line, quote, status_rows, status_table
+from sparkplay.errors import BadInput
+from sparkplay.hostfacts import prefix_cache_problems
+from sparkplay.recipes import catalog, cmdline
+from tests.conftest import PROJECT
+
+FIXTURES = PROJECT / "tests" / "fixtures"
+ATLAS_JSON = FIXTURES / "localairecipes" / "glm-5-3-flash-nvfp4-on-2x-dgx-spark-atlas-rc4-2-tp2-dflash2-1m.json"
+VLLM_TOML = FIXTURES / "launcher" / "glm53-flash-nvfp4" / "recipe.toml"
+ROOT = "/var/lib/sparkplay/models"
+
+
+def spark_env(rank: int) -> dict[str, str]:
+    return {
+        "SPARKPLAY_FABRIC_TRANSPORT": "rdma",
+        "SPARKPLAY_FABRIC_TWINS": "enp1s0f1np1,enP2p1s0f1np1",
+        "SPARKPLAY_FABRIC_ADDRESSES": f"192.168.100.{10 + rank},192.168.101.{10 + rank}",
+        "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+        "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
+        "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1",
+        "NCCL_IB_GID_INDEX": "3",
+        "NCCL_NET": "IB",
+    }
+
+
+def nodes(count: int = 2, machine: str = "aarch64") -> list[Node]:
+    return [
+        Node.from_facts(f"spark{r}", {"rank": r, "machine": machine, "fabric_env": spark_env(r)}) for r in range(count)
+    ]
+
+
+def recipe(name: str) -> dict:
+    return catalog.load_for_use(catalog.catalog_dir(PROJECT), name)
+
+
+def contains_run(haystack: list[str], needle: list[str]) -> bool:
+    """`needle` appears in `haystack` as one contiguous run, in order."""
+    return any(haystack[i : i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
+
+
+# -- Atlas -------------------------------------------------------------------
+
+
+def test_atlas_plan_holds_every_seed_flag_and_the_per_rank_additions() -> None:
+    seed = cmdline.tokenise(json.loads(ATLAS_JSON.read_text())["command"])
+    deployment = build(recipe("glm53-atlas"), nodes(), Options(model_root=ROOT))
+    assert [r["role"] for r in deployment["ranks"]] == ["leader", "worker"]
+    for rank in deployment["ranks"]:
+        r = rank["rank"]
+        assert rank["argv"] == seed  # the seed command exactly: serve MODEL FLAGS...
+        assert contains_run(rank["exec"], seed)
+        env = rank["env"]
+        assert env["NODE_RANK"] == str(r)
+        assert env["MASTER_ADDR"] == "192.168.100.10"
+        assert env["MASTER_PORT"] == "29510"
+        assert env["MODEL_PATH"] == "/models/atlas-overlay"
+        assert env["DRAFTER_PATH"] == "/models/drafter"
+        assert env["SERVED_MODEL_NAME"] == "glm-5.3-flash-atlas"
+        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "enp1s0f1np1"
+        assert env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"  # the fabric block, from the host's facts
+        assert env["HF_HUB_OFFLINE"] == "1"
+        # the image drops ambient ATLAS_*: they travel in the profile, not the container env
+        assert not [k for k in env if k.startswith("ATLAS_")]
+        for flag in (
+            "--network",
+            "--ipc",
+            "--shm-size",
+            "--memory",
+            "--gpus",
+            "--device",
+            "--ulimit",
+            "--security-opt",
+        ):
+            assert flag in rank["container_options"]
+        assert contains_run(rank["container_options"], ["--device", "/dev/infiniband"])
+        assert contains_run(rank["container_options"], ["--security-opt", "no-new-privileges=true"])
+        assert "SYS_ADMIN" not in rank["container_options"]  # only with the display carve-out
+        targets = {m["target"]: m for m in rank["mounts"]}
+        for path in (
+            f"{ROOT}/nvidia--GLM-5.3-Flash-NVFP4",
+            f"{ROOT}/atlas-overlay",
+            "/models/atlas-overlay",
+            "/models/drafter",
+        ):
+            assert targets[path]["readonly"], path
+        assert targets["/atlas-cuda-cache"]["readonly"] is False
+        assert targets["/opt/atlas/profiles/custom.json"]["source"] == "/etc/sparkplay/atlas-profile.json"
+        profile = json.loads(rank["files"][0]["content"])
+        assert profile["schema"] == "sparkglm.atlas-install-profile/v1"
+        assert profile["environment"]["ATLAS_RDMA_ALLREDUCE"] == "1"
+        assert len(profile["environment"]) == len(
+            [k for k in recipe("glm53-atlas")["serve"]["env"] if k.startswith("ATLAS_")]
+        )
+    leader = deployment["ranks"][0]
+    assert leader["exec"][:3] == ["/usr/bin/docker", "run", "--rm"]
+    assert deployment["image"] == "ghcr.io/enntity/atlas-sparkglm:246a3a948ab9"
+    assert deployment["api"]["url"] == "http://127.0.0.1:8893"
+    assert [r["listen"][0]["port"] for r in deployment["ranks"]] == [8893, 8894]
+
+
+def test_atlas_knobs_are_validated_and_applied() -> None:
+    doc = recipe("glm53-atlas")
+    for bad, says in (
+        ({"gpu_memory_utilization": 0.97}, "outside 0.8-0.95"),
+        ({"prefix_cache_dir": "relative/dir", "prefix_cache_gb": 32}, "not an absolute path"),
+        ({"prefix_cache_dir": "/nvme/cache", "prefix_cache_gb": 8}, "outside 16-100"),
+        ({"prefix_cache_dir": "/nvme/cache", "prefix_cache_gb": 101}, "outside 16-100"),
+    ):
+        with pytest.raises(BadInput, match=says):
+            build(doc, nodes(), Options(model_root=ROOT, knobs=bad))
+    knobs = {"kv_shard": True, "display_carveout": True, "prefix_cache_dir": "/nvme/cache", "prefix_cache_gb": 40}
+    rank = build(doc, nodes(), Options(model_root=ROOT, knobs=knobs))["ranks"][1]
+    profile = json.loads(rank["files"][0]["content"])["environment"]
+    assert profile["ATLAS_GLM_KV_SHARD"] == profile["ATLAS_GLM_KV_SHARD_COMPACT"] == "1"
+    assert profile["ATLAS_KV_NVME_DIR"] == "/prefix-cache/kv"
+    assert profile["ATLAS_KV_NVME_GB"] == profile["ATLAS_SSM_TIER_DISK_GB"] == "20"  # half each
+    assert contains_run(rank["container_options"], ["--cap-add", "SYS_ADMIN"])
+    assert {"source": "/nvme/cache", "target": "/prefix-cache", "readonly": False} in rank["mounts"]
+
+
+def test_prefix_cache_folder_is_checked_against_the_hosts_mounts() -> None:
+    mounts = [
+        {"mount": "/", "fstype": "ext4", "size_available": 500 * 2**30},
+        {"mount": "/dev/shm", "fstype": "tmpfs", "size_available": 64 * 2**30},
+        {"mount": "/small", "fstype": "xfs", "size_available": 10 * 2**30},
+    ]
+    assert prefix_cache_problems("/var/lib/cache", 40, mounts) == []
+    assert "tmpfs" in prefix_cache_problems("/dev/shm/cache", 16, mounts)[0]
+    assert "10.0 GiB free" in prefix_cache_problems("/small/cache", 16, mounts)[0]
+
+
+# -- vLLM --------------------------------------------------------------------
+
+
+def seed_vllm_args() -> list[str]:
+    raw = tomllib.loads(VLLM_TOML.read_text())["args"]
+    # the launcher wraps one JSON value in shell quotes over two lines; the value is what vLLM gets
+    return [a.strip().strip("'") for a in raw]
+
+
+def test_vllm_plan_holds_every_seed_arg_plus_the_rank_flags() -> None:
+    seed_env = tomllib.loads(VLLM_TOML.read_text())["env"]
+    deployment = build(recipe("glm53"), nodes(), Options(model_root=ROOT))
+    leader, worker = deployment["ranks"]
+    for rank in (leader, worker):
+        argv = rank["argv"]
+        assert argv[:2] == ["serve", f"{ROOT}/LibertAIDAI--GLM-5.3-Flash-NVFP4"]
+        assert contains_run(argv, seed_vllm_args())
+        assert contains_run(argv, ["--nnodes", "2"])
+        assert contains_run(argv, ["--node-rank", str(rank["rank"])])
+        assert contains_run(argv, ["--master-addr", "192.168.100.10"])
+        assert contains_run(argv, ["--master-port", "29501"])
+        assert contains_run(argv, ["--tensor-parallel-size", "2"])
+        for key, value in seed_env.items():
+            assert rank["env"][key] == value
+        assert rank["env"]["VLLM_HOST_IP"] == f"192.168.100.{10 + rank['rank']}"
+        for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+            assert rank["env"][key] == "enp1s0f1np1"
+        assert contains_run(rank["container_options"], ["--shm-size", "32gb"])
+        assert contains_run(rank["exec"], ["glm53-flash-nvfp4:local", *argv])
+    assert "--headless" in worker["argv"] and "--headless" not in leader["argv"]
+    assert contains_run(leader["argv"], ["--host", "127.0.0.1", "--port", "8000"])
+    assert "--host" not in worker["argv"]
+    assert deployment["health"]["timeout_s"] == 3600  # the recipe's autotune window
+
+
+def test_vllm_recipe_may_not_set_the_rank_flags() -> None:
+    doc = recipe("glm53")
+    doc["serve"]["args"] = [*doc["serve"]["args"], "--node-rank", "1"]
+    with pytest.raises(BadInput, match="--node-rank"):
+        build(doc, nodes(), Options(model_root=ROOT))
+
+
+# -- llama.cpp ----------------------------------------------------------------
+
+
+def test_llamacpp_plan_spreads_over_every_worker_and_waits_for_them() -> None:
+    deployment = build(recipe("lab-tiny"), nodes(3, "x86_64"), Options(model_root=ROOT))
+    leader, *workers = deployment["ranks"]
+    endpoints = ["192.168.100.11:50052", "192.168.100.12:50052"]
+    assert leader["exec"][:3] == ["/usr/bin/llama-server", "-m", f"{ROOT}/lab-tiny/lab-tiny.gguf"]
+    assert contains_run(leader["exec"], ["--rpc", ",".join(endpoints)])
+    assert contains_run(leader["exec"], ["--host", "127.0.0.1", "--port", "9931"])
+    assert contains_run(leader["exec"], recipe("lab-tiny")["serve"]["args"])
+    assert leader["wait_for"] == endpoints
+    for worker, endpoint in zip(workers, endpoints, strict=True):
+        addr = endpoint.split(":")[0]
+        assert worker["exec"] == ["/usr/libexec/x86_64-linux-gnu/llama/bin/ggml-rpc-server", "-H", addr, "-p", "50052"]
+    assert deployment["leader_follows_workers"]
+    assert deployment["runtime"] == "native"
+    assert deployment["requires"] == [
+        {"host": "spark0", "path": f"{ROOT}/lab-tiny/lab-tiny.gguf", "what": "the GGUF model file"}
+    ]
+
+
+def test_llamacpp_replaces_host_and_port_with_the_effective_ones() -> None:
+    doc = recipe("lab-tiny")
+    doc["serve"]["args"] = ["--port", "8080", "--host=0.0.0.0", *doc["serve"]["args"]]
+    argv = build(doc, nodes(), Options(model_root=ROOT, port=9999))["ranks"][0]["argv"]
+    assert argv.count("--port") == 1 and contains_run(argv, ["--port", "9999"])
+    assert not [a for a in argv if a.startswith("--host=")]
+    assert contains_run(argv, ["--host", "127.0.0.1"])
+
+
+def test_recipe_paths_stay_inside_the_model_root() -> None:
+    doc = recipe("lab-tiny")
+    for path in ("../../etc/shadow", "/etc/shadow", "lab/../../x"):
+        doc["model"]["path"] = path
+        with pytest.raises(BadInput, match="outside the model root"):
+            build(doc, nodes(), Options(model_root=ROOT))
+
+
+def test_node_count_and_ranks_are_checked() -> None:
+    with pytest.raises(BadInput, match="runs on 2 node"):
+        build(recipe("glm53"), nodes(3), Options(model_root=ROOT))
+    gap = [nodes(3)[0], nodes(3)[2]]
+    with pytest.raises(BadInput, match=r"not 0\.\.1"):
+        build(recipe("lab-tiny"), gap, Options(model_root=ROOT))
+    with pytest.raises(BadInput, match=r"provision\.yml"):
+        Node.from_facts("bare", {"rank": 0, "fabric_env": {}})
+
+
+def test_environment_names_and_values_cannot_bend_the_env_file() -> None:
+    doc = recipe("lab-tiny")
+    doc["serve"]["env"] = {"OK": "fine\nEVIL=1"}
+    with pytest.raises(BadInput, match="spans lines"):
+        build(doc, nodes(), Options(model_root=ROOT))
+    assert env_file({"B": "2", "A": "x y"}) == "A=x y\nB=2\n"
+
+
+# -- systemd -------------------------------------------------------------------
+
+
+def test_exec_line_quotes_so_systemd_starts_exactly_the_argv() -> None:
+    line = exec_line(["/usr/bin/llama-server", "--alias", 'a "b" \\c', "100%", "$HOME", "${X}"])
+    assert line == '/usr/bin/llama-server "--alias" "a \\"b\\" \\\\c" "100%%" "$$HOME" "$${X}"'
+    with pytest.raises(BadInput, match="absolute"):
+        exec_line(["llama-server"])
+    with pytest.raises(BadInput, match="spans lines"):
+        quote("a\nExecStartPre=/bin/evil")
+
+
+def test_status_rows_show_which_rank_is_down() -> None:
+    records = {
+        "spark0": {"rank": 0, "role": "leader", "unit": "sparkplay-serve.service", "served_name": "m"},
+        "spark1": {"rank": 1, "role": "worker", "unit": "sparkplay-serve.service", "served_name": "m"},
+        "spark2": {},
+    }
+    units = {
+        "spark0": {"ActiveState": "activating", "SubState": "start-pre", "NRestarts": "0"},
+        "spark1": {"ActiveState": "inactive", "SubState": "dead", "NRestarts": "2"},
+    }
+    rows = status_rows(records, units, {"health": False, "served": False})
+    assert [(r["host"], r["state"], r["up"]) for r in rows] == [
+        ("spark0", "activating/start-pre", False),
+        ("spark1", "inactive/dead", False),
+        ("spark2", "not deployed", False),
+    ]
+    assert rows[1]["restarts"] == 2
+    table = status_table(rows)
+    assert table.splitlines()[0].split() == ["rank", "host", "unit", "state", "since", "health", "model"]
+    assert "inactive/dead" in table.splitlines()[2]
+
+
+def test_plan_is_plain_data() -> None:
+    deployment = build(recipe("glm53-atlas"), nodes(), Options(model_root=ROOT))
+    assert json.loads(json.dumps(deployment)) == deployment
+    assert deployment["unit"] == planmod.UNIT + ".service"

@@ -1,0 +1,174 @@
+"""site.yml with lab-tiny on the real lab: llama.cpp serving a generated model across two ranks. Marked `lab`.
+
+Everything is real: the units under systemd in both nodes, llama.cpp from
+Debian, the RPC traffic over the simulated cable, the completions. Nothing
+stands in for anything here. The tests run in file order on one lab; the
+last one leaves a broken recipe deployed, and the module's teardown removes
+the lab.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import PROJECT, run_cli
+from tests.test_lab import in_node
+from tests.test_provision_lab import playbook, recap
+
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
+
+UNIT = "sparkplay-serve.service"
+
+
+def site(*args: str) -> subprocess.CompletedProcess[str]:
+    return playbook("site.yml", "-e", "recipe=lab-tiny", *args)
+
+
+def ask(prompt: str = "What is 17*23?", timeout: float = 10) -> dict | None:
+    """A temperature-0 chat completion from the leader's API (it listens on rank 0's loopback)."""
+    body = json.dumps({"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": 12})
+    out = in_node(
+        0, "curl", "-s", "-m", str(timeout), "-H", "Content-Type: application/json", "-d", body,
+        "http://127.0.0.1:9931/v1/chat/completions", check=False,
+    )  # fmt: skip
+    try:
+        answer = json.loads(out.stdout)
+    except ValueError:
+        return None
+    return answer if answer.get("choices") else None
+
+
+def unit(rank: int, *props: str) -> dict[str, str]:
+    out = in_node(rank, "systemctl", "show", UNIT, "--property=" + ",".join(props)).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def journal(rank: int, unit_name: str = UNIT) -> str:
+    return in_node(rank, "journalctl", "-u", unit_name, "--no-pager", "-o", "cat").stdout
+
+
+def status() -> list[str]:
+    proc = playbook("status.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return re.findall(r'^\s+"(\d+\s+sparkplay-lab-rank\d.*)",?$', proc.stdout, re.M)
+
+
+def wait_answer(seconds: float) -> float | None:
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        if ask(timeout=5):
+            return time.monotonic() - started
+        time.sleep(0.5)
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def served_lab() -> Iterator[None]:
+    run_cli("lab", "down")
+    assert run_cli("lab", "up").returncode == 0
+    yield
+    run_cli("lab", "down")
+
+
+def test_site_serves_lab_tiny_across_both_ranks():
+    proc = site()
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert re.search(r"lab-tiny answers at http://127\.0\.0\.1:9931 after [\d.]+ s: What is 17\*23\? -> ", proc.stdout)
+    answer = ask()
+    assert answer and answer["choices"][0]["message"]["content"]
+    again = ask()
+    assert again and again["choices"][0]["message"]["content"] == answer["choices"][0]["message"]["content"]  # greedy
+    # the model's layers live on rank 1's RPC backend: the leader says so, and rank 1 allocated them
+    leader = journal(0)
+    assert "offloaded 5/5 layers" in leader
+    size = re.search(r"RPC0\[192\.168\.100\.11:50052\] model buffer size =\s+([\d.]+) MiB", leader).group(1)
+    assert f"[alloc_buffer] device: 0, size: {size} MiB" in journal(1)
+    # the model was mirrored to rank 1 as a staged checkpoint, verified there
+    marker = json.loads(in_node(1, "cat", "/var/lib/sparkplay/models/lab-tiny/.sparkplay/complete.json").stdout)
+    assert marker["files"] == 1
+    # the API stays on loopback, the worker's RPC on the cable address only
+    assert "127.0.0.1:9931" in in_node(0, "ss", "-Htln").stdout
+    listening = in_node(1, "ss", "-Htln").stdout
+    assert "192.168.100.11:50052" in listening and "0.0.0.0:50052" not in listening
+    env = in_node(0, "stat", "-c", "%a", "/etc/sparkplay/serve.env").stdout.strip()
+    assert env == "600"
+    for rank in (0, 1):
+        assert in_node(rank, "systemctl", "is-enabled", UNIT).stdout.strip() == "enabled"
+
+
+def test_second_run_changes_and_restarts_nothing():
+    before = [unit(rank, "MainPID")["MainPID"] for rank in (0, 1)]
+    proc = site()
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert all(counts["changed"] == 0 for counts in recap(proc.stdout).values()), proc.stdout[-4000:]
+    assert [unit(rank, "MainPID")["MainPID"] for rank in (0, 1)] == before
+
+
+def test_check_mode_on_a_served_lab_changes_nothing():
+    proc = playbook("serve.yml", "-e", "recipe=lab-tiny", "--check")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert all(counts["changed"] == 0 for counts in recap(proc.stdout).values()), proc.stdout[-4000:]
+
+
+def test_status_table_lists_every_rank():
+    rows = status()
+    assert len(rows) == 2
+    assert rows[0].split()[:4] == ["0", "sparkplay-lab-rank0", UNIT, "active/running"]
+    assert rows[0].split()[-2:] == ["ok", "lab-tiny"]
+    assert rows[1].split()[:4] == ["1", "sparkplay-lab-rank1", UNIT, "active/running"]
+
+
+def test_killed_worker_is_restarted_and_the_api_answers_again_within_60_s():
+    restarts = int(unit(1, "NRestarts")["NRestarts"])
+    in_node(1, "pkill", "-KILL", "-f", "ggml-rpc-server")
+    time.sleep(5)  # no request in between: the leader's watcher must notice by itself
+    assert "went away: restarting" in journal(0, "sparkplay-serve-watch.service")
+    took = wait_answer(60)
+    assert took is not None, journal(0)[-3000:]
+    assert int(unit(1, "NRestarts")["NRestarts"]) == restarts + 1
+
+
+def test_leader_waits_for_a_stopped_worker_and_status_shows_it():
+    proc = playbook("stop.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for rank in (0, 1):
+        assert unit(rank, "ActiveState")["ActiveState"] == "inactive"
+        assert in_node(rank, "systemctl", "is-enabled", UNIT, check=False).stdout.strip() == "disabled"
+    in_node(0, "systemctl", "start", "--no-block", UNIT)
+    time.sleep(4)
+    rows = status()
+    assert rows[0].split()[3] == "activating/start-pre"  # waiting for rank 1's port
+    assert rows[1].split()[3] == "inactive/dead"
+    assert "waiting for 192.168.100.11:50052" in journal(0)
+    in_node(1, "systemctl", "start", UNIT)
+    assert wait_answer(60) is not None, journal(0)[-3000:]
+
+
+def test_health_that_never_comes_fails_at_the_timeout_with_every_ranks_journal():
+    # a recipe whose server lists another model name: /health is fine, /v1/models never shows it
+    doc = yaml.safe_load((PROJECT / "recipes" / "lab-tiny.yml").read_text())
+    doc["name"] = "lab-tiny-silent"
+    doc["serve"]["args"][-1] = "some-other-name"
+    doc["serve"]["health_timeout_s"] = 15
+    path: Path = PROJECT / "recipes" / "lab-tiny-silent.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        started = time.monotonic()
+        proc = playbook("serve.yml", "-e", "recipe=lab-tiny-silent")
+        took = time.monotonic() - started
+    finally:
+        path.unlink()
+    assert proc.returncode != 0
+    assert "lab-tiny-silent is not serving: not ready after 15 s (stuck at: models)" in proc.stdout
+    # both ranks' last journal lines, not a bare timeout
+    assert '"rank 0": [' in proc.stdout and '"rank 1": [' in proc.stdout
+    assert "sparkplay-serve" in proc.stdout.split('"rank 1": [', 1)[1][:4000]
+    assert took < 15 + 120, f"took {took:.0f} s"

@@ -1,0 +1,92 @@
+"""The serve node tool's logic, off the nodes: port waits, the watcher's reading of /proc/net/tcp,
+what counts as a failed unit, and the lab model it serves.
+
+The TCP tables are written here in the kernel's own format (the lab tests
+watch the real ones); the ports are real sockets on this machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+import time
+from pathlib import Path
+
+import gguf  # the reader llama.cpp's own tools use
+import yaml
+
+from sparkplay.lab import tiny_gguf
+from sparkplay.nodetools import sparkplay_serve as tool
+from tests.conftest import PROJECT
+
+HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+
+
+def row(remote: str, state: str) -> str:
+    return f"   0: 0A64A8C0:B00E {remote} {state} 00000000:00000000 00:00000000 00000000     0        0 1 1 0\n"
+
+
+def test_watcher_reads_the_leaders_connections_to_each_worker():
+    worker = "192.168.100.11:50052"
+    assert tool._hex_endpoint(worker) == "0B64A8C0:C384"  # little-endian address, port 50052
+    live = HEADER + row("0B64A8C0:C384", "01")
+    closed = HEADER + row("0B64A8C0:C384", "08")
+    probe_done = HEADER + row("0B64A8C0:C384", "06")  # the leader's own short probes end in TIME_WAIT
+    other = HEADER + row("0C64A8C0:C384", "08")  # a different worker
+    assert tool.connection_states([worker], live) == {worker: {"01"}}
+    assert tool.lost_peers(tool.connection_states([worker], live)) == []
+    assert tool.lost_peers(tool.connection_states([worker], closed)) == [worker]
+    assert tool.lost_peers(tool.connection_states([worker], probe_done)) == []
+    assert tool.lost_peers(tool.connection_states([worker], other)) == []
+    # a fresh connection next to the dead one: the leader already reconnected
+    assert tool.lost_peers(tool.connection_states([worker], closed + row("0B64A8C0:C384", "01"))) == []
+
+
+def test_a_unit_counts_as_failed_when_it_died_during_the_wait():
+    assert tool.unit_failed({"ActiveState": "active", "SubState": "running", "NRestarts": "0"}, 0) is None
+    assert tool.unit_failed({"ActiveState": "activating", "SubState": "start-pre", "NRestarts": "0"}, 0) is None
+    assert "failed" in tool.unit_failed({"ActiveState": "failed", "Result": "exit-code"}, 0)
+    assert "restarted" in tool.unit_failed({"ActiveState": "activating", "SubState": "auto-restart"}, 0)
+    assert "restarted" in tool.unit_failed({"ActiveState": "active", "SubState": "running", "NRestarts": "3"}, 2)
+    assert tool.unit_failed({"ActiveState": "inactive", "SubState": "dead"}, 0) == "stopped"
+
+
+def test_wait_ports_blocks_until_the_port_answers_and_gives_up_at_the_timeout():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert tool.main(["wait-ports", f"127.0.0.1:{port}", "--timeout", "1"]) == 1
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen_later() -> None:
+        time.sleep(1.5)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+    thread = threading.Thread(target=listen_later)
+    thread.start()
+    started = time.monotonic()
+    try:
+        assert tool.main(["wait-ports", f"127.0.0.1:{port}", "--timeout", "30"]) == 0
+        assert 1.0 < time.monotonic() - started < 10
+    finally:
+        thread.join()
+        server.close()
+
+
+def test_lab_model_is_the_same_bytes_every_time_and_the_recipe_pins_them(tmp_path: Path):
+    first = tiny_gguf.write(tmp_path / "a" / "lab-tiny.gguf")
+    second = tiny_gguf.write(tmp_path / "b" / "lab-tiny.gguf")
+    digest = hashlib.sha256(first.read_bytes()).hexdigest()
+    assert digest == hashlib.sha256(second.read_bytes()).hexdigest()
+    recipe = yaml.safe_load((PROJECT / "recipes" / "lab-tiny.yml").read_text())
+    assert recipe["source"]["sha256"] == digest
+    reader = gguf.GGUFReader(str(first))
+    assert len(reader.tensors) == 3 + 9 * tiny_gguf.LAYERS
+    tokens, _, types = tiny_gguf.vocabulary()
+    assert tokens[:3] == ["<unk>", "<s>", "</s>"] and tokens[3] == "<0x00>" and types[3] == 6
+    output = next(t for t in reader.tensors if t.name == "output.weight").data.reshape(len(tokens), -1)
+    assert not output[:259].any() and output[259:].any()  # only printable tokens can win greedily
