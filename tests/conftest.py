@@ -20,6 +20,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
         capture_output=True,
         text=True,
         timeout=timeout,
+        stdin=subprocess.DEVNULL,  # no terminal: the CLI must not wait for an answer
         env={**os.environ, **(env or {})},
         cwd=PROJECT,
         check=False,

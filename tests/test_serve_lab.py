@@ -1,16 +1,18 @@
-"""site.yml with lab-tiny on the real lab: llama.cpp serving a generated model across two ranks. Marked `lab`.
+"""lab-tiny on the real lab: llama.cpp serving a generated model across two ranks, by the CLI and
+by the playbooks. Marked `lab`.
 
-Everything is real: the units under systemd in both nodes, llama.cpp from
-Debian, the RPC traffic over the simulated cable, the completions. Nothing
-stands in for anything here. The tests run in file order on one lab; the
-last one leaves a broken recipe deployed, and the module's teardown removes
-the lab.
+Everything is real: the sparkplay CLI driving ansible-runner, the units
+under systemd in both nodes, llama.cpp from Debian, the RPC traffic over the
+simulated cable, the completions. Nothing stands in for anything here. The
+tests run in file order on one lab; the last one leaves a broken recipe
+deployed, and the module's teardown removes the lab.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -73,15 +75,34 @@ def wait_answer(seconds: float) -> float | None:
 @pytest.fixture(scope="module", autouse=True)
 def served_lab() -> Iterator[None]:
     run_cli("lab", "down")
+    # a recipe choice an earlier run recorded in the lab inventory (lab down keeps files it did not write)
+    shutil.rmtree(PROJECT / "inventory" / "lab" / "group_vars" / "all", ignore_errors=True)
     assert run_cli("lab", "up").returncode == 0
     yield
     run_cli("lab", "down")
 
 
-def test_site_serves_lab_tiny_across_both_ranks():
-    proc = site()
-    assert proc.returncode == 0, proc.stdout[-5000:]
+def up(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("up", "lab-tiny", "-i", "inventory/lab", *args, timeout=1200)
+
+
+def test_up_without_a_terminal_or_yes_changes_nothing():
+    proc = up()
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr
+    assert "no terminal to ask on: nothing was changed" in proc.stderr
+    assert "plan: sparkplay-lab-rank0:" in proc.stdout  # it showed what it would have done
+    for rank in (0, 1):
+        assert in_node(rank, "test", "-e", "/etc/sparkplay", check=False).returncode == 1
+    assert not (PROJECT / "inventory" / "lab" / "group_vars" / "all" / "sparkplay.yml").exists()
+
+
+def test_up_yes_from_a_fresh_lab_serves_across_both_ranks():
+    proc = up("--yes")
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
     assert re.search(r"lab-tiny answers at http://127\.0\.0\.1:9931 after [\d.]+ s: What is 17\*23\? -> ", proc.stdout)
+    assert re.search(r"up lab-tiny: successful", proc.stdout)
+    chosen = yaml.safe_load((PROJECT / "inventory" / "lab" / "group_vars" / "all" / "sparkplay.yml").read_text())
+    assert chosen["sparkplay_recipe"] == "lab-tiny"
     answer = ask()
     assert answer and answer["choices"][0]["message"]["content"]
     again = ask()
@@ -112,10 +133,11 @@ def test_second_run_changes_and_restarts_nothing():
     assert [unit(rank, "MainPID")["MainPID"] for rank in (0, 1)] == before
 
 
-def test_check_mode_on_a_served_lab_changes_nothing():
-    proc = playbook("serve.yml", "-e", "recipe=lab-tiny", "--check")
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert all(counts["changed"] == 0 for counts in recap(proc.stdout).values()), proc.stdout[-4000:]
+def test_plan_on_the_served_lab_reports_no_changes():
+    proc = run_cli("plan", "lab-tiny", "-i", "inventory/lab", timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert "plan: no changes on any host" in proc.stdout
+    assert "would be backed up and replaced" not in proc.stdout
 
 
 def test_status_table_lists_every_rank():
@@ -124,6 +146,23 @@ def test_status_table_lists_every_rank():
     assert rows[0].split()[:4] == ["0", "sparkplay-lab-rank0", UNIT, "active/running"]
     assert rows[0].split()[-2:] == ["ok", "lab-tiny"]
     assert rows[1].split()[:4] == ["1", "sparkplay-lab-rank1", UNIT, "active/running"]
+
+
+def test_a_foreign_file_stops_up_without_a_terminal_and_yes_backs_it_up():
+    env = "/etc/sparkplay/serve.env"
+    in_node(1, "sh", "-c", f"echo '# my own tuning' >> {env}")
+    edited = in_node(1, "cat", env).stdout
+    proc = up("--only", "serve")
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr
+    assert f"! sparkplay-lab-rank1: {env}" in proc.stdout
+    assert "1 foreign file(s) listed above" in proc.stderr
+    assert in_node(1, "cat", env).stdout == edited  # untouched
+    proc = up("--only", "serve", "--yes")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert "# my own tuning" not in in_node(1, "cat", env).stdout
+    backups = in_node(1, "sh", "-c", f"cat {env}.*~").stdout
+    assert backups == edited  # the user's version, kept beside it
+    assert ask()
 
 
 def test_killed_worker_is_restarted_and_the_api_answers_again_within_60_s():
@@ -148,8 +187,20 @@ def test_leader_waits_for_a_stopped_worker_and_status_shows_it():
     assert rows[0].split()[3] == "activating/start-pre"  # waiting for rank 1's port
     assert rows[1].split()[3] == "inactive/dead"
     assert "waiting for 192.168.100.11:50052" in journal(0)
+    rows = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
+    assert [(r["rank"], r["up"], r["state"]) for r in rows] == [
+        (0, False, "activating/start-pre"), (1, False, "inactive/dead")
+    ]  # fmt: skip
+    logs = run_cli("logs", "-i", "inventory/lab", "--rank", "1", "-n", "400")
+    assert logs.returncode == 0
+    assert "sparkplay-lab-rank1" in logs.stdout and "Stopped sparkplay-serve.service" in logs.stdout
     in_node(1, "systemctl", "start", UNIT)
     assert wait_answer(60) is not None, journal(0)[-3000:]
+    rows = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
+    assert [(r["rank"], r["up"], r["health"], r["model"]) for r in rows] == [
+        (0, True, "ok", "lab-tiny"),
+        (1, True, "-", "-"),
+    ]
 
 
 def test_health_that_never_comes_fails_at_the_timeout_with_every_ranks_journal():

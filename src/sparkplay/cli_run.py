@@ -1,0 +1,277 @@
+"""`sparkplay init|plan|up|status|logs|stop|doctor|verify`: the playbooks for people who don't use Ansible.
+
+Thin on purpose (kolla-ansible's model): each command picks a playbook and
+its extra variables, confirms what is dangerous, runs it through
+ansible-runner and reports. The work is in the playbooks.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from sparkplay import inventory as inv_mod
+from sparkplay.cli_common import ProjectOpt, out, reports_errors
+from sparkplay.cli_display import RunDisplay, print_summary
+from sparkplay.engines.plan import UNIT
+from sparkplay.errors import BadInput, Declined, ExitCode
+from sparkplay.fsutil import atomic_write
+from sparkplay.paths import project_dir
+from sparkplay.recipes import apply as apply_mod
+from sparkplay.recipes import catalog
+from sparkplay.runner import RunResult, run_playbook
+
+STEPS = {"provision": "provision.yml", "models": "models.yml", "overlay": "overlay.yml", "serve": "serve.yml"}
+
+InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Your inventory folder or hosts file.")]
+VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="Show ansible's own output (-vv more).")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Answer yes: for scripts (nothing is asked).")]
+OnlyOpt = Annotated[
+    str | None, typer.Option("--only", help="One step: provision, models, overlay or serve (default: all).")
+]
+
+
+def hosts_file(inventory: Path) -> Path:
+    """The inventory's hosts file (a folder holds hosts.yml)."""
+    path = inventory / "hosts.yml" if inventory.is_dir() else inventory
+    if not path.is_file():
+        raise BadInput(f"inventory {inventory} does not exist", "pass -i with your inventory (`sparkplay init`)")
+    return path.resolve()
+
+
+def step_playbook(only: str | None) -> str:
+    if only is None:
+        return "site.yml"
+    if only not in STEPS:
+        raise BadInput(f"--only {only} is not a step", f"choose one of {', '.join(STEPS)}")
+    return STEPS[only]
+
+
+def run(
+    root: Path, playbook: str, inventory: Path, title: str, *, verbose: int = 0, check: bool = False, **extravars: Any
+) -> RunResult:
+    with RunDisplay(out, title, live=False if verbose else None, check=check) as display:
+        return run_playbook(
+            root, playbook, inventory, extravars=extravars, check=check, diff=check, verbose=verbose, on_event=display
+        )
+
+
+def finish(result: RunResult, verb: str) -> None:
+    """Summary, then exit with the code the outcome maps to."""
+    print_summary(out, result, verb=verb)
+    if result.exit_code != ExitCode.OK:
+        raise typer.Exit(int(result.exit_code))
+
+
+def ask(question: str, yes: bool, refusal: str, fix: str) -> None:
+    """--yes says yes; a terminal is asked; no terminal and no --yes is a no."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise Declined(refusal, fix)
+    if not typer.confirm(question, default=False):
+        raise Declined("declined: nothing was changed", fix)
+
+
+# -- init ---------------------------------------------------------------------------
+
+
+@reports_errors
+def init(
+    inventory: InventoryOpt,
+    node: Annotated[list[str], typer.Option("--node", help="HOST[:RANK], once per node; the leader (rank 0) first.")],
+    user: Annotated[str | None, typer.Option("--user", help="The ssh user on every node (sudo to root).")] = None,
+    yes: YesOpt = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Write a documented inventory for your nodes (asks before replacing one)."""
+    root = project_dir(project)
+    nodes = inv_mod.parse_nodes(node)
+    knobs = (root / "inventory" / "sample" / "group_vars" / "sparkplay_nodes" / "main.yml").read_text()
+    files = inv_mod.render(nodes, user, knobs)
+    folder = inventory if inventory.suffix not in (".yml", ".yaml") else inventory.parent
+    differing = [rel for rel, text in files.items() if (folder / rel).exists() and (folder / rel).read_text() != text]
+    if differing:
+        out.print(f"{folder} already holds: {', '.join(differing)}", markup=False, highlight=False)
+        ask(
+            "Replace them (the old ones are backed up)?",
+            yes,
+            f"{folder} already has an inventory and there is no terminal to ask on",
+            "rerun with --yes to replace it (the old files are backed up)",
+        )
+        for rel in differing:
+            kept = catalog.backup(folder / rel, folder / ".sparkplay-backups" / Path(rel).parent)
+            out.print(f"  previous {rel} kept as {kept}", markup=False, highlight=False)
+    for rel, text in files.items():
+        if atomic_write(folder / rel, text):
+            out.print(f"{folder / rel}: written", markup=False, highlight=False)
+    out.print(f"next: sparkplay up RECIPE -i {folder}", markup=False, highlight=False)
+
+
+# -- plan and up -----------------------------------------------------------------
+
+
+def show_plan(result: RunResult) -> list[str]:
+    """Print what would change per host and the foreign files; return the foreign files."""
+    foreign = sorted(set(result.custom.get("sparkplay_foreign_files") or []))
+    changes = {h: tasks for h, tasks in result.changes.items() if h != "localhost"}
+    if not changes:
+        out.print("plan: no changes on any host")
+    for host, tasks in sorted(changes.items()):
+        out.print(f"plan: {host}: {len(tasks)} change(s)", markup=False, highlight=False)
+        for task in tasks:
+            out.print(f"  ~ {task}", markup=False, highlight=False)
+    if foreign:
+        out.print("These files exist, were not written by sparkplay, and would be backed up and replaced:")
+        for line in foreign:
+            out.print(f"  ! {line}", markup=False, highlight=False)
+    return foreign
+
+
+@reports_errors
+def plan(
+    recipe: Annotated[str, typer.Argument(help="A recipe name from the catalog.")],
+    inventory: InventoryOpt,
+    only: OnlyOpt = None,
+    verbose: VerboseOpt = 0,
+    project: ProjectOpt = None,
+) -> None:
+    """Show what `up` would change on each host, and every foreign file it would replace (changes nothing)."""
+    root = project_dir(project)
+    catalog.load_for_use(catalog.catalog_dir(root), recipe)
+    hosts = hosts_file(inventory)
+    result = run(root, step_playbook(only), hosts, f"plan {recipe}", verbose=verbose, check=True, recipe=recipe)
+    if result.exit_code != ExitCode.OK:
+        finish(result, "plan")
+    show_plan(result)
+
+
+@reports_errors
+def up(
+    recipe: Annotated[str, typer.Argument(help="A recipe name from the catalog.")],
+    inventory: InventoryOpt,
+    yes: YesOpt = False,
+    only: OnlyOpt = None,
+    knob: Annotated[list[str] | None, typer.Option("--set", help="KNOB=VALUE for the recipe (repeatable).")] = None,
+    verbose: VerboseOpt = 0,
+    project: ProjectOpt = None,
+) -> None:
+    """Apply RECIPE to the inventory: plan, show, ask, then run for real (workers first, health proven)."""
+    root = project_dir(project)
+    catalog.load_for_use(catalog.catalog_dir(root), recipe)
+    hosts = hosts_file(inventory)
+    apply_mod.parse_knobs(knob or [])  # a bad --set fails before anything runs
+    playbook = step_playbook(only)
+    planned = run(root, playbook, hosts, f"plan {recipe}", verbose=verbose, check=True, recipe=recipe)
+    if planned.exit_code != ExitCode.OK:
+        finish(planned, "plan")
+    foreign = show_plan(planned)
+    choice = apply_mod.record(root, recipe, hosts, knob or [], lambda *_: True, dry_run=True)
+    if choice.action != "unchanged":
+        out.print(f"{choice.path}: {choice.action} ({'; '.join(choice.diff)})", markup=False, highlight=False)
+    if foreign or planned.changes or choice.action != "unchanged":
+        ask(
+            f"Apply {recipe} to these hosts?",
+            yes,
+            "the plan above needs a yes and there is no terminal to ask on: nothing was changed"
+            + (f" ({len(foreign)} foreign file(s) listed above)" if foreign else ""),
+            "rerun with --yes to go ahead (foreign files are backed up first)",
+        )
+    recorded = apply_mod.record(root, recipe, hosts, knob or [], lambda *_: True)
+    if recorded.backup:
+        out.print(f"previous choice kept as {recorded.backup}", markup=False, highlight=False)
+    extra: dict[str, Any] = {"recipe": recipe}
+    if foreign:
+        extra["sparkplay_confirm_overwrite"] = True  # confirmed above; each file is backed up by the roles
+    result = run(root, playbook, hosts, f"up {recipe}", verbose=verbose, **extra)
+    finish(result, f"up {recipe}")
+
+
+# -- day two ---------------------------------------------------------------------
+
+
+@reports_errors
+def status(
+    inventory: InventoryOpt,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Each rank's unit (state, since, restarts) and the leader's health and served model."""
+    root = project_dir(project)
+    with out.status("reading every rank", spinner="dots") if out.is_terminal and not as_json else nullcontext():
+        result = run_playbook(root, "status.yml", hosts_file(inventory))
+    rows = result.custom.get("sparkplay_status")
+    if result.exit_code != ExitCode.OK or rows is None:
+        finish(result, "status")
+        raise typer.Exit(int(ExitCode.FAILED))
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    table = Table(box=None)
+    for column in ("rank", "host", "unit", "state", "since", "health", "model"):
+        table.add_column(column)
+    for row in rows:
+        style = "green" if row["up"] else "red"
+        table.add_row(*(str(row[c]) for c in ("rank", "host", "unit")), f"[{style}]{row['state']}[/{style}]",
+                      *(str(row[c]) for c in ("since", "health", "model")))  # fmt: skip
+    out.print(table)
+
+
+@reports_errors
+def logs(
+    inventory: InventoryOpt,
+    rank: Annotated[int, typer.Option("--rank", help="Whose journal (0 is the leader).")] = 0,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
+    lines: Annotated[int, typer.Option("--lines", "-n", help="How many recent lines.")] = 100,
+) -> None:
+    """The serving unit's journal on one rank."""
+    found = [h for h in inv_mod.hosts(hosts_file(inventory)) if h.rank == rank]
+    if not found:
+        raise BadInput(f"no host has rank {rank} in {inventory}", "pick a rank the inventory lists")
+    argv = ["journalctl", "-u", UNIT + ".service", "-n", str(lines), "--no-pager", "-o", "short-iso"]
+    if follow:
+        argv.append("--follow")
+    try:
+        code = subprocess.run(found[0].shell_argv(argv), check=False).returncode
+    except KeyboardInterrupt:
+        code = 0  # the way out of --follow
+    raise typer.Exit(code)
+
+
+@reports_errors
+def stop(inventory: InventoryOpt, yes: YesOpt = False, verbose: VerboseOpt = 0, project: ProjectOpt = None) -> None:
+    """Stop serving: the leader first, then the workers (units disabled until the next `up`)."""
+    root = project_dir(project)
+    hosts = hosts_file(inventory)
+    ask("Stop serving on every rank?", yes, "stopping needs a yes and there is no terminal to ask on", "add --yes")
+    finish(run(root, "stop.yml", hosts, "stop", verbose=verbose), "stop")
+
+
+@reports_errors
+def doctor(inventory: InventoryOpt, verbose: VerboseOpt = 0, project: ProjectOpt = None) -> None:
+    """Read-only diagnosis of every node: checks, links, jumbo pings, fabric.env, ssh over the cable."""
+    root = project_dir(project)
+    result = run(root, "doctor.yml", hosts_file(inventory), "doctor", verbose=verbose)
+    for _host, task, message in result.messages:
+        if task == "Doctor | Print the table":
+            out.print(message, markup=False, highlight=False)
+    finish(result, "doctor")
+
+
+@reports_errors
+def verify(inventory: InventoryOpt, verbose: VerboseOpt = 0, project: ProjectOpt = None) -> None:
+    """Re-hash every checkpoint on every rank and re-verify the overlay; mismatches are re-copied."""
+    root = project_dir(project)
+    finish(run(root, "verify.yml", hosts_file(inventory), "verify", verbose=verbose), "verify")
+
+
+def register(app: typer.Typer) -> None:
+    for command in (init, plan, up, status, logs, stop, doctor, verify):
+        app.command(command.__name__)(command)

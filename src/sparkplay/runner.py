@@ -1,0 +1,180 @@
+"""Running the playbooks through ansible-runner, and what the CLI learns from the events.
+
+The CLI never parses ansible's text output: it reads ansible-runner's events
+(play and task starts, per-host results, retries, the final stats with the
+playbooks' `set_stats` data) into a `RunResult`, and hands each event to a
+display as it arrives. Artifacts go under the user's state directory, not
+the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkplay.errors import ExitCode
+
+PROGRESS = re.compile(r"([\d.]+) / ([\d.]+) GB \((\d+)%\)")
+
+
+def state_dir() -> Path:
+    """Where runs keep their artifacts: $SPARKPLAY_STATE_DIR, else $XDG_STATE_HOME/sparkplay."""
+    if os.environ.get("SPARKPLAY_STATE_DIR"):
+        return Path(os.environ["SPARKPLAY_STATE_DIR"])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "sparkplay"
+
+
+@dataclass
+class Failure:
+    host: str
+    task: str
+    message: str
+    output: list[str] = field(default_factory=list)
+    unreachable: bool = False
+
+
+@dataclass
+class RunResult:
+    """What a run did, from its events."""
+
+    status: str = "unstarted"  # ansible-runner's: successful, failed, canceled, timeout
+    rc: int | None = None
+    stats: dict[str, dict[str, int]] = field(default_factory=dict)  # host -> ok/changed/failed/unreachable/skipped
+    changes: dict[str, list[str]] = field(default_factory=dict)  # host -> tasks that changed (or would)
+    failures: list[Failure] = field(default_factory=list)
+    custom: dict[str, Any] = field(default_factory=dict)  # the playbooks' set_stats data
+    messages: list[tuple[str, str, str]] = field(default_factory=list)  # (host, task, debug msg)
+    interrupted: bool = False
+    artifacts: Path | None = None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if any(s.get("unreachable") for s in self.stats.values()) or any(f.unreachable for f in self.failures):
+            return ExitCode.HOSTS_UNREACHABLE
+        if self.failures or any(s.get("failed") for s in self.stats.values()):
+            return ExitCode.HOSTS_FAILED
+        if self.interrupted or self.status != "successful":
+            return ExitCode.FAILED
+        return ExitCode.OK
+
+    def absorb(self, event: Mapping[str, Any]) -> None:
+        """Fold one ansible-runner event into the result."""
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        host, task = data.get("host", ""), str(data.get("task", "")).strip()
+        res = data.get("res") or {}
+        if kind == "runner_on_ok":
+            if res.get("changed"):
+                self.changes.setdefault(host, []).append(task)
+            if "msg" in res and data.get("task_action") in ("debug", "ansible.builtin.debug"):
+                self.messages.append((host, task, _text(res["msg"])))
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            self.failures.append(Failure(host, task, _text(res.get("msg", "failed")), _output_tail(res)))
+        elif kind == "runner_on_unreachable":
+            self.failures.append(Failure(host, task, _text(res.get("msg", "unreachable")), unreachable=True))
+        elif kind == "playbook_on_stats":
+            names = {"ok": "ok", "changed": "changed", "failures": "failed", "dark": "unreachable"}
+            names["skipped"] = "skipped"
+            for key, name in names.items():
+                for stat_host, count in (data.get(key) or {}).items():
+                    self.stats.setdefault(stat_host, {n: 0 for n in names.values()})[name] = count
+            for stat_host in data.get("processed") or {}:
+                self.stats.setdefault(stat_host, {n: 0 for n in names.values()})
+            artifact = data.get("artifact_data") or {}
+            self.custom.update(artifact.get("_run", artifact) if isinstance(artifact, dict) else {})
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return "\n".join(str(v) for v in value)
+    return str(value)
+
+
+def _output_tail(res: Mapping[str, Any], lines: int = 20) -> list[str]:
+    text = "\n".join(str(res.get(k) or "") for k in ("stdout", "stderr") if res.get(k))
+    return text.strip().splitlines()[-lines:] if text.strip() else []
+
+
+def progress_of(message: str) -> tuple[float, float] | None:
+    """(done, total) GB from a mirror progress line, else None."""
+    found = PROGRESS.search(message)
+    return (float(found.group(1)), float(found.group(2))) if found else None
+
+
+@contextmanager
+def _interrupt_flag() -> Iterator[threading.Event]:
+    """Ctrl-C sets a flag the runner polls, so it stops the playbook cleanly instead of dying mid-task."""
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda *_: flag.set())
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_playbook(
+    project: Path,
+    playbook: str,
+    inventory: Path,
+    *,
+    extravars: Mapping[str, Any] | None = None,
+    check: bool = False,
+    diff: bool = False,
+    verbose: int = 0,
+    on_event: Callable[[Mapping[str, Any]], None] | None = None,
+) -> RunResult:
+    """Run PROJECT/PLAYBOOK against INVENTORY; every event goes to `on_event` as it happens."""
+    import ansible_runner  # late: a second or so to import, and only runs need it
+
+    result = RunResult()
+    runs = state_dir() / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
+        # the venv's ansible-playbook, and its plugins' sparkplay package
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+    }
+    cmdline = " ".join(flag for flag, on in (("--check", check), ("--diff", diff)) if on)
+
+    def handle(event: dict[str, Any]) -> bool:
+        result.absorb(event)
+        if on_event is not None:
+            on_event(event)
+        return True  # keep the event in the artifacts
+
+    with _interrupt_flag() as interrupted:
+        runner = ansible_runner.run(
+            private_data_dir=str(runs),
+            project_dir=str(project),
+            playbook=str(project / playbook),
+            inventory=str(inventory),
+            extravars=dict(extravars or {}),
+            cmdline=cmdline or None,
+            envvars=env,
+            verbosity=verbose or None,
+            quiet=verbose == 0,
+            event_handler=handle,
+            cancel_callback=interrupted.is_set,
+            rotate_artifacts=20,
+            suppress_env_files=True,
+        )
+        result.interrupted = interrupted.is_set()
+    result.status, result.rc = runner.status, runner.rc
+    result.artifacts = Path(runner.config.artifact_dir)
+    return result
