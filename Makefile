@@ -22,9 +22,11 @@ $(VENV)/.installed: pyproject.toml
 host:
 	scripts/setup-host
 
-demo: setup ## the lab: two systemd nodes joined by a simulated ConnectX-7 cable
+demo: setup ## the lab serving a real (tiny) model across two ranks: lab up, then the whole site
 	sparkplay lab up --nodes 2
 	sparkplay lab status
+	sparkplay up lab-tiny -i inventory/lab --yes
+	sparkplay status -i inventory/lab
 
 test: setup lint pytest molecule ## everything CI runs
 

@@ -30,10 +30,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
 UNIT = "sparkplay-serve.service"
 
 
-def site(*args: str) -> subprocess.CompletedProcess[str]:
-    return playbook("site.yml", "-e", "recipe=lab-tiny", *args)
-
-
 def ask(prompt: str = "What is 17*23?", timeout: float = 10) -> dict | None:
     """A temperature-0 chat completion from the leader's API (it listens on rank 0's loopback)."""
     body = json.dumps({"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": 12})
@@ -126,8 +122,9 @@ def test_up_yes_from_a_fresh_lab_serves_across_both_ranks():
 
 
 def test_second_run_changes_and_restarts_nothing():
+    # serve.yml alone: the molecule scenario checks the idempotence of the whole site
     before = [unit(rank, "MainPID")["MainPID"] for rank in (0, 1)]
-    proc = site()
+    proc = playbook("serve.yml", "-e", "recipe=lab-tiny")
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert all(counts["changed"] == 0 for counts in recap(proc.stdout).values()), proc.stdout[-4000:]
     assert [unit(rank, "MainPID")["MainPID"] for rank in (0, 1)] == before

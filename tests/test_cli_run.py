@@ -1,0 +1,106 @@
+"""The CLI's own logic around the playbooks: init, bad input, reading runner events, reaching a node.
+
+No hosts here (the lab tests drive `up`, `plan`, `status`, `logs` for real).
+The runner events are written in ansible-runner's own shape.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkplay.errors import BadInput, ExitCode
+from sparkplay.inventory import Host, parse_nodes
+from sparkplay.runner import RunResult, progress_of
+from tests.conftest import run_cli
+
+
+def test_init_writes_a_documented_inventory_and_asks_before_replacing(tmp_path: Path):
+    inv = tmp_path / "pair"
+    proc = run_cli("init", "-i", str(inv), "--node", "spark-a", "--node", "spark-b", "--user", "nvidia")
+    assert proc.returncode == 0, proc.stderr
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    group = hosts["all"]["children"]["sparkplay_nodes"]
+    assert group["hosts"] == {"spark-a": {"sparkplay_rank": 0}, "spark-b": {"sparkplay_rank": 1}}
+    assert group["vars"] == {"ansible_become": True, "ansible_user": "nvidia"}
+    knobs = (inv / "group_vars" / "sparkplay_nodes" / "main.yml").read_text()
+    assert "# serve_bind:" in knobs and "# checkpoint_streams:" in knobs
+    # the same again: nothing to ask
+    assert run_cli("init", "-i", str(inv), "--node", "spark-a", "--node", "spark-b", "--user", "nvidia").returncode == 0
+    # other nodes: no terminal, no --yes -> nothing replaced
+    before = (inv / "hosts.yml").read_text()
+    proc = run_cli("init", "-i", str(inv), "--node", "spark-b:0", "--node", "spark-a:1")
+    assert proc.returncode == ExitCode.DECLINED
+    assert (inv / "hosts.yml").read_text() == before
+    proc = run_cli("init", "-i", str(inv), "--node", "spark-b:0", "--node", "spark-a:1", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    (backup,) = (inv / ".sparkplay-backups").glob("hosts.yml.*")
+    assert backup.read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("specs", "says"),
+    [
+        ([], "no nodes"),
+        (["spark-a", "spark-a"], "twice"),
+        (["spark-a:1", "spark-b:2"], "valid layout"),
+        (["spark a"], "not a host name"),
+        (["spark-a:x"], "must be a number"),
+    ],
+)
+def test_bad_node_lists_are_refused(specs: list[str], says: str):
+    with pytest.raises(BadInput, match=says):
+        parse_nodes(specs)
+
+
+def test_bad_input_exits_2_before_anything_runs(tmp_path: Path):
+    proc = run_cli("up", "no-such-recipe", "-i", str(tmp_path), "--yes")
+    assert proc.returncode == ExitCode.BAD_INPUT and "no-such-recipe" in proc.stderr
+    proc = run_cli("up", "lab-tiny", "-i", str(tmp_path / "missing"), "--yes")
+    assert proc.returncode == ExitCode.BAD_INPUT and "does not exist" in proc.stderr
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    proc = run_cli("up", "lab-tiny", "-i", str(tmp_path), "--only", "everything", "--yes")
+    assert proc.returncode == ExitCode.BAD_INPUT and "--only everything is not a step" in proc.stderr
+    proc = run_cli("up", "lab-tiny", "-i", str(tmp_path), "--set", "nonsense=1", "--yes")
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def event(kind: str, **data: object) -> dict:
+    return {"event": kind, "event_data": data}
+
+
+def test_run_result_reads_the_events_into_changes_failures_and_exit_codes():
+    result = RunResult(status="failed")
+    result.absorb(event("runner_on_ok", host="a", task="Write the unit", res={"changed": True}))
+    result.absorb(event("runner_on_ok", host="a", task="Read", res={"changed": False}))
+    result.absorb(event("runner_on_failed", host="b", task="Probe", ignore_errors=True, res={"msg": "fine"}))
+    assert result.changes == {"a": ["Write the unit"]} and not result.failures
+    result.absorb(
+        event("runner_on_failed", host="b", task="Start", res={"msg": "boom", "stdout": "x\ny", "stderr": "z"})
+    )
+    result.absorb(event("playbook_on_stats", ok={"a": 2}, failures={"b": 1}, artifact_data={"sparkplay_status": []}))
+    assert result.failures[0].output == ["x", "y", "z"]
+    assert result.stats["b"]["failed"] == 1 and result.custom == {"sparkplay_status": []}
+    assert result.exit_code == ExitCode.HOSTS_FAILED
+    result.absorb(event("runner_on_unreachable", host="c", task="Gather", res={"msg": "no route"}))
+    assert result.exit_code == ExitCode.HOSTS_UNREACHABLE
+    assert RunResult(status="successful").exit_code == ExitCode.OK
+    assert RunResult(status="canceled", interrupted=True).exit_code == ExitCode.FAILED
+
+
+def test_progress_lines_are_read_for_the_bar():
+    assert progress_of("rank1: 1.20 / 3.40 GB (35%), 0.85 GB/s, ETA 3 s") == (1.2, 3.4)
+    assert progress_of("lab-tiny answers") is None
+
+
+def test_a_node_is_reached_the_way_ansible_reaches_it():
+    cmd = ["journalctl", "-u", "x"]
+    lab = Host("sparkplay-lab-rank1", 1, {"ansible_connection": "community.docker.docker"})
+    assert lab.shell_argv(cmd) == ["docker", "exec", "sparkplay-lab-rank1", *cmd]
+    spark = Host("spark-b", 1, {"ansible_host": "10.0.0.2", "ansible_user": "nvidia", "ansible_become": True})
+    assert spark.shell_argv(cmd) == ["ssh", "-o", "BatchMode=yes", "nvidia@10.0.0.2", "--", "sudo", "-n", *cmd]
+    root = Host("spark-c", 2, {"ansible_port": 2222})
+    assert root.shell_argv(cmd) == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "spark-c", "--", *cmd]
