@@ -63,7 +63,7 @@ def status_rows(
                 "role": record.get("role", "-"),
                 "unit": record.get("unit", "-"),
                 "state": (f"{state}/{sub}" if sub else state) if deployed else "not deployed",
-                "since": show.get("StateChangeTimestamp") or "-",
+                "since": _short_time(show.get("StateChangeTimestamp") or "-"),
                 "restarts": int(show.get("NRestarts") or 0),
                 "health": ("ok" if probe.get("health") else "down") if leader else "-",
                 "model": (record.get("served_name") if probe.get("served") else "-") if leader else "-",
@@ -71,6 +71,12 @@ def status_rows(
             }
         )
     return sorted(rows, key=lambda row: (row["rank"] if isinstance(row["rank"], int) else 1 << 30, row["host"]))
+
+
+def _short_time(stamp: str) -> str:
+    """'Mon 2026-11-30 09:55:02 UTC' -> '2026-11-30 09:55:02 UTC' (the weekday only widens the table)."""
+    parts = stamp.split()
+    return " ".join(parts[1:]) if len(parts) == 4 else stamp
 
 
 def status_table(rows: Sequence[Mapping[str, Any]]) -> str:
