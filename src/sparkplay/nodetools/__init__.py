@@ -10,7 +10,8 @@ def path_of(name: str) -> str:
     return str(resources.files(__name__).joinpath(name))
 
 
-# The converter as it runs on a node: these modules need only numpy (and PyTorch when present).
+# The converter as it runs on a node: these modules need only numpy (and PyTorch when present);
+# kernel.c is compiled there by the system C compiler when one is installed.
 NVFP4_NODE_FILES = (
     "__init__.py",
     "fsutil.py",
@@ -18,6 +19,8 @@ NVFP4_NODE_FILES = (
     "nvfp4/__main__.py",
     "nvfp4/atlas.py",
     "nvfp4/gpu.py",
+    "nvfp4/kernel.c",
+    "nvfp4/kernel.py",
     "nvfp4/modelopt.py",
     "nvfp4/overlay.py",
     "nvfp4/safetensors.py",

@@ -27,7 +27,7 @@ import numpy as np
 
 from sparkplay import __version__
 from sparkplay.fsutil import atomic_write
-from sparkplay.nvfp4 import atlas, gpu, modelopt
+from sparkplay.nvfp4 import atlas, gpu, kernel, modelopt
 from sparkplay.nvfp4.safetensors import OutTensor, TensorInfo, read_bytes, read_header, write_file
 
 INDEX = "model.safetensors.index.json"
@@ -74,15 +74,17 @@ def _bf16_matrix(raw: bytes, info: TensorInfo) -> np.ndarray:
 
 
 def _quantise(
-    raw: bytes, info: TensorInfo, use_gpu: bool, scheme: str, shared: dict[str, np.float32]
+    raw: bytes, info: TensorInfo, route: str, scheme: str, shared: dict[str, np.float32], workers: int
 ) -> tuple[list[OutTensor], float]:
     prefix = info.name.removesuffix(".weight")
-    w = _bf16_matrix(raw, info)
     try:
-        if scheme == "modelopt":
-            qt = modelopt.quantise(w, shared.get(info.name))
+        if route == "cpu-kernel":
+            qt = kernel.quantise_bf16(np.frombuffer(raw, dtype="<u2").reshape(info.shape), workers)
+        elif scheme == "modelopt":
+            qt = modelopt.quantise(_bf16_matrix(raw, info), shared.get(info.name))
         else:
-            qt = gpu.quantise(w) if use_gpu else atlas.quantise(w)
+            w = _bf16_matrix(raw, info)
+            qt = gpu.quantise(w) if route == "gpu" else atlas.quantise(w)
     except atlas.QuantError as exc:
         raise OverlayError(f"{info.name}: {exc}") from None
     n, k = info.shape
@@ -110,7 +112,7 @@ def _plan(tensors: dict[str, TensorInfo], chosen: set[str]) -> list[tuple[str, s
 
 
 def _rewrite_shard(
-    src: Path, dst: Path, chosen: set[str], workers: int, use_gpu: bool, scheme: str, shared: dict[str, np.float32]
+    src: Path, dst: Path, chosen: set[str], workers: int, route: str, scheme: str, shared: dict[str, np.float32]
 ) -> dict[str, Any]:
     tensors, metadata, _ = read_header(src)
     plan = _plan(tensors, chosen)
@@ -121,19 +123,22 @@ def _rewrite_shard(
         raw = read_bytes(src, info)
         sources[info.name] = (_sha(raw), len(raw))
         if info.name in chosen:
-            return _quantise(raw, info, use_gpu, scheme, shared)
+            # the kernel spreads one tensor over every core itself
+            return _quantise(raw, info, route, scheme, shared, workers if route == "cpu-kernel" else 1)
         return [OutTensor(info.name, info.dtype, info.shape, raw)], None
 
     def stream() -> Iterator[OutTensor]:
-        # a bounded window of tensors in flight, written in order: memory stays small
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        # a bounded window of tensors in flight, written in order: memory stays small. With the
+        # kernel (every core on one tensor) tensors go one at a time: memory stays near one tensor.
+        ahead = 1 if route == "cpu-kernel" else workers * 2
+        with concurrent.futures.ThreadPoolExecutor(max_workers=ahead) as pool:
             infos = list(tensors.values())
-            window = [pool.submit(produce, info) for info in infos[: workers * 2]]
+            window = [pool.submit(produce, info) for info in infos[:ahead]]
             for i, _ in enumerate(infos):
                 outs, scale2 = window[i].result()
                 window[i] = None  # type: ignore[call-overload]
-                if i + workers * 2 < len(infos):
-                    window.append(pool.submit(produce, infos[i + workers * 2]))
+                if i + ahead < len(infos):
+                    window.append(pool.submit(produce, infos[i + ahead]))
                 if scale2 is not None:
                     record["converted"][infos[i].name] = {"scale2": scale2}
                 yield from outs
@@ -251,11 +256,12 @@ def convert(
     use_gpu = scheme == "atlas" and (device == "gpu" or (device == "auto" and gpu.available()))
     if device == "gpu" and not use_gpu:
         raise OverlayError("--device gpu needs scheme atlas and PyTorch with a CUDA device")
+    route = "gpu" if use_gpu else "cpu-kernel" if scheme == "atlas" and kernel.available() else "cpu-numpy"
     shared = _shared_scales(source, headers, chosen_by_shard) if scheme == "modelopt" else {}
     tensors_record: dict[str, Any] = {}
     converted: dict[str, Any] = {}
     for shard, names in sorted(chosen_by_shard.items()):
-        record = _rewrite_shard(source / shard, output / shard, names, workers, use_gpu, scheme, shared)
+        record = _rewrite_shard(source / shard, output / shard, names, workers, route, scheme, shared)
         atomic_write(output / PARTIAL_DIR / f"{shard}.json", json.dumps(record, sort_keys=True) + "\n")
         tensors_record[shard] = record["tensors"]
         converted.update(record["converted"])
@@ -292,6 +298,7 @@ def convert(
         "match": match,
         "converted_count": count,
         "device": "gpu" if use_gpu else "cpu",
+        "route": route,
         "converted": converted,
         "shards": tensors_record,
         "links": links,
