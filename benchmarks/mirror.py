@@ -5,7 +5,9 @@ rank 1 over the simulated cable and prints GB/s for:
   (a) the practical ceiling: unencrypted TCP (tar | nc) over the same cable
       writing the same files into rank 1's model root; also TCP into /dev/null;
   (b) one plain rsync-over-ssh stream;
-  (c) sparkplay's mirror (sparkplay-ckpt mirror, the role's defaults);
+  (c) sparkplay's mirror (sparkplay-ckpt mirror, the role's defaults: parallel streams, each
+      through an ssh session to `sparkplay-ckpt sink` on rank 1);
+  and for reference the other transports: rsync over ssh (rsync), plain TCP (tcp), rsyncd;
 with the ratios c/a and c/b, and the time of a no-op re-run (the status
 check each rank makes, which is all a re-run does). The last line is one
 JSON object with raw_gbps, rsync_gbps, mirror_gbps, ratio_raw, ratio_rsync, noop_s.
@@ -109,6 +111,12 @@ def main() -> None:
         mirror_cmd = f"{TOOL} mirror {SRC} --to {PEER} --dest {SRC} --streams {args.streams} --cipher {args.cipher}"
         mirror_s = timed(0, f"{mirror_cmd} >/dev/null && ssh {PEER} sync")
         node(1, f"{TOOL} verify {SRC} --full >/dev/null && {TOOL} mark {SRC} --revision bench >/dev/null")
+        # (c3) the rsync transport: the same streams as rsync over ssh (the default before)
+        fresh(f"{ROOT}/bench-rsyncssh")
+        rsyncssh_s = timed(0, f"{TOOL} mirror {SRC} --to {PEER} --dest {ROOT}/bench-rsyncssh --streams {args.streams}"
+                              f" --cipher {args.cipher} --transport rsync >/dev/null && ssh {PEER} sync")  # fmt: skip
+        node(1, f"{TOOL} verify {ROOT}/bench-rsyncssh --full --manifest {SRC}/.sparkplay/manifest.json >/dev/null")
+        fresh(f"{ROOT}/bench-rsyncssh")
         # (c') the same with the rsyncd transport: plain TCP to a one-shot daemon on the cable address
         fresh(f"{ROOT}/bench-rsyncd")
         for rank in (0, 1):
@@ -143,24 +151,29 @@ def main() -> None:
         # a re-run: each rank's status check finds a valid marker and the mirror is not started
         digest = json.loads(node(0, f"cat {SRC}/.sparkplay/manifest.json").stdout)["digest"]
         noop_s = timed(1, f"{TOOL} status {SRC} --digest {digest} --revision bench | grep -q '\"complete\": true'")
-        resend_s = timed(0, f"{mirror_cmd} >/dev/null")  # for reference: rsync with nothing to send
+        resend_s = timed(0, f"{mirror_cmd} >/dev/null")  # for reference: a mirror with nothing to send
         fresh(SRC)
 
-        return raw_s, null_s, rsync_s, mirror_s, rsyncd_s, tcp_s, noop_s, resend_s
+        return raw_s, null_s, rsync_s, mirror_s, rsyncd_s, tcp_s, noop_s, resend_s, rsyncssh_s
 
     rounds = [run_round() for _ in range(args.rounds)]
-    raw_s, null_s, rsync_s, mirror_s, rsyncd_s, tcp_s, noop_s, resend_s = (
+    raw_s, null_s, rsync_s, mirror_s, rsyncd_s, tcp_s, noop_s, resend_s, rsyncssh_s = (
         statistics.median(col) for col in zip(*rounds, strict=True)
     )
     files = node(0, f"cd {SRC} && find . -path ./.sparkplay -prune -o -type f -size +64M -print").stdout.split()
     gb = total / 1e9
-    raw, null, rsync, mirror, rsyncd, tcp = (gb / x for x in (raw_s, null_s, rsync_s, mirror_s, rsyncd_s, tcp_s))
+    raw, null, rsync, mirror, rsyncd, tcp, rsyncssh = (
+        gb / x for x in (raw_s, null_s, rsync_s, mirror_s, rsyncd_s, tcp_s, rsyncssh_s)
+    )
     print(f"medians of {args.rounds} rounds")
     print(f"tree: {gb:.2f} GB ({shards} shards, {small} small files), lab cable, 2 cores shared by both ends")
     print(f"(a) unencrypted TCP into rank 1's model root : {raw:6.3f} GB/s  ({raw_s:.1f} s, {len(files) + 1} streams)")
     print(f"    unencrypted TCP into /dev/null, 1 stream : {null:6.3f} GB/s")
     print(f"(b) one rsync over ssh                       : {rsync:6.3f} GB/s  ({rsync_s:.1f} s)")
-    print(f"(c) sparkplay mirror, {args.streams} streams, {args.cipher}: {mirror:6.3f} GB/s  ({mirror_s:.1f} s)")
+    print(f"(c) sparkplay mirror, {args.streams} streams through ssh, {args.cipher}: {mirror:6.3f} GB/s"
+          f"  ({mirror_s:.1f} s)")  # fmt: skip
+    print(f"(c3) sparkplay mirror, {args.streams} streams, rsync transport (rsync over ssh): {rsyncssh:6.3f} GB/s"
+          f"  ({rsyncssh_s:.1f} s)")  # fmt: skip
     print(f"(c'') sparkplay mirror, {args.streams} streams, tcp transport (sendfile, no encryption): {tcp:6.3f} GB/s"
           f"  ({tcp_s:.1f} s)")  # fmt: skip
     print(f"(c') sparkplay mirror, {args.streams} streams, rsyncd transport (no encryption): {rsyncd:6.3f} GB/s"
@@ -177,7 +190,8 @@ def main() -> None:
                       "ratio_raw": round(mirror / raw, 3), "ratio_rsync": round(mirror / rsync, 3),
                       "noop_s": round(noop_s, 3), "mirror_rsyncd_gbps": round(rsyncd, 3),
                       "ratio_raw_rsyncd": round(rsyncd / raw, 3), "mirror_tcp_gbps": round(tcp, 3),
-                      "ratio_raw_tcp": round(tcp / raw, 3), "ratio_rsync_tcp": round(tcp / rsync, 3)}))  # fmt: skip
+                      "ratio_raw_tcp": round(tcp / raw, 3), "ratio_rsync_tcp": round(tcp / rsync, 3),
+                      "mirror_rsync_transport_gbps": round(rsyncssh, 3), "null_gbps": round(null, 3)}))  # fmt: skip
 
 
 if __name__ == "__main__":

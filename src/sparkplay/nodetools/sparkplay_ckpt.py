@@ -10,6 +10,8 @@ object on stdout and exits non-zero with a one-line error on stderr.
     manifest  DIR [--jobs N]                            -> DIR/.sparkplay/manifest.json
     need      DIR --manifest M                          -> bytes still to receive
     mirror    DIR --to HOST --dest DIR [--streams 8] [--cipher C] [--only LIST] [--progress F]
+              [--transport ssh|rsync|rsyncd|tcp]
+    sink      DIR                                       (the peer's end of the ssh transport: stdin/stdout)
     verify    DIR --manifest M [--full] [--jobs N]      -> mismatched/missing paths
     mark      DIR --manifest M --revision REV           -> DIR/.sparkplay/complete.json (written last)
 
@@ -25,6 +27,7 @@ import concurrent.futures
 import contextlib
 import hashlib
 import hmac
+import io
 import json
 import os
 import re
@@ -37,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -405,7 +408,7 @@ def _rsync_all(
 def cmd_mirror(
     root: Path, host: str, dest: str, streams: int, cipher: str, only: Path | None, progress_path: Path | None,
     ssh_options: list[str], bwlimit_kbps: int = 0, transport: str = "ssh", port: int = 0,
-    password_file: Path | None = None,
+    password_file: Path | None = None, remote_tool: str = "",
 ) -> dict[str, Any]:  # fmt: skip
     manifest = _load_manifest(root / MANIFEST)
     entries = manifest["files"]
@@ -416,6 +419,17 @@ def cmd_mirror(
     if cipher:
         ssh += ["-c", cipher]
     ssh += ssh_options
+    if transport == "ssh":
+        progress = _Progress(progress_path, sum(e.get("size", 0) for e in entries))
+        started = time.monotonic()
+        with _reporting(progress):
+            n, transferred, sent = _mirror_ssh(root, ssh, host, remote_tool or str(Path(sys.argv[0]).resolve()),
+                                               dest.rstrip("/"), entries, streams, only is not None, progress,
+                                               bwlimit_kbps)  # fmt: skip
+        elapsed = time.monotonic() - started
+        return {"host": host, "streams": n, "transferred_bytes": transferred, "sent_bytes": sent,
+                "total_bytes": progress.total, "seconds": round(elapsed, 3),
+                "gbps": round(transferred / elapsed / 1e9, 3) if elapsed else None}  # fmt: skip
     if transport == "tcp":
         if password_file is None or not port:
             raise Failure("the tcp transport needs --port and --password-file")
@@ -433,7 +447,7 @@ def cmd_mirror(
                 "total_bytes": progress.total, "seconds": round(elapsed, 3),
                 "gbps": round(transferred / elapsed / 1e9, 3) if elapsed else None}  # fmt: skip
     base = ["rsync", "-a", "--partial", "--numeric-ids", "--info=progress2", "--no-inc-recursive", "--stats"]
-    if transport == "ssh":
+    if transport == "rsync":
         base += ["-e", shlex.join(ssh)]
         target = f"{host}:{dest.rstrip('/')}/"
     elif transport == "rsyncd":
@@ -444,7 +458,7 @@ def cmd_mirror(
         base.append(f"--password-file={password_file}")
         target = f"rsync://{RSYNCD_USER}@{host}:{port}/{RSYNCD_MODULE}/"
     else:
-        raise Failure(f"unknown transport {transport!r}: use ssh or rsyncd")
+        raise Failure(f"unknown transport {transport!r}: use ssh, rsync, rsyncd or tcp")
     if bwlimit_kbps:
         base.append(f"--bwlimit={bwlimit_kbps}")
     progress = _Progress(progress_path, sum(e.get("size", 0) for e in entries))
@@ -569,6 +583,70 @@ def _safe_join(root: Path, rel: str) -> Path:
     return root.joinpath(*parts)
 
 
+def _receive_frames(
+    rfile: Any, reply: Callable[[dict[str, Any]], None], dest: Path, received: dict[str, int], lock: threading.Lock
+) -> None:
+    """Receive files over one stream (a socket, or stdin under ssh) until the sender says done.
+
+    Per file the sender names it, the receiver answers with the size it already holds (an
+    interrupted copy resumes there), the bytes follow, and the receiver confirms once the
+    file is complete with its mtime and mode set.
+    """
+    buffer = bytearray(TCP_BUFFER)
+    view = memoryview(buffer)
+    while True:
+        req = _line(rfile)
+        if req.get("done"):
+            return
+        path = _safe_join(dest, req["path"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if "symlink" in req:
+            if path.is_symlink() or path.exists():
+                path.unlink()
+            path.symlink_to(req["symlink"])
+            reply({"ok": True})
+            continue
+        size = int(req["size"])
+        have = path.stat().st_size if path.is_file() and not path.is_symlink() else 0
+        if req.get("restart") or have > size:
+            have = 0
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, have)
+            os.lseek(fd, have, os.SEEK_SET)
+            reply({"offset": have})
+            left = size - have
+            while left:
+                # buffered bytes first (readline may have read ahead), then the stream
+                n = rfile.readinto(view[: min(left, TCP_BUFFER)])
+                if not n:
+                    raise ConnectionError("sender stopped mid-file")
+                os.write(fd, view[:n])
+                left -= n
+            os.utime(fd, ns=(req["mtime_ns"], req["mtime_ns"]))
+            os.fchmod(fd, req.get("mode", 0o644))
+        finally:
+            os.close(fd)
+        with lock:
+            received["files"] += 1
+            received["bytes"] += size - have
+        reply({"ok": True})
+
+
+def cmd_sink(dest: Path) -> dict[str, Any]:
+    """The receiving end of the ssh transport: the protocol on stdin/stdout, ssh already authenticated."""
+    dest.mkdir(parents=True, exist_ok=True)
+    received = {"files": 0, "bytes": 0}
+    out = sys.stdout.buffer
+
+    def reply(data: dict[str, Any]) -> None:
+        out.write(json.dumps(data).encode() + b"\n")
+        out.flush()
+
+    _receive_frames(sys.stdin.buffer, reply, dest, received, threading.Lock())
+    return received
+
+
 def _serve_tcp(dest: Path, address: str, port: int, secret: bytes, allow: str, timeout: float) -> dict[str, Any]:
     dest.mkdir(parents=True, exist_ok=True)
     received = {"files": 0, "bytes": 0}
@@ -584,45 +662,7 @@ def _serve_tcp(dest: Path, address: str, port: int, secret: bytes, allow: str, t
             if not hmac.compare_digest(answer, hmac.new(secret, nonce.encode(), "sha256").hexdigest()):
                 return
             _send_line(self.request, {"ok": True})
-            buffer = bytearray(TCP_BUFFER)
-            view = memoryview(buffer)
-            while True:
-                req = _line(self.rfile)
-                if req.get("done"):
-                    return
-                path = _safe_join(dest, req["path"])
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if "symlink" in req:
-                    if path.is_symlink() or path.exists():
-                        path.unlink()
-                    path.symlink_to(req["symlink"])
-                    _send_line(self.request, {"ok": True})
-                    continue
-                size = int(req["size"])
-                have = path.stat().st_size if path.is_file() and not path.is_symlink() else 0
-                if req.get("restart") or have > size:
-                    have = 0
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-                try:
-                    os.ftruncate(fd, have)
-                    os.lseek(fd, have, os.SEEK_SET)
-                    _send_line(self.request, {"offset": have})
-                    left = size - have
-                    while left:
-                        # buffered bytes first (readline may have read ahead), then the socket
-                        n = self.rfile.readinto(view[: min(left, TCP_BUFFER)])
-                        if not n:
-                            raise ConnectionError("sender stopped mid-file")
-                        os.write(fd, view[:n])
-                        left -= n
-                    os.utime(fd, ns=(req["mtime_ns"], req["mtime_ns"]))
-                    os.fchmod(fd, req.get("mode", 0o644))
-                finally:
-                    os.close(fd)
-                with lock:
-                    received["files"] += 1
-                    received["bytes"] += size - have
-                _send_line(self.request, {"ok": True})
+            _receive_frames(self.rfile, lambda data: _send_line(self.request, data), dest, received, lock)
 
     class Server(socketserver.ThreadingTCPServer):
         allow_reuse_address = True
@@ -645,12 +685,41 @@ def _serve_tcp(dest: Path, address: str, port: int, secret: bytes, allow: str, t
     return {"stopped": stopped, **received}
 
 
+def _send_entries(
+    reader: Any, send_line: Callable[[dict[str, Any]], None], send_file: Callable[[Any, int, int], int],
+    entries: list[dict[str, Any]], root: Path, restart: bool, stream: int, progress: _Progress, where: str,
+) -> tuple[int, int]:  # fmt: skip
+    """Send entries over one stream; return (bytes of files sent, bytes that crossed)."""
+    transferred = sent = 0
+    for entry in entries:
+        path = root / entry["path"]
+        if entry["type"] == "symlink":
+            send_line({"path": entry["path"], "symlink": entry["target"]})
+            _line(reader)
+            continue
+        st = path.stat()
+        send_line({"path": entry["path"], "size": st.st_size, "mode": st.st_mode & 0o7777,
+                   "mtime_ns": st.st_mtime_ns, "restart": restart or entry.get("restart", False)})  # fmt: skip
+        offset = int(_line(reader)["offset"])
+        with path.open("rb") as fh:
+            position = offset
+            while position < st.st_size:
+                count = send_file(fh, position, min(st.st_size - position, 64 << 20))
+                position += count
+                progress.update(stream, progress.done.get(stream, 0) + count)
+        if not _line(reader).get("ok"):
+            raise Failure(f"{where} did not confirm {entry['path']}")
+        transferred += st.st_size if offset < st.st_size else 0
+        sent += st.st_size - offset
+    send_line({"done": True})
+    return transferred, sent
+
+
 def _tcp_stream(
     root: Path, host: str, port: int, secret: bytes, entries: list[dict[str, Any]], restart: bool,
     stream: int, progress: _Progress,
 ) -> tuple[int, int]:  # fmt: skip
-    """Send entries over one connection; return (bytes of files sent, bytes that crossed)."""
-    transferred = sent = 0
+    """Send entries over one authenticated TCP connection."""
     with socket.create_connection((host, port), timeout=60) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
         reader = sock.makefile("rb")
@@ -658,28 +727,73 @@ def _tcp_stream(
         _send_line(sock, {"hmac": hmac.new(secret, nonce.encode(), "sha256").hexdigest()})
         if not _line(reader).get("ok"):
             raise Failure(f"{host}:{port} refused the secret")
-        for entry in entries:
-            path = root / entry["path"]
-            if entry["type"] == "symlink":
-                _send_line(sock, {"path": entry["path"], "symlink": entry["target"]})
-                _line(reader)
-                continue
-            st = path.stat()
-            _send_line(sock, {"path": entry["path"], "size": st.st_size, "mode": st.st_mode & 0o7777,
-                              "mtime_ns": st.st_mtime_ns, "restart": restart})  # fmt: skip
-            offset = int(_line(reader)["offset"])
-            with path.open("rb") as fh:
-                position = offset
-                while position < st.st_size:
-                    count = min(st.st_size - position, 64 << 20)
-                    position += sock.sendfile(fh, position, count)
-                    progress.update(stream, progress.done.get(stream, 0) + count)
-            if not _line(reader).get("ok"):
-                raise Failure(f"{host} did not confirm {entry['path']}")
-            transferred += st.st_size if offset < st.st_size else 0
-            sent += st.st_size - offset
-        _send_line(sock, {"done": True})
-    return transferred, sent
+        return _send_entries(reader, lambda data: _send_line(sock, data), sock.sendfile, entries, root, restart,
+                             stream, progress, f"{host}:{port}")  # fmt: skip
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _ssh_stream(
+    root: Path, ssh: list[str], host: str, remote: list[str], entries: list[dict[str, Any]], restart: bool,
+    stream: int, progress: _Progress, bwlimit_kbps: int,
+) -> tuple[int, int]:  # fmt: skip
+    """Send entries through one ssh session to `sparkplay-ckpt sink` on the peer (encrypted, ssh-authenticated)."""
+    proc = subprocess.Popen([*ssh, host, shlex.join(remote)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0)  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None  # noqa: S101 - Popen with PIPE gives both
+    out_fd = proc.stdin.fileno()
+    reader = io.BufferedReader(proc.stdout)  # type: ignore[arg-type]
+    started, moved = time.monotonic(), 0
+
+    def send_file(fh: Any, position: int, count: int) -> int:
+        nonlocal moved
+        done = os.sendfile(out_fd, fh.fileno(), position, min(count, CHUNK))
+        moved += done
+        if bwlimit_kbps:  # a cap per stream, like rsync's --bwlimit
+            ahead = moved / (bwlimit_kbps * 1024) - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+        return done
+
+    try:
+        result = _send_entries(reader, lambda data: _write_all(out_fd, json.dumps(data).encode() + b"\n"),
+                               send_file, entries, root, restart, stream, progress, host)  # fmt: skip
+    except (OSError, ConnectionError, ValueError) as exc:
+        proc.kill()
+        err = (proc.stderr.read().decode(errors="replace").strip().splitlines() if proc.stderr else []) or [str(exc)]
+        raise Failure(f"ssh stream to {host} failed: {err[-1]}") from None
+    finally:
+        proc.stdin.close()
+    rc = proc.wait()
+    if rc != 0:
+        err = proc.stderr.read().decode(errors="replace").strip().splitlines() if proc.stderr else []
+        raise Failure(f"ssh stream to {host} ended with exit {rc}: {(err or ['no message'])[-1]}")
+    return result
+
+
+def _mirror_ssh(
+    root: Path, ssh: list[str], host: str, remote_tool: str, dest: str, entries: list[dict[str, Any]],
+    streams: int, restart: bool, progress: _Progress, bwlimit_kbps: int,
+) -> tuple[int, int, int]:  # fmt: skip
+    """The large files over parallel ssh streams, biggest first; then one sweep with the rest and the manifest."""
+    remote = [remote_tool, "sink", dest]
+    queues = _buckets(entries, streams)
+    big = {e["path"] for b in queues for e in b}
+    sweep = [e for e in entries if e["path"] not in big]
+    # the manifest is small and authoritative: always sent whole
+    sweep.append({"path": MANIFEST, "type": "file", "size": (root / MANIFEST).stat().st_size, "restart": True})
+    results: list[tuple[int, int]] = []
+    if queues:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(queues)) as pool:
+            futures = [pool.submit(_ssh_stream, root, ssh, host, remote, q, restart, i, progress, bwlimit_kbps)
+                       for i, q in enumerate(queues)]  # fmt: skip
+            results = [f.result() for f in futures]
+    results.append(_ssh_stream(root, ssh, host, remote, sweep, restart, len(queues), progress, bwlimit_kbps))
+    return len(queues) + 1, sum(r[0] for r in results), sum(r[1] for r in results)
 
 
 def _mirror_tcp(
@@ -780,9 +894,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--progress", type=Path)
     p.add_argument("--ssh-option", action="append", default=[], dest="ssh_options")
     p.add_argument("--bwlimit", type=int, default=0, help="KiB/s per stream (0: no limit)")
-    p.add_argument("--transport", choices=["ssh", "rsyncd", "tcp"], default="ssh")
+    p.add_argument("--transport", choices=["ssh", "rsync", "rsyncd", "tcp"], default="ssh")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--password-file", type=Path)
+    p.add_argument("--remote-tool", default="", help="this tool's path on the peer (default: the same as here)")
+    p = sub.add_parser("sink")
+    p.add_argument("dest", type=Path)
     p = sub.add_parser("receive")
     p.add_argument("dest", type=Path)
     p.add_argument("--address", required=True)
@@ -819,7 +936,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "mirror":
             result = cmd_mirror(args.dir, args.host, args.dest, args.streams, args.cipher, args.only,
                                 args.progress, args.ssh_options, args.bwlimit, args.transport, args.port,
-                                args.password_file)  # fmt: skip
+                                args.password_file, args.remote_tool)  # fmt: skip
+        elif args.command == "sink":
+            result = cmd_sink(args.dest)
         elif args.command == "receive":
             result = cmd_receive(args.dest, args.address, args.port, args.secret_file, args.allow, args.timeout,
                                  args.transport)  # fmt: skip
