@@ -135,6 +135,19 @@ def show_plan(result: RunResult) -> list[str]:
     return foreign
 
 
+def planned_run(
+    root: Path, recipe: str, inventory: Path, only: str | None, verbose: int
+) -> tuple[Path, str, RunResult]:
+    """Check the recipe and the inventory, then the check-and-diff run; failures end the command here."""
+    catalog.load_for_use(catalog.catalog_dir(root), recipe)
+    hosts = hosts_file(inventory)
+    playbook = step_playbook(only)
+    result = run(root, playbook, hosts, f"plan {recipe}", verbose=verbose, check=True, recipe=recipe)
+    if result.exit_code != ExitCode.OK:
+        finish(result, "plan")
+    return hosts, playbook, result
+
+
 @reports_errors
 def plan(
     recipe: Annotated[str, typer.Argument(help="A recipe name from the catalog.")],
@@ -144,13 +157,7 @@ def plan(
     project: ProjectOpt = None,
 ) -> None:
     """Show what `up` would change on each host, and every foreign file it would replace (changes nothing)."""
-    root = project_dir(project)
-    catalog.load_for_use(catalog.catalog_dir(root), recipe)
-    hosts = hosts_file(inventory)
-    result = run(root, step_playbook(only), hosts, f"plan {recipe}", verbose=verbose, check=True, recipe=recipe)
-    if result.exit_code != ExitCode.OK:
-        finish(result, "plan")
-    show_plan(result)
+    show_plan(planned_run(project_dir(project), recipe, inventory, only, verbose)[2])
 
 
 @reports_errors
@@ -165,13 +172,8 @@ def up(
 ) -> None:
     """Apply RECIPE to the inventory: plan, show, ask, then run for real (workers first, health proven)."""
     root = project_dir(project)
-    catalog.load_for_use(catalog.catalog_dir(root), recipe)
-    hosts = hosts_file(inventory)
     apply_mod.parse_knobs(knob or [])  # a bad --set fails before anything runs
-    playbook = step_playbook(only)
-    planned = run(root, playbook, hosts, f"plan {recipe}", verbose=verbose, check=True, recipe=recipe)
-    if planned.exit_code != ExitCode.OK:
-        finish(planned, "plan")
+    hosts, playbook, planned = planned_run(root, recipe, inventory, only, verbose)
     foreign = show_plan(planned)
     choice = apply_mod.record(root, recipe, hosts, knob or [], lambda *_: True, dry_run=True)
     if choice.action != "unchanged":
