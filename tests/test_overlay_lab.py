@@ -57,6 +57,7 @@ def test_every_rank_builds_and_verifies_its_overlay():
         assert verify(rank) == {"ok": True, "problems": []}
         receipt = json.loads(in_node(rank, "cat", f"{OUT}/sparkplay-overlay.json").stdout)
         assert receipt["converted_count"] == 6 and receipt["device"] == "cpu"
+        assert receipt["route"] == "cpu-kernel"  # the C kernel, built on the node with the gcc the role installed
         # the untouched shard is a hardlink to this rank's own checkpoint
         inodes = in_node(
             rank,

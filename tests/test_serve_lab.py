@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,6 +172,29 @@ def test_killed_worker_is_restarted_and_the_api_answers_again_within_60_s():
     took = wait_answer(60)
     assert took is not None, journal(0)[-3000:]
     assert int(unit(1, "NRestarts")["NRestarts"]) == restarts + 1
+
+
+def test_serving_comes_back_after_both_nodes_reboot():
+    # a reboot of both nodes: the enabled units start on their own; the worker retries until the
+    # cable is back (a lab restart loses its veth pairs; `lab up` re-wires them, as a cable would be)
+    subprocess.run(["docker", "restart", "-t", "20", "sparkplay-lab-rank0", "sparkplay-lab-rank1"], check=True)
+    assert run_cli("lab", "up").returncode == 0
+    took = wait_answer(90)
+    assert took is not None, journal(0)[-3000:] + journal(1)[-3000:]
+
+
+def test_ctrl_c_stops_a_run_cleanly():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkplay", "plan", "lab-tiny", "-i", "inventory/lab"],
+        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    time.sleep(8)
+    proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, out[-3000:] + err
+    assert "Interrupted: the playbook was stopped" in out
+    assert time.monotonic() - started < 60
 
 
 def test_leader_waits_for_a_stopped_worker_and_status_shows_it():
