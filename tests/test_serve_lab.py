@@ -206,12 +206,12 @@ def test_leader_waits_for_a_stopped_worker_and_status_shows_it():
     in_node(0, "systemctl", "start", "--no-block", UNIT)
     time.sleep(4)
     rows = status()
-    assert rows[0].split()[3] == "activating/start-pre"  # waiting for rank 1's port
+    assert rows[0].split()[3] == "active/running" and rows[0].split()[-2] == "down"  # waiting for rank 1's port
     assert rows[1].split()[3] == "inactive/dead"
     assert "waiting for 192.168.100.11:50052" in journal(0)
     rows = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
-    assert [(r["rank"], r["up"], r["state"]) for r in rows] == [
-        (0, False, "activating/start-pre"), (1, False, "inactive/dead")
+    assert [(r["rank"], r["up"], r["state"], r["health"]) for r in rows] == [
+        (0, False, "active/running", "down"), (1, False, "inactive/dead", "-")
     ]  # fmt: skip
     logs = run_cli("logs", "-i", "inventory/lab", "--rank", "1", "-n", "400")
     assert logs.returncode == 0

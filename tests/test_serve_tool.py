@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -90,3 +92,16 @@ def test_lab_model_is_the_same_bytes_every_time_and_the_recipe_pins_them(tmp_pat
     assert tokens[:3] == ["<unk>", "<s>", "</s>"] and tokens[3] == "<0x00>" and types[3] == 6
     output = next(t for t in reader.tensors if t.name == "output.weight").data.reshape(len(tokens), -1)
     assert not output[:259].any() and output[259:].any()  # only printable tokens can win greedily
+
+
+def test_run_waits_for_the_ports_then_becomes_the_program():
+    script = str(Path(tool.__file__))
+    done = subprocess.run([sys.executable, script, "run", "--", "/bin/echo", "engine", "100%"],
+                          capture_output=True, text=True, check=False, timeout=30)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip().endswith("engine 100%")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, script, "run", "--wait-for", f"127.0.0.1:{port}", "--timeout", "1", "--", "/bin/echo", "x"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+    assert done.returncode == 1 and "x" not in done.stdout.split()  # never started: systemd retries the unit

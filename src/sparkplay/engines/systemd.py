@@ -67,7 +67,8 @@ def status_rows(
                 "restarts": int(show.get("NRestarts") or 0),
                 "health": ("ok" if probe.get("health") else "down") if leader else "-",
                 "model": (record.get("served_name") if probe.get("served") else "-") if leader else "-",
-                "up": deployed and state == "active",
+                # a leader is up when its API answers, not merely when its process runs
+                "up": deployed and state == "active" and (bool(probe.get("health")) or not leader),
             }
         )
     return sorted(rows, key=lambda row: (row["rank"] if isinstance(row["rank"], int) else 1 << 30, row["host"]))

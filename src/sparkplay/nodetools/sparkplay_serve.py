@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -72,6 +73,20 @@ def cmd_wait_ports(args: argparse.Namespace) -> int:
         time.sleep(1)
     print("all ports answer: " + ", ".join(args.endpoints), flush=True)
     return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        print("nothing to run after --", file=sys.stderr)
+        return 2
+    if args.wait_for:
+        waited = cmd_wait_ports(argparse.Namespace(endpoints=args.wait_for, timeout=args.timeout))
+        if waited != 0:
+            return waited
+    sys.stdout.flush()
+    os.execv(argv[0], argv)  # noqa: S606 - the plan's own argv, no shell
+    return 127  # not reached
 
 
 # -- the leader's watcher ---------------------------------------------------
@@ -262,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("endpoints", nargs="+")
     p.add_argument("--timeout", type=float, default=600)
     p.set_defaults(func=cmd_wait_ports)
+    p = sub.add_parser("run")
+    p.add_argument("--wait-for", action="append", default=[])
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("argv", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_run)
     p = sub.add_parser("watch")
     p.add_argument("--unit", required=True)
     p.add_argument("--peer", dest="peers", action="append", required=True)
