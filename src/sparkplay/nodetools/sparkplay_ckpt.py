@@ -405,6 +405,13 @@ def _rsync_all(
     return results, swept, swept_sent
 
 
+def _mirror_result(host: str, streams: int, transferred: int, sent: int, total: int, elapsed: float) -> dict[str, Any]:
+    """What every transport reports: files' bytes sent, bytes that crossed, the rate."""
+    return {"host": host, "streams": streams, "transferred_bytes": transferred, "sent_bytes": sent,
+            "total_bytes": total, "seconds": round(elapsed, 3),
+            "gbps": round(transferred / elapsed / 1e9, 3) if elapsed else None}  # fmt: skip
+
+
 def cmd_mirror(
     root: Path, host: str, dest: str, streams: int, cipher: str, only: Path | None, progress_path: Path | None,
     ssh_options: list[str], bwlimit_kbps: int = 0, transport: str = "ssh", port: int = 0,
@@ -427,9 +434,7 @@ def cmd_mirror(
                                                dest.rstrip("/"), entries, streams, only is not None, progress,
                                                bwlimit_kbps)  # fmt: skip
         elapsed = time.monotonic() - started
-        return {"host": host, "streams": n, "transferred_bytes": transferred, "sent_bytes": sent,
-                "total_bytes": progress.total, "seconds": round(elapsed, 3),
-                "gbps": round(transferred / elapsed / 1e9, 3) if elapsed else None}  # fmt: skip
+        return _mirror_result(host, n, transferred, sent, progress.total, elapsed)
     if transport == "tcp":
         if password_file is None or not port:
             raise Failure("the tcp transport needs --port and --password-file")
@@ -443,9 +448,7 @@ def cmd_mirror(
         except (OSError, ConnectionError) as exc:
             raise Failure(f"tcp mirror to {host}:{port} failed: {exc}") from None
         elapsed = time.monotonic() - started
-        return {"host": host, "streams": n, "transferred_bytes": transferred, "sent_bytes": sent,
-                "total_bytes": progress.total, "seconds": round(elapsed, 3),
-                "gbps": round(transferred / elapsed / 1e9, 3) if elapsed else None}  # fmt: skip
+        return _mirror_result(host, n, transferred, sent, progress.total, elapsed)
     base = ["rsync", "-a", "--partial", "--numeric-ids", "--info=progress2", "--no-inc-recursive", "--stats"]
     if transport == "rsync":
         base += ["-e", shlex.join(ssh)]
@@ -494,9 +497,7 @@ def cmd_mirror(
     elapsed = time.monotonic() - started
     transferred = sum(r[1] for r in results) + swept
     sent = sum(r[2] for r in results) + swept_sent
-    gbps = round(transferred / elapsed / 1e9, 3) if elapsed else None
-    return {"host": host, "streams": len(jobs), "transferred_bytes": transferred, "sent_bytes": sent,
-            "total_bytes": progress.total, "seconds": round(elapsed, 3), "gbps": gbps}  # fmt: skip
+    return _mirror_result(host, len(jobs), transferred, sent, progress.total, elapsed)
 
 
 def cmd_receive(
