@@ -1,0 +1,115 @@
+"""What a path from a peer may be, and how to reach it beneath a folder without following links.
+
+The receiver runs as root and reads names from the network, so a name is
+checked before anything is opened, and every folder on the way is opened
+relative to the one before with O_NOFOLLOW: a link anywhere on the way
+stops the write instead of leading it elsewhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import stat
+
+from .common import META
+
+MAX_PATH = 4096  # bytes, as PATH_MAX
+MAX_NAME = 255  # bytes, as NAME_MAX on ext4/xfs
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Refused(Exception):
+    """A name or frame the receiver will not act on: (path, why)."""
+
+    def __init__(self, path: object, why: str) -> None:
+        super().__init__(f"refused {path!r}: {why}")
+        self.path, self.why = path, why
+
+
+def check_rel(rel: object) -> tuple[str, ...]:
+    """The components of a relative path that stays beneath its folder, or Refused."""
+    if not isinstance(rel, str) or not rel:
+        raise Refused(rel, "a path must be a non-empty string")
+    raw = rel.encode("utf-8", "surrogateescape")
+    if b"\0" in raw:
+        raise Refused(rel, "NUL in the path")
+    if len(raw) > MAX_PATH:
+        raise Refused(rel[:80] + "...", f"path longer than {MAX_PATH} bytes")
+    if rel.startswith("/"):
+        raise Refused(rel, "absolute path")
+    parts = tuple(rel.split("/"))
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise Refused(rel, "empty, '.' or '..' component")
+        if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME:
+            raise Refused(rel, f"a name longer than {MAX_NAME} bytes")
+    if parts[0] == META:
+        raise Refused(rel, f"{META}/ holds sparkplay's own bookkeeping; a peer never writes there")
+    return parts
+
+
+def check_link(rel: str, target: object) -> str:
+    """A link target that is relative and resolves beneath the folder (outside META), or Refused."""
+    if not isinstance(target, str) or not target:
+        raise Refused(rel, "a link target must be a non-empty string")
+    if "\0" in target or len(target.encode("utf-8", "surrogateescape")) > MAX_PATH:
+        raise Refused(rel, "link target with NUL or too long")
+    if target.startswith("/"):
+        raise Refused(rel, f"absolute link target {target!r}")
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
+    if resolved == ".." or resolved.startswith("../") or resolved == ".":
+        raise Refused(rel, f"link target {target!r} leaves the folder")
+    if resolved.split("/")[0] == META:
+        raise Refused(rel, f"link target {target!r} points into {META}/")
+    return target
+
+
+def open_parent(root_fd: int, parts: tuple[str, ...], create: bool) -> int:
+    """An fd for the folder holding parts[-1], each component opened beneath the last without following links."""
+    fd = os.dup(root_fd)
+    try:
+        for i, name in enumerate(parts[:-1]):
+            try:
+                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(name, 0o755, dir_fd=fd)
+                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise Refused("/".join(parts), f"{'/'.join(parts[: i + 1])} is a link or not a folder") from None
+                raise
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def clear_for(dir_fd: int, name: str, rel: str, keep_regular: bool) -> os.stat_result | None:
+    """Make room for a new entry: remove a link (never its target) or, unless kept, a file.
+
+    A regular file with other hard links is removed too, so writing never
+    changes an inode that something outside this path shares. A folder in
+    the way is refused: it is not the peer's to delete.
+    """
+    st = lstat_at(dir_fd, name)
+    if st is None:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        raise Refused(rel, "a folder is in the way")
+    if keep_regular and stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+        return st
+    os.unlink(name, dir_fd=dir_fd)
+    return None

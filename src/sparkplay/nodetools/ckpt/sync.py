@@ -1,0 +1,277 @@
+"""`sync`: rank 0 brings one peer's copy to rank 0's manifest, and proves it.
+
+One command per peer, run on rank 0 (the role starts it and follows its
+status file). Rank 0's own copy must be complete for the revision; its
+manifest (digest recomputed) is the only truth: the peer is asked whether a
+marker says it holds exactly that manifest for that revision, else whether
+the bytes still missing fit, then takes the manifest, drops files rank 0 no
+longer has, receives the rest over the transport, hashes everything against
+the manifest and marks itself complete. Files that hash wrong are re-sent
+whole once. A stall (no byte moved for --stall-timeout seconds) ends the run;
+so do SIGTERM and a newer sync of the same folder to the same peer (it takes
+over). Nothing the run started outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import manifest as mf
+from . import state, transports
+from .common import MANIFEST, Failure, write_json
+from .transports import Job, Progress
+
+LOCKS = Path("/run/sparkplay-ckpt")
+
+
+@dataclass
+class Options:
+    root: Path
+    host: str
+    dest: str
+    revision: str
+    transport: str = "ssh"
+    streams: int = 8
+    ssh: tuple[str, ...] = ("ssh",)
+    remote_tool: str = "sparkplay-ckpt"
+    bwlimit_kbps: int = 0
+    port: int = 0
+    full: bool = False
+    stall_timeout: float = 600.0
+    status_file: Path | None = None
+
+
+def ssh_command(cipher: str, options: list[str]) -> list[str]:
+    argv = ["ssh", "-T", "-x", "-o", "BatchMode=yes", "-o", "Compression=no", "-o", "ServerAliveInterval=15"]
+    return argv + (["-c", cipher] if cipher else []) + options
+
+
+class Peer:
+    """The peer's sparkplay-ckpt, reached through ssh; every answer is one JSON object."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+
+    def run(self, *args: str, stdin: str = "", ok: tuple[int, ...] = (0,)) -> dict[str, Any]:
+        remote = shlex.join([self.opts.remote_tool, *args])
+        proc = subprocess.run([*self.opts.ssh, self.opts.host, remote], input=stdin.encode(), capture_output=True,
+                              timeout=max(self.opts.stall_timeout, 60) * 10, check=False)  # fmt: skip
+        if proc.returncode not in ok:
+            err = proc.stderr.decode(errors="replace").strip().splitlines() or ["no message"]
+            raise Failure(f"{self.opts.host}: {args[0]} failed (exit {proc.returncode}): {err[-1]}")
+        try:
+            return dict(json.loads(proc.stdout))
+        except ValueError:
+            raise Failure(f"{self.opts.host}: {args[0]} gave no JSON answer") from None
+
+
+class Status:
+    """The status file the role follows: phase, bytes, rate, ETA; finally the result or the error."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path, self.phase = path, "starting"
+        self.progress: Progress | None = None
+        self.lock = threading.Lock()
+
+    def write(self, **final: Any) -> None:
+        if self.path is None:
+            return
+        with self.lock:
+            data: dict[str, Any] = {"pid": os.getpid(), "phase": self.phase, "finished": False}
+            if self.progress is not None:
+                data.update(self.progress.snapshot())
+            data.update(final)
+            write_json(self.path, data, mode=0o600)
+
+
+@contextlib.contextmanager
+def _reporting(status: Status, job: Job | None, stall: float) -> Iterator[dict[str, bool]]:
+    """Write the status file each second; end the transfer when no byte has moved for `stall` seconds."""
+    stop = threading.Event()
+    stalled = {"stalled": False}
+
+    def loop() -> None:
+        while not stop.wait(1.0):
+            status.write()
+            if job is not None and time.monotonic() - job.progress.last_moved > stall:
+                stalled["stalled"] = True
+                job.abort()
+                return
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield stalled
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@contextlib.contextmanager
+def _only_run(opts: Options) -> Iterator[None]:
+    """One sync per folder and peer: a newer one ends an older one still running (after a Ctrl-C, say)."""
+    LOCKS.mkdir(mode=0o700, exist_ok=True)
+    key = hashlib.sha256(f"{opts.root}\0{opts.host}\0{opts.dest}".encode()).hexdigest()[:16]
+    fd = os.open(LOCKS / f"sync-{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raw = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            pid = int(raw) if raw.isdigit() else 0
+            # the lock names its holder; signal it only if it is still a sync (pids are reused)
+            if pid and b"\0sync\0" in _cmdline(pid):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise Failure(f"another sync of {opts.root} to {opts.host} (pid {pid}) did not stop") from None
+                    time.sleep(0.2)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _terminate(*_: Any) -> None:
+    raise Failure("stopped by SIGTERM")
+
+
+def sync(opts: Options, plan: bool = False) -> dict[str, Any]:
+    """Bring the peer to rank 0's manifest for opts.revision (or, with plan, only say what that takes)."""
+    status = Status(None if plan else opts.status_file)
+    if plan:
+        return _sync(opts, status, plan=True)
+    signal.signal(signal.SIGTERM, _terminate)
+    status.write()
+    try:
+        with _only_run(opts):
+            result = _sync(opts, status, plan=False)
+    except Failure as exc:
+        status.phase = "failed"
+        status.write(finished=True, rc=1, error=str(exc))
+        raise
+    status.phase = "done"
+    status.write(finished=True, rc=0, result=result)
+    return result
+
+
+def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
+    started = time.monotonic()
+    mine = state.status(opts.root, None, opts.revision)
+    if not mine["complete"]:
+        raise Failure(f"rank 0's {opts.root} is not complete for revision {opts.revision} ({mine['why']}); "
+                      "it is made and hashed on rank 0 first")  # fmt: skip
+    manifest = mf.load(opts.root / MANIFEST)
+    digest, text = manifest["digest"], json.dumps(manifest)
+    peer = Peer(opts)
+    base = {"host": opts.host, "digest": digest, "revision": opts.revision, "total_bytes": manifest["bytes"]}
+    status.phase = "checking"
+    theirs = peer.run("status", opts.dest, "--digest", digest, "--revision", opts.revision)
+    only: list[str] | None = None
+    if theirs.get("complete"):
+        if not opts.full:
+            return {**base, "state": "complete", "sent_bytes": 0}
+        status.phase = "hashing"
+        checked = peer.run("verify", opts.dest, "--digest", digest, "--full", ok=(0, 3))
+        if checked.get("ok"):
+            return {**base, "state": "complete", "sent_bytes": 0, "hashed": True}
+        only = sorted(checked.get("bad", {}))
+    room = peer.run("need", opts.dest, "--digest", digest, stdin=text)
+    if plan:
+        return {**base, "state": "needs", "only": only, **room}
+    if room["need_bytes"] > room["free_bytes"]:
+        raise Failure(f"{opts.host} needs {room['need_bytes'] / 1e9:.2f} GB more for {opts.dest} but has "
+                      f"{room['free_bytes'] / 1e9:.2f} GB free. Free space or set sparkplay_model_root to a "
+                      "larger filesystem. Nothing was copied.")  # fmt: skip
+    status.phase = "preparing"
+    prepared = peer.run("prepare", opts.dest, "--digest", digest, stdin=text)
+    changed = set(prepared.get("restart", []))
+    entries = [{**e, "restart": e["path"] in changed} for e in manifest["files"] if only is None or e["path"] in only]
+    sent = _send(opts, status, entries, restart=only is not None)
+    status.phase = "hashing"
+    marked = peer.run("mark", opts.dest, "--digest", digest, "--revision", opts.revision, ok=(0, 3))
+    resent: list[str] = []
+    if not marked.get("ok", True):
+        resent = sorted(marked.get("bad", {}))
+        again = _send(opts, status, [e for e in manifest["files"] if e["path"] in resent], restart=True)
+        sent = transports.Sent(sent.streams, sent.transferred + again.transferred, sent.crossed + again.crossed)
+        status.phase = "hashing"
+        marked = peer.run("mark", opts.dest, "--digest", digest, "--revision", opts.revision, ok=(0, 3))
+        if not marked.get("ok", True):
+            raise Failure(f"{opts.host} still does not match rank 0 after a re-send: {', '.join(marked['bad'])}")
+    elapsed = time.monotonic() - started
+    return {**base, "state": "mirrored", "transport": opts.transport, "streams": sent.streams,
+            "transferred_bytes": sent.transferred, "sent_bytes": sent.crossed, "resent": resent,
+            "pruned": prepared.get("pruned", []), "seconds": round(elapsed, 3),
+            "gbps": round(sent.transferred / elapsed / 1e9, 3) if elapsed else None}  # fmt: skip
+
+
+def _send(opts: Options, status: Status, entries: list[dict[str, Any]], restart: bool) -> transports.Sent:
+    progress = Progress(sum(e.get("size", 0) for e in entries))
+    job = Job(root=opts.root, host=opts.host, dest=opts.dest, entries=entries, streams=opts.streams,
+              restart=restart, progress=progress, ssh=list(opts.ssh), remote_tool=opts.remote_tool,
+              bwlimit_kbps=opts.bwlimit_kbps, port=opts.port, idle_timeout=opts.stall_timeout)  # fmt: skip
+    status.phase, status.progress = "sending", progress
+    try:
+        with _reporting(status, job, opts.stall_timeout) as watch:
+            try:
+                return transports.send(opts.transport, job)
+            except (Failure, OSError, ConnectionError) as exc:
+                if watch["stalled"]:
+                    raise Failure(f"no byte moved to {opts.host} for {opts.stall_timeout:.0f} s; "
+                                  "run again to resume") from None  # fmt: skip
+                raise Failure(str(exc)) from None
+    finally:
+        job.abort()  # nothing this transfer started outlives it
+
+
+def progress(path: Path, job: str | None) -> dict[str, Any]:
+    """What the role prints while a sync runs: the status file, and whether its process still lives."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {"phase": "starting", "finished": False}
+    if not data.get("finished"):
+        pid = data.get("pid")
+        gone = isinstance(pid, int) and b"\0sync\0" not in _cmdline(pid)
+        if gone or (pid is None and _async_job_ended(job)):
+            data.update(finished=True, rc=1, error="the mirror process ended without a result (killed?)")
+    return data
+
+
+def _async_job_ended(job: str | None) -> bool:
+    """Whether Ansible's async job file says the job is over (it never started the tool, say)."""
+    if not job:
+        return False
+    folder = Path(os.environ.get("ANSIBLE_ASYNC_DIR", "~/.ansible_async")).expanduser()
+    try:
+        data = json.loads((folder / job).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(data.get("finished")) or "rc" in data
