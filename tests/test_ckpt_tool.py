@@ -388,7 +388,7 @@ def test_a_new_revision_whose_files_keep_their_sizes_is_sent(tree, tmp_path, pee
     (tree / "a.bin").write_bytes(os.urandom(3000))  # same size, same mtime: only the bytes differ
     os.utime(tree / "a.bin", ns=(st.st_atime_ns, st.st_mtime_ns))
     tool("manifest", str(tree), "--revision", "v2")
-    rc, out, err = sync(tree, dest, "v2", transport, peer_env, remote_tool)
+    rc, _, err = sync(tree, dest, "v2", transport, peer_env, remote_tool)
     assert rc == 0, err
     assert (dest / "a.bin").read_bytes() == (tree / "a.bin").read_bytes()
     marker = json.loads((dest / ".sparkplay/complete.json").read_text())

@@ -31,7 +31,20 @@ NVFP4_NODE_FILES = (
 BUNDLES = {"nvfp4": NVFP4_NODE_FILES}
 
 
+def _ckpt_files() -> list[dict[str, str]]:
+    """The checkpoint tool's package (every module of nodetools/ckpt), beside its launcher on the node."""
+    root = resources.files(__name__)
+    found = []
+    for folder in ("ckpt", "ckpt/transports"):
+        for item in sorted(root.joinpath(folder).iterdir(), key=lambda p: p.name):
+            if item.name.endswith(".py"):
+                found.append({"src": str(item), "rel": f"{folder}/{item.name}"})
+    return found
+
+
 def package_files(bundle: str) -> list[dict[str, str]]:
-    """[{src, rel}] for the package files of a bundle the roles copy to nodes ('nvfp4')."""
+    """[{src, rel}] for the package files of a bundle the roles copy to nodes ('nvfp4', 'ckpt')."""
+    if bundle == "ckpt":
+        return _ckpt_files()
     root = resources.files("sparkplay")
     return [{"src": str(root.joinpath(name)), "rel": name} for name in BUNDLES[bundle]]

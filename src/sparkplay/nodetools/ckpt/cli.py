@@ -152,6 +152,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--remote-tool", default="", help="this tool's path on the peer (default: the same as here)")
     p = command("progress", lambda a: syncing.progress(a.file, a.job), "a running sync's status", folder="file")
     p.add_argument("--job", help="Ansible's async job id, to notice a sync that never started")
+    command("stop", lambda a: syncing.stop(a.file), "end the sync a status file names, if it runs", folder="file")
     p = command("resolve", lambda a: hub.resolve(a.repo, a.revision, a.token_file), "repo revision -> commit", "")
     p.add_argument("--repo", required=True)
     p.add_argument("--revision")

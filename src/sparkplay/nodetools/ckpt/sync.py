@@ -227,7 +227,7 @@ def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
             raise Failure(f"{opts.host} still does not match rank 0 after a re-send: {', '.join(marked['bad'])}")
     elapsed = time.monotonic() - started
     return {**base, "state": "mirrored", "transport": opts.transport, "streams": sent.streams,
-            "transferred_bytes": sent.transferred, "sent_bytes": sent.crossed, "resent": resent,
+            "transferred_bytes": sent.transferred, "sent_bytes": sent.crossed, "only": only, "resent": resent,
             "pruned": prepared.get("pruned", []), "seconds": round(elapsed, 3),
             "gbps": round(sent.transferred / elapsed / 1e9, 3) if elapsed else None}  # fmt: skip
 
@@ -263,6 +263,18 @@ def progress(path: Path, job: str | None) -> dict[str, Any]:
         if gone or (pid is None and _async_job_ended(job)):
             data.update(finished=True, rc=1, error="the mirror process ended without a result (killed?)")
     return data
+
+
+def stop(path: Path) -> dict[str, Any]:
+    """End the sync a status file names, if it still runs (a play that gave up following it)."""
+    try:
+        pid = json.loads(path.read_text()).get("pid")
+    except (OSError, ValueError):
+        return {"stopped": False}
+    if not isinstance(pid, int) or b"\0sync\0" not in _cmdline(pid):  # gone, or the pid was reused
+        return {"stopped": False}
+    os.kill(pid, signal.SIGTERM)
+    return {"stopped": True, "pid": pid}
 
 
 def _async_job_ended(job: str | None) -> bool:
