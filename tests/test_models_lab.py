@@ -230,4 +230,5 @@ def test_a_hostile_stream_through_the_real_peer_trust_is_refused():
 def test_only_rank0_is_trusted_between_the_ranks():
     keys = in_node(1, "cat", "/root/.ssh/authorized_keys").stdout
     assert "sparkplay peer sparkplay-lab-rank0" in keys and "restrict,from=" in keys
-    assert "sparkplay peer sparkplay-lab-rank1" not in in_node(0, "cat", "/root/.ssh/authorized_keys").stdout
+    on_rank0 = in_node(0, "cat", "/root/.ssh/authorized_keys", check=False).stdout  # none at all is right too
+    assert "sparkplay peer" not in on_rank0
