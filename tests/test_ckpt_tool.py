@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkplay.nodetools import path_of
+from sparkplay.nodetools import app
 from sparkplay.nodetools.ckpt import manifest as mf
 from sparkplay.nodetools.ckpt.transports.base import LARGE, buckets
 from tests.fake_hub import FakeHub
 
-TOOL = path_of("sparkplay_ckpt.py")
+TOOL = app("ckpt")  # the very file the role installs on the nodes
 
 
 def tool(*args: str, env: dict | None = None, stdin: str | None = None) -> tuple[int, dict, str]:
@@ -54,6 +54,18 @@ def tree(tmp_path: Path) -> Path:
 
 def manifest_of(root: Path) -> dict:
     return json.loads((root / ".sparkplay/manifest.json").read_text())
+
+
+# --- the tool as shipped -------------------------------------------------------------------
+
+
+def test_the_shipped_tool_is_one_reproducible_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    again = Path(app("ckpt"))
+    assert again != Path(TOOL) and again.read_bytes() == Path(TOOL).read_bytes()  # same sources, same bytes
+    assert again.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+    proc = subprocess.run([sys.executable, str(again), "--help"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and "sync" in proc.stdout
 
 
 # --- manifest, verify, mark, status ---------------------------------------------------------

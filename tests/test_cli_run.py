@@ -104,3 +104,23 @@ def test_a_node_is_reached_the_way_ansible_reaches_it():
     assert spark.shell_argv(cmd) == ["ssh", "-o", "BatchMode=yes", "nvidia@10.0.0.2", "--", "sudo", "-n", *cmd]
     root = Host("spark-c", 2, {"ansible_port": 2222})
     assert root.shell_argv(cmd) == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "spark-c", "--", *cmd]
+
+
+def test_a_followed_checkpoint_sync_shows_as_a_progress_line():
+    """The role follows `sparkplay-ckpt progress` with until/retries; each retry carries the sync's bytes."""
+    import io
+    import json
+
+    from rich.console import Console
+
+    from sparkplay.cli_display import RunDisplay
+
+    out = io.StringIO()
+    status = {"phase": "sending", "finished": False, "bytes_done": 1.2e9, "bytes_total": 3.4e9, "rate_bps": 0.6e9,
+              "eta_s": 4.0}  # fmt: skip
+    with RunDisplay(Console(file=out, width=200), "up", live=False) as display:
+        display({"event": "playbook_on_task_start", "event_data": {"task": "Checkpoint | Follow the sync"}})
+        display({"event": "runner_retry", "event_data": {"host": "rank1", "res": {"stdout": json.dumps(status)}}})
+        display({"event": "runner_retry", "event_data": {"host": "rank1", "res": {"stdout": "not json"}}})
+    assert "progress     rank1: 1.20 / 3.40 GB (35%), 0.60 GB/s, ETA 4 s" in out.getvalue()
+    assert list(display.bars) == ["rank1"]

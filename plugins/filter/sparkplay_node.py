@@ -10,7 +10,7 @@ from sparkplay.doctor import collect, doctor_table, ib_write_bw_gbps
 from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan, twin_addresses
 from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch, path_and_parents
 from sparkplay.managed import foreign_files, foreign_report, record
-from sparkplay.nodetools import package_files, path_of
+from sparkplay.nodetools import app, package_files, path_of
 
 
 class FilterModule:
@@ -34,6 +34,7 @@ class FilterModule:
             "sparkplay_fabric_env": fabric_env,
             "sparkplay_progress_line": progress_line,
             "sparkplay_nodetool": path_of,
+            "sparkplay_nodetool_app": app,
             "sparkplay_package_files": package_files,
             "sparkplay_doctor_collect": collect,
             "sparkplay_ib_write_bw_gbps": ib_write_bw_gbps,

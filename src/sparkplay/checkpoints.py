@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,3 +70,15 @@ def progress_line(host: str, progress: Mapping[str, Any]) -> str:
     eta_text = "-" if eta is None else f"{eta:.0f} s" if eta < 120 else f"{eta / 60:.1f} min"
     share = f"{done / 1e9:.2f} / {total / 1e9:.2f} GB ({100 * done / total:.0f}%)"
     return f"{host}: {share}, {rate / 1e9:.2f} GB/s, ETA {eta_text}"
+
+
+def sync_progress(result: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The status a `sparkplay-ckpt progress` task printed, while its sync moves bytes; else None."""
+    text = result.get("stdout")
+    if not isinstance(text, str) or not text.startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and "bytes_total" in data and not data.get("finished") else None

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from sparkplay.checkpoints import progress_line, sync_progress
 from sparkplay.runner import RunResult, progress_of
 
 COUNTED = {
@@ -104,6 +105,14 @@ class RunDisplay:
 
     def _retry(self, data: Mapping[str, Any]) -> None:
         host = data.get("host", "")
+        follow = sync_progress(data.get("res") or {})
+        if follow is not None:  # a checkpoint sync being followed: its bytes, as a bar
+            line = progress_line(host, follow)
+            self._bar(host, follow.get("bytes_done", 0) / 1e9, (follow.get("bytes_total") or 1) / 1e9)
+            self.waiting = line
+            if not self.live_mode:
+                self._say(f"  progress     {line}", style="cyan")
+            return
         waited = time.monotonic() - self.task_started
         self.waiting = f"{host}: {self.task} (waiting {waited:.0f} s)"
         # plain mode: one line every ~30 s, not one per retry
