@@ -213,13 +213,17 @@ def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
     prepared = peer.run("prepare", opts.dest, "--digest", digest, stdin=text)
     changed = set(prepared.get("restart", []))
     entries = [{**e, "restart": e["path"] in changed} for e in manifest["files"] if only is None or e["path"] in only]
+    moving = time.monotonic()
     sent = _send(opts, status, entries, restart=only is not None)
+    moving = time.monotonic() - moving
     status.phase = "hashing"
     marked = peer.run("mark", opts.dest, "--digest", digest, "--revision", opts.revision, ok=(0, 3))
     resent: list[str] = []
     if not marked.get("ok", True):
         resent = sorted(marked.get("bad", {}))
+        again_started = time.monotonic()
         again = _send(opts, status, [e for e in manifest["files"] if e["path"] in resent], restart=True)
+        moving += time.monotonic() - again_started
         sent = transports.Sent(sent.streams, sent.transferred + again.transferred, sent.crossed + again.crossed)
         status.phase = "hashing"
         marked = peer.run("mark", opts.dest, "--digest", digest, "--revision", opts.revision, ok=(0, 3))
@@ -228,7 +232,7 @@ def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
     elapsed = time.monotonic() - started
     return {**base, "state": "mirrored", "transport": opts.transport, "streams": sent.streams,
             "transferred_bytes": sent.transferred, "sent_bytes": sent.crossed, "only": only, "resent": resent,
-            "pruned": prepared.get("pruned", []), "seconds": round(elapsed, 3),
+            "pruned": prepared.get("pruned", []), "seconds": round(elapsed, 3), "transfer_seconds": round(moving, 3),
             "gbps": round(sent.transferred / elapsed / 1e9, 3) if elapsed else None}  # fmt: skip
 
 
