@@ -479,3 +479,26 @@ def test_a_killed_tcp_mirror_leaves_no_listener_and_the_rerun_resumes(tmp_path, 
     assert rc == 0, err
     assert out["sent_bytes"] <= LARGE + (8 << 20) - partial + 4096
     assert (dest / "big.bin").read_bytes() == (root / "big.bin").read_bytes()
+
+
+def test_a_killed_receiver_fails_the_sync_loudly_and_the_rerun_resumes(tmp_path, peer_env, remote_tool):
+    root = tmp_path / "src"
+    root.mkdir()
+    (root / "big.bin").write_bytes(os.urandom(LARGE + (8 << 20)))
+    tool("manifest", str(root), "--revision", "v1")
+    dest, port = tmp_path / "copy", free_port()
+    args = ["sync", str(root), "--to", "127.0.0.1", "--dest", str(dest), "--revision", "v1", "--transport", "tcp",
+            "--port", str(port), "--remote-tool", remote_tool]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, TOOL, *args, "--bwlimit", "8192"], env={**os.environ, **peer_env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not ((dest / "big.bin").exists() and (dest / "big.bin").stat().st_size):
+        time.sleep(0.1)
+    subprocess.run(["pkill", "-KILL", "-f", f"receive {dest}"], check=True)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "sparkplay-ckpt:" in err and len(err.strip().splitlines()) == 1, err
+    assert not (dest / ".sparkplay/complete.json").exists()
+    rc, out, err = tool(*args, env=peer_env)
+    assert rc == 0, err
+    assert out["sent_bytes"] < LARGE + (8 << 20)  # resumed, not sent again whole
+    assert (dest / "big.bin").read_bytes() == (root / "big.bin").read_bytes()
