@@ -14,8 +14,7 @@ import json
 import posixpath
 from typing import Any
 
-from sparkplay.engines.plan import Context
-from sparkplay.engines.vllm import fabric_env
+from sparkplay.engines.context import Context, fabric_env
 from sparkplay.errors import BadInput
 
 MASTER_PORT = 29510

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkplay.engines.plan import Context, engine_args
+from sparkplay.engines.context import Context, engine_args
 from sparkplay.errors import BadInput
 
 RPC_PORT = 50052

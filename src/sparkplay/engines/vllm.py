@@ -10,19 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkplay.engines.plan import Context, engine_args
+from sparkplay.engines.context import Context, engine_args, fabric_env
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
 MASTER_PORT = 29501
 REPLACED = ("--host", "--port")
 OWNED = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless")
-# keys from the host's fabric.env that the engine reads (NCCL_*, GLOO_*)
-FABRIC_PREFIXES = ("NCCL_", "GLOO_")
-
-
-def fabric_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(FABRIC_PREFIXES)}
 
 
 def plan(ctx: Context) -> dict[str, Any]:

@@ -1,0 +1,141 @@
+"""What every engine adapter reads and shares: the ranks, the inventory's options, the context.
+
+Adapters (atlas, vllm, llamacpp) import this module only; `plan` imports
+the adapters. So the import graph has no circle.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkplay.errors import BadInput
+from sparkplay.recipes import cmdline
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# keys from the host's fabric.env that the engines read (NCCL_*, GLOO_*)
+FABRIC_PREFIXES = ("NCCL_", "GLOO_")
+
+
+def fabric_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(FABRIC_PREFIXES)}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One rank as the inventory and its facts describe it."""
+
+    host: str
+    rank: int
+    address: str  # its first IPv4 on the cable (the domain-0 twin)
+    ifname: str  # the cable netdev NCCL/GLOO bootstrap over
+    machine: str = "x86_64"  # uname -m: selects Debian's multiarch triplet
+    fabric_env: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_facts(cls, host: str, facts: Mapping[str, Any]) -> Node:
+        env = {str(k): str(v) for k, v in (facts.get("fabric_env") or {}).items()}
+        addresses = [a for a in env.get("SPARKPLAY_FABRIC_ADDRESSES", "").split(",") if a]
+        twins = [t for t in env.get("SPARKPLAY_FABRIC_TWINS", "").split(",") if t]
+        if not addresses:
+            raise BadInput(
+                f"{host} has no cable address in its fabric environment",
+                "run provision.yml first (it writes /etc/sparkplay/fabric.env)",
+            )
+        return cls(
+            host=host,
+            rank=int(facts["rank"]),
+            address=addresses[0],
+            ifname=env.get("NCCL_SOCKET_IFNAME") or (twins[0] if twins else ""),
+            machine=str(facts.get("machine") or "x86_64"),
+            fabric_env=env,
+        )
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the inventory decides rather than the recipe."""
+
+    model_root: str
+    bind: str | None = None  # None: the recipe's (loopback unless it says otherwise)
+    port: int | None = None
+    knobs: Mapping[str, Any] = field(default_factory=dict)  # override the recipe's knobs
+    state_dir: str = "/var/lib/sparkplay"
+    health_timeout_s: int | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything an adapter reads: the recipe, the ranks in order, the options."""
+
+    recipe: Mapping[str, Any]
+    nodes: tuple[Node, ...]
+    options: Options
+
+    @property
+    def leader(self) -> Node:
+        return self.nodes[0]
+
+    @property
+    def bind(self) -> str:
+        return self.options.bind or self.recipe["serve"]["bind"]
+
+    @property
+    def port(self) -> int:
+        return int(self.options.port or self.recipe["serve"]["port"])
+
+    @property
+    def knobs(self) -> dict[str, Any]:
+        return {**(self.recipe.get("knobs") or {}), **self.options.knobs}
+
+    @property
+    def model_root(self) -> str:
+        return self.options.model_root.rstrip("/") or "/"
+
+    def checkpoint_dir(self, role: str) -> str | None:
+        """Where the checkpoint role put the recipe's `role` checkpoint (same path on every rank)."""
+        for ckpt in self.recipe["model"].get("checkpoints") or []:
+            if ckpt["role"] == role:
+                return f"{self.model_root}/{ckpt['repo'].replace('/', '--')}"
+        return None
+
+    def in_model_root(self, path: str, key: str) -> str:
+        """A recipe path resolved under the model root; nothing outside it (recipes are untrusted)."""
+        joined = posixpath.normpath(posixpath.join(self.model_root, path))
+        if ".." in path.split("/") or not joined.startswith(self.model_root + "/"):
+            raise BadInput(f"{key} {path!r} points outside the model root", "give a path inside the model root")
+        return joined
+
+
+def engine_args(args: Sequence[str], replaced: Sequence[str], owned: Sequence[str], engine: str) -> list[str]:
+    """The recipe's flags verbatim, minus the ones sparkplay sets again itself.
+
+    `replaced` flags hold what the recipe already states elsewhere (model
+    path, port, bind), so sparkplay drops them and adds the effective value
+    once; `owned` flags only sparkplay can know (ranks, peers), so a recipe
+    that sets one is refused.
+    """
+    for flag in owned:
+        if cmdline.has_flag(args, flag):
+            raise BadInput(
+                f"the recipe's engine flags set {flag}, which sparkplay sets per rank for {engine}",
+                f"remove {flag} from serve.args (use the inventory's serve_* settings instead)",
+            )
+    return cmdline.without_flags(args, *replaced)
+
+
+def environment(*layers: Mapping[str, Any]) -> dict[str, str]:
+    """Later layers win; names and values checked so an env file cannot be bent by a value."""
+    env: dict[str, str] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            text = str(value)
+            if not _ENV_NAME.match(key):
+                raise BadInput(f"environment name {key!r} is not valid", "use letters, digits and '_'")
+            if "\n" in text or "\r" in text or "\0" in text:
+                raise BadInput(f"environment value of {key} spans lines", "give it on one line")
+            env[key] = text
+    return env
