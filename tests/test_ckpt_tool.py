@@ -20,7 +20,7 @@ import pytest
 
 from sparkplay.nodetools import app
 from sparkplay.nodetools.ckpt import manifest as mf
-from sparkplay.nodetools.ckpt.transports.base import LARGE, buckets
+from sparkplay.nodetools.ckpt.transports.base import LARGE, buckets, spread
 from tests.fake_hub import FakeHub
 
 TOOL = app("ckpt")  # the very file the role installs on the nodes
@@ -194,6 +194,17 @@ def test_large_files_are_balanced_across_streams():
     loads = sorted(sum(e["size"] for e in b) for b in queues)
     assert [e["path"] for b in queues for e in b if e["path"] == "small"] == []
     assert loads == [(LARGE + 1) * 10, (LARGE + 1) * 11]
+
+
+def test_small_files_spread_over_the_streams_after_the_large_ones():
+    files = [{"type": "file", "path": "big", "size": LARGE * 2}, {"type": "file", "path": "big2", "size": LARGE * 2}]
+    files += [{"type": "file", "path": f"s{i}", "size": 1000} for i in range(10)]
+    files.append({"type": "symlink", "path": "link", "target": "s0"})
+    queues = spread(files, 4)
+    assert len(queues) == 2 and [q[0]["path"] for q in queues] == ["big", "big2"]
+    assert sorted(e["path"] for q in queues for e in q) == sorted(e["path"] for e in files)
+    assert abs(len(queues[0]) - len(queues[1])) <= 1
+    assert spread(files[2:], 4) == [files[2:]]  # no large file: one stream
 
 
 def test_download_resolve_and_manifest_against_the_hub_api(tmp_path):

@@ -224,7 +224,12 @@ def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
         again_started = time.monotonic()
         again = _send(opts, status, [e for e in manifest["files"] if e["path"] in resent], restart=True)
         moving += time.monotonic() - again_started
-        sent = transports.Sent(sent.streams, sent.transferred + again.transferred, sent.crossed + again.crossed)
+        sent = transports.Sent(
+            sent.streams,
+            sent.transferred + again.transferred,
+            sent.crossed + again.crossed,
+            sent.seconds + again.seconds,
+        )
         status.phase = "hashing"
         marked = peer.run("mark", opts.dest, "--digest", digest, "--revision", opts.revision, ok=(0, 3))
         if not marked.get("ok", True):
@@ -233,6 +238,7 @@ def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
     return {**base, "state": "mirrored", "transport": opts.transport, "streams": sent.streams,
             "transferred_bytes": sent.transferred, "sent_bytes": sent.crossed, "only": only, "resent": resent,
             "pruned": prepared.get("pruned", []), "seconds": round(elapsed, 3), "transfer_seconds": round(moving, 3),
+            "stream_seconds": round(sent.seconds, 3),
             "gbps": round(sent.transferred / elapsed / 1e9, 3) if elapsed else None}  # fmt: skip
 
 

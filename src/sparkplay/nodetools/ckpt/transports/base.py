@@ -79,6 +79,7 @@ class Sent(NamedTuple):
     streams: int
     transferred: int  # bytes of the files sent
     crossed: int  # bytes that crossed (a resumed file sends only its tail)
+    seconds: float = 0.0  # from the first stream opening to the last one done
 
 
 class Stream(Protocol):
@@ -102,6 +103,21 @@ def buckets(entries: list[dict[str, Any]], streams: int) -> list[list[dict[str, 
     return [q for q in queues if q]
 
 
+def spread(entries: list[dict[str, Any]], streams: int) -> list[list[dict[str, Any]]]:
+    """Every entry on some stream: the large files as `buckets` does, then the rest, each to the
+    stream with the fewest bytes so far (so small files do not wait in one serial tail)."""
+    queues = buckets(entries, streams) or [[]]
+    big = {e["path"] for q in queues for e in q}
+    loads = [sum(e["size"] for e in q) for q in queues]
+    for entry in entries:
+        if entry["path"] in big:
+            continue
+        i = loads.index(min(loads))
+        queues[i].append(entry)
+        loads[i] += entry.get("size", 0) + 4096  # a link or a small file still costs a round trip
+    return queues
+
+
 def paced(job: Job, send_file: Callable[[int, int, int], int]) -> Callable[[int, int, int], int]:
     """send_file held to job.bwlimit_kbps per stream, like rsync's --bwlimit."""
     if not job.bwlimit_kbps:
@@ -121,10 +137,9 @@ def paced(job: Job, send_file: Callable[[int, int, int], int]) -> Callable[[int,
 
 
 def run_streams(job: Job, open_stream: Callable[[int], Stream]) -> Sent:
-    """The large files over parallel streams, biggest first; then one sweep with the rest."""
-    queues = buckets(job.entries, job.streams)
-    big = {e["path"] for q in queues for e in q}
-    sweep = [e for e in job.entries if e["path"] not in big]
+    """Every entry over parallel streams: large files biggest first, then the rest spread by bytes."""
+    started = time.monotonic()
+    queues = spread(job.entries, job.streams)
 
     def one(index: int, entries: list[dict[str, Any]]) -> tuple[int, int]:
         stream = open_stream(index)
@@ -136,18 +151,15 @@ def run_streams(job: Job, open_stream: Callable[[int], Stream]) -> Sent:
         stream.finish()
         return result
 
-    results: list[tuple[int, int]] = []
-    if queues:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(queues)) as pool:
-            futures = [pool.submit(one, i, q) for i, q in enumerate(queues)]
-            try:
-                results = [f.result() for f in futures]
-            except BaseException:
-                job.abort()  # one stream failed: end the others now rather than after their files
-                raise
-    if sweep or not queues:
-        results.append(one(len(queues), sweep))
-    return Sent(len(results), sum(r[0] for r in results), sum(r[1] for r in results))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(queues)) as pool:
+        futures = [pool.submit(one, i, q) for i, q in enumerate(queues)]
+        try:
+            results = [f.result() for f in futures]
+        except BaseException:
+            job.abort()  # one stream failed: end the others now rather than after their files
+            raise
+    seconds = time.monotonic() - started
+    return Sent(len(results), sum(r[0] for r in results), sum(r[1] for r in results), seconds)
 
 
 def failure_from(proc: subprocess.Popen[bytes], what: str) -> Failure:

@@ -14,6 +14,7 @@ import re
 import shlex
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,7 @@ def send(job: Job) -> Sent:
             jobs.append([*base, "--append-verify", f"--files-from={listing(queue)}", source, target])
         sweep = [*base, "-W", f"--files-from={listing(job.entries)}", source, target]
     done: dict[int, int] = {}
+    started = time.monotonic()
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
             results = list(pool.map(lambda pair: _run(job, pair[1], done, pair[0]), enumerate(jobs)))
@@ -80,4 +82,4 @@ def send(job: Job) -> Sent:
     finally:
         for name in lists:
             Path(name).unlink()
-    return Sent(len(results), sum(r[0] for r in results), sum(r[1] for r in results))
+    return Sent(len(results), sum(r[0] for r in results), sum(r[1] for r in results), time.monotonic() - started)
