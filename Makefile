@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # molecule and the CLI find the project from here
 export SPARKPLAY_PROJECT_DIR := $(CURDIR)
 
-.PHONY: setup venv host demo test lint pytest molecule clean
+.PHONY: setup venv host demo test unit lint pytest molecule clean
 
 setup: venv host ## virtualenv + (as root) Debian packages and a running Docker engine
 
@@ -34,6 +34,10 @@ lint: venv
 	ruff check .
 	ruff format --check .
 	ansible-lint
+
+unit: venv ## the fast checks: lint and every test that needs no lab (no root, no Docker)
+	ruff check .
+	pytest -m "not lab" -q
 
 # pytest exits 5 when it collected nothing: for this suite that means a
 # broken selection, so it fails loudly instead of passing on no tests.

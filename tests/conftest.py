@@ -12,6 +12,10 @@ import pytest
 
 PROJECT = Path(__file__).resolve().parents[1]
 
+# ansible-playbook, molecule and the CLI come from the same environment as this
+# interpreter, whatever PATH the caller had (no test depends on an activated venv)
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run the sparkplay CLI as a user would, in a separate process."""

@@ -39,9 +39,15 @@ def test_node_count_out_of_range(nodes):
     assert "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize("nodes", [1, 2, 8])
-def test_node_count_in_range(nodes):
-    validate_nodes(nodes)
+def test_node_counts_accepted_are_exactly_one_to_eight():
+    accepted = []
+    for nodes in range(-2, 12):
+        try:
+            validate_nodes(nodes)
+        except BadInput:
+            continue
+        accepted.append(nodes)
+    assert accepted == list(range(1, 9))
 
 
 def test_inventory_lists_ranks_and_lab_overrides(tmp_path):
@@ -54,7 +60,7 @@ def test_inventory_lists_ranks_and_lab_overrides(tmp_path):
     assert group["vars"]["ansible_connection"] == "community.docker.docker"
     overrides = yaml.safe_load(vars_path.read_text())
     assert overrides["sparkplay_gpu_expected"] is False
-    assert overrides["sparkplay_rdma_expected"] is False
+    assert overrides["fabric_socket_fallback"] is True
     assert overrides["fabric_socket_fallback"] is True
     assert ["netplan", "apply"] not in overrides["fabric_netplan_apply_commands"]
     # unchanged content is not rewritten

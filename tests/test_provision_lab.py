@@ -2,7 +2,7 @@
 
 Runs ansible-playbook against the two lab nodes exactly as a user would.
 The only things that cannot exist here are the GPU and RDMA: the lab
-inventory says so (sparkplay_gpu_expected/rdma_expected false, socket
+inventory says so (sparkplay_gpu_expected false, fabric_socket_fallback true, socket
 fallback allowed), and the roles take their documented no-GPU/no-RDMA paths.
 The tests run in file order on one lab: each starts from the state the one
 before it left (fresh, then a foreign file, then confirmed, provisioned...).

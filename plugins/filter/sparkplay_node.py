@@ -7,7 +7,7 @@ from typing import Any
 
 from sparkplay.checkpoints import fabric_env, progress_line, sources
 from sparkplay.doctor import collect, doctor_table, ib_write_bw_gbps
-from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan, twin_addresses
+from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan
 from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch, path_and_parents
 from sparkplay.managed import foreign_files, foreign_report, record
 from sparkplay.nodetools import app, package_files, path_of
@@ -19,7 +19,6 @@ class FilterModule:
             "sparkplay_foreign_files": foreign_files,
             "sparkplay_managed_record": record,
             "sparkplay_foreign_report": foreign_report,
-            "sparkplay_twin_addresses": twin_addresses,
             "sparkplay_fabric_address_map": address_map,
             "sparkplay_fabric_ping_plan": ping_plan,
             "sparkplay_fabric_peer_addresses": peer_addresses,

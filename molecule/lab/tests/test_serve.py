@@ -14,9 +14,12 @@ def test_every_rank_runs_its_unit_enabled(host):
     assert host.file("/etc/sparkplay/serve.env").mode == 0o600
 
 
-def test_leader_answers_a_completion(host):
+def test_leader_answers_and_the_worker_serves_rpc_on_its_cable_address_only(host):
     record = json.loads(host.file("/etc/sparkplay/serve.json").content_string)
-    if record["role"] != "leader":
+    if record["role"] == "worker":
+        listening = host.check_output("ss -Htln")
+        assert f"{record['address']}:50052" in listening and "0.0.0.0:50052" not in listening
+        assert ":9931" not in listening  # the API is the leader's alone
         return
     body = json.dumps({"messages": [{"role": "user", "content": "What is 17*23?"}], "temperature": 0, "max_tokens": 8})
     out = host.check_output(

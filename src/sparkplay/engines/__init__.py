@@ -2,6 +2,6 @@
 
 `plan.build(recipe, nodes, ...)` is the only entry point; each engine module
 (atlas, vllm, llamacpp) adds exactly the per-rank pieces its engine needs
-(shared/reference/engines.md) and passes the recipe's own flags through
+(docs/serving.md) and passes the recipe's own flags through
 verbatim. Ansible reaches this through the `sparkplay_engine_plan` lookup.
 """

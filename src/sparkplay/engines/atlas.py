@@ -5,7 +5,7 @@ named profile, so the recipe's ATLAS_* settings reach the engine through a
 custom profile file mounted at /opt/atlas/profiles/custom.json; everything
 else (rank, master, fabric, paths) is plain container environment. Knobs
 (memory utilisation, KV shard, display carve-out, fabric siblings, the disk
-prefix cache) are validated here. Facts: shared/reference/engines.md.
+prefix cache) are validated here. Facts: docs/serving.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Workers run `ggml-rpc-server` bound to their cable address; the leader runs
 them. A leader started while a worker is down exits, and after a worker
 restarts the leader's connection to it is dead: so the leader waits for the
 workers' ports before it starts, and a watcher restarts it when a worker
-goes away (leader_follows_workers). Facts: shared/reference/engines.md,
+goes away (leader_follows_workers). Facts: docs/serving.md,
 lab-testbed.md.
 """
 

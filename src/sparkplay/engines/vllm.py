@@ -3,7 +3,7 @@
 Every rank runs the same `vllm serve <model>` with --nnodes/--node-rank/
 --master-addr/--master-port; ranks above 0 add --headless (no API). The
 recipe's flags and environment pass through verbatim. Facts:
-shared/reference/engines.md.
+docs/serving.md.
 """
 
 from __future__ import annotations

@@ -18,12 +18,10 @@ HEADER = f"""{MARKER}; `sparkplay lab down` removes it.
 # What the lab is not, compared with a real Spark pair. Each knob is read by
 # the role named in its prefix (see that role's meta/argument_specs.yml).
 LAB_OVERRIDES: dict[str, object] = {
-    "sparkplay_lab": True,
     # No GPU in a lab node: GPU checks report "not expected" instead of failing.
     "sparkplay_gpu_expected": False,
-    # No /sys/class/infiniband and no Soft-RoCE in this kernel.
-    "sparkplay_rdma_expected": False,
-    # NCCL/GLOO may use TCP sockets on the cable; a real Spark must not.
+    # No /sys/class/infiniband and no Soft-RoCE in this kernel: NCCL/GLOO may
+    # use TCP sockets on the cable; a real Spark must not.
     "fabric_socket_fallback": True,
     # `netplan apply` runs `udevadm trigger`, and no udev runs in a container:
     # generate, then have networkd pick the files up, one twin at a time.

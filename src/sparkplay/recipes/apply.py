@@ -9,7 +9,6 @@ separate so the CLI can plan, ask and run them (see `record`'s caller).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,11 +61,9 @@ class Recorded:
     backup: Path | None = None
 
 
-def render(recipe: dict[str, Any], recipe_text: str, knobs: dict[str, Any]) -> str:
+def render(recipe: dict[str, Any], knobs: dict[str, Any]) -> str:
     body = {
         "sparkplay_recipe": recipe["name"],
-        # lets a playbook notice that the recipe changed after it was applied
-        "sparkplay_recipe_sha256": hashlib.sha256(recipe_text.encode()).hexdigest(),
         "sparkplay_knobs": dict(sorted(knobs.items())),
     }
     return HEADER + "---\n" + yaml.safe_dump(body, sort_keys=False)
@@ -95,7 +92,7 @@ def record(
     bad = [p for p in model.errors(candidate) if p.key.startswith("knobs")]
     if bad:
         raise BadInput(f"{bad[0].key}: {bad[0].message}", bad[0].fix)
-    text = render(recipe, catalog.recipe_path(cat, recipe_name).read_text(), knobs)
+    text = render(recipe, knobs)
     if not target.exists():
         diff = [f"sparkplay_recipe: {recipe_name}", *(f"knob {k}: {v}" for k, v in sorted(knobs.items()))]
         if dry_run:
@@ -118,4 +115,4 @@ def record(
 
 def _plain(text: str) -> dict[str, Any]:
     data = yaml.safe_load(text)
-    return {k: v for k, v in data.items() if k not in ("sparkplay_knobs", "sparkplay_recipe_sha256")}
+    return {k: v for k, v in data.items() if k != "sparkplay_knobs"}

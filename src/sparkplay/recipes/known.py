@@ -24,7 +24,7 @@ class EngineDefaults:
     # knobs the engine's launcher exposes, at their defaults
     knobs: dict[str, Any] = field(default_factory=dict)
     # settings a recipe's prose names that are really a knob's doing: they
-    # leave serve.env and the knob governs them (engines.md, Atlas knobs)
+    # leave serve.env and the knob governs them (docs/serving.md, Atlas knobs)
     knob_env: dict[str, str] = field(default_factory=dict)
 
 
