@@ -120,13 +120,19 @@ def one_round(args: argparse.Namespace) -> dict[str, float]:
     # (a) the ceiling: unencrypted TCP, as parallel as the mirror (a pipe per shard, one tar stream for the rest)
     files = node(0, f"cd {SRC} && find . -path ./.sparkplay -prune -o -type f -size +64M -print").stdout.split()
     fresh(f"{ROOT}/bench-raw")
-    listen = [f"(nc -l -p {5101 + i} > {ROOT}/bench-raw/{Path(f).name}) >/dev/null 2>&1 &" for i, f in enumerate(files)]
-    listen.append(f"(nc -l -p 5100 | tar -x -C {ROOT}/bench-raw --exclude='*.safetensors') >/dev/null 2>&1 &")
+    listen = [f"(nc -l -p {5101 + i} > {ROOT}/bench-raw/{Path(f).name}) </dev/null >/dev/null 2>&1 &"
+              for i, f in enumerate(files)]  # fmt: skip
+    listen.append(f"(nc -l -p 5100 </dev/null | tar -x -C {ROOT}/bench-raw --exclude='*.safetensors') >/dev/null 2>&1 &")
     node(1, f"mkdir -p {ROOT}/bench-raw && " + " ".join(listen))
     time.sleep(0.5)
-    send = [f"nc -q 1 -N {PEER} {5101 + i} < {SRC}/{f} &" for i, f in enumerate(files)]
-    send.append(f"tar -C {SRC} --exclude='*.safetensors' -c . | nc -q 1 -N {PEER} 5100 &")
-    t["raw"], _ = timed(0, " ".join(send) + f" wait; ssh {PEER} sync")
+    # -q 0: the sender quits as soon as its input ends (-N sends the FIN); the clock stops when every
+    # listener on rank 1 has written its last byte and exited, and rank 1 has synced
+    send = [f"nc -q 0 -N {PEER} {5101 + i} < {SRC}/{f} &" for i, f in enumerate(files)]
+    send.append(f"tar -C {SRC} --exclude='*.safetensors' -c . | nc -q 0 -N {PEER} 5100 &")
+    drained = "while pgrep -x nc >/dev/null || pgrep -x tar >/dev/null; do sleep 0.02; done; sync"
+    t["raw"], _ = timed(0, " ".join(send) + f" wait; ssh {PEER} '{drained}'")
+    if node(1, f"du -sb {ROOT}/bench-raw | cut -f1").stdout.strip() == "0":
+        raise SystemExit("the unencrypted ceiling moved no bytes")
     fresh(f"{ROOT}/bench-raw")
 
     # (b) one plain rsync over ssh

@@ -281,3 +281,9 @@ def test_plan_is_plain_data() -> None:
     deployment = build(recipe("glm53-atlas"), nodes(), Options(model_root=ROOT))
     assert json.loads(json.dumps(deployment)) == deployment
     assert deployment["unit"] == planmod.UNIT + ".service"
+
+
+def test_the_docker_client_knob_reaches_every_units_exec():
+    """sparkplay_docker (the serve role passes it as `docker`) is what systemd runs for the docker runtime."""
+    deployment = build(recipe("glm53-atlas"), nodes(2), Options(model_root="/models", docker="/opt/docker/bin/docker"))
+    assert {rank["exec"][0] for rank in deployment["ranks"]} == {"/opt/docker/bin/docker"}

@@ -55,6 +55,10 @@ options:
     description: Host folder for engine caches.
     type: str
     default: /var/lib/sparkplay
+  docker:
+    description: The docker client the units run (docker runtime).
+    type: str
+    default: /usr/bin/docker
 """
 
 
@@ -72,6 +76,7 @@ class LookupModule(LookupBase):
                     knobs=self.get_option("knobs") or {},
                     health_timeout_s=self.get_option("health_timeout") or None,
                     state_dir=self.get_option("state_dir"),
+                    docker=self.get_option("docker"),
                 )
                 results.append(build(recipe, nodes, options))
             except SparkplayError as exc:

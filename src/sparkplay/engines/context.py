@@ -65,6 +65,7 @@ class Options:
     knobs: Mapping[str, Any] = field(default_factory=dict)  # override the recipe's knobs
     state_dir: str = "/var/lib/sparkplay"
     health_timeout_s: int | None = None
+    docker: str = "/usr/bin/docker"  # the client systemd runs for the docker runtime
 
 
 @dataclass(frozen=True)

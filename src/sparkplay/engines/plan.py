@@ -28,9 +28,9 @@ ENV_FILE = "/etc/sparkplay/serve.env"
 SMOKE_PROMPT = "What is 17*23?"
 
 
-def docker_exec(rank_plan: Mapping[str, Any], image: str) -> list[str]:
+def docker_exec(rank_plan: Mapping[str, Any], image: str, docker: str = DOCKER) -> list[str]:
     """The foreground `docker run` systemd supervises: named, removed on exit, env from the 0600 file."""
-    argv = [DOCKER, "run", "--rm", "--name", CONTAINER, "--env-file", ENV_FILE, *rank_plan["container_options"]]
+    argv = [docker, "run", "--rm", "--name", CONTAINER, "--env-file", ENV_FILE, *rank_plan["container_options"]]
     for mount in rank_plan["mounts"]:
         if any("," in mount[k] or "=" in mount[k] for k in ("source", "target")):
             raise BadInput(f"mount path {mount['source']!r} has ',' or '='", "use paths without them (docker --mount)")
@@ -70,7 +70,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         rank_plan["address"] = ctx.nodes[rank_plan["rank"]].address
         rank_plan["env"] = environment(rank_plan["env"])
         if runtime == "docker":
-            rank_plan["exec"] = docker_exec(rank_plan, recipe["engine"]["image"])
+            rank_plan["exec"] = docker_exec(rank_plan, recipe["engine"]["image"], options.docker)
         else:
             rank_plan["exec"] = list(rank_plan["argv"])
     url = f"http://{_client_address(ctx.bind)}:{ctx.port}"
