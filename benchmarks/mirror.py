@@ -122,7 +122,8 @@ def one_round(args: argparse.Namespace) -> dict[str, float]:
     fresh(f"{ROOT}/bench-raw")
     listen = [f"(nc -l -p {5101 + i} > {ROOT}/bench-raw/{Path(f).name}) </dev/null >/dev/null 2>&1 &"
               for i, f in enumerate(files)]  # fmt: skip
-    listen.append(f"(nc -l -p 5100 </dev/null | tar -x -C {ROOT}/bench-raw --exclude='*.safetensors') >/dev/null 2>&1 &")
+    untar = f"tar -x -C {ROOT}/bench-raw --exclude='*.safetensors'"
+    listen.append(f"(nc -l -p 5100 </dev/null | {untar}) >/dev/null 2>&1 &")
     node(1, f"mkdir -p {ROOT}/bench-raw && " + " ".join(listen))
     time.sleep(0.5)
     # -q 0: the sender quits as soon as its input ends (-N sends the FIN); the clock stops when every
