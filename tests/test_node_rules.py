@@ -75,3 +75,19 @@ def test_docker_daemon_merge_keeps_user_keys():
 def test_listener_pids_and_nvidia_arch():
     assert listener_pids('LISTEN 0 4096 127.0.0.1:8893 0.0.0.0:* users:(("atlas",pid=4242,fd=7))') == [4242]
     assert (nvidia_arch("aarch64"), nvidia_arch("x86_64")) == ("sbsa", "x86_64")
+
+
+def test_checkpoint_and_overlay_folders_follow_one_rule():
+    from sparkplay.checkpoints import checkpoint_dir, overlay_dir, sources
+    from sparkplay.errors import BadInput
+
+    assert checkpoint_dir("/models/", "zai-org/GLM-5.3") == "/models/zai-org--GLM-5.3"
+    assert overlay_dir("/models", "/models/atlas-overlay/") == overlay_dir("/models/", "/x/atlas-overlay")
+    assert overlay_dir("/models", "/models/atlas-overlay/") == "/models/atlas-overlay"
+    for bad in ("/", "", "/models/..", "."):
+        with pytest.raises(BadInput, match="names no folder"):
+            overlay_dir("/models", bad)  # never the model root itself
+    with pytest.raises(BadInput, match="not an absolute path"):
+        checkpoint_dir("models/../etc", "a/b")
+    recipe = {"model": {"checkpoints": [{"repo": "a/b", "role": "target"}, {"repo": "c/d", "role": "draft"}]}}
+    assert [s["dest"] for s in sources(recipe, "/m/")] == ["/m/a--b", "/m/c--d"]

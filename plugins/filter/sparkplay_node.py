@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sparkplay.checkpoints import fabric_env, progress_line, sources
+from sparkplay.checkpoints import checkpoint_dir, fabric_env, overlay_dir, progress_line, sources
 from sparkplay.doctor import collect, doctor_table, ib_write_bw_gbps
 from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan
 from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch, path_and_parents
@@ -30,6 +30,8 @@ class FilterModule:
             "sparkplay_nvidia_arch": nvidia_arch,
             "sparkplay_doctor_table": doctor_table,
             "sparkplay_checkpoint_sources": sources,
+            "sparkplay_checkpoint_dir": checkpoint_dir,
+            "sparkplay_overlay_dir": overlay_dir,
             "sparkplay_fabric_env": fabric_env,
             "sparkplay_progress_line": progress_line,
             "sparkplay_nodetool": path_of,

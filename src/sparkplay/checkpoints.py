@@ -3,8 +3,34 @@
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from sparkplay.errors import BadInput
+
+
+def model_root_of(model_root: str) -> str:
+    """The model root without a trailing slash; '..' refused (the same path on every rank)."""
+    if not model_root.startswith("/") or ".." in model_root.split("/"):
+        raise BadInput(f"sparkplay_model_root {model_root!r} is not an absolute path", "give an absolute path")
+    return model_root.rstrip("/") or "/"
+
+
+def checkpoint_dir(model_root: str, repo: str) -> str:
+    """Where a Hugging Face repo's checkpoint lives on every rank: <root>/<org>--<name>."""
+    org, _, name = repo.partition("/")
+    return f"{model_root_of(model_root).rstrip('/')}/{org}--{name}"
+
+
+def overlay_dir(model_root: str, mount: str) -> str:
+    """Where a recipe's overlay lives on every rank: <root>/<last name of its container mount>."""
+    name = posixpath.basename(mount.rstrip("/"))
+    if name in ("", ".", ".."):
+        raise BadInput(
+            f"model.overlay.mount {mount!r} names no folder", "give the overlay's container path, e.g. /models/overlay"
+        )
+    return f"{model_root_of(model_root).rstrip('/')}/{name}"
 
 
 def sources(
@@ -22,8 +48,8 @@ def sources(
     lock = lock or {}
     found: list[dict[str, Any]] = []
     for ckpt in (recipe.get("model") or {}).get("checkpoints") or []:
-        org, _, name = ckpt["repo"].partition("/")
-        folder = f"{org}--{name}"
+        dest = checkpoint_dir(model_root, ckpt["repo"])
+        folder = posixpath.basename(dest)
         found.append(
             {
                 "name": folder,
@@ -31,7 +57,7 @@ def sources(
                 "repo": ckpt["repo"],
                 "revision": ckpt.get("revision") or lock.get(ckpt["repo"]),
                 "pinned": bool(ckpt.get("revision")),
-                "dest": f"{model_root.rstrip('/')}/{folder}",
+                "dest": dest,
                 "size_bytes": ckpt.get("size_bytes"),
             }
         )

@@ -14,6 +14,7 @@ import json
 import posixpath
 from typing import Any
 
+from sparkplay import checkpoints
 from sparkplay.engines.context import Context, fabric_env
 from sparkplay.errors import BadInput
 
@@ -82,7 +83,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         raise BadInput(
             "the atlas recipe needs a target checkpoint and an overlay", "set model.checkpoints and model.overlay"
         )
-    overlay_dir = f"{ctx.model_root}/{posixpath.basename(overlay['mount'].rstrip('/'))}"
+    overlay_dir = checkpoints.overlay_dir(ctx.model_root, overlay["mount"])
     state = ctx.options.state_dir.rstrip("/")
     profile_path = "/etc/sparkplay/atlas-profile.json"
     profile = {

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkplay import checkpoints
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
@@ -100,7 +101,7 @@ class Context:
         """Where the checkpoint role put the recipe's `role` checkpoint (same path on every rank)."""
         for ckpt in self.recipe["model"].get("checkpoints") or []:
             if ckpt["role"] == role:
-                return f"{self.model_root}/{ckpt['repo'].replace('/', '--')}"
+                return checkpoints.checkpoint_dir(self.model_root, ckpt["repo"])
         return None
 
     def in_model_root(self, path: str, key: str) -> str:
