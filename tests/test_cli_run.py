@@ -101,7 +101,8 @@ def test_a_node_is_reached_the_way_ansible_reaches_it():
     lab = Host("sparkplay-lab-rank1", 1, {"ansible_connection": "community.docker.docker"})
     assert lab.shell_argv(cmd) == ["docker", "exec", "sparkplay-lab-rank1", *cmd]
     spark = Host("spark-b", 1, {"ansible_host": "10.0.0.2", "ansible_user": "nvidia", "ansible_become": True})
-    assert spark.shell_argv(cmd) == ["ssh", "-o", "BatchMode=yes", "nvidia@10.0.0.2", "--", "sudo", "-n", *cmd]
+    assert spark.shell_argv(cmd) == ["ssh", "-o", "BatchMode=yes", "nvidia@10.0.0.2", "--", "sudo", "-n", "-u", "root",
+                                     *cmd]  # fmt: skip
     root = Host("spark-c", 2, {"ansible_port": 2222})
     assert root.shell_argv(cmd) == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "spark-c", "--", *cmd]
 
@@ -124,3 +125,23 @@ def test_a_followed_checkpoint_sync_shows_as_a_progress_line():
         display({"event": "runner_retry", "event_data": {"host": "rank1", "res": {"stdout": "not json"}}})
     assert "progress     rank1: 1.20 / 3.40 GB (35%), 0.60 GB/s, ETA 4 s" in out.getvalue()
     assert list(display.bars) == ["rank1"]
+
+
+def test_logs_honour_the_inventorys_key_ssh_arguments_and_become_method():
+    import pytest
+
+    from sparkplay.errors import BadInput
+
+    cmd = ["journalctl"]
+    spark = Host("spark-a", 0, {"ansible_user": "me", "ansible_ssh_private_key_file": "~/.ssh/spark",
+                                "ansible_ssh_common_args": "-o ProxyJump=bastion -o 'User Known=x'",
+                                "ansible_become": "yes", "ansible_become_method": "community.general.doas",
+                                "ansible_become_user": "svc"})  # fmt: skip
+    ssh = ["ssh", "-o", "BatchMode=yes", "-i", "~/.ssh/spark", "-o", "ProxyJump=bastion", "-o", "User Known=x"]
+    assert spark.shell_argv(cmd) == [*ssh, "me@spark-a", "--", "doas", "-n", "-u", "svc", *cmd]
+    su = Host("spark-b", 1, {"ansible_user": "me", "ansible_become": True, "ansible_become_method": "su"})
+    with pytest.raises(BadInput, match="with su, which asks for a password"):
+        su.shell_argv(cmd)
+    local = Host("me", 0, {"ansible_connection": "winrm"})
+    with pytest.raises(BadInput, match="uses connection winrm"):
+        local.shell_argv(cmd)

@@ -79,6 +79,17 @@ def test_a_foreign_netplan_file_stops_the_play_before_any_change():
     assert [node_state(r) for r in (0, 1)] == before  # nothing changed on either node
 
 
+@pytest.mark.parametrize("tags", ["fabric_configure", "fabric", "fabric_install,fabric_configure"])
+def test_no_tag_steps_around_the_question(tags):
+    """The role's own probe and guard run in the step that writes, so a tagged run cannot skip the question."""
+    before = [node_state(r) for r in (0, 1)]
+    proc = playbook("provision.yml", "--tags", tags)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "These files exist and were not written by sparkplay: sparkplay-lab-rank1" in proc.stdout
+    assert in_node(1, "cat", NETPLAN).stdout == USER_NETPLAN
+    assert [node_state(r) for r in (0, 1)] == before
+
+
 def test_confirming_backs_up_and_replaces_it():
     proc = playbook("provision.yml", "-e", "sparkplay_confirm_overwrite=true")
     assert proc.returncode == 0, proc.stdout[-3000:]

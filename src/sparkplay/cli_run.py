@@ -261,9 +261,9 @@ def doctor(inventory: InventoryOpt, verbose: VerboseOpt = 0, project: ProjectOpt
     """Read-only diagnosis of every node: checks, links, jumbo pings, fabric.env, ssh over the cable."""
     root = project_dir(project)
     result = run(root, "doctor.yml", hosts_file(inventory), "doctor", verbose=verbose)
-    for _host, task, message in result.messages:
-        if task == "Doctor | Print the table":
-            out.print(message, markup=False, highlight=False)
+    table = result.custom.get("sparkplay_doctor_table")
+    if table:
+        out.print(table, markup=False, highlight=False)
     finish(result, "doctor")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -80,13 +81,34 @@ class Host:
             return ["docker", "exec", str(self.vars.get("ansible_host", self.name)), *argv]
         if connection == "local":
             return argv
+        if connection not in ("ssh", "ansible.builtin.ssh", "paramiko", "ansible.builtin.paramiko_ssh"):
+            raise BadInput(f"{self.name} uses connection {connection}", "read its journal with ansible instead")
         target = str(self.vars.get("ansible_host", self.name))
         user = self.vars.get("ansible_user")
         ssh = ["ssh", "-o", "BatchMode=yes"]
         if self.vars.get("ansible_port"):
             ssh += ["-p", str(self.vars["ansible_port"])]
-        command = (["sudo", "-n"] if self.vars.get("ansible_become") and user not in (None, "root") else []) + argv
-        return [*ssh, f"{user}@{target}" if user else target, "--", *command]
+        key = self.vars.get("ansible_ssh_private_key_file") or self.vars.get("ansible_private_key_file")
+        if key:
+            ssh += ["-i", str(key)]
+        for name in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):  # jump hosts, ports, options
+            ssh += shlex.split(str(self.vars.get(name) or ""))
+        return [*ssh, f"{user}@{target}" if user else target, "--", *self._become(user), *argv]
+
+    def _become(self, user: Any) -> list[str]:
+        """The inventory's privilege escalation, non-interactive (sudo or doas; su cannot be)."""
+        if str(self.vars.get("ansible_become", False)).lower() not in ("true", "yes", "1"):
+            return []
+        to = str(self.vars.get("ansible_become_user") or "root")
+        if user == to:
+            return []
+        method = str(self.vars.get("ansible_become_method") or "sudo").rsplit(".", 1)[-1]
+        if method in ("sudo", "doas"):
+            return [method, "-n", "-u", to]
+        raise BadInput(
+            f"{self.name} becomes {to} with {method}, which asks for a password",
+            "use sudo or doas with NOPASSWD for the logs command, or read the journal with ansible",
+        )
 
 
 def hosts(inventory: Path) -> list[Host]:
