@@ -145,3 +145,12 @@ def test_logs_honour_the_inventorys_key_ssh_arguments_and_become_method():
     local = Host("me", 0, {"ansible_connection": "winrm"})
     with pytest.raises(BadInput, match="uses connection winrm"):
         local.shell_argv(cmd)
+
+
+def test_tables_keep_whole_names_when_output_is_not_a_terminal():
+    from tests.conftest import run_cli
+
+    proc = run_cli("recipe", "list", env={"COLUMNS": ""})
+    assert proc.returncode == 0, proc.stderr
+    assert "Lab: a tiny generated llama model on llama.cpp, layers spread over the ranks by RPC" in proc.stdout
+    assert "…" not in proc.stdout

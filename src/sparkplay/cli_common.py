@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -17,9 +19,15 @@ EXIT_CODES_HELP = (
     "4 hosts failed; 5 hosts unreachable; 6 a prerequisite is missing (Docker engine, debootstrap, ...)."
 )
 
-out = Console(soft_wrap=True)
+
+def _width(stream: Any) -> int | None:
+    """A terminal's own width; into a file, a pipe or CI's log, wide enough that no table cuts a name."""
+    return None if stream.isatty() or os.environ.get("COLUMNS") else 1000
+
+
+out = Console(soft_wrap=True, width=_width(sys.stdout))
 # one error, one line: never wrapped, never highlighted
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 F = TypeVar("F", bound=Callable[..., Any])
 
