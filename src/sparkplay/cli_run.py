@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from sparkplay import deployment
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import ProjectOpt, out, reports_errors
 from sparkplay.cli_display import RunDisplay, print_summary
@@ -153,11 +154,25 @@ def plan(
     recipe: Annotated[str, typer.Argument(help="A recipe name from the catalog.")],
     inventory: InventoryOpt,
     only: OnlyOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the deployment (leader, paths, checkpoints, overlay) and stop.")
+    ] = False,
     verbose: VerboseOpt = 0,
     project: ProjectOpt = None,
 ) -> None:
     """Show what `up` would change on each host, and every foreign file it would replace (changes nothing)."""
-    show_plan(planned_run(project_dir(project), recipe, inventory, only, verbose)[2])
+    root = project_dir(project)
+    if as_json:  # what the playbooks will derive, from the recipe and the inventory alone (no node is asked)
+        doc = catalog.load_for_use(catalog.catalog_dir(root), recipe)
+        hosts = inv_mod.hosts(hosts_file(inventory))
+        lead = next((h for h in hosts if h.rank == 0), hosts[0]).vars
+        computed = deployment.compute(
+            doc, {h.name: h.rank for h in hosts}, {k: lead.get(k) for k in deployment.DEFAULTS},
+            lead.get("checkpoint_staged") or [], lead.get("sparkplay_checkpoint_lock") or {},
+        )  # fmt: skip
+        sys.stdout.write(json.dumps(computed, indent=2) + "\n")
+        return
+    show_plan(planned_run(root, recipe, inventory, only, verbose)[2])
 
 
 @reports_errors
