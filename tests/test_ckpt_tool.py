@@ -459,19 +459,28 @@ def test_a_peer_that_is_too_small_fails_before_any_byte_moves(tree, tmp_path, pe
     assert not dest.exists()  # a plan changes nothing
 
 
-def test_a_killed_tcp_mirror_leaves_no_listener_and_the_rerun_resumes(tmp_path, peer_env, remote_tool):
-    root = tmp_path / "src"
+@pytest.fixture
+def slow_tcp_sync(tmp_path, peer_env, remote_tool):
+    """A checkpoint over 64 MiB and a tcp sync of it held to 8 MiB/s, started; (its args, root, dest, port, proc)."""
+    root, dest, port = tmp_path / "src", tmp_path / "copy", free_port()
     root.mkdir()
     (root / "big.bin").write_bytes(os.urandom(LARGE + (8 << 20)))
     tool("manifest", str(root), "--revision", "v1")
-    dest, port = tmp_path / "copy", free_port()
-    args = [sys.executable, TOOL, "sync", str(root), "--to", "127.0.0.1", "--dest", str(dest), "--revision", "v1",
-            "--transport", "tcp", "--port", str(port), "--remote-tool", remote_tool, "--bwlimit", "8192",
-            "--status", str(tmp_path / "status.json")]  # fmt: skip
-    proc = subprocess.Popen(args, env={**os.environ, **peer_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    args = ["sync", str(root), "--to", "127.0.0.1", "--dest", str(dest), "--revision", "v1", "--transport", "tcp",
+            "--port", str(port), "--remote-tool", remote_tool]  # fmt: skip
+    slow = ["--bwlimit", "8192", "--status", str(tmp_path / "status.json")]
+    proc = subprocess.Popen([sys.executable, TOOL, *args, *slow], env={**os.environ, **peer_env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not ((dest / "big.bin").exists() and (dest / "big.bin").stat().st_size):
         time.sleep(0.1)
+    yield args, root, dest, port, proc
+    if proc.poll() is None:
+        proc.kill()
+
+
+def test_a_killed_tcp_mirror_leaves_no_listener_and_the_rerun_resumes(tmp_path, peer_env, slow_tcp_sync):
+    args, root, dest, port, proc = slow_tcp_sync
     proc.kill()
     proc.wait()
     gone = time.monotonic() + 10
@@ -486,25 +495,14 @@ def test_a_killed_tcp_mirror_leaves_no_listener_and_the_rerun_resumes(tmp_path, 
     assert follow["finished"] and "ended without a result" in follow["error"]
     partial = (dest / "big.bin").stat().st_size
     assert 0 < partial < LARGE
-    rc, out, err = tool("sync", *args[3:-2], env=peer_env)
+    rc, out, err = tool(*args, env=peer_env)
     assert rc == 0, err
     assert out["sent_bytes"] <= LARGE + (8 << 20) - partial + 4096
     assert (dest / "big.bin").read_bytes() == (root / "big.bin").read_bytes()
 
 
-def test_a_killed_receiver_fails_the_sync_loudly_and_the_rerun_resumes(tmp_path, peer_env, remote_tool):
-    root = tmp_path / "src"
-    root.mkdir()
-    (root / "big.bin").write_bytes(os.urandom(LARGE + (8 << 20)))
-    tool("manifest", str(root), "--revision", "v1")
-    dest, port = tmp_path / "copy", free_port()
-    args = ["sync", str(root), "--to", "127.0.0.1", "--dest", str(dest), "--revision", "v1", "--transport", "tcp",
-            "--port", str(port), "--remote-tool", remote_tool]  # fmt: skip
-    proc = subprocess.Popen([sys.executable, TOOL, *args, "--bwlimit", "8192"], env={**os.environ, **peer_env},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not ((dest / "big.bin").exists() and (dest / "big.bin").stat().st_size):
-        time.sleep(0.1)
+def test_a_killed_receiver_fails_the_sync_loudly_and_the_rerun_resumes(peer_env, slow_tcp_sync):
+    args, root, dest, _, proc = slow_tcp_sync
     subprocess.run(["pkill", "-KILL", "-f", f"receive {dest}"], check=True)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "sparkplay-ckpt:" in err and len(err.strip().splitlines()) == 1, err
