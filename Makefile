@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # molecule and the CLI find the project from here
 export SPARKPLAY_PROJECT_DIR := $(CURDIR)
 
-.PHONY: setup venv host demo test unit lint pytest molecule clean
+.PHONY: setup venv host demo test unit lint pytest molecule molecule-roles clean
 
 setup: venv host ## virtualenv + (as root) Debian packages and a running Docker engine
 
@@ -46,8 +46,14 @@ pytest: venv
 	if [[ $$rc -eq 5 ]]; then echo "pytest collected no tests: the suite must run" >&2; exit 1; fi; \
 	exit $$rc
 
+# the whole site on the lab, and the fabric role alone (the other role scenarios: molecule-roles)
 molecule: venv host
 	molecule test --scenario-name lab
+	molecule test --scenario-name fabric
+
+molecule-roles: venv host ## every per-role scenario (fabric, checkpoint), each on a fresh lab
+	molecule test --scenario-name fabric
+	molecule test --scenario-name checkpoint
 
 clean:
 	-sparkplay lab down
