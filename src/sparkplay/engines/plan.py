@@ -20,6 +20,7 @@ from typing import Any
 from sparkplay.engines import atlas, llamacpp, vllm
 from sparkplay.engines.context import Context, Node, Options, environment
 from sparkplay.errors import BadInput
+from sparkplay.recipes import imageref
 
 UNIT = "sparkplay-serve"
 CONTAINER = "sparkplay-serve"
@@ -30,6 +31,8 @@ SMOKE_PROMPT = "What is 17*23?"
 
 def docker_exec(rank_plan: Mapping[str, Any], image: str, docker: str = DOCKER) -> list[str]:
     """The foreground `docker run` systemd supervises: named, removed on exit, env from the 0600 file."""
+    if not imageref.is_reference(image):  # it would be read as one of docker's options
+        raise BadInput(f"engine.image {image!r} is not a container image reference", "fix engine.image in the recipe")
     argv = [docker, "run", "--rm", "--name", CONTAINER, "--env-file", ENV_FILE, *rank_plan["container_options"]]
     for mount in rank_plan["mounts"]:
         if any("," in mount[k] or "=" in mount[k] for k in ("source", "target")):

@@ -20,6 +20,7 @@ import jsonschema
 import yaml
 
 from sparkplay.errors import BadInput
+from sparkplay.recipes import imageref
 
 SCHEMA_ID = "sparkplay.recipe/v1"
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -72,6 +73,14 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
     engine, model, serve = doc["engine"], doc["model"], doc["serve"]
     if engine["runtime"] == "docker" and not engine["image"] and not engine.get("image_dir"):
         found.append(Problem("engine.image", "no container image is known", "set engine.image in the recipe"))
+    image = engine.get("image")
+    if image and not imageref.is_reference(image):
+        found.append(Problem("engine.image", f"{image!r} is not a container image reference",
+                             "set engine.image to one, e.g. nvcr.io/nvidia/vllm:25.09-py3"))  # fmt: skip
+    elif image and imageref.floating(image):
+        found.append(Problem("engine.image", f"{image} names no fixed image (no tag, or latest)",
+                             "pin a tag or a digest (@sha256:...) so every rank and every run gets the same image",
+                             "warning"))  # fmt: skip
     if engine["runtime"] == "native" and not engine.get("packages"):
         found.append(Problem("engine.packages", "no packages are known", "set engine.packages in the recipe"))
     if not model["repo"] and not model.get("checkpoints") and not (engine["name"] == "llamacpp" and model.get("path")):
@@ -139,7 +148,9 @@ _Dumper.add_representer(str, _str_representer)
 
 
 def to_yaml(doc: dict[str, Any]) -> str:
-    header = f"# {doc['title']}\n# sparkplay recipe ({SCHEMA_ID}); imported with `sparkplay recipe import`.\n"
+    # the title is the recipe's own text: one line here, whatever it holds (a newline would end the comment)
+    title = " ".join(str(doc["title"]).split())
+    header = f"# {title}\n# sparkplay recipe ({SCHEMA_ID}); imported with `sparkplay recipe import`.\n"
     return header + "---\n" + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
 
 
