@@ -154,3 +154,22 @@ def test_tables_keep_whole_names_when_output_is_not_a_terminal():
     assert proc.returncode == 0, proc.stderr
     assert "Lab: a tiny generated llama model on llama.cpp, layers spread over the ranks by RPC" in proc.stdout
     assert "…" not in proc.stdout
+
+
+def test_end_of_input_at_a_question_is_a_no_with_exit_3(monkeypatch):
+    """Ctrl-D at the prompt: click raises Abort; sparkplay answers no (Declined, exit 3), not exit 1."""
+    import click
+    import pytest
+
+    from sparkplay import cli_common, cli_run
+    from sparkplay.errors import Declined, ExitCode
+
+    def eof(*_args, **_kwargs):
+        raise click.exceptions.Abort()
+
+    monkeypatch.setattr(cli_common.typer, "confirm", eof)
+    monkeypatch.setattr(cli_run.sys.stdin, "isatty", lambda: True)
+    assert cli_common.confirm("Go?") is False
+    with pytest.raises(Declined) as exc:
+        cli_run.ask("Go?", False, "no terminal", "add --yes")
+    assert exc.value.exit_code == ExitCode.DECLINED

@@ -108,6 +108,17 @@ def site():
         def do_GET(self):
             if self.path == "/slow.json":
                 time.sleep(3)
+            if self.path == "/trickle.json":  # headers at once, then a byte every 0.2 s for 20 s
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "100")
+                self.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    for _ in range(100):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        time.sleep(0.2)
+                return
             code, ctype, body = routes.get(self.path, (404, "text/plain", b"no"))
             self.send_response(code)
             if 300 <= code < 400:
@@ -599,3 +610,22 @@ def test_a_failed_write_leaves_the_old_recipe_whole(project, tmp_path, monkeypat
         catalog.save(cat, doc, lambda *_: True)
     assert (cat / "glm53.yml").read_text() == old
     assert sorted(p.name for p in cat.iterdir() if not p.name.startswith(".backups")) == ["glm53.yml"]
+
+
+@pytest.mark.parametrize("content", ["schema: sparkplay.recipe/v1\nname: broken\ntitle: x\n", "- a list\n", "a: [\n"])
+def test_a_bad_file_in_the_catalog_is_named_and_hides_nothing(project, content):
+    (project / "recipes").mkdir()
+    (project / "recipes" / "lab-tiny.yml").write_text((PROJECT / "recipes" / "lab-tiny.yml").read_text())
+    (project / "recipes" / "broken.yml").write_text(content)
+    listed = cli(project, "recipe", "list")
+    assert listed.returncode == 2 and "Traceback" not in listed.stderr
+    assert "lab-tiny" in listed.stdout and "broken.yml" in listed.stderr
+    shown = cli(project, "recipe", "show", "broken")
+    assert shown.returncode == 2 and "Traceback" not in shown.stderr and "broken" in shown.stderr
+
+
+def test_the_total_deadline_holds_against_a_server_that_trickles(site):
+    started = time.monotonic()
+    with pytest.raises(fetch.FetchError, match="took longer than 2 s"):
+        fetch.fetch_json(f"{site}/trickle.json", connect_timeout=5, total_timeout=2)
+    assert time.monotonic() - started < 3.5  # 2 s, not the 20 s the server would take

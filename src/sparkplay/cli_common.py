@@ -9,6 +9,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import click
 import typer
 from rich.console import Console
 
@@ -52,3 +53,12 @@ def reports_errors(func: F) -> F:
             raise typer.Exit(int(ExitCode.FAILED)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def confirm(question: str) -> bool:
+    """A yes/no on the terminal. End of input (Ctrl-D) or Ctrl-C at the prompt is a no (exit 3), not a crash."""
+    try:
+        return bool(typer.confirm(question, default=False))
+    except click.exceptions.Abort:
+        err.print("")
+        return False

@@ -11,7 +11,8 @@ import typer
 from rich.table import Table
 
 from sparkplay.cli_common import ProjectOpt, err, out, reports_errors
-from sparkplay.errors import BadInput, Declined
+from sparkplay.cli_common import confirm as ask_terminal
+from sparkplay.errors import BadInput, Declined, ExitCode
 from sparkplay.paths import project_dir
 from sparkplay.recipes import apply as apply_mod
 from sparkplay.recipes import catalog, model
@@ -36,7 +37,7 @@ def make_confirm(yes: bool) -> catalog.Confirm:
                 f"{path} exists with other content and there is no terminal to ask on",
                 "rerun with --yes to replace it (the old one is backed up)",
             )
-        return typer.confirm(question, default=False)
+        return ask_terminal(question)
 
     return confirm
 
@@ -79,8 +80,17 @@ def recipe_list(project: ProjectOpt = None) -> None:
     table = Table(title="recipes")
     for column in ("name", "engine", "model", "quant", "context", "nodes", "title"):
         table.add_column(column)
+    broken: list[str] = []
     for name in catalog.names(cat):
-        doc = catalog.load(cat, name)
+        try:
+            doc = catalog.load(cat, name)
+        except BadInput as exc:
+            broken.append(str(exc))
+            continue
+        invalid = model.schema_errors(doc)
+        if invalid:  # one bad file must not hide the rest of the catalog
+            broken.append(f"{catalog.recipe_path(cat, name)}: {invalid[0]}")
+            continue
         table.add_row(
             name,
             doc["engine"]["name"],
@@ -91,6 +101,11 @@ def recipe_list(project: ProjectOpt = None) -> None:
             doc["title"],
         )
     out.print(table)
+    for line in broken:
+        err.print(f"error: {line}; fix the file or remove it (sparkplay recipe validate NAME says more)",
+                  markup=False, highlight=False)  # fmt: skip
+    if broken:
+        raise typer.Exit(int(ExitCode.BAD_INPUT))
 
 
 @recipe_app.command("show")
@@ -104,6 +119,9 @@ def recipe_show(
     if fmt not in ("yaml", "json"):
         raise BadInput(f"--format {fmt} is not known", "use --format yaml or --format json")
     doc = _load_any(project_dir(project), name)
+    invalid = model.schema_errors(doc)
+    if invalid:
+        raise BadInput(f"recipe {name} is not well formed: {invalid[0]}", f"fix it (sparkplay recipe validate {name})")
     text = json.dumps(doc, indent=2) if fmt == "json" else model.to_yaml(doc)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 

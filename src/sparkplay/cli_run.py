@@ -19,7 +19,7 @@ from rich.table import Table
 
 from sparkplay import deployment
 from sparkplay import inventory as inv_mod
-from sparkplay.cli_common import ProjectOpt, out, reports_errors
+from sparkplay.cli_common import ProjectOpt, confirm, out, reports_errors
 from sparkplay.cli_display import RunDisplay, print_summary
 from sparkplay.engines.plan import UNIT
 from sparkplay.errors import BadInput, Declined, ExitCode
@@ -77,7 +77,7 @@ def ask(question: str, yes: bool, refusal: str, fix: str) -> None:
         return
     if not sys.stdin.isatty():
         raise Declined(refusal, fix)
-    if not typer.confirm(question, default=False):
+    if not confirm(question):
         raise Declined("declined: nothing was changed", fix)
 
 

@@ -8,13 +8,17 @@ a JSON object required. Errors are one line naming the problem and the fix.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import json
 import os
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -74,6 +78,26 @@ def _timeout(env: str, default: float) -> float:
         return default
 
 
+@contextlib.contextmanager
+def _cut_at(response: Any, deadline: float) -> Iterator[None]:
+    """Shut the response's socket down at the deadline, so even a receive in progress ends then."""
+    sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
+
+    def cut() -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), cut) if sock is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
 def fetch_json(
     url: str,
     *,
@@ -89,14 +113,21 @@ def fetch_json(
     opener = urllib.request.build_opener(_Redirects())
     request = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": "sparkplay"})  # noqa: S310
     deadline = time.monotonic() + total_timeout
+    late = FetchError(f"{url} took longer than {total_timeout:.0f} s", "try again later")
     try:
-        with opener.open(request, timeout=connect_timeout) as response:
+        with opener.open(request, timeout=connect_timeout) as response, _cut_at(response, deadline):
             chunks: list[bytes] = []
             size = 0
             while True:
-                if time.monotonic() > deadline:
-                    raise FetchError(f"{url} took longer than {total_timeout:.0f} s", "try again later")
-                chunk = response.read(64 * 1024)
+                try:
+                    # read1: whatever one receive brings, so a server that trickles cannot hold the loop
+                    chunk = response.read1(64 * 1024)
+                except OSError:
+                    if time.monotonic() >= deadline:
+                        raise late from None
+                    raise
+                if time.monotonic() >= deadline:
+                    raise late
                 if not chunk:
                     break
                 size += len(chunk)
