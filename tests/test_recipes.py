@@ -629,3 +629,11 @@ def test_the_total_deadline_holds_against_a_server_that_trickles(site):
     with pytest.raises(fetch.FetchError, match="took longer than 2 s"):
         fetch.fetch_json(f"{site}/trickle.json", connect_timeout=5, total_timeout=2)
     assert time.monotonic() - started < 3.5  # 2 s, not the 20 s the server would take
+
+
+@pytest.mark.parametrize(
+    "prose", ["Set HF_HUB_OFFLINE=1 once the weights are cached.", "Once HF_HUB_OFFLINE=1 is set, restart it."]
+)
+def test_once_makes_a_setting_conditional(prose):
+    found, conditional = prose_settings(prose + " Always VLLM_X=2.")
+    assert found == {"VLLM_X": "2"} and conditional == ["HF_HUB_OFFLINE"]

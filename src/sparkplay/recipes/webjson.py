@@ -41,8 +41,8 @@ def _field(data: dict[str, Any], key: str) -> Any:
     return None
 
 
-CONDITION_BEFORE = re.compile(r"\b(only with|when|if|unless)\s+$", re.IGNORECASE)
-CONDITION_AFTER = re.compile(r"^(\s*\+\s*[A-Z][A-Z0-9_]*=\S+)*\s+(when|if|only|unless)\b", re.IGNORECASE)
+CONDITION_BEFORE = re.compile(r"\b(only with|when|if|unless|once)\s+$", re.IGNORECASE)
+CONDITION_AFTER = re.compile(r"^(\s*\+\s*[A-Z][A-Z0-9_]*=\S+)*\s+(when|if|only|unless|once)\b", re.IGNORECASE)
 
 
 def prose_settings(text: str) -> tuple[dict[str, str], list[str]]:
