@@ -637,3 +637,16 @@ def test_the_total_deadline_holds_against_a_server_that_trickles(site):
 def test_once_makes_a_setting_conditional(prose):
     found, conditional = prose_settings(prose + " Always VLLM_X=2.")
     assert found == {"VLLM_X": "2"} and conditional == ["HF_HUB_OFFLINE"]
+
+
+@pytest.mark.parametrize("wildcard", ["0.0.0.0", "::"])  # noqa: S104 - recipes that say so, narrowed
+def test_a_recipe_that_binds_everywhere_is_imported_on_loopback_and_says_so(project, tmp_path, wildcard):
+    changed = tmp_path / "wide" / "recipe.toml"
+    changed.parent.mkdir()
+    wide = f'"--trust-remote-code", "--host", "{wildcard}",'
+    changed.write_text(TOML.read_text().replace('"--trust-remote-code",', wide, 1))
+    proc = cli(project, "recipe", "import", str(changed))
+    assert proc.returncode == 0, proc.stderr
+    assert f"note: serve.bind: the recipe binds {wildcard}; imported as 127.0.0.1" in proc.stderr
+    doc = yaml.safe_load((project / "recipes" / "glm53.yml").read_text().split("---\n", 1)[1])
+    assert doc["serve"]["bind"] == "127.0.0.1"

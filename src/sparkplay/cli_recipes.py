@@ -70,6 +70,9 @@ def recipe_import(
         out.print(f"{where}: {result.action}{backup}", markup=False)
     for problem in model.problems(doc):
         err.print(str(problem), markup=False, highlight=False)
+    for note in doc.get("provenance") or []:
+        if note.get("how") == "narrowed":
+            err.print(f"note: {note['key']}: {note['detail']}", markup=False, highlight=False)
 
 
 @recipe_app.command("list")

@@ -20,6 +20,7 @@ from sparkplay.recipes import cmdline, known
 from sparkplay.recipes.model import SCHEMA_ID
 
 LOOPBACK = "127.0.0.1"
+WILDCARDS = ("0.0.0.0", "::", "[::]", "*", "")  # noqa: S104 - matched to be narrowed, never bound
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 QUANT_PATTERN = re.compile(r"(nvfp4|mxfp4|fp8|awq|gptq|int4|int8|q4_k_m|q5_k_m|q8_0|bf16|f16)", re.IGNORECASE)
 # Flags whose value is JSON text (vLLM); checked so a bad one fails at import.
@@ -224,6 +225,10 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         # the engines' APIs have no authentication: loopback unless the user says otherwise
         bind = LOOPBACK
         raw.note("serve.bind", "default", "not stated; APIs bind to loopback unless the user chooses otherwise")
+    elif bind in WILDCARDS:
+        raw.note("serve.bind", "narrowed", f"the recipe binds {bind}; imported as {LOOPBACK} (the API has no "
+                 "authentication): set serve_bind in the inventory to listen wider")  # fmt: skip
+        bind = LOOPBACK
     quant_match = QUANT_PATTERN.search(repo or raw.model or "")
     context = derived["context_length"]
     if context is not None:
