@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, fetch, model
+from sparkplay.recipes import catalog, cmdline, fetch, model
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.webjson import prose_settings
 from tests.conftest import PROJECT, run_cli
@@ -650,3 +650,20 @@ def test_a_recipe_that_binds_everywhere_is_imported_on_loopback_and_says_so(proj
     assert f"note: serve.bind: the recipe binds {wildcard}; imported as 127.0.0.1" in proc.stderr
     doc = yaml.safe_load((project / "recipes" / "glm53.yml").read_text().split("---\n", 1)[1])
     assert doc["serve"]["bind"] == "127.0.0.1"
+
+
+def test_the_semantic_diff_covers_every_field_the_deployment_reads():
+    from sparkplay.recipes.diff import semantic_diff
+
+    old = catalog.load_for_use(catalog.catalog_dir(PROJECT), "glm53-atlas")
+    new = json.loads(json.dumps(old))
+    new["title"], new["notes"] = "another title", ["other words"]
+    assert semantic_diff(old, new) == []  # words only
+    new["serve"]["shm_size"], new["serve"]["health_timeout_s"] = "64g", 1800
+    new["serve"]["distributed_backend"] = "ray"
+    new["engine"]["image_dir"] = "atlas"
+    new["model"]["checkpoints"][1]["revision"] = "f" * 40
+    lines = semantic_diff(old, new)
+    for field in ("serve.shm_size", "serve.health_timeout_s", "serve.distributed_backend", "engine.image_dir",
+                  "model.checkpoints[1].revision"):  # fmt: skip
+        assert any(line.startswith(f"{field}: ") for line in lines), (field, lines)

@@ -6,25 +6,28 @@ from typing import Any
 
 from sparkplay.recipes import cmdline
 
-FIELDS = (
-    "engine.name",
-    "engine.image",
-    "engine.runtime",
-    "model.repo",
-    "model.revision",
-    "model.quant",
-    "model.served_name",
-    "context_length",
-    "topology.nodes",
-    "topology.tensor_parallel",
-    "topology.pipeline_parallel",
-    "topology.expert_parallel",
-    "serve.port",
-    "serve.bind",
-    "speculative.method",
-    "speculative.num_tokens",
-    "speculative.draft_model",
-)
+# What a deployment does not depend on: where the recipe came from, the words around it.
+NOT_DEPLOYED = ("schema", "name", "title", "source", "notes", "provenance", "extra")
+# Compared entry by entry below, for readable lines.
+BY_ENTRY = ("knobs", "serve.args", "serve.env")
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf of a recipe by its dotted path (list items as [i]), for the fields the deployment reads."""
+    if isinstance(node, dict):
+        found: dict[str, Any] = {}
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if (not prefix and key in NOT_DEPLOYED) or path in BY_ENTRY:
+                continue
+            found.update(_flatten(value, path))
+        return found or ({prefix: {}} if prefix else {})
+    if isinstance(node, list) and not all(isinstance(item, str | int | float | bool | None) for item in node):
+        found = {}
+        for i, item in enumerate(node):
+            found.update(_flatten(item, f"{prefix}[{i}]"))
+        return found or {prefix: []}
+    return {prefix: node}
 
 
 def _get(doc: dict[str, Any], dotted: str) -> Any:
@@ -57,11 +60,13 @@ def _flags(args: list[str]) -> dict[str, str]:
 
 
 def semantic_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """One line per difference: fields, then knobs, flags and env added/removed/changed."""
+    """One line per difference in anything the deployment reads (every field, checkpoints, drafters,
+    memory, back ends, health...), then knobs, flags and env added/removed/changed."""
+    before, after = _flatten(old), _flatten(new)
     lines = [
-        f"{field}: {_show(_get(old, field))} -> {_show(_get(new, field))}"
-        for field in FIELDS
-        if _get(old, field) != _get(new, field)
+        f"{field}: {_show(before.get(field))} -> {_show(after.get(field))}"
+        for field in sorted(before.keys() | after.keys())
+        if before.get(field) != after.get(field)
     ]
     lines += mapping_diff("knob", old.get("knobs") or {}, new.get("knobs") or {})
     old_args, new_args = _get(old, "serve.args") or [], _get(new, "serve.args") or []
