@@ -10,17 +10,22 @@ from typing import Any
 from sparkplay.errors import BadInput
 
 
-def model_root_of(model_root: str) -> str:
-    """The model root without a trailing slash; '..' refused (the same path on every rank)."""
-    if not model_root.startswith("/") or ".." in model_root.split("/"):
-        raise BadInput(f"sparkplay_model_root {model_root!r} is not an absolute path", "give an absolute path")
-    return model_root.rstrip("/") or "/"
+def absolute(value: Any, key: str) -> str:
+    """A node path as every rank uses it: absolute, no '..', no trailing slash (the one rule for paths)."""
+    text = str(value)
+    if not text.startswith("/") or ".." in text.split("/") or "\n" in text:
+        raise BadInput(f"{key} {text!r} is not an absolute path", f"set {key} to an absolute path without '..'")
+    return text.rstrip("/") or "/"
+
+
+def _under(model_root: str, name: str) -> str:
+    return f"{absolute(model_root, 'sparkplay_model_root').rstrip('/')}/{name}"
 
 
 def checkpoint_dir(model_root: str, repo: str) -> str:
     """Where a Hugging Face repo's checkpoint lives on every rank: <root>/<org>--<name>."""
     org, _, name = repo.partition("/")
-    return f"{model_root_of(model_root).rstrip('/')}/{org}--{name}"
+    return _under(model_root, f"{org}--{name}")
 
 
 def overlay_dir(model_root: str, mount: str) -> str:
@@ -30,7 +35,7 @@ def overlay_dir(model_root: str, mount: str) -> str:
         raise BadInput(
             f"model.overlay.mount {mount!r} names no folder", "give the overlay's container path, e.g. /models/overlay"
         )
-    return f"{model_root_of(model_root).rstrip('/')}/{name}"
+    return _under(model_root, name)
 
 
 def sources(

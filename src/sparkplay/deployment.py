@@ -35,13 +35,6 @@ TOOLS = {"checkpoint": "/usr/local/lib/sparkplay/sparkplay-ckpt", "serve": "/usr
 OVERLAY_EXPECT = 864  # MTP expert matrices of GLM-5.x (layer 45: 288 experts x gate/up/down)
 
 
-def _absolute(value: Any, key: str) -> str:
-    text = str(value)
-    if not text.startswith("/") or ".." in text.split("/") or "\n" in text:
-        raise BadInput(f"{key} {text!r} is not an absolute path", f"set {key} to an absolute path without '..'")
-    return text.rstrip("/") or "/"
-
-
 def leader_of(ranks: Mapping[str, Any]) -> str:
     """The host with rank 0, once the layout is valid (the one rule for who leads)."""
     problems = topology.rank_layout_problems(ranks)
@@ -63,7 +56,7 @@ def compute(
     leader = leader_of(ranks)
     nodes = [{"host": host, "rank": int(rank), "role": "leader" if rank == 0 else "worker"}
              for host, rank in sorted(ranks.items(), key=lambda item: item[1])]  # fmt: skip
-    root = _absolute(merged["sparkplay_model_root"], "sparkplay_model_root")
+    root = checkpoints.absolute(merged["sparkplay_model_root"], "sparkplay_model_root")
     recipe = recipe or {}
     model = recipe.get("model") or {}
     overlay = None
@@ -84,8 +77,8 @@ def compute(
         "nodes": nodes,
         "paths": {
             "model_root": root,
-            "fabric_env": _absolute(merged["sparkplay_fabric_env_file"], "sparkplay_fabric_env_file"),
-            "serve_record": _absolute(merged["sparkplay_serve_record"], "sparkplay_serve_record"),
+            "fabric_env": checkpoints.absolute(merged["sparkplay_fabric_env_file"], "sparkplay_fabric_env_file"),
+            "serve_record": checkpoints.absolute(merged["sparkplay_serve_record"], "sparkplay_serve_record"),
             "serve_env": ENV_FILE,
             "serve_unit": f"/etc/systemd/system/{UNIT}.service",
             "tools": dict(TOOLS),
@@ -96,7 +89,7 @@ def compute(
             "name": engine.get("name"),
             "runtime": engine.get("runtime"),
             "image": engine.get("image") if engine.get("runtime") == "docker" else None,
-            "docker": _absolute(merged["sparkplay_docker"], "sparkplay_docker"),
+            "docker": checkpoints.absolute(merged["sparkplay_docker"], "sparkplay_docker"),
         }
         if engine
         else None,

@@ -95,7 +95,7 @@ class Context:
 
     @property
     def model_root(self) -> str:
-        return self.options.model_root.rstrip("/") or "/"
+        return checkpoints.absolute(self.options.model_root, "sparkplay_model_root")
 
     def checkpoint_dir(self, role: str) -> str | None:
         """Where the checkpoint role put the recipe's `role` checkpoint (same path on every rank)."""

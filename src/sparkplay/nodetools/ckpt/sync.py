@@ -120,11 +120,14 @@ def _reporting(status: Status, job: Job | None, stall: float) -> Iterator[dict[s
         thread.join()
 
 
-def _cmdline(pid: int) -> bytes:
+def _is_sync(pid: object) -> bool:
+    """Whether pid is a running `sparkplay-ckpt sync` (a pid in a file may have been reused since)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"\0sync\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return b""
+        return False
 
 
 @contextlib.contextmanager
@@ -140,7 +143,7 @@ def _only_run(opts: Options) -> Iterator[None]:
             raw = os.pread(fd, 32, 0).decode(errors="replace").strip()
             pid = int(raw) if raw.isdigit() else 0
             # the lock names its holder; signal it only if it is still a sync (pids are reused)
-            if pid and b"\0sync\0" in _cmdline(pid):
+            if _is_sync(pid):
                 os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 30
             while True:
@@ -269,7 +272,7 @@ def progress(path: Path, job: str | None) -> dict[str, Any]:
         data = {"phase": "starting", "finished": False}
     if not data.get("finished"):
         pid = data.get("pid")
-        gone = isinstance(pid, int) and b"\0sync\0" not in _cmdline(pid)
+        gone = isinstance(pid, int) and not _is_sync(pid)
         if gone or (pid is None and _async_job_ended(job)):
             data.update(finished=True, rc=1, error="the mirror process ended without a result (killed?)")
     return data
@@ -281,7 +284,7 @@ def stop(path: Path) -> dict[str, Any]:
         pid = json.loads(path.read_text()).get("pid")
     except (OSError, ValueError):
         return {"stopped": False}
-    if not isinstance(pid, int) or b"\0sync\0" not in _cmdline(pid):  # gone, or the pid was reused
+    if not _is_sync(pid):  # gone, or the pid was reused
         return {"stopped": False}
     os.kill(pid, signal.SIGTERM)
     return {"stopped": True, "pid": pid}
