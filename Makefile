@@ -51,8 +51,10 @@ molecule: venv host
 	molecule test --scenario-name lab
 	molecule test --scenario-name fabric
 
-molecule-roles: venv host ## every per-role scenario (fabric, checkpoint), each on a fresh lab
+molecule-roles: venv host ## every per-role scenario, each on a fresh lab (serve's is `lab`: it needs the whole site)
 	molecule test --scenario-name fabric
+	molecule test --scenario-name peer_ssh
+	molecule test --scenario-name nvidia_stack
 	molecule test --scenario-name checkpoint
 
 clean:

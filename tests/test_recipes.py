@@ -239,24 +239,28 @@ def test_one_redirect_is_followed(project, site):
 
 
 def test_tolerant_field_names_env_object_and_extra_fields(project, site):
-    proc = cli(project, "recipe", "import", f"{site}/alt.json")
+    # a vLLM recipe that names no image cannot run: the import says which field and how to set it
+    refused = cli(project, "recipe", "import", f"{site}/alt.json")
+    assert refused.returncode == 2 and not (project / "recipes").exists()
+    assert "engine.image cannot be determined from the recipe: no container image is known" in refused.stderr
+    assert "--set engine.image=VALUE" in refused.stderr
+    proc = cli(project, "recipe", "import", f"{site}/alt.json", "--set", "engine.image=vllm/vllm-openai:v0.11.0")
     assert proc.returncode == 0, proc.stderr
     doc = yaml.safe_load((project / "recipes" / "tiny-vllm.yml").read_text())
+    assert doc["engine"]["image"] == "vllm/vllm-openai:v0.11.0"
+    assert {"key": "engine.image", "how": "set", "detail": f"--set at import of {site}/alt.json"} in doc["provenance"]
     assert doc["engine"]["name"] == "vllm"
     assert doc["model"]["repo"] == "Org/Tiny-Model-FP8" and doc["model"]["quant"] == "fp8"
     assert doc["serve"]["port"] == 9000 and doc["context_length"] == 4096
     assert doc["serve"]["env"] == {"VLLM_USE_V1": "1", "HF_HUB_OFFLINE": "1"}
     assert doc["extra"] == {"rating": 5}
-    # a vLLM recipe that names no image imports, but cannot be used until one is set
-    check = cli(project, "recipe", "validate", "tiny-vllm")
-    assert check.returncode == 2
-    assert "engine.image: no container image is known; set engine.image" in check.stdout
+    assert cli(project, "recipe", "validate", "tiny-vllm").returncode == 0
 
 
 def test_shell_metacharacters_stay_literal(project, site):
     marker = Path("/tmp/sparkplay-pwned")
     marker.unlink(missing_ok=True)
-    proc = cli(project, "recipe", "import", f"{site}/meta.json", "--name", "meta")
+    proc = cli(project, "recipe", "import", f"{site}/meta.json", "--name", "meta", "--set", "engine.image=v/v:1")
     assert proc.returncode == 0, proc.stderr
     args = yaml.safe_load((project / "recipes" / "meta.yml").read_text())["serve"]["args"]
     assert "x; touch /tmp/sparkplay-pwned" in args
@@ -268,7 +272,7 @@ def test_shell_metacharacters_stay_literal(project, site):
 BAD_URLS = {
     "/404.json": "answered HTTP 404",
     "/500.json": "answered HTTP 500",
-    "/page.json": "is an HTML page, not a JSON recipe",
+    "/page.json": "is an HTML page, not a recipe",
     "/array.json": "holds a JSON list, not a recipe object",
     "/big.json": "is larger than 1024 KiB",
     "/nocommand.json": "the recipe JSON has no command line",
@@ -543,12 +547,17 @@ def test_apply_bad_input_changes_nothing(inventory, args, message):
 
 
 def test_apply_refuses_an_incomplete_recipe_naming_the_key(inventory, tmp_path):
-    """An Atlas recipe for a model sparkplay has no facts about: importable, not usable."""
+    """A catalog recipe that lost a field it needs (edited by hand): apply names the key and the file."""
     project = tmp_path / "proj"
     shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns(".venv", ".git", ".cache", "inventory"))
     unknown = tmp_path / "unknown.json"
     unknown.write_text(json.dumps({"title": "Other", "command": "serve /models/x --kernel-target=other --tp-size=2"}))
-    assert run_cli("recipe", "import", str(unknown), "--name", "other", "--project-dir", str(project)).returncode == 0
+    args = ("recipe", "import", str(unknown), "--name", "other", "--project-dir", str(project))
+    assert run_cli(*args, "--set", "engine.image=ghcr.io/o/atlas:1", "--set", "model.repo=o/x").returncode == 0
+    saved = project / "recipes" / "other.yml"
+    doc = yaml.safe_load(saved.read_text())
+    doc["engine"]["image"] = None
+    saved.write_text(model.to_yaml(doc))
     proc = run_cli("apply", "other", "-i", str(inventory), "--project-dir", str(project))
     assert proc.returncode == 2
     assert "recipe other cannot be used: engine.image: no container image is known" in proc.stderr

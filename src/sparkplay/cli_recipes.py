@@ -55,12 +55,25 @@ def _load_any(project: Path, ref: str) -> dict[str, Any]:
 def recipe_import(
     source: Annotated[str, typer.Argument(help="An https URL, a .json file, a recipe.toml, or a sparkplay .yml.")],
     name: Annotated[str | None, typer.Option("--name", help="Save under this name (default: from the recipe).")] = None,
+    sets: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Fill or correct a field the recipe leaves out or gets wrong (dotted key, e.g. engine.image=REPO:TAG, "
+            "model.revision=COMMIT, serve.bind=0.0.0.0); repeatable.",
+        ),
+    ] = None,
     yes: YesOpt = False,
     project: ProjectOpt = None,
 ) -> None:
-    """Import a recipe into recipes/NAME.yml; asks before replacing a different one."""
+    """Import a recipe into recipes/NAME.yml; asks before replacing a different one.
+
+    The format is read from the content: a recipe website's JSON, a launcher recipe.toml,
+    a sparkrun recipe YAML or a sparkplay recipe YAML.
+    """
     root = project_dir(project)
-    doc = catalog.import_source(source, name)
+    doc = catalog.import_source(source, name, sets or ())
     result = catalog.save(catalog.catalog_dir(root), doc, make_confirm(yes))
     where = result.path.relative_to(root)
     if result.action == "unchanged":
@@ -73,6 +86,9 @@ def recipe_import(
     for note in doc.get("provenance") or []:
         if note.get("how") == "narrowed":
             err.print(f"note: {note['key']}: {note['detail']}", markup=False, highlight=False)
+        elif note.get("how") == "ignored":
+            err.print(f"not honoured: {note['key']}: {note['detail']} (kept in the recipe's extra)",
+                      markup=False, highlight=False)  # fmt: skip
 
 
 @recipe_app.command("list")

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Callable
+import tomllib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
+
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
-from sparkplay.recipes import fetch, launcher, model, webjson
+from sparkplay.recipes import fetch, launcher, model, sparkrun, webjson
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.normalise import normalise
 
@@ -30,15 +33,22 @@ def recipe_path(catalog: Path, name: str) -> Path:
     return catalog / f"{model.check_name(name)}.yml"
 
 
-def import_source(source: str, name: str | None = None) -> dict[str, Any]:
-    """Read SOURCE (URL, .json, recipe.toml or sparkplay YAML) into a normalised, schema-valid recipe."""
+def import_source(source: str, name: str | None = None, sets: Sequence[str] = ()) -> dict[str, Any]:
+    """Read SOURCE (an https URL or a file) into a normalised, schema-valid recipe that can be deployed.
+
+    The importer is chosen by the content, never by the file name: a JSON
+    object is a recipe website's, TOML is the launcher's recipe.toml, YAML
+    with `recipe_version` (or a container and a model) is sparkrun's, YAML
+    with sparkplay's schema is sparkplay's own. `sets` (KEY=VALUE, dotted
+    keys) fill or correct fields after the import; a recipe that still
+    cannot run is refused, naming the field and the --set that fixes it.
+    """
     if name is not None:
         model.check_name(name)
     scheme = urlsplit(source).scheme
     if scheme in ("http", "https"):
-        fetched = fetch.fetch_json(source)
-        src = {"kind": "localairecipes", "location": source, "sha256": fetched.sha256, "canonical_url": None}
-        doc = normalise(webjson.to_raw(fetched.data, src, name))
+        fetched = fetch.fetch(source)
+        body, sha, content_type = fetched.body, fetched.sha256, fetched.content_type
     elif scheme and len(scheme) > 1:  # not a Windows drive letter
         raise BadInput(f"cannot import from a {scheme}: URL", "give an https:// URL or a file path")
     else:
@@ -50,27 +60,85 @@ def import_source(source: str, name: str | None = None) -> dict[str, Any]:
         body = path.read_bytes()
         if len(body) > fetch.MAX_BYTES:
             raise BadInput(f"{source} is larger than 1 MiB", "a recipe is small; check the file")
-        sha = hashlib.sha256(body).hexdigest()
-        text = body.decode("utf-8", errors="replace")
-        suffix = path.suffix.lower()
-        if suffix == ".json":
-            src = {"kind": "localairecipes", "location": source, "sha256": sha, "canonical_url": None}
-            doc = normalise(webjson.to_raw(fetch.parse_json_object(body, source), src, name))
-        elif suffix == ".toml":
-            src = {"kind": "launcher-toml", "location": source, "sha256": sha, "canonical_url": None}
-            data = launcher.parse_toml(text, source)
-            doc = normalise(launcher.to_raw(data, src, name, launcher.leading_comments(text)))
-        elif suffix in (".yml", ".yaml"):
-            doc = model.from_yaml(text, source)
-            if name is not None:
-                doc["name"] = name
-        else:
-            raise BadInput(f"{source}: unknown recipe format {suffix or '(no suffix)'}", "use .json, .toml or .yml")
+        sha, content_type = hashlib.sha256(body).hexdigest(), ""
+    doc = read(body, source, sha, name, content_type)
+    for assignment in sets:
+        apply_set(doc, assignment, source)
     model.check_name(doc.get("name", ""))
     errors = model.schema_errors(doc)
     if errors:
         raise BadInput(f"the recipe from {source} is malformed: {errors[0]}", "fix the source or report it")
+    missing = model.errors(doc)
+    if missing:
+        first = missing[0]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise BadInput(
+            f"{source}: {first.key} cannot be determined from the recipe: {first.message}{more}",
+            f"{first.fix}, or import with --set {first.key}=VALUE",
+        )
     return doc
+
+
+def read(body: bytes, where: str, sha: str, name: str | None, content_type: str = "") -> dict[str, Any]:
+    """The normalised recipe from a source's bytes, by what the bytes are."""
+    text = body.decode("utf-8", errors="replace")
+    head = text.lstrip()[:1]
+    if head in ("{", "["):
+        src = {"kind": "localairecipes", "location": where, "sha256": sha, "canonical_url": None}
+        return normalise(webjson.to_raw(fetch.parse_json_object(body, where, content_type), src, name))
+    if head == "<" or "html" in content_type.lower():
+        raise BadInput(f"{where} is an HTML page, not a recipe", "use the recipe's raw file or API URL")
+    try:
+        data: Any = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        if where.lower().endswith(".toml"):  # the name only sharpens the error; the content chose the importer
+            raise BadInput(f"{where} is not valid TOML ({exc})", "fix the TOML syntax") from None
+        data = None
+    if isinstance(data, dict) and data:
+        src = {"kind": "launcher-toml", "location": where, "sha256": sha, "canonical_url": None}
+        return normalise(launcher.to_raw(data, src, name, launcher.leading_comments(text)))
+    doc = model.from_yaml(text, where)  # names the line of a syntax error
+    if sparkrun.is_sparkrun(doc):
+        src = {"kind": "sparkrun", "location": where, "sha256": sha, "canonical_url": None}
+        return normalise(sparkrun.to_raw(doc, src, name, where))
+    if doc.get("schema") != model.SCHEMA_ID:
+        raise BadInput(
+            f"{where} is not a recipe sparkplay knows (a website's JSON, a recipe.toml, a sparkrun or sparkplay YAML)",
+            "check the file; sparkrun recipes carry recipe_version, sparkplay's carry schema: " + model.SCHEMA_ID,
+        )
+    if name is not None:
+        doc["name"] = name
+    return doc
+
+
+def apply_set(doc: dict[str, Any], assignment: str, where: str) -> None:
+    """One `--set KEY=VALUE`: KEY a dotted path to a field the recipe has; VALUE read as YAML (so 2, true
+    and null are what they say), then checked with the rest of the recipe."""
+    key, sep, value = assignment.partition("=")
+    if not sep or not key:
+        raise BadInput(f"--set {assignment!r} is not KEY=VALUE", "write it as --set engine.image=REPO:TAG")
+    parts = key.split(".")
+    node: Any = doc
+    for part in parts[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or parts[-1] not in node:
+        raise BadInput(f"--set {key}: the recipe has no field {key}", "name a field `sparkplay recipe show` lists")
+    try:
+        parsed = yaml.safe_load(value) if value else None
+    except yaml.YAMLError:
+        parsed = value
+    node[parts[-1]] = value if isinstance(parsed, str) or (parsed is None and value) else parsed
+    ckpts = doc["model"].setdefault("checkpoints", [])
+    target = next((c for c in ckpts if c["role"] == "target"), None)
+    if key == "model.revision" and target:  # the target checkpoint is pinned with the model
+        target["revision"] = node[parts[-1]]
+    elif key == "model.repo" and isinstance(node[parts[-1]], str):  # and it is the target checkpoint's repository
+        if target is None:
+            ckpts.insert(0, {"role": "target", "repo": node[parts[-1]], "revision": doc["model"].get("revision"),
+                             "size_bytes": None, "mount": None, "license": None})  # fmt: skip
+        else:
+            target["repo"] = node[parts[-1]]
+    doc.setdefault("provenance", []).append({"key": key, "how": "set", "detail": f"--set at import of {where}"})
 
 
 def names(catalog: Path) -> list[str]:

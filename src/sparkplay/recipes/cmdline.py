@@ -17,7 +17,8 @@ from sparkplay.errors import BadInput
 
 ENV_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 ENGINES_HELP = (
-    "sparkplay knows atlas (serve MODEL --kernel-target=...), vllm (vllm serve MODEL) and llama.cpp (llama-server)"
+    "sparkplay knows atlas (serve MODEL --kernel-target=..., or spark serve MODEL), vllm (vllm serve MODEL) "
+    "and llama.cpp (llama-server)"
 )
 
 
@@ -62,6 +63,9 @@ def parse(text: str) -> Command:
         return Command("vllm", flag_value(args, "--model"), args, env)
     if program == "serve" and any(t == "--kernel-target" or t.startswith("--kernel-target=") for t in rest):
         model, args = _split_model(rest)
+        return Command("atlas", model, args, env)
+    if program == "spark" and rest[:1] == ["serve"]:  # Atlas's own launcher, as sparkrun's atlas runtime calls it
+        model, args = _split_model(rest[1:])
         return Command("atlas", model, args, env)
     if program == "llama-server":
         return Command("llamacpp", flag_value(rest, "-m", "--model"), rest, env)

@@ -9,6 +9,7 @@ a JSON object required. Errors are one line naming the problem and the fix.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import ipaddress
 import json
@@ -40,7 +41,8 @@ class Fetched:
     url: str
     body: bytes
     sha256: str
-    data: dict[str, Any]
+    data: dict[str, Any] | None = None  # the parsed object, for fetch_json
+    content_type: str = ""
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -105,8 +107,20 @@ def fetch_json(
     total_timeout: float | None = None,
     max_bytes: int = MAX_BYTES,
 ) -> Fetched:
-    """GET a JSON object. Timeouts default to $SPARKPLAY_FETCH_CONNECT_TIMEOUT_S and
-    $SPARKPLAY_FETCH_TOTAL_TIMEOUT_S, else 10 s and 30 s."""
+    """GET a JSON object (see fetch)."""
+    fetched = fetch(url, connect_timeout=connect_timeout, total_timeout=total_timeout, max_bytes=max_bytes)
+    return dataclasses.replace(fetched, data=parse_json_object(fetched.body, url, fetched.content_type))
+
+
+def fetch(
+    url: str,
+    *,
+    connect_timeout: float | None = None,
+    total_timeout: float | None = None,
+    max_bytes: int = MAX_BYTES,
+) -> Fetched:
+    """GET a recipe's bytes, whatever its format. Timeouts default to $SPARKPLAY_FETCH_CONNECT_TIMEOUT_S
+    and $SPARKPLAY_FETCH_TOTAL_TIMEOUT_S, else 10 s and 30 s; the total one bounds the whole transfer."""
     connect_timeout = connect_timeout or _timeout("SPARKPLAY_FETCH_CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S)
     total_timeout = total_timeout or _timeout("SPARKPLAY_FETCH_TOTAL_TIMEOUT_S", TOTAL_TIMEOUT_S)
     check_url(url)
@@ -154,7 +168,7 @@ def fetch_json(
     except BadInput:
         raise
     body = b"".join(chunks)
-    return Fetched(final_url, body, hashlib.sha256(body).hexdigest(), parse_json_object(body, url, content_type))
+    return Fetched(final_url, body, hashlib.sha256(body).hexdigest(), None, content_type)
 
 
 def parse_json_object(body: bytes, where: str, content_type: str = "") -> dict[str, Any]:

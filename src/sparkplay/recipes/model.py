@@ -86,7 +86,8 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
     if not model["repo"] and not model.get("checkpoints") and not (engine["name"] == "llamacpp" and model.get("path")):
         found.append(Problem("model.repo", "the model's repository is not known", "set model.repo (org/name)"))
     if doc["context_length"] is None:
-        found.append(Problem("context_length", "the context length is not known", "set context_length"))
+        found.append(Problem("context_length", "the context length is not stated: the engine uses the model's own "
+                             "maximum", "set context_length (and the engine's flag) to choose", "warning"))  # fmt: skip
     # llama.cpp spreads layers over however many ranks there are
     if doc["topology"]["nodes"] is None and engine["name"] != "llamacpp":
         found.append(Problem("topology.nodes", "the node count is not known", "set topology.nodes"))

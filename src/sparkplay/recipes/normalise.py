@@ -56,6 +56,11 @@ class RawRecipe:
     notes: str | None = None
     knobs: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # what the source states outright about the model, beyond the command line
+    repo: str | None = None  # when the command names a file, not the repository
+    revision: str | None = None
+    quant: str | None = None
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)  # other models: {repo, revision}
     provenance: list[dict[str, str]] = field(default_factory=list)
 
     def note(self, key: str, how: str, detail: str) -> None:
@@ -206,7 +211,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     flags = cmdline.flag_map(raw.args)
 
     model_is_repo = raw.model is not None and REPO_PATTERN.match(raw.model) is not None
-    repo = raw.model if model_is_repo else None
+    repo = raw.model if model_is_repo else raw.repo
     served = derived["served_name"]
     tp = _pick(raw, "topology.tensor_parallel", raw.tensor_parallel, derived["tensor_parallel"], 1, "engine flags")
     pp = _pick(raw, "topology.pipeline_parallel", raw.pipeline_parallel, derived["pipeline_parallel"], 1, "flags")
@@ -229,7 +234,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         raw.note("serve.bind", "narrowed", f"the recipe binds {bind}; imported as {LOOPBACK} (the API has no "
                  "authentication): set serve_bind in the inventory to listen wider")  # fmt: skip
         bind = LOOPBACK
-    quant_match = QUANT_PATTERN.search(repo or raw.model or "")
+    quant_match = QUANT_PATTERN.search(raw.quant or repo or raw.model or "")
     context = derived["context_length"]
     if context is not None:
         raw.note("context_length", "derived", "engine flags")
@@ -254,7 +259,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         },
         "model": {
             "repo": repo,
-            "revision": None,
+            "revision": raw.revision,
             "quant": quant_match.group(1).lower() if quant_match else None,
             "served_name": served,
             "path": None if model_is_repo else raw.model,
@@ -294,7 +299,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         doc["knobs"].setdefault(knob, default)
     if derived["gpu_memory_utilization"] is not None:
         doc["knobs"].setdefault("gpu_memory_utilization", derived["gpu_memory_utilization"])
-    if doc["model"]["quant"] is not None:
+    if doc["model"]["quant"] is not None and raw.quant is None:
         raw.note("model.quant", "derived", "the model's name")
     if doc["speculative"] is not None:
         raw.note("speculative", "derived", "engine flags")
@@ -310,9 +315,49 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         doc["engine"]["image"] = f"{engine_defaults.image_repository}:{doc['engine']['image']}"
         raw.note("engine.image", "filled", "image repository from the known engines table; tag from the recipe")
     if repo and not doc["model"]["checkpoints"]:
-        doc["model"]["checkpoints"] = [
-            {"role": "target", "repo": repo, "revision": doc["model"]["revision"], "size_bytes": None,
-             "mount": None, "license": None},
-        ]  # fmt: skip
+        doc["model"]["checkpoints"] = [_checkpoint("target", repo, doc["model"]["revision"])]
+    _add_other_models(raw, doc)
     doc["provenance"] = raw.provenance
     return doc
+
+
+def _checkpoint(role: str, repo: str, revision: str | None) -> dict[str, Any]:
+    return {"role": role, "repo": repo, "revision": revision, "size_bytes": None, "mount": None, "license": None}
+
+
+HF_CACHE_PATH = re.compile(r"models--([^/]+)--([^/]+)/snapshots/([0-9a-f]{40})")
+
+
+def draft_source(draft: str) -> tuple[str, str | None] | None:
+    """The hub repository (and pinned revision, if the name carries one) a draft model comes from.
+
+    A repository name (org/name) is one; so is a Hugging Face cache snapshot
+    path (.../models--org--name/snapshots/<commit>), which pins the commit.
+    Anything else is a local path sparkplay cannot fetch.
+    """
+    if REPO_PATTERN.match(draft):
+        return draft, None
+    if match := HF_CACHE_PATH.search(draft):
+        return f"{match.group(1)}/{match.group(2)}", match.group(3)
+    return None
+
+
+def _add_other_models(raw: RawRecipe, doc: dict[str, Any]) -> None:
+    """Every model the recipe needs becomes a checkpoint: the draft its speculative decoding names and the
+    other models its source lists. An engine started offline (HF_HUB_OFFLINE=1) cannot fetch them itself."""
+    ckpts = doc["model"]["checkpoints"]
+    pins = {c["repo"]: c.get("revision") for c in raw.checkpoints}
+    draft = (doc["speculative"] or {}).get("draft_model")
+    mounted = any(c.get("mount") and draft.rstrip("/") == c["mount"].rstrip("/") for c in ckpts) if draft else False
+    if isinstance(draft, str) and draft and not mounted:  # a mounted checkpoint is already one
+        source = draft_source(draft)
+        if source is None:
+            raw.note("speculative.draft_model", "derived", f"{draft} is a local path, not a hub repository: "
+                     "sparkplay cannot fetch it, so it must already exist on every rank")  # fmt: skip
+        elif not any(c["repo"] == source[0] for c in ckpts):
+            ckpts.append(_checkpoint("drafter", source[0], source[1] or pins.get(source[0])))
+            raw.note("model.checkpoints", "derived", f"the draft model {source[0]} named in the engine flags")
+    for other in raw.checkpoints:
+        if not any(c["repo"] == other["repo"] for c in ckpts):
+            ckpts.append(_checkpoint("extra", other["repo"], other.get("revision")))
+            raw.note("model.checkpoints", "derived", f"{other['repo']}: a model the recipe's source lists")

@@ -1,0 +1,337 @@
+"""Importer for sparkrun recipes (the YAML of spark-arena's recipe registries, `recipe_version` 1 and 2).
+
+The format (sparkrun's "Recipe Format" page): `model`, `model_revision`,
+`runtime`, `container`, `min_nodes`/`max_nodes` (or the older `mode`,
+`solo_only`, `cluster_only`), `defaults` (every key a `{placeholder}` of the
+`command` template), `env`, `metadata`, and launcher features: `mods`,
+`pre_exec`, `builder`, `build_args`, `executor_config`, ...
+
+What sparkplay does with each: the command template is expanded from the
+defaults and read like any other engine command line; a recipe without a
+command gets the engine's command built from its defaults through the
+runtime's flag map (as sparkrun itself does); node limits become the node
+count; `distribution_config` models and `draft_model` become checkpoints.
+What sparkplay cannot honour (mods, pre/post exec, build args, executor
+settings other than shared memory) is kept under `extra.sparkrun_not_honoured`
+and reported by the import, never dropped in silence.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from sparkplay.errors import BadInput
+from sparkplay.recipes import cmdline
+from sparkplay.recipes.model import slugify
+from sparkplay.recipes.normalise import RawRecipe
+
+VERSIONS = ("1", "2")
+# sparkrun runtime -> (sparkplay engine, vLLM distributed back end)
+RUNTIMES: dict[str, tuple[str, str | None]] = {
+    "vllm": ("vllm", None),
+    "vllm-distributed": ("vllm", "mp"),
+    "vllm-ray": ("vllm", "ray"),
+    "llama-cpp": ("llamacpp", None),
+    "llama.cpp": ("llamacpp", None),
+    "llamacpp": ("llamacpp", None),
+    "atlas": ("atlas", None),
+}
+NOT_SUPPORTED = ("sglang", "trtllm")
+# a command's first word -> runtime, when `runtime` is left out (sparkrun's own detection)
+COMMAND_HINTS = (("vllm", "vllm"), ("llama-server", "llama-cpp"), ("serve", "atlas"), ("spark", "atlas"))
+
+READ = {
+    "recipe_version", "name", "model", "model_revision", "runtime", "container", "min_nodes", "max_nodes",
+    "mode", "solo_only", "cluster_only", "defaults", "env", "command", "metadata", "distribution_config",
+    "executor_config",
+}  # fmt: skip
+# launcher features sparkplay has no equivalent for: reported, kept in extra
+NOT_HONOURED = (
+    "mods", "pre_exec", "post_exec", "builder", "build_args", "runtime_config", "benchmark", "docker_image_dir",
+)  # fmt: skip
+EXECUTOR_HONOURED = ("shm_size",)
+
+PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SHELL_VARIABLE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*")
+
+
+# defaults key -> flag, per engine (sparkrun's flag maps); a True boolean is a bare switch
+VLLM_FLAGS = {
+    "port": "--port", "host": "--host", "tensor_parallel": "--tensor-parallel-size",
+    "pipeline_parallel": "--pipeline-parallel-size", "data_parallel": "--data-parallel-size",
+    "gpu_memory_utilization": "--gpu-memory-utilization", "max_model_len": "--max-model-len",
+    "served_model_name": "--served-model-name",
+}  # fmt: skip
+LLAMACPP_FLAGS = {
+    "port": "--port", "host": "--host", "max_model_len": "--ctx-size", "served_model_name": "--alias",
+    "n_gpu_layers": "--n-gpu-layers", "parallel": "--parallel", "threads": "--threads",
+}  # fmt: skip
+ATLAS_FLAGS = {
+    "port": "--port", "host": "--host", "tensor_parallel": "--tp-size", "ep_size": "--ep-size",
+    "gpu_memory_utilization": "--gpu-memory-utilization", "max_model_len": "--max-seq-len",
+    "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-prefill-tokens",
+    "served_model_name": "--served-model-name", "kv_cache_dtype": "--kv-cache-dtype", "draft_model": "--draft-model",
+    "dflash_gamma": "--dflash-gamma", "num_drafts": "--num-drafts",
+}  # fmt: skip
+
+
+def is_sparkrun(data: Any) -> bool:
+    """A mapping that reads as a sparkrun recipe (its version key, or its container plus a model)."""
+    return isinstance(data, dict) and (
+        "recipe_version" in data or ("container" in data and "model" in data and "schema" not in data)
+    )
+
+
+def _text(data: dict[str, Any], key: str, where: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise BadInput(f"{where}: {key} must be text, got {type(value).__name__}", f"fix {key}")
+    return str(value)
+
+
+def _count(data: dict[str, Any], key: str, where: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(f"{where}: {key} must be a whole number of nodes (1 or more), got {value!r}", f"fix {key}")
+    return value
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def expand(template: str, values: dict[str, Any], where: str) -> str:
+    """`{key}` placeholders filled from `values`, repeatedly (a value may hold another placeholder).
+
+    `${VAR}` is the shell's, not a placeholder, and is left as it is. A
+    placeholder nothing defines is an error naming it: a command with a hole
+    in it cannot be run.
+    """
+    text = template
+    for _ in range(8):
+        missing = sorted({m.group(1) for m in PLACEHOLDER.finditer(text) if m.group(1) not in values})
+        if missing:
+            raise BadInput(
+                f"{where}: the command uses {{{missing[0]}}}, which defaults does not define",
+                f"add {missing[0]} to the recipe's defaults",
+            )
+        expanded = PLACEHOLDER.sub(lambda m: _scalar(values[m.group(1)]), text)
+        if expanded == text:
+            return text
+        text = expanded
+    raise BadInput(f"{where}: the command's placeholders refer to each other in a loop", "fix the defaults")
+
+
+def _flags(defaults: dict[str, Any], table: dict[str, str], generic: bool) -> tuple[list[str], list[str]]:
+    """Engine flags for the defaults (a True boolean a switch, False left out); keys without a flag."""
+    args: list[str] = []
+    unmapped: list[str] = []
+    for key, value in defaults.items():
+        flag = table.get(key) or (f"--{key.replace('_', '-')}" if generic else None)
+        if flag is None or value is None:
+            unmapped.append(key)
+            continue
+        if isinstance(value, bool):
+            if value:
+                args.append(flag)
+            continue
+        args += [flag, _scalar(value)]
+    return args, unmapped
+
+
+def _generated_command(engine: str, model: str, defaults: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The engine's command line from the defaults alone (what sparkrun builds for a recipe without one)."""
+    if engine == "vllm":
+        # vLLM's flags are its engine arguments in kebab case, so every key maps
+        args, unmapped = _flags(defaults, VLLM_FLAGS, generic=True)
+        return ["vllm", "serve", model, *args], unmapped
+    if engine == "llamacpp":
+        args, unmapped = _flags(defaults, LLAMACPP_FLAGS, generic=False)
+        return ["llama-server", *args], unmapped
+    args, unmapped = _flags(defaults, ATLAS_FLAGS, generic=False)
+    return ["spark", "serve", model, *args], unmapped
+
+
+def _nodes(data: dict[str, Any], where: str, wanted: int) -> tuple[int | None, list[str]]:
+    """The node count: what the node limits allow, the parallelism's product when they allow a range."""
+    low, high = _count(data, "min_nodes", where), _count(data, "max_nodes", where)
+    if data.get("solo_only") is True or data.get("mode") == "solo":
+        low = high = 1
+    elif data.get("cluster_only") is True or data.get("mode") == "cluster":
+        low = max(low or 2, 2)
+    if low is not None and high is not None and low > high:
+        raise BadInput(f"{where}: min_nodes {low} is more than max_nodes {high}", "fix the node limits")
+    if low is not None and low == high:
+        return low, []
+    if (low or 1) <= wanted <= (high or wanted):
+        return wanted, ([f"node limits {low or 1}-{high or 'any'}: the parallelism asks for {wanted}"])
+    return (low or 1), [f"node limits {low or 1}-{high or 'any'}: the smallest is used"]
+
+
+def _checkpoints(data: dict[str, Any], model: str | None, where: str) -> list[dict[str, Any]]:
+    """Extra models named in distribution_config (sparkrun mirrors them to every rank, as sparkplay will)."""
+    config = data.get("distribution_config")
+    entries = (config or {}).get("models", {}).get("entries") if isinstance(config, dict) else None
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise BadInput(f"{where}: distribution_config.models.entries must be a list", "fix distribution_config")
+    found = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise BadInput(f"{where}: a distribution_config model has no name", "give each entry a name: org/repo")
+        if entry["name"] == model:
+            continue
+        revision = entry.get("revision")
+        found.append({"repo": entry["name"], "revision": str(revision) if revision is not None else None})
+    return found
+
+
+def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where: str) -> RawRecipe:
+    version = str(data.get("recipe_version", "1"))
+    if version not in VERSIONS:
+        raise BadInput(
+            f"{where}: sparkrun recipe_version {version} is newer than sparkplay reads ({', '.join(VERSIONS)})",
+            "update sparkplay, or convert the recipe with a sparkrun that reads it",
+        )
+    model = _text(data, "model", where)
+    defaults = data.get("defaults") or {}
+    env_in = data.get("env") or {}
+    if not isinstance(defaults, dict) or not isinstance(env_in, dict):
+        raise BadInput(f"{where}: defaults and env must be mappings of key: value", "fix the recipe's YAML")
+    command_text = _text(data, "command", where)
+
+    runtime = _text(data, "runtime", where)
+    if runtime is None and command_text:
+        first = command_text.split(None, 1)[0].rsplit("/", 1)[-1] if command_text.split() else ""
+        runtime = next((rt for word, rt in COMMAND_HINTS if first == word), "vllm")
+    runtime = (runtime or "vllm").lower()
+    if runtime in NOT_SUPPORTED:
+        raise BadInput(
+            f"{where}: sparkrun runtime {runtime} has no sparkplay engine",
+            "sparkplay runs vllm, llama-cpp and atlas recipes; choose one of those",
+        )
+    if runtime not in RUNTIMES:
+        raise BadInput(f"{where}: unknown sparkrun runtime {runtime!r}", f"use one of {', '.join(RUNTIMES)}")
+    engine, backend = RUNTIMES[runtime]
+
+    values: dict[str, Any] = {**defaults, "model": model or ""}
+    if command_text:
+        parsed = _parse_command(expand(command_text, values, where), where)
+        if parsed.engine != engine:
+            raise BadInput(
+                f"{where}: runtime {runtime} but the command starts {parsed.engine}'s server", "make them agree"
+            )
+        generated: list[str] = []
+        unmapped: list[str] = []
+    else:
+        if not model:
+            raise BadInput(f"{where}: the recipe names no model and no command", "add model: org/name")
+        argv, unmapped = _generated_command(engine, model, defaults)
+        generated = argv
+        parsed = cmdline.parse(shlex.join(argv))
+
+    model_repo, quant_variant = parsed.model, None
+    if engine == "llamacpp" and model and ":" in model:  # repo:QUANT selects a GGUF variant
+        model_repo, quant_variant = model.split(":", 1)
+    elif engine == "llamacpp":
+        model_repo = parsed.model or model
+
+    metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    title = _text(data, "name", where) or str(metadata.get("description") or model or "recipe").splitlines()[0]
+    notes = metadata.get("description")
+    tp = _int_default(defaults, "tensor_parallel", where)
+    pp = _int_default(defaults, "pipeline_parallel", where)
+    dp = _int_default(defaults, "data_parallel", where)
+    nodes, node_notes = _nodes(data, where, (tp or 1) * (pp or 1) * (dp or 1))
+
+    executor = data.get("executor_config") if isinstance(data.get("executor_config"), dict) else {}
+    shm = executor.get("shm_size")
+    env: dict[str, str] = {}
+    secrets: list[str] = []
+    for key, value in env_in.items():
+        text_value = _scalar(value)
+        if SHELL_VARIABLE.search(text_value):
+            secrets.append(str(key))  # sparkrun fills it from the controller's environment at launch
+            continue
+        env[str(key)] = text_value
+
+    not_honoured = {k: data[k] for k in NOT_HONOURED if data.get(k) not in (None, [], {}, "")}
+    other_executor = {k: v for k, v in executor.items() if k not in EXECUTOR_HONOURED}
+    if other_executor:
+        not_honoured["executor_config"] = other_executor
+    unknown = {k: v for k, v in data.items() if k not in READ and k not in NOT_HONOURED}
+
+    raw = RawRecipe(
+        name="",
+        title=title,
+        source=source,
+        engine=engine,
+        model=model_repo if engine != "llamacpp" else parsed.model,
+        args=parsed.args,
+        env={**parsed.env, **env},
+        image=_text(data, "container", where),
+        nodes=nodes,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        distributed_backend=backend,
+        shm_size=str(shm) if shm is not None else None,
+        notes=notes if isinstance(notes, str) else None,
+        extra={**unknown, **({"sparkrun_not_honoured": not_honoured} if not_honoured else {})},
+    )
+    if engine == "llamacpp" and model_repo and "/" in str(model_repo) and not parsed.model:
+        raw.model = None  # a hub repo, not a file: model.path has to be set to the GGUF file
+        raw.extra["sparkrun_model"] = model
+    raw.revision = _text(data, "model_revision", where)
+    raw.repo = model_repo if engine == "llamacpp" and model_repo and "/" in model_repo else None
+    raw.quant = quant_variant
+    raw.checkpoints = _checkpoints(data, model, where)
+    if generated:
+        raw.note("serve.args", "derived", "the recipe has no command: built from its defaults through the "
+                 f"{runtime} flag map" + (f" (no flag for {', '.join(unmapped)})" if unmapped else ""))  # fmt: skip
+    for detail in node_notes:
+        raw.note("topology.nodes", "derived", detail)
+    for key in secrets:
+        raw.note("serve.env", "derived", f"{key} left out: sparkrun fills it from the controller's environment; "
+                 "sparkplay never stores such values in a recipe (the HF token is checkpoint_hf_token)")  # fmt: skip
+    for key in not_honoured:
+        raw.note(f"extra.sparkrun_not_honoured.{key}", "ignored", f"sparkrun's {key} has no sparkplay equivalent")
+    served = cmdline.flag_value(raw.args, "--served-model-name", "--alias", "-a")
+    raw.name = name or slugify(_text(data, "name", where) or served or title)
+    return raw
+
+
+def _parse_command(text: str, where: str) -> cmdline.Command:
+    """The engine command line the template renders to; a shell script is refused, not half-read."""
+    joined = re.sub(r"\\\r?\n", " ", text).strip().removeprefix("exec ")
+    try:
+        words = list(shlex.shlex(joined, posix=True, punctuation_chars=True))
+    except ValueError:
+        words = []  # unbalanced quotes: cmdline.parse says so
+    if "\n" in joined or any(w in (";", "&&", "||", "|", "&") for w in words):
+        raise BadInput(
+            f"{where}: the command is a shell script, not one engine command line",
+            "sparkplay starts the engine itself: reduce the command to the engine's own line "
+            "(e.g. vllm serve {model} --flags), or leave command out and set the flags in defaults",
+        )
+    try:
+        return cmdline.parse(joined)
+    except BadInput as exc:
+        raise BadInput(f"{where}: {exc.problem}", exc.fix) from None
+
+
+def _int_default(defaults: dict[str, Any], key: str, where: str) -> int | None:
+    value = defaults.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(f"{where}: defaults.{key} must be a whole number (1 or more), got {value!r}", f"fix {key}")
+    return value
