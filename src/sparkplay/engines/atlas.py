@@ -79,11 +79,11 @@ def plan(ctx: Context) -> dict[str, Any]:
     target = ctx.checkpoint_dir("target")
     drafter = ctx.checkpoint_dir("drafter")
     overlay = model.get("overlay")
-    if target is None or overlay is None:
-        raise BadInput(
-            "the atlas recipe needs a target checkpoint and an overlay", "set model.checkpoints and model.overlay"
-        )
-    overlay_dir = checkpoints.overlay_dir(ctx.model_root, overlay["mount"])
+    if target is None:
+        raise BadInput("the atlas recipe has no target checkpoint", "set model.checkpoints (role: target)")
+    # the NVFP4 MTP overlay is what GLM's checkpoint lacks; other models are served from the checkpoint itself
+    overlay_dir = checkpoints.overlay_dir(ctx.model_root, overlay["mount"]) if overlay else None
+    model_in_container = overlay["mount"] if overlay else target
     state = ctx.options.state_dir.rstrip("/")
     profile_path = "/etc/sparkplay/atlas-profile.json"
     profile = {
@@ -95,11 +95,14 @@ def plan(ctx: Context) -> dict[str, Any]:
     # container paths the recipe's own flags name
     mounts = [
         {"source": target, "target": target, "readonly": True},
-        {"source": overlay_dir, "target": overlay_dir, "readonly": True},
-        {"source": overlay_dir, "target": overlay["mount"], "readonly": True},
+        *(
+            [{"source": overlay_dir, "target": overlay_dir, "readonly": True},
+             {"source": overlay_dir, "target": overlay["mount"], "readonly": True}]
+            if overlay and overlay_dir else []
+        ),
         {"source": f"{state}/atlas-cuda-cache", "target": CUDA_CACHE, "readonly": False},
         {"source": profile_path, "target": PROFILE_IN_CONTAINER, "readonly": True},
-    ]
+    ]  # fmt: skip
     drafter_mount = next((c.get("mount") for c in model.get("checkpoints") or [] if c["role"] == "drafter"), None)
     if drafter:
         mounts.insert(1, {"source": drafter, "target": drafter, "readonly": True})
@@ -121,7 +124,7 @@ def plan(ctx: Context) -> dict[str, Any]:
             "NODE_RANK": str(node.rank),
             "MASTER_ADDR": ctx.leader.address,
             "MASTER_PORT": str(MASTER_PORT),
-            "MODEL_PATH": overlay["mount"],
+            "MODEL_PATH": model_in_container,
             "SERVED_MODEL_NAME": model["served_name"] or recipe["name"],
             "NCCL_SOCKET_IFNAME": node.ifname,
             "GLOO_SOCKET_IFNAME": node.ifname,
@@ -140,7 +143,7 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "host": node.host,
                 "role": "leader" if node.rank == 0 else "worker",
                 # the seed's own command: `serve MODEL FLAGS...`, MODEL being the overlay's container path
-                "argv": ["serve", model.get("path") or overlay["mount"], *recipe["serve"]["args"]],
+                "argv": ["serve", model.get("path") or model_in_container, *recipe["serve"]["args"]],
                 "env": env,
                 "mounts": mounts,
                 "container_options": options,
@@ -152,6 +155,8 @@ def plan(ctx: Context) -> dict[str, Any]:
         )
     requires = [
         {"host": n.host, "path": f"{overlay_dir}/sparkplay-overlay.json", "what": "the verified overlay"}
+        if overlay_dir
+        else {"host": n.host, "path": target, "what": "the target checkpoint"}
         for n in ctx.nodes
     ]
     return {"ranks": ranks, "leader_follows_workers": False, "directories": directories, "requires": requires}

@@ -96,6 +96,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "leader_follows_workers": bool(deployment.get("leader_follows_workers")),
         "directories": deployment.get("directories", []),
         "requires": deployment.get("requires", []),
+        "parallel": deployment.get("parallel"),
         "ranks": deployment["ranks"],
     }
 

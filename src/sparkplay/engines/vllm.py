@@ -1,30 +1,122 @@
-"""vLLM across ranks without Ray (distributed backend `mp`).
+"""vLLM across ranks: tensor, pipeline, data and expert parallelism, over either distributed back end.
 
-Every rank runs the same `vllm serve <model>` with --nnodes/--node-rank/
---master-addr/--master-port; ranks above 0 add --headless (no API). The
-recipe's flags and environment pass through verbatim. Facts:
-docs/serving.md.
+One GPU per Spark, so tensor x pipeline x data parallel must equal the node
+count. Back end `mp` (vLLM's own, the default): every rank runs the same
+`vllm serve <model>` with --nnodes/--node-rank/--master-addr/--master-port;
+ranks above 0 add --headless (no API). Data parallel across nodes uses
+vLLM's data-parallel flags instead (one replica per node, rank 0 the API).
+Back end `ray`: rank 0 starts the Ray head and then `vllm serve ...
+--distributed-executor-backend ray`; the other ranks join it as Ray workers
+(their units wait for the head's port, then block in `ray start`). The
+recipe's flags and environment pass through verbatim, except that a draft
+model it names by hub id or cache path is pointed at the mirrored checkpoint
+(the engine may run with the hub switched off). Facts: docs/serving.md.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from sparkplay.engines.context import Context, engine_args, fabric_env
+from sparkplay import checkpoints
+from sparkplay.engines.context import Context, Node, engine_args, fabric_env
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
+from sparkplay.recipes.normalise import draft_source
 
 MASTER_PORT = 29501
+RAY_PORT = 6379
+DP_RPC_PORT = 29550
 REPLACED = ("--host", "--port")
-OWNED = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless")
+OWNED = (
+    "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--data-parallel-size-local",
+    "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank",
+)  # fmt: skip
+BACKENDS = ("mp", "ray")
+# Ray head, then the server with the rest of argv ("$@"): no argument is ever re-split by the shell
+RAY_HEAD = (
+    'ray start --head --node-ip-address="$VLLM_HOST_IP" --port="$1" --disable-usage-stats && shift && exec vllm "$@"'
+)
+RAY_WORKER = 'exec ray start --block --address="$1" --node-ip-address="$VLLM_HOST_IP" --disable-usage-stats'
+
+
+def _size(args: list[str], stated: int, *flags: str) -> int:
+    value = cmdline.flag_value(args, *flags)
+    if value is None:
+        return stated
+    if not value.isdigit() or int(value) < 1:
+        raise BadInput(f"{flags[0]} {value!r} is not a whole number", f"give {flags[0]} a number of GPUs")
+    return int(value)
+
+
+def backend_of(recipe: dict[str, Any], args: list[str]) -> str:
+    """The distributed back end: the recipe's own field, else its flag, else vLLM's default (mp)."""
+    flag = cmdline.flag_value(args, "--distributed-executor-backend")
+    stated = recipe["serve"].get("distributed_backend")
+    backend = (stated or flag or "mp").lower()
+    if backend not in BACKENDS:
+        raise BadInput(f"distributed back end {backend!r} is not one sparkplay runs", "use mp or ray")
+    if stated and flag and flag.lower() != backend:
+        raise BadInput(
+            f"the recipe says back end {stated} but its flags say --distributed-executor-backend {flag}",
+            "make them agree",
+        )
+    return backend
+
+
+def local_models(args: list[str], ctx: Context) -> list[str]:
+    """--speculative-config with its draft model pointed at the mirrored checkpoint, when it is one."""
+    out = list(args)
+    for i, word in enumerate(out):
+        inline = word.startswith("--speculative-config=")
+        if not inline and not (word == "--speculative-config" and i + 1 < len(out)):
+            continue
+        text = word.split("=", 1)[1] if inline else out[i + 1]
+        config = json.loads(text)
+        source = draft_source(str(config.get("model") or ""))
+        mirrored = {c["repo"] for c in ctx.recipe["model"].get("checkpoints") or []}
+        if source is None or source[0] not in mirrored:
+            continue
+        config["model"] = checkpoints.checkpoint_dir(ctx.model_root, source[0])
+        rewritten = json.dumps(config, separators=(",", ":"))
+        if inline:
+            out[i] = f"--speculative-config={rewritten}"
+        else:
+            out[i + 1] = rewritten
+    return out
 
 
 def plan(ctx: Context) -> dict[str, Any]:
     recipe = ctx.recipe
-    args = engine_args(recipe["serve"]["args"], REPLACED, OWNED, "vllm")
+    args = local_models(engine_args(recipe["serve"]["args"], REPLACED, OWNED, "vllm"), ctx)
     model = ctx.checkpoint_dir("target")
     if model is None:
         raise BadInput("the vllm recipe has no target checkpoint", "set model.checkpoints (role: target)")
+    topology = recipe["topology"]
+    tp = _size(args, topology["tensor_parallel"], "--tensor-parallel-size", "-tp")
+    pp = _size(args, topology["pipeline_parallel"], "--pipeline-parallel-size", "-pp")
+    dp = _size(args, 1, "--data-parallel-size", "-dp")
+    backend = backend_of(recipe, args)
+    count = len(ctx.nodes)
+    if tp * pp * dp != count:
+        raise BadInput(
+            f"vLLM's parallelism (tensor {tp} x pipeline {pp} x data {dp} = {tp * pp * dp} GPUs) does not match "
+            f"the {count} node(s), one GPU each",
+            "make tensor x pipeline x data parallel equal the node count (recipe flags or topology)",
+        )
+    if dp > 1 and (tp > 1 or pp > 1 or backend == "ray"):
+        raise BadInput(
+            "data parallel across nodes combined with tensor/pipeline parallelism or Ray is not planned by sparkplay",
+            "use data parallel alone (one replica per node, back end mp) or tensor/pipeline parallel",
+        )
+    sized = list(args)
+    if not cmdline.has_flag(args, "--tensor-parallel-size", "-tp"):
+        sized += ["--tensor-parallel-size", str(tp)]
+    if pp > 1 and not cmdline.has_flag(args, "--pipeline-parallel-size", "-pp"):
+        sized += ["--pipeline-parallel-size", str(pp)]
+    if backend == "ray" and not cmdline.has_flag(args, "--distributed-executor-backend"):
+        sized += ["--distributed-executor-backend", "ray"]
+
     state = ctx.options.state_dir.rstrip("/")
     mounts = [
         {"source": ctx.model_root, "target": ctx.model_root, "readonly": True},
@@ -35,18 +127,21 @@ def plan(ctx: Context) -> dict[str, Any]:
         "--network", "host", "--ipc", "host", "--gpus", "all",
         "--shm-size", recipe["serve"].get("shm_size") or "32g",
         "--ulimit", "memlock=-1", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK",
-        "--stop-timeout", "60", "--entrypoint", "vllm",
+        "--stop-timeout", "60",
     ]  # fmt: skip
-    topology = recipe["topology"]
-    extra_tp = [] if cmdline.has_flag(args, "--tensor-parallel-size", "-tp") else [
-        "--tensor-parallel-size", str(topology["tensor_parallel"])
-    ]  # fmt: skip
-    nnodes = str(len(ctx.nodes))
+    api = ["--host", ctx.bind, "--port", str(ctx.port)]
     ranks = []
     for node in ctx.nodes:
-        argv = ["serve", model, *args, *extra_tp, "--nnodes", nnodes, "--node-rank", str(node.rank),
-                "--master-addr", ctx.leader.address, "--master-port", str(MASTER_PORT)]  # fmt: skip
-        argv += ["--host", ctx.bind, "--port", str(ctx.port)] if node.rank == 0 else ["--headless"]
+        leader = node.rank == 0
+        if backend == "ray":
+            entry = "/bin/bash"
+            if leader:
+                argv = ["-c", RAY_HEAD, "ray-head", str(RAY_PORT), "serve", model, *sized, *api]
+            else:
+                argv = ["-c", RAY_WORKER, "ray-worker", f"{ctx.leader.address}:{RAY_PORT}"]
+        else:
+            entry = "vllm"
+            argv = ["serve", model, *sized, *_rank_flags(ctx, node, dp), *(api if leader else ["--headless"])]
         env = {
             **fabric_env(dict(node.fabric_env)),
             **recipe["serve"]["env"],
@@ -55,24 +150,48 @@ def plan(ctx: Context) -> dict[str, Any]:
             "GLOO_SOCKET_IFNAME": node.ifname,
             "TP_SOCKET_IFNAME": node.ifname,
         }
+        listen = [{"address": ctx.bind, "port": ctx.port}] if leader else []
+        if backend == "ray" and leader:
+            listen.append({"address": node.address, "port": RAY_PORT})
         ranks.append(
             {
                 "rank": node.rank,
                 "host": node.host,
-                "role": "leader" if node.rank == 0 else "worker",
+                "role": "leader" if leader else "worker",
                 "argv": argv,
                 "env": env,
                 "mounts": mounts,
-                "container_options": options,
+                "container_options": [*options, "--entrypoint", entry],
                 "files": [],
-                "listen": [{"address": ctx.bind, "port": ctx.port}] if node.rank == 0 else [],
-                # headless workers connect to the leader, not the other way round
-                "wait_for": [],
+                "listen": listen,
+                # mp: headless workers connect to the leader; ray: a worker joins the head once it answers
+                "wait_for": [f"{ctx.leader.address}:{RAY_PORT}"] if backend == "ray" and not leader else [],
             }
         )
     return {
         "ranks": ranks,
         "leader_follows_workers": False,
         "directories": [f"{state}/cache/vllm"],
-        "requires": [{"host": n.host, "path": model, "what": "the target checkpoint"} for n in ctx.nodes],
+        "requires": [{"host": n.host, "path": d, "what": what} for n in ctx.nodes for d, what in _models(ctx)],
+        "parallel": {"tensor": tp, "pipeline": pp, "data": dp, "backend": backend},
     }
+
+
+def _rank_flags(ctx: Context, node: Node, dp: int) -> list[str]:
+    """How rank `node` finds the others (mp back end)."""
+    if dp > 1:  # one data-parallel replica per node; rank 0 serves the API and balances
+        flags = ["--data-parallel-size-local", "1", "--data-parallel-address", ctx.leader.address,
+                 "--data-parallel-rpc-port", str(DP_RPC_PORT)]  # fmt: skip
+        if not cmdline.has_flag(ctx.recipe["serve"]["args"], "--data-parallel-size", "-dp"):
+            flags = ["--data-parallel-size", str(dp), *flags]
+        return flags + (["--data-parallel-start-rank", str(node.rank)] if node.rank else [])
+    return ["--nnodes", str(len(ctx.nodes)), "--node-rank", str(node.rank),
+            "--master-addr", ctx.leader.address, "--master-port", str(MASTER_PORT)]  # fmt: skip
+
+
+def _models(ctx: Context) -> list[tuple[str, str]]:
+    """Every mirrored checkpoint the engine reads: it must be complete on every rank before start."""
+    return [
+        (checkpoints.checkpoint_dir(ctx.model_root, c["repo"]), f"the {c['role']} checkpoint {c['repo']}")
+        for c in ctx.recipe["model"].get("checkpoints") or []
+    ]

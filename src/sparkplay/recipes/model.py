@@ -85,6 +85,9 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
         found.append(Problem("engine.packages", "no packages are known", "set engine.packages in the recipe"))
     if not model["repo"] and not model.get("checkpoints") and not (engine["name"] == "llamacpp" and model.get("path")):
         found.append(Problem("model.repo", "the model's repository is not known", "set model.repo (org/name)"))
+    if engine["name"] == "llamacpp" and not model.get("path"):
+        found.append(Problem("model.path", "no GGUF file is named", "set model.path (the GGUF file under the model "
+                             "root, e.g. Qwen3-1.7B-Q8_0.gguf)"))  # fmt: skip
     if doc["context_length"] is None:
         found.append(Problem("context_length", "the context length is not stated: the engine uses the model's own "
                              "maximum", "set context_length (and the engine's flag) to choose", "warning"))  # fmt: skip

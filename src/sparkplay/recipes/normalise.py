@@ -98,9 +98,9 @@ def _check_json_flags(args: list[str]) -> None:
 
 def _speculative(raw: RawRecipe) -> dict[str, Any] | None:
     args = raw.args
-    if raw.engine == "atlas" and cmdline.has_flag(args, "--dflash"):
+    if raw.engine == "atlas" and cmdline.has_flag(args, "--dflash", "--draft-model"):
         return {
-            "method": "dflash",
+            "method": "dflash" if cmdline.has_flag(args, "--dflash") else "draft",
             "num_tokens": _int(cmdline.flag_value(args, "--dflash-gamma"), "--dflash-gamma"),
             "draft_model": cmdline.flag_value(args, "--draft-model"),
         }

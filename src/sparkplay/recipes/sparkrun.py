@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
@@ -52,6 +54,14 @@ NOT_HONOURED = (
     "mods", "pre_exec", "post_exec", "builder", "build_args", "runtime_config", "benchmark", "docker_image_dir",
 )  # fmt: skip
 EXECUTOR_HONOURED = ("shm_size",)
+NOT_HONOURED_WHY = {
+    "defaults": "{value}: the engine's flag map has no flag for these and the recipe has no command to place them",
+    "container": "{value}: sparkplay runs llama.cpp from the node's packages, not a container",
+    "mods": "{value}: sparkplay does not patch engine images; build an image with the mods applied and "
+    "--set engine.image to it",
+    "executor_config": "{value}: sparkplay sets the container's options itself (docs/serving.md)",
+    "pre_exec": "{value}: sparkplay runs no commands in the container before the engine",
+}
 
 PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SHELL_VARIABLE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*")
@@ -73,7 +83,15 @@ ATLAS_FLAGS = {
     "gpu_memory_utilization": "--gpu-memory-utilization", "max_model_len": "--max-seq-len",
     "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-prefill-tokens",
     "served_model_name": "--served-model-name", "kv_cache_dtype": "--kv-cache-dtype", "draft_model": "--draft-model",
-    "dflash_gamma": "--dflash-gamma", "num_drafts": "--num-drafts",
+    "dflash_gamma": "--dflash-gamma", "num_drafts": "--num-drafts", "max_batch_size": "--max-batch-size",
+    "block_size": "--block-size", "tool_call_parser": "--tool-call-parser", "scheduling_policy": "--scheduling-policy",
+    "max_prefill_tokens": "--max-prefill-tokens", "mtp_quantization": "--mtp-quantization",
+    "dflash_window_size": "--dflash-window-size", "max_thinking_budget": "--max-thinking-budget",
+    "kv_high_precision_layers": "--kv-high-precision-layers", "oom_guard_mb": "--oom-guard-mb",
+    # present-when-true switches
+    "enable_prefix_caching": "--enable-prefix-caching", "speculative": "--speculative", "dflash": "--dflash",
+    "self_speculative": "--self-speculative", "ngram_speculative": "--ngram-speculative",
+    "disable_thinking": "--disable-thinking", "high_speed_swap": "--high-speed-swap",
 }  # fmt: skip
 
 
@@ -265,6 +283,10 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         env[str(key)] = text_value
 
     not_honoured = {k: data[k] for k in NOT_HONOURED if data.get(k) not in (None, [], {}, "")}
+    if unmapped:  # defaults the engine's flag map has no flag for, with no command to place them
+        not_honoured["defaults"] = {k: defaults[k] for k in unmapped}
+    if engine == "llamacpp" and data.get("container"):
+        not_honoured["container"] = data["container"]  # sparkplay runs llama.cpp from the node's packages
     other_executor = {k: v for k, v in executor.items() if k not in EXECUTOR_HONOURED}
     if other_executor:
         not_honoured["executor_config"] = other_executor
@@ -278,7 +300,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         model=model_repo if engine != "llamacpp" else parsed.model,
         args=parsed.args,
         env={**parsed.env, **env},
-        image=_text(data, "container", where),
+        image=_text(data, "container", where) if engine != "llamacpp" else None,
         nodes=nodes,
         tensor_parallel=tp,
         pipeline_parallel=pp,
@@ -295,17 +317,18 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
     raw.quant = quant_variant
     raw.checkpoints = _checkpoints(data, model, where)
     if generated:
-        raw.note("serve.args", "derived", "the recipe has no command: built from its defaults through the "
-                 f"{runtime} flag map" + (f" (no flag for {', '.join(unmapped)})" if unmapped else ""))  # fmt: skip
+        raw.note("serve.args", "derived", f"the recipe has no command: built from its defaults ({runtime} flag map)")
     for detail in node_notes:
         raw.note("topology.nodes", "derived", detail)
     for key in secrets:
         raw.note("serve.env", "derived", f"{key} left out: sparkrun fills it from the controller's environment; "
                  "sparkplay never stores such values in a recipe (the HF token is checkpoint_hf_token)")  # fmt: skip
-    for key in not_honoured:
-        raw.note(f"extra.sparkrun_not_honoured.{key}", "ignored", f"sparkrun's {key} has no sparkplay equivalent")
+    for key, value in not_honoured.items():
+        raw.note(f"extra.sparkrun_not_honoured.{key}", "ignored", NOT_HONOURED_WHY.get(key, "").format(value=value)
+                 or f"sparkrun's {key} has no sparkplay equivalent")  # fmt: skip
     served = cmdline.flag_value(raw.args, "--served-model-name", "--alias", "-a")
-    raw.name = name or slugify(_text(data, "name", where) or served or title)
+    stem = PurePosixPath(urlsplit(where).path).stem  # sparkrun names a recipe by its file
+    raw.name = name or slugify(_text(data, "name", where) or stem or served or title)
     return raw
 
 

@@ -10,10 +10,11 @@ API address where it states them.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline
+from sparkplay.recipes import cmdline, imageref
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.normalise import RawRecipe
 
@@ -23,14 +24,22 @@ FIELD_NAMES: dict[str, tuple[str, ...]] = {
     "command": ("command", "cmd", "command_line", "commandline", "serve_command", "launch_command", "run_command"),
     "env": ("env", "environment", "env_vars", "environment_variables"),
     "notes": ("notes", "description", "details", "body"),
-    "image": ("image", "docker_image", "container_image"),
+    "image": ("image", "docker_image", "container_image", "container", "docker"),
+    "revision": ("revision", "model_revision", "commit"),
     "slug": ("slug", "id"),
 }
 KNOWN_FIELDS = {name for names in FIELD_NAMES.values() for name in names} | {"hardware"}
 # KEY=VALUE in prose: an upper-case name, a value up to a separator; "<half>" style placeholders skipped
-PROSE_SETTING = re.compile(r"(?<![A-Za-z0-9_-])([A-Z][A-Z0-9_]{1,})=([^\s,;()+<>]+)")
+PROSE_SETTING = re.compile(r"(?<![A-Za-z0-9_-])([A-Z][A-Z0-9_]*)=([^\s,;()+<>]+)")
 IMAGE_TAG = re.compile(r"\bimage tag[:\s]+([0-9a-f]{7,64})\b", re.IGNORECASE)
-IMAGE_REF = re.compile(r"\bimage[:\s]+([a-z0-9][a-z0-9._/-]*:[A-Za-z0-9._-]+)")
+# "Image nvcr.io/...", "image: repo:tag", "docker pull repo:tag", in any case; checked against the grammar after
+IMAGE_REF = re.compile(
+    r"\b(?:image|docker pull|container)\b(?:\s+is)?[:\s]+([A-Za-z0-9][^\s,;()'\"`<>]*)", re.IGNORECASE
+)
+REVISION = re.compile(
+    r"\b(?:revision|commit|rev|model_revision)\b(?:\s+is)?[:\s=]+([0-9a-f]{40}|v?\d[A-Za-z0-9._-]*)", re.IGNORECASE
+)
+TRAILING = ".,;:!?)]}'\""
 API_ADDRESS = re.compile(r"\bAPI\b[^.]*?\bon\s+(\d{1,3}(?:\.\d{1,3}){3}|localhost|\[[0-9a-fA-F:]+\]):(\d{1,5})")
 
 
@@ -41,7 +50,8 @@ def _field(data: dict[str, Any], key: str) -> Any:
     return None
 
 
-CONDITION_BEFORE = re.compile(r"\b(only with|when|if|unless|once)\s+$", re.IGNORECASE)
+CONDITION_BEFORE = re.compile(r"\b(only with|when|whenever|if|unless|once)\s+$", re.IGNORECASE)
+CONDITION_OPENS = re.compile(r"^\s*(if|when|whenever|once|unless|only|optionally|in case)\b", re.IGNORECASE)
 CONDITION_AFTER = re.compile(r"^(\s*\+\s*[A-Z][A-Z0-9_]*=\S+)*\s+(when|if|only|unless|once)\b", re.IGNORECASE)
 
 
@@ -53,31 +63,134 @@ def prose_settings(text: str) -> tuple[dict[str, str], list[str]]:
     conditional: list[str] = []
     for match in PROSE_SETTING.finditer(text):
         key, value = match.group(1), match.group(2).rstrip(".")
+        # a sentence that opens with a condition ("If you want, X=1") governs every setting in it;
+        # elsewhere a condition governs the setting right after it ("X=1 when ...", "only with X=1")
+        start = max(text.rfind(". ", 0, match.start()), text.rfind(";", 0, match.start()),
+                    text.rfind("\n", 0, match.start()))  # fmt: skip
+        opens = CONDITION_OPENS.match(text[start + 1 : match.start()])
         before = text[max(0, match.start() - 16) : match.start()]
         sentence_ended = match.group(2).endswith(".")
-        if CONDITION_BEFORE.search(before) or (not sentence_ended and CONDITION_AFTER.match(text[match.end() :])):
+        after = not sentence_ended and CONDITION_AFTER.match(text[match.end() :])
+        if opens or CONDITION_BEFORE.search(before) or after:
             conditional.append(key)
         elif key not in conditional:
             found.setdefault(key, value)
     return found, conditional
 
 
+def _strings(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, str | list[str]]]:
+    """Every string, or list of strings, in a JSON value, with where it sits (a.b[2])."""
+    if depth > 6:
+        return
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, list):
+        if value and all(isinstance(v, str) for v in value):
+            yield path, value
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                yield from _strings(item, f"{path}[{i}]", depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, f"{path}.{key}" if path else str(key), depth + 1)
+
+
+def _as_command(text: str) -> str | None:
+    """`text`, or one of its lines, when it is a known engine's command line (its first word the server)."""
+    joined = re.sub(r"\\\r?\n", " ", text)
+    for line in joined.splitlines():
+        line = line.strip().removeprefix("$ ").removeprefix("exec ")
+        if not line:
+            continue
+        try:
+            cmdline.parse(line)
+        except BadInput:
+            continue
+        return line
+    return None
+
+
+def find_command(data: dict[str, Any]) -> tuple[str, str]:
+    """The engine command line wherever the JSON holds it, and the field it came from.
+
+    The fields named for it come first; otherwise every string (or list of
+    strings: argv words or lines) is tried, and exactly one distinct command
+    line must be found, so a page quoting two engines is refused, not guessed.
+    """
+    named = _field(data, "command")
+    if isinstance(named, list) and all(isinstance(t, str) for t in named):
+        named = " ".join(cmdline.shlex.quote(t) for t in named)
+    if isinstance(named, str) and named.strip():
+        return named, next(n for n in FIELD_NAMES["command"] if data.get(n) not in (None, ""))
+    found: dict[str, str] = {}
+    for where, value in _strings(data, ""):
+        if isinstance(value, list):
+            words = " ".join(cmdline.shlex.quote(v) for v in value)
+            line = _as_command(words) if " " not in value[0] else None
+            candidates = [line] if line else [_as_command(v) for v in value]
+        else:
+            candidates = [_as_command(value)]
+        for line in candidates:
+            if line:
+                found.setdefault(line, where)
+    if len(found) > 1:
+        raise BadInput(
+            f"the recipe JSON holds more than one engine command line (in {', '.join(sorted(set(found.values())))})",
+            "import it with the command in a field named command, or fix the recipe",
+        )
+    if not found:
+        raise BadInput(
+            "the recipe JSON has no command line",
+            "no field holds a vllm serve, llama-server or Atlas serve command; add one under command",
+        )
+    line, where = next(iter(found.items()))
+    return line, where
+
+
+def _prose(data: dict[str, Any], skip: str) -> str:
+    """Every prose string in the recipe but the command's own field, for settings, images and revisions."""
+    return "\n".join(v for where, v in _strings(data, "") if isinstance(v, str) and where != skip)
+
+
+def find_image(data: dict[str, Any], prose: str) -> tuple[str | None, str | None]:
+    """The image reference and how it was found: a field for it, else the prose ("Image X.", "docker pull X")."""
+    image = _field(data, "image")
+    if isinstance(image, str):
+        return image, None  # stated outright: checked with the recipe (an invalid one is refused there)
+    for match in IMAGE_REF.finditer(prose):
+        candidate = _normalised_reference(match.group(1).rstrip(TRAILING))
+        if candidate and imageref.is_reference(candidate) and ("/" in candidate or ":" in candidate):
+            return candidate, "named in the recipe's prose"
+    if match := IMAGE_TAG.search(prose):
+        return match.group(1), "image tag named in the recipe's prose"  # the repository comes from the table
+    return None, None
+
+
+def _normalised_reference(text: str) -> str:
+    """Repository names are lower case by the grammar; a tag keeps its case."""
+    name, sep, rest = text.partition("@")
+    head, colon, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "")
+    return f"{head.lower()}{colon}{tag}{sep}{rest}"
+
+
+def find_revision(data: dict[str, Any], prose: str) -> tuple[str | None, str | None]:
+    revision = _field(data, "revision")
+    if isinstance(revision, str):
+        return revision, None
+    if match := REVISION.search(prose):
+        return match.group(1).rstrip(TRAILING), "revision named in the recipe's prose"
+    return None, None
+
+
 def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> RawRecipe:
     if isinstance(data.get("recipe"), dict):  # some APIs wrap the recipe
         data = {**data, **data["recipe"]}
-    command = _field(data, "command")
-    if isinstance(command, list) and all(isinstance(t, str) for t in command):
-        command = " ".join(cmdline.shlex.quote(t) for t in command)
-    if not isinstance(command, str) or not command.strip():
-        raise BadInput(
-            "the recipe JSON has no command line",
-            f"it needs one of the fields {', '.join(FIELD_NAMES['command'])} holding the serve command",
-        )
+    command, command_field = find_command(data)
     parsed = cmdline.parse(command)
     title = str(_field(data, "title") or parsed.model or "recipe")
     env_field = _field(data, "env")
     notes = _field(data, "notes")
-    prose = " ".join(str(x) for x in (env_field, notes) if isinstance(x, str))
+    prose = _prose(data, command_field)
 
     raw = RawRecipe(
         name="",
@@ -87,31 +200,32 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
         model=parsed.model,
         args=parsed.args,
         notes=notes if isinstance(notes, str) else None,
-        extra={k: v for k, v in data.items() if k not in KNOWN_FIELDS and k != "recipe"},
+        extra={k: v for k, v in data.items() if k not in KNOWN_FIELDS and k != "recipe" and k != command_field},
     )
+    if command_field not in FIELD_NAMES["command"]:
+        raw.note("serve.args", "derived", f"the command line found in the recipe's field {command_field}")
     env: dict[str, str] = dict(parsed.env)
     if isinstance(env_field, dict):
         env.update({str(k): str(v) for k, v in env_field.items()})
-    elif isinstance(env_field, str):
-        settings, conditional = prose_settings(env_field)
-        env.update(settings)
-        if settings:
-            raw.note("serve.env", "derived", f"{len(settings)} KEY=VALUE settings named in the recipe's env prose")
-        if conditional:
-            raw.note("serve.env", "derived", f"left out, conditional in the prose: {', '.join(conditional)}")
+    # KEY=VALUE settings are read from the env prose and every other prose field alike
+    prose_env = "\n".join(v for v in (env_field if isinstance(env_field, str) else None, *_other_prose(data))
+                          if isinstance(v, str))  # fmt: skip
+    settings, conditional = prose_settings(prose_env)
+    env.update({k: v for k, v in settings.items() if k not in env})
+    if settings:
+        raw.note("serve.env", "derived", f"{len(settings)} KEY=VALUE settings named in the recipe's env prose")
+    if conditional:
+        raw.note("serve.env", "derived", f"left out, conditional in the prose: {', '.join(conditional)}")
     raw.env = {k: v for k, v in env.items() if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)}
     if isinstance(env_field, str):
         raw.notes = "\n\n".join(x for x in (env_field, raw.notes) if x)
 
-    image = _field(data, "image")
-    if isinstance(image, str):
-        raw.image = image
-    elif match := IMAGE_REF.search(prose):
-        raw.image = match.group(1)
-        raw.note("engine.image", "derived", "named in the recipe's prose")
-    elif match := IMAGE_TAG.search(prose):
-        raw.image = match.group(1)  # a bare tag; the repository is filled from the known engines table
-        raw.note("engine.image", "derived", "image tag named in the recipe's prose")
+    raw.image, how = find_image(data, prose)
+    if how:
+        raw.note("engine.image", "derived", how)
+    raw.revision, how = find_revision(data, prose)
+    if how:
+        raw.note("model.revision", "derived", how)
     if match := API_ADDRESS.search(prose):
         host, port = match.group(1).strip("[]"), int(match.group(2))
         if cmdline.flag_value(parsed.args, "--host") is None:
@@ -127,3 +241,8 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
     served = cmdline.flag_value(parsed.args, "--served-model-name")
     raw.name = name or slugify(served or (slug if isinstance(slug, str) else None) or title)
     return raw
+
+
+def _other_prose(data: dict[str, Any]) -> list[str]:
+    """Other fields about the environment (`environment_notes`, `env_setup`, ...): their KEY=VALUE settings count."""
+    return [v for k, v in data.items() if "env" in k.lower() and k not in FIELD_NAMES["env"] and isinstance(v, str)]

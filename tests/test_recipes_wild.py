@@ -1,0 +1,318 @@
+"""Recipes from the wild: every importer on recipes it was not written from, and what their plans carry.
+
+The fixtures under tests/fixtures/sparkrun/ and the website JSON shapes below
+were written for these tests (not copied from anyone's registry), in the
+shapes the formats' public documentation describes, with the edges real
+recipes have: templates and no template, node ranges, Ray, pipeline and data
+parallel, draft models named only inside a flag's JSON, hub-offline
+environments, secrets from the controller, launcher features sparkplay
+cannot honour. No host is involved; the plans are pure functions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkplay.engines.plan import Options, build
+from sparkplay.errors import BadInput
+from sparkplay.recipes import catalog, model
+from tests.conftest import PROJECT, run_cli
+from tests.test_engines import ROOT, contains_run, nodes
+
+SPARKRUN = PROJECT / "tests" / "fixtures" / "sparkrun"
+
+
+def imported(path: Path | str, *sets: str) -> dict:
+    return catalog.import_source(str(path), None, sets)
+
+
+def notes(doc: dict, how: str) -> dict[str, str]:
+    return {n["key"]: n["detail"] for n in doc["provenance"] if n["how"] == how}
+
+
+# -- sparkrun ------------------------------------------------------------------
+
+
+def test_sparkrun_template_is_expanded_from_defaults_and_every_field_lands():
+    doc = imported(SPARKRUN / "qwen3-30b-vllm-tp2.yaml")
+    assert doc["source"]["kind"] == "sparkrun"
+    assert doc["name"] == "qwen3-30b-a3b-fp8-vllm-tp2"
+    assert doc["engine"]["name"] == "vllm" and doc["engine"]["image"] == "scitrera/dgx-spark-vllm:0.16.0-t5"
+    assert doc["model"]["repo"] == "Qwen/Qwen3-30B-A3B-FP8"
+    pin = "0123456789abcdef0123456789abcdef01234567"
+    assert doc["model"]["revision"] == pin and doc["model"]["checkpoints"][0]["revision"] == pin
+    assert doc["topology"]["nodes"] == 2 and doc["topology"]["tensor_parallel"] == 2
+    assert doc["context_length"] == 65536 and doc["model"]["served_name"] == "qwen3-30b"
+    assert contains_run(doc["serve"]["args"], ["--tool-call-parser", "hermes"])
+    assert doc["serve"]["bind"] == "127.0.0.1"  # 0.0.0.0 in the recipe: narrowed, and said
+    assert "serve.bind" in notes(doc, "narrowed")
+    assert doc["serve"]["health_timeout_s"] == 2400
+    # the controller's secret is never stored; the mod is reported and kept, not dropped
+    assert "HF_TOKEN" not in doc["serve"]["env"] and "HF_TOKEN left out" in notes(doc, "derived")["serve.env"]
+    assert doc["extra"]["sparkrun_not_honoured"]["mods"] == ["mods/qwen3-tool-parser"]
+    assert "extra.sparkrun_not_honoured.mods" in notes(doc, "ignored")
+    assert doc["notes"].startswith("Qwen3 30B A3B FP8")
+
+
+def test_sparkrun_without_command_gets_the_engines_command_and_the_draft_becomes_a_checkpoint():
+    doc = imported(SPARKRUN / "glm-vllm-ray-pp3-eagle.yaml")
+    args = doc["serve"]["args"]
+    for run in (["--pipeline-parallel-size", "3"], ["--max-model-len", "32768"], ["--kv-cache-dtype", "fp8"]):
+        assert contains_run(args, run)
+    assert "--enable-prefix-caching" in args and "--enforce-eager" not in args  # True a switch, False left out
+    assert doc["serve"]["distributed_backend"] == "ray" and doc["serve"]["shm_size"] == "64g"
+    assert doc["topology"] == {"nodes": 3, "tensor_parallel": 1, "pipeline_parallel": 3, "expert_parallel": 1}
+    roles = {c["repo"]: c["role"] for c in doc["model"]["checkpoints"]}
+    assert roles == {"zai-org/GLM-4.6-FP8": "target", "yuhuili/EAGLE3-GLM-4.6": "drafter"}
+    assert doc["serve"]["env"]["HF_HUB_OFFLINE"] == "1"
+    assert doc["extra"]["sparkrun_not_honoured"]["executor_config"] == {"privileged": True}
+
+
+def test_sparkrun_draft_cached_by_path_is_pinned_and_node_range_follows_the_parallelism():
+    doc = imported(SPARKRUN / "llama-3node-vllm-mp.yaml")
+    draft = next(c for c in doc["model"]["checkpoints"] if c["role"] == "drafter")
+    assert draft == {"role": "drafter", "repo": "meta-llama/Llama-3.2-1B-Instruct",
+                     "revision": "9213176726f574b556790deb65791e0c5aa438b6", "size_bytes": None, "mount": None,
+                     "license": None}  # fmt: skip
+    assert doc["topology"]["nodes"] == 3  # cluster_only: 2 or more; tensor 1 x pipeline 3
+    assert doc["name"] == "llama-3node-vllm-mp"  # sparkrun names a recipe by its file
+
+
+def test_sparkrun_atlas_without_command_maps_defaults_through_the_flag_map():
+    doc = imported(SPARKRUN / "qwen35-atlas-solo.yaml")
+    args = doc["serve"]["args"]
+    assert doc["engine"]["name"] == "atlas" and doc["topology"]["nodes"] == 1
+    for run in (["--max-seq-len", "8192"], ["--scheduling-policy", "slai"], ["--num-drafts", "2"]):
+        assert contains_run(args, run)
+    assert "--speculative" in args
+    assert any(c["repo"] == "avarok/qwen3.5-35b-a3b-nvfp4-draft" for c in doc["model"]["checkpoints"])
+    assert any(p.key == "engine.image" and p.severity == "warning" for p in model.problems(doc))  # :latest
+
+
+def test_sparkrun_gguf_recipe_needs_its_file_named_and_says_how():
+    with pytest.raises(BadInput, match=r"model.path cannot be determined.*--set model.path=VALUE"):
+        imported(SPARKRUN / "qwen3-gguf-llamacpp.yaml")
+    doc = imported(SPARKRUN / "qwen3-gguf-llamacpp.yaml", "model.path=Qwen--Qwen3-1.7B-GGUF/Qwen3-1.7B-Q8_0.gguf")
+    assert doc["model"]["repo"] == "Qwen/Qwen3-1.7B-GGUF" and doc["model"]["quant"] == "q8_0"
+    assert doc["engine"]["image"] is None  # llama.cpp runs from the node's packages: the container is reported
+    assert "extra.sparkrun_not_honoured.container" in notes(doc, "ignored")
+    assert contains_run(doc["serve"]["args"], ["--n-gpu-layers", "99"])
+
+
+BASE = {"recipe_version": "2", "model": "Org/M", "runtime": "vllm", "container": "v/v:1", "defaults": {"port": 8000}}
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"recipe_version": "3"}, "recipe_version 3 is newer than sparkplay reads"),
+        ({"runtime": "sglang"}, "sparkrun runtime sglang has no sparkplay engine"),
+        ({"runtime": "tgi"}, "unknown sparkrun runtime 'tgi'"),
+        ({"min_nodes": 3, "max_nodes": 2}, "min_nodes 3 is more than max_nodes 2"),
+        ({"max_nodes": 0}, "max_nodes must be a whole number of nodes"),
+        ({"command": "vllm serve {model} --port {port} --x {nope}"}, "the command uses {nope}, which defaults"),
+        ({"command": "export A=1; vllm serve {model}"}, "the command is a shell script"),
+        ({"command": "vllm serve {model} && echo done"}, "the command is a shell script"),
+        ({"command": "llama-server -m x.gguf"}, "runtime vllm but the command starts llamacpp's server"),
+        ({"defaults": {"a": "{b}", "b": "{a}"}, "command": "vllm serve {a}"}, "placeholders refer to each other"),
+        ({"container": "--privileged"}, "engine.image cannot be determined"),
+        ({"defaults": {"tensor_parallel": "two"}}, "defaults.tensor_parallel must be a whole number"),
+        ({"env": ["A=1"]}, "defaults and env must be mappings"),
+        ({"distribution_config": {"models": {"entries": [{"revision": "x"}]}}}, "a distribution_config model has"),
+    ],
+)
+def test_bad_sparkrun_recipes_are_one_line_errors_naming_the_file(tmp_path, change, says):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **change}))
+    with pytest.raises(BadInput) as caught:
+        imported(path)
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+    assert str(path) in str(caught.value)
+
+
+def test_shell_variables_are_not_placeholders_and_a_placeholder_may_hold_another():
+    from sparkplay.recipes.sparkrun import expand
+
+    assert expand("a {x} ${HOME} {y}", {"x": "{y}", "y": 2}, "w") == "a 2 ${HOME} 2"
+    assert expand("--c '{j}'", {"j": '{"method":"eagle3"}'}, "w") == """--c '{"method":"eagle3"}'"""
+
+
+def test_the_importer_is_chosen_by_content_not_by_file_name(tmp_path):
+    for text, kind in (
+        ((SPARKRUN / "qwen3-30b-vllm-tp2.yaml").read_text(), "sparkrun"),
+        (json.dumps({"title": "t", "command": "vllm serve o/m --port 1", "image": "v/v:1"}), "localairecipes"),
+        ('engine = "vllm"\nmodel = "o/m"\ndocker_image = "v/v:1"\nargs = []\n', "launcher-toml"),
+    ):
+        path = tmp_path / "recipe.txt"  # a name that says nothing
+        path.write_text(text)
+        assert imported(path)["source"]["kind"] == kind
+    path.write_text("just: some\nyaml: file\n")
+    with pytest.raises(BadInput, match="is not a recipe sparkplay knows"):
+        imported(path)
+
+
+def test_set_refuses_unknown_fields_and_reads_values_as_yaml(tmp_path):
+    path = SPARKRUN / "qwen3-30b-vllm-tp2.yaml"
+    with pytest.raises(BadInput, match=r"the recipe has no field engine\.colour"):
+        imported(path, "engine.colour=red")
+    with pytest.raises(BadInput, match="is not KEY"):
+        imported(path, "engine.image")
+    doc = imported(path, "serve.port=9001", "model.revision=" + "a" * 40, "serve.bind=0.0.0.0")
+    assert doc["serve"]["port"] == 9001 and doc["model"]["checkpoints"][0]["revision"] == "a" * 40
+    assert doc["serve"]["bind"] == "0.0.0.0"  # noqa: S104 - the user asked, in so many words
+
+
+def test_cli_import_reports_what_is_not_honoured_and_round_trips_show(tmp_path):
+    project = tmp_path / "project"
+    (project / "playbooks").mkdir(parents=True)
+    (project / "ansible.cfg").write_text("[defaults]\n")
+    proc = run_cli("recipe", "import", str(SPARKRUN / "qwen3-30b-vllm-tp2.yaml"), "--project-dir", str(project))
+    assert proc.returncode == 0, proc.stderr
+    assert "not honoured: extra.sparkrun_not_honoured.mods" in proc.stderr
+    shown = run_cli("recipe", "show", "qwen3-30b-a3b-fp8-vllm-tp2", "--format", "json", "--project-dir", str(project))
+    assert json.loads(shown.stdout)["extra"]["sparkrun_not_honoured"]["mods"] == ["mods/qwen3-tool-parser"]
+
+
+# -- website JSON that drifts --------------------------------------------------------------
+
+
+def web(tmp_path: Path, data: dict, *sets: str) -> dict:
+    path = tmp_path / "site.json"
+    path.write_text(json.dumps(data))
+    return imported(path, *sets)
+
+
+def test_command_under_an_unlisted_field_and_image_in_prose(tmp_path):
+    doc = web(tmp_path, {
+        "title": "Qwen3 on two Sparks",
+        "launch": {"serve_cmdline": "vllm serve Qwen/Qwen3-8B --tensor-parallel-size 2 --max-model-len 8192"},
+        "environment_notes": "IMAGE: NVCR.IO/NVIDIA/VLLM:25.11-py3. Revision 1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d.",
+    })  # fmt: skip
+    assert doc["engine"]["name"] == "vllm" and doc["model"]["repo"] == "Qwen/Qwen3-8B"
+    assert doc["engine"]["image"] == "nvcr.io/nvidia/vllm:25.11-py3"
+    assert doc["model"]["revision"] == "1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d"
+    assert doc["model"]["checkpoints"][0]["revision"] == doc["model"]["revision"]
+
+
+def test_command_as_a_list_of_lines_in_any_field(tmp_path):
+    doc = web(tmp_path, {
+        "name": "gpt", "steps": ["docker pull vllm/vllm-openai:v0.11.0",
+                                 "vllm serve openai/gpt-oss-120b --port 8001 -tp 2"],
+        "docker": "vllm/vllm-openai:v0.11.0",
+    })  # fmt: skip
+    assert doc["model"]["repo"] == "openai/gpt-oss-120b" and doc["serve"]["port"] == 8001
+    assert doc["engine"]["image"] == "vllm/vllm-openai:v0.11.0"
+
+
+def test_two_engine_commands_are_ambiguous(tmp_path):
+    with pytest.raises(BadInput, match="more than one engine command"):
+        web(tmp_path, {"a": "vllm serve o/a --port 1", "b": "llama-server -m b.gguf"})
+
+
+def test_prose_image_that_is_not_a_reference_is_not_taken(tmp_path):
+    doc = web(tmp_path, {"command": "vllm serve o/m", "notes": "Use the image: --privileged. Image nvcr.io/x/y:1."})
+    assert doc["engine"]["image"] == "nvcr.io/x/y:1"
+
+
+def test_one_letter_env_names_are_kept(tmp_path):
+    doc = web(tmp_path, {"command": "vllm serve o/m", "image": "v/v:1", "env": "Set X=1 and NCCL_DEBUG=WARN."})
+    assert doc["serve"]["env"] == {"X": "1", "NCCL_DEBUG": "WARN"}
+
+
+@pytest.mark.parametrize(
+    "prose",
+    ["HF_HUB_OFFLINE=1 once the weights are cached", "only with HF_HUB_OFFLINE=1", "If you want, HF_HUB_OFFLINE=1"],
+)
+def test_conditional_prose_settings_are_never_applied(tmp_path, prose):
+    doc = web(tmp_path, {"command": "vllm serve o/m", "image": "v/v:1", "env_notes": prose})
+    assert "HF_HUB_OFFLINE" not in doc["serve"]["env"]
+
+
+# -- the plans carry every parallelism and every model --------------------------------------
+
+
+def plan_of(doc: dict, count: int) -> dict:
+    return build(doc, nodes(count), Options(model_root=ROOT))
+
+
+def test_golden_pipeline_parallel_plan_over_three_nodes():
+    doc = imported(SPARKRUN / "llama-3node-vllm-mp.yaml")
+    deployment = plan_of(doc, 3)
+    target = f"{ROOT}/meta-llama--Llama-3.3-70B-Instruct"
+    draft = f"{ROOT}/meta-llama--Llama-3.2-1B-Instruct"
+    spec = json.dumps({"method": "draft_model", "model": draft, "num_speculative_tokens": 4}, separators=(",", ":"))
+    assert deployment["parallel"] == {"tensor": 1, "pipeline": 3, "data": 1, "backend": "mp"}
+    leader, w1, w2 = deployment["ranks"]
+    assert leader["argv"] == [
+        "serve", target, "-tp", "1", "-pp", "3", "--max-model-len", "16384", "--speculative-config", spec,
+        "--nnodes", "3", "--node-rank", "0", "--master-addr", "192.168.100.10", "--master-port", "29501",
+        "--host", "127.0.0.1", "--port", "8000",
+    ]  # fmt: skip
+    assert w2["argv"][-9:] == ["--nnodes", "3", "--node-rank", "2", "--master-addr", "192.168.100.10",
+                               "--master-port", "29501", "--headless"]  # fmt: skip
+    assert {r["path"] for r in deployment["requires"]} == {target, draft}
+    assert contains_run(w1["container_options"], ["--entrypoint", "vllm"])
+
+
+def test_golden_ray_plan_head_first_workers_join_it():
+    doc = imported(SPARKRUN / "glm-vllm-ray-pp3-eagle.yaml")
+    deployment = plan_of(doc, 3)
+    head, *workers = deployment["ranks"]
+    assert deployment["parallel"]["backend"] == "ray"
+    assert contains_run(head["container_options"], ["--entrypoint", "/bin/bash"])
+    assert head["argv"][:5] == ["-c", head["argv"][1], "ray-head", "6379", "serve"]
+    assert "ray start --head" in head["argv"][1] and 'exec vllm "$@"' in head["argv"][1]
+    server = head["argv"][4:]
+    assert contains_run(server, ["--pipeline-parallel-size", "3"])
+    assert contains_run(server, ["--distributed-executor-backend", "ray"])
+    assert server[-4:] == ["--host", "127.0.0.1", "--port", "8000"]
+    spec = json.loads(server[server.index("--speculative-config") + 1])
+    assert spec["model"] == f"{ROOT}/yuhuili--EAGLE3-GLM-4.6"  # the mirrored draft: the hub is off
+    assert {"address": "192.168.100.10", "port": 6379} in head["listen"]
+    for worker in workers:
+        assert worker["argv"] == ["-c", worker["argv"][1], "ray-worker", "192.168.100.10:6379"]
+        assert "ray start --block" in worker["argv"][1]
+        assert worker["wait_for"] == ["192.168.100.10:6379"] and worker["listen"] == []
+        assert contains_run(worker["container_options"], ["--shm-size", "64g"])
+
+
+def test_data_parallel_plan_one_replica_per_node():
+    doc = imported(SPARKRUN / "qwen3-30b-vllm-tp2.yaml")
+    doc["serve"]["args"] = ["--data-parallel-size", "2", "--enable-expert-parallel"]
+    doc["topology"]["tensor_parallel"] = 1
+    leader, worker = plan_of(doc, 2)["ranks"]
+    assert contains_run(leader["argv"], ["--data-parallel-size-local", "1", "--data-parallel-address",
+                                         "192.168.100.10", "--data-parallel-rpc-port", "29550"])  # fmt: skip
+    assert "--data-parallel-start-rank" not in leader["argv"] and "--enable-expert-parallel" in leader["argv"]
+    assert contains_run(worker["argv"], ["--data-parallel-start-rank", "1", "--headless"])
+    assert "--nnodes" not in worker["argv"]
+
+
+@pytest.mark.parametrize(
+    ("args", "count", "says"),
+    [
+        (["-tp", "2"], 3, r"tensor 2 x pipeline 1 x data 1 = 2 GPUs\) does not match the 3 node"),
+        (["--data-parallel-size", "2", "-tp", "2"], 4, "data parallel across nodes combined"),
+        (["--distributed-executor-backend", "ray"], 2, "recipe says back end mp but its flags say"),
+        (["--node-rank", "1"], 2, "--node-rank"),
+        (["--data-parallel-address", "x"], 2, "--data-parallel-address"),
+    ],
+)
+def test_vllm_plans_refuse_what_cannot_run(args, count, says):
+    doc = imported(SPARKRUN / "qwen3-30b-vllm-tp2.yaml")
+    doc["serve"]["args"] = args
+    doc["serve"]["distributed_backend"] = "mp"
+    doc["topology"]["tensor_parallel"] = 1 if "-tp" not in args else 2
+    doc["topology"]["nodes"] = count
+    with pytest.raises(BadInput, match=says):
+        plan_of(doc, count)
+
+
+def test_a_three_node_recipe_on_a_pair_says_so():
+    doc = imported(SPARKRUN / "llama-3node-vllm-mp.yaml")
+    with pytest.raises(BadInput, match=r"the recipe runs on 3 node\(s\) but the inventory has 2"):
+        plan_of(doc, 2)
