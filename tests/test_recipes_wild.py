@@ -12,6 +12,9 @@ cannot honour. No host is involved; the plans are pure functions.
 from __future__ import annotations
 
 import json
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ import yaml
 
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput
+from sparkplay.recipes import apply as apply_mod
 from sparkplay.recipes import catalog, model
 from tests.conftest import PROJECT, run_cli
 from tests.test_engines import ROOT, contains_run, nodes
@@ -316,3 +320,105 @@ def test_a_three_node_recipe_on_a_pair_says_so():
     doc = imported(SPARKRUN / "llama-3node-vllm-mp.yaml")
     with pytest.raises(BadInput, match=r"the recipe runs on 3 node\(s\) but the inventory has 2"):
         plan_of(doc, 2)
+
+
+def test_apply_refuses_a_three_node_recipe_on_a_pair_and_writes_nothing(tmp_path):
+    project = tmp_path / "project"
+    (project / "playbooks").mkdir(parents=True)
+    (project / "ansible.cfg").write_text("[defaults]\n")
+    inventory = tmp_path / "inv"
+    shutil.copytree(PROJECT / "inventory" / "sample", inventory)
+    before = sorted(p for p in inventory.rglob("*"))
+    assert (
+        run_cli(
+            "recipe", "import", str(SPARKRUN / "llama-3node-vllm-mp.yaml"), "--project-dir", str(project)
+        ).returncode
+        == 0
+    )
+    proc = run_cli("apply", "llama-3node-vllm-mp", "-i", str(inventory), "--project-dir", str(project))
+    assert proc.returncode == 2
+    assert "recipe llama-3node-vllm-mp runs on 3 node(s) but the inventory has 2 in sparkplay_nodes" in proc.stderr
+    assert sorted(p for p in inventory.rglob("*")) == before
+
+
+# -- a floating tag is pinned to a digest at apply time --------------------------------------
+# The registry cannot exist here: a local HTTP server on 127.0.0.1 stands in for one (a test
+# double speaking the distribution API: a bearer challenge, a token service, a manifest HEAD).
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+class _Registry(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # the token service
+        if self.path.startswith("/token?") and "scope=repository%3Aorg%2Fengine%3Apull" in self.path:
+            body = json.dumps({"token": "t0k"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self.send_response(404)
+            self.end_headers()
+
+    def do_HEAD(self) -> None:  # the manifest
+        port = self.server.server_address[1]
+        if self.headers.get("Authorization") != "Bearer t0k":
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", f'Bearer realm="http://127.0.0.1:{port}/token",service="test"')
+        elif self.path == "/v2/org/engine/manifests/latest" and "oci.image.index" in self.headers.get("Accept", ""):
+            self.send_response(200)
+            self.send_header("Docker-Content-Digest", DIGEST)
+        else:
+            self.send_response(404)
+        self.end_headers()
+
+
+@pytest.fixture
+def registry_port():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def test_a_floating_tag_is_resolved_through_the_registrys_token_challenge(registry_port):
+    from sparkplay.recipes import registry
+
+    image = f"127.0.0.1:{registry_port}/org/engine:latest"
+    assert registry.resolve(image) == f"{image}@{DIGEST}"
+    assert registry.resolve(f"127.0.0.1:{registry_port}/org/engine") == f"{image}@{DIGEST}"
+    with pytest.raises(registry.RegistryError, match="HTTP 404"):
+        registry.resolve(f"127.0.0.1:{registry_port}/org/engine:v1")
+    assert registry.split("ubuntu") == ("registry-1.docker.io", "library/ubuntu", "latest")
+    assert registry.split("nvcr.io/nvidia/vllm:25.11-py3") == ("nvcr.io", "nvidia/vllm", "25.11-py3")
+
+
+def test_apply_records_the_digest_and_the_recipe_is_served_by_it(tmp_path, registry_port):
+    project = tmp_path / "project"
+    (project / "playbooks").mkdir(parents=True)
+    (project / "ansible.cfg").write_text("[defaults]\n")
+    image = f"127.0.0.1:{registry_port}/org/engine:latest"
+    source = tmp_path / "r.yaml"
+    source.write_text(yaml.safe_dump({**BASE, "container": image, "min_nodes": 2, "max_nodes": 2,
+                                      "defaults": {"tensor_parallel": 2}}))  # fmt: skip
+    assert run_cli("recipe", "import", str(source), "--name", "floaty", "--project-dir", str(project)).returncode == 0
+    inventory = tmp_path / "inv"
+    shutil.copytree(PROJECT / "inventory" / "sample", inventory)
+    proc = run_cli("apply", "floaty", "-i", str(inventory), "--project-dir", str(project))
+    assert proc.returncode == 0, proc.stderr
+    recorded = yaml.safe_load((inventory / "group_vars" / "all" / "sparkplay.yml").read_text())
+    assert recorded["sparkplay_image_pins"] == {image: f"{image}@{DIGEST}"}
+    doc = catalog.load_for_use(catalog.catalog_dir(project), "floaty")
+    assert apply_mod.pin_image(doc, recorded["sparkplay_image_pins"])["engine"]["image"] == f"{image}@{DIGEST}"
+    with pytest.raises(BadInput, match="not that image by digest"):
+        apply_mod.pin_image(doc, {image: "other/image@" + DIGEST})
+
+
+def test_apply_offline_keeps_the_earlier_pin_and_warns(tmp_path):
+    doc = {"engine": {"runtime": "docker", "image": "127.0.0.1:9/org/engine:latest"}}
+    earlier = {doc["engine"]["image"]: "127.0.0.1:9/org/engine:latest@" + DIGEST}
+    pins, warning = apply_mod.resolve_pins(doc, earlier)
+    assert pins == earlier and "could not pin" in warning and "keeping the digest recorded before" in warning

@@ -1,6 +1,6 @@
 """Lookup `sparkplay_recipe`: load and validate recipes/<name>.yml with sparkplay's own code.
 
-    recipe: "{{ lookup('sparkplay_recipe', 'glm53') }}"
+    recipe: "{{ lookup('sparkplay_recipe', 'glm53', image_pins=sparkplay_image_pins | default({})) }}"
 
 Returns the normalised recipe (a dict). A missing, malformed or incomplete
 recipe fails the task with the validator's one-line message, so a play can
@@ -17,6 +17,7 @@ from ansible.plugins.lookup import LookupBase
 
 from sparkplay.errors import SparkplayError
 from sparkplay.recipes import catalog
+from sparkplay.recipes.apply import pin_image
 
 DOCUMENTATION = """
 name: sparkplay_recipe
@@ -28,6 +29,12 @@ options:
   _terms:
     description: Recipe name(s).
     required: true
+  image_pins:
+    description:
+      - Floating image references (no tag, or latest) mapped to the digest `sparkplay apply` resolved them to;
+        the recipe is served with the pinned reference.
+    type: dict
+    default: {}
 """
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -43,7 +50,8 @@ class LookupModule(LookupBase):
                     "no recipe chosen: pass -e recipe=NAME or record one with `sparkplay apply NAME -i INVENTORY`"
                 )
             try:
-                results.append(catalog.load_for_use(catalog.catalog_dir(PROJECT), name))
+                doc = catalog.load_for_use(catalog.catalog_dir(PROJECT), name)
+                results.append(pin_image(doc, kwargs.get("image_pins") or {}))
             except SparkplayError as exc:
                 raise AnsibleLookupError(str(exc)) from None
         return results

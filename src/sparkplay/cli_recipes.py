@@ -191,6 +191,8 @@ def apply(
     root = project_dir(project)
     result = apply_mod.record(root, recipe, inventory, knob or [], make_confirm(yes), dry_run=dry_run)
     out.print(f"{result.path}: {result.action}", markup=False, highlight=False)
+    for warning in result.warnings:
+        err.print(f"warning: {warning}", markup=False, highlight=False)
     if result.action.startswith("would"):
         for line in result.diff:
             out.print(f"  {line}", markup=False, highlight=False)

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from sparkplay import deployment
 from sparkplay import inventory as inv_mod
-from sparkplay.cli_common import ProjectOpt, confirm, out, reports_errors
+from sparkplay.cli_common import ProjectOpt, confirm, err, out, reports_errors
 from sparkplay.cli_display import RunDisplay, print_summary
 from sparkplay.engines.plan import UNIT
 from sparkplay.errors import BadInput, Declined, ExitCode
@@ -166,6 +166,7 @@ def plan(
         doc = catalog.load_for_use(catalog.catalog_dir(root), recipe)
         hosts = inv_mod.hosts(hosts_file(inventory))
         lead = next((h for h in hosts if h.rank == 0), hosts[0]).vars
+        doc = apply_mod.pin_image(doc, lead.get("sparkplay_image_pins") or {})
         computed = deployment.compute(
             doc, {h.name: h.rank for h in hosts}, {k: lead.get(k) for k in deployment.DEFAULTS},
             lead.get("checkpoint_staged") or [], lead.get("sparkplay_checkpoint_lock") or {},
@@ -191,6 +192,8 @@ def up(
     hosts, playbook, planned = planned_run(root, recipe, inventory, only, verbose)
     foreign = show_plan(planned)
     choice = apply_mod.record(root, recipe, hosts, knob or [], lambda *_: True, dry_run=True)
+    for warning in choice.warnings:
+        err.print(f"warning: {warning}", markup=False, highlight=False)
     if choice.action != "unchanged":
         out.print(f"{choice.path}: {choice.action} ({'; '.join(choice.diff)})", markup=False, highlight=False)
     if foreign or planned.changes or choice.action != "unchanged":

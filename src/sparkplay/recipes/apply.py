@@ -9,16 +9,18 @@ separate so the CLI can plan, ask and run them (see `record`'s caller).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
+from sparkplay import deployment
+from sparkplay import inventory as inventory_mod
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
-from sparkplay.recipes import catalog, model
+from sparkplay.recipes import catalog, imageref, model, registry
 from sparkplay.recipes.diff import mapping_diff
 
 MARKER = "# Written by `sparkplay apply`"
@@ -59,14 +61,42 @@ class Recorded:
     action: str  # "created", "replaced", "unchanged", "would create", "would replace"
     diff: list[str]
     backup: Path | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
-def render(recipe: dict[str, Any], knobs: dict[str, Any]) -> str:
-    body = {
+def render(recipe: dict[str, Any], knobs: dict[str, Any], pins: dict[str, str] | None = None) -> str:
+    body: dict[str, Any] = {
         "sparkplay_recipe": recipe["name"],
         "sparkplay_knobs": dict(sorted(knobs.items())),
     }
+    if pins:  # the digest a floating tag named when this choice was made: every rank, every run, same bytes
+        body["sparkplay_image_pins"] = dict(sorted(pins.items()))
     return HEADER + "---\n" + yaml.safe_dump(body, sort_keys=False)
+
+
+def pin_image(recipe: dict[str, Any], pins: dict[str, Any]) -> dict[str, Any]:
+    """The recipe with its floating image replaced by the digest recorded for it (if one was)."""
+    image = (recipe.get("engine") or {}).get("image")
+    pinned = pins.get(image) if image else None
+    if not isinstance(pinned, str):
+        return recipe
+    if not imageref.pinned(pinned) or pinned.partition("@")[0] not in (image, f"{image}:latest"):
+        raise BadInput(f"sparkplay_image_pins maps {image} to {pinned!r}, which is not that image by digest",
+                       "run `sparkplay apply` again, or remove the entry")  # fmt: skip
+    return {**recipe, "engine": {**recipe["engine"], "image": pinned}}
+
+
+def resolve_pins(recipe: dict[str, Any], earlier: dict[str, Any]) -> tuple[dict[str, str], str | None]:
+    """The digest the recipe's floating image names now; on failure the earlier pin (if any) and a warning."""
+    image = recipe["engine"].get("image")
+    if recipe["engine"].get("runtime") != "docker" or not image or not imageref.floating(image):
+        return {}, None
+    try:
+        return {image: registry.resolve(image)}, None
+    except registry.RegistryError as exc:
+        kept = earlier.get(image)
+        keeping = f"; keeping the digest recorded before ({kept})" if isinstance(kept, str) else ""
+        return ({image: kept} if isinstance(kept, str) else {}), f"could not pin {image} to a digest: {exc}{keeping}"
 
 
 def record(
@@ -81,6 +111,7 @@ def record(
     folder = inventory_dir(inventory)
     cat = catalog.catalog_dir(project)
     recipe = catalog.load_for_use(cat, recipe_name)
+    _check_nodes(recipe, inventory)
     knobs = parse_knobs(knob_pairs)
     target = folder / "group_vars" / "all" / "sparkplay.yml"
     old: dict[str, Any] = {}
@@ -92,27 +123,42 @@ def record(
     bad = [p for p in model.errors(candidate) if p.key.startswith("knobs")]
     if bad:
         raise BadInput(f"{bad[0].key}: {bad[0].message}", bad[0].fix)
-    text = render(recipe, knobs)
+    pins, warning = resolve_pins(recipe, old.get("sparkplay_image_pins") or {})
+    warnings = [warning] if warning else []
+    text = render(recipe, knobs, pins)
     if not target.exists():
-        diff = [f"sparkplay_recipe: {recipe_name}", *(f"knob {k}: {v}" for k, v in sorted(knobs.items()))]
+        diff = [f"sparkplay_recipe: {recipe_name}", *(f"knob {k}: {v}" for k, v in sorted(knobs.items())),
+                *(f"image {k} pinned to {v}" for k, v in pins.items())]  # fmt: skip
         if dry_run:
-            return Recorded(target, "would create", diff)
+            return Recorded(target, "would create", diff, warnings=warnings)
         atomic_write(target, text)
-        return Recorded(target, "created", diff)
+        return Recorded(target, "created", diff, warnings=warnings)
     if target.read_text() == text:
-        return Recorded(target, "unchanged", [])
+        return Recorded(target, "unchanged", [], warnings=warnings)
     diff = mapping_diff("", _plain(yaml.safe_dump(old)), _plain(text))
     diff += mapping_diff("knob", old.get("sparkplay_knobs") or {}, knobs)
     diff = [line.strip() for line in diff] or ["only the file's comments differ"]
     if dry_run:
-        return Recorded(target, "would replace", diff)
+        return Recorded(target, "would replace", diff, warnings=warnings)
     if not confirm(f"Replace {target}?", diff, target):
         raise Declined(f"kept {target} as it was", "pass --yes to replace it (the old one is backed up)")
     saved = catalog.backup(target, folder / ".sparkplay-backups" / "group_vars" / "all")
     atomic_write(target, text)
-    return Recorded(target, "replaced", diff, saved)
+    return Recorded(target, "replaced", diff, saved, warnings)
 
 
 def _plain(text: str) -> dict[str, Any]:
     data = yaml.safe_load(text)
     return {k: v for k, v in data.items() if k != "sparkplay_knobs"}
+
+
+def _check_nodes(recipe: dict[str, Any], inventory: Path) -> None:
+    """The recipe's node count against the inventory's, when it lists its nodes already."""
+    hosts_path = inventory / "hosts.yml" if inventory.is_dir() else inventory
+    if not hosts_path.is_file():
+        return  # an inventory still being written: the playbooks check again before any node is touched
+    try:
+        nodes = inventory_mod.hosts(hosts_path)
+    except BadInput:
+        return
+    deployment.check_node_count(recipe, len(nodes))
