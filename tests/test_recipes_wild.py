@@ -422,3 +422,22 @@ def test_apply_offline_keeps_the_earlier_pin_and_warns(tmp_path):
     earlier = {doc["engine"]["image"]: "127.0.0.1:9/org/engine:latest@" + DIGEST}
     pins, warning = apply_mod.resolve_pins(doc, earlier)
     assert pins == earlier and "could not pin" in warning and "keeping the digest recorded before" in warning
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ({"title": "no command here", "notes": "run it as you like"}, "has no command line"),
+        ({"command": "vllm serve 'o/m"}, "cannot be split into arguments"),
+        ({"command": "sglang serve o/m"}, "unknown engine"),
+        ({"command": "vllm serve o/m", "image": "--privileged"}, "engine.image cannot be determined"),
+        ({"command": "vllm serve o/m --speculative-config '{bad'", "image": "v/v:1"}, "is not valid JSON"),
+        ({"command": "vllm serve o/m --max-model-len lots", "image": "v/v:1"}, "non-integer value"),
+    ],
+)
+def test_bad_website_recipes_name_the_file_and_write_nothing(tmp_path, data, says):
+    path = tmp_path / "site.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BadInput) as caught:
+        imported(path)
+    assert str(caught.value).startswith(f"{path}: ") and says in str(caught.value)

@@ -139,6 +139,37 @@ def test_plan_on_the_served_lab_reports_no_changes():
     assert "would be backed up and replaced" not in proc.stdout
 
 
+IMPORTED = {"lab-tiny-site.json": "lab-tiny-site", "lab-tiny.toml": "lab-tiny-toml",
+            "lab-tiny-sparkrun.yaml": "lab-tiny-sparkrun"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def importers_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the project whose catalog holds the lab's recipe as each importer reads it from its format."""
+    root = tmp_path_factory.mktemp("importers") / "project"
+    shutil.copytree(PROJECT, root, ignore=shutil.ignore_patterns(".venv", ".git", ".cache", "inventory", "recipes"))
+    for fixture in IMPORTED:
+        source = PROJECT / "tests" / "fixtures" / "lab" / fixture
+        proc = run_cli("recipe", "import", str(source), "--project-dir", str(root))
+        assert proc.returncode == 0, proc.stderr
+    return root
+
+
+@pytest.mark.parametrize(("fixture", "name"), IMPORTED.items())
+def test_a_recipe_from_each_importer_plans_on_the_lab(importers_project, fixture, name):
+    """Website JSON, launcher TOML and sparkrun YAML, imported, then planned against the served lab: the
+    deployment from the inventory alone, then the serve step's check run with the nodes' own facts."""
+    lab = str(PROJECT / "inventory" / "lab")
+    shown = run_cli("plan", name, "-i", lab, "--json", "--project-dir", str(importers_project))
+    assert shown.returncode == 0, shown.stderr
+    computed = json.loads(shown.stdout)
+    assert computed["recipe"] == name and computed["engine"]["name"] == "llamacpp"
+    assert [n["rank"] for n in computed["nodes"]] == [0, 1]
+    proc = run_cli("plan", name, "-i", lab, "--only", "serve", "--project-dir", str(importers_project), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert "plan:" in proc.stdout
+
+
 def test_status_table_lists_every_rank():
     rows = status()
     assert len(rows) == 2

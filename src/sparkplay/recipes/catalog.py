@@ -61,9 +61,14 @@ def import_source(source: str, name: str | None = None, sets: Sequence[str] = ()
         if len(body) > fetch.MAX_BYTES:
             raise BadInput(f"{source} is larger than 1 MiB", "a recipe is small; check the file")
         sha, content_type = hashlib.sha256(body).hexdigest(), ""
-    doc = read(body, source, sha, name, content_type)
-    for assignment in sets:
-        apply_set(doc, assignment, source)
+    try:
+        doc = read(body, source, sha, name, content_type)
+        for assignment in sets:
+            apply_set(doc, assignment, source)
+    except BadInput as exc:  # every error names the input it is about
+        if source in exc.problem:
+            raise
+        raise BadInput(f"{source}: {exc.problem}", exc.fix) from None
     model.check_name(doc.get("name", ""))
     errors = model.schema_errors(doc)
     if errors:

@@ -210,8 +210,10 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     derived = _derive_from_flags(raw)
     flags = cmdline.flag_map(raw.args)
 
-    model_is_repo = raw.model is not None and REPO_PATTERN.match(raw.model) is not None
-    repo = raw.model if model_is_repo else raw.repo
+    # llama.cpp's -m is always a file (org/file.gguf looks like a repository but is not one); -hf names one
+    model_is_repo = raw.model is not None and raw.engine != "llamacpp" and REPO_PATTERN.match(raw.model) is not None
+    hub = cmdline.flag_value(raw.args, "-hf", "--hf-repo") if raw.engine == "llamacpp" else None
+    repo = raw.model if model_is_repo else raw.repo or (hub.split(":", 1)[0] if hub else None)
     served = derived["served_name"]
     tp = _pick(raw, "topology.tensor_parallel", raw.tensor_parallel, derived["tensor_parallel"], 1, "engine flags")
     pp = _pick(raw, "topology.pipeline_parallel", raw.pipeline_parallel, derived["pipeline_parallel"], 1, "flags")

@@ -257,11 +257,14 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         generated = argv
         parsed = cmdline.parse(shlex.join(argv))
 
+    # llama.cpp: `model` is a hub repository (repo:QUANT picks a GGUF variant) unless the command's -m
+    # names it as the file itself; a file is model.path, a repository a checkpoint whose file must be named
     model_repo, quant_variant = parsed.model, None
-    if engine == "llamacpp" and model and ":" in model:  # repo:QUANT selects a GGUF variant
-        model_repo, quant_variant = model.split(":", 1)
-    elif engine == "llamacpp":
-        model_repo = parsed.model or model
+    if engine == "llamacpp":
+        model_repo, _, quant_variant = (model or "").partition(":")
+        if not model_repo or model_repo == parsed.model or model_repo.endswith(".gguf"):
+            model_repo = None
+        quant_variant = quant_variant or None
 
     metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
     title = _text(data, "name", where) or str(metadata.get("description") or model or "recipe").splitlines()[0]
@@ -297,7 +300,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         title=title,
         source=source,
         engine=engine,
-        model=model_repo if engine != "llamacpp" else parsed.model,
+        model=parsed.model,
         args=parsed.args,
         env={**parsed.env, **env},
         image=_text(data, "container", where) if engine != "llamacpp" else None,
@@ -309,11 +312,8 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         notes=notes if isinstance(notes, str) else None,
         extra={**unknown, **({"sparkrun_not_honoured": not_honoured} if not_honoured else {})},
     )
-    if engine == "llamacpp" and model_repo and "/" in str(model_repo) and not parsed.model:
-        raw.model = None  # a hub repo, not a file: model.path has to be set to the GGUF file
-        raw.extra["sparkrun_model"] = model
     raw.revision = _text(data, "model_revision", where)
-    raw.repo = model_repo if engine == "llamacpp" and model_repo and "/" in model_repo else None
+    raw.repo = model_repo if engine == "llamacpp" else None
     raw.quant = quant_variant
     raw.checkpoints = _checkpoints(data, model, where)
     if generated:
