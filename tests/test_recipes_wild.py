@@ -441,3 +441,22 @@ def test_bad_website_recipes_name_the_file_and_write_nothing(tmp_path, data, say
     with pytest.raises(BadInput) as caught:
         imported(path)
     assert str(caught.value).startswith(f"{path}: ") and says in str(caught.value)
+
+
+def test_launcher_toml_with_pipeline_parallel_ray_and_a_health_timeout(tmp_path):
+    path = tmp_path / "recipe.toml"
+    path.write_text(
+        'engine = "vllm"\nname = "pp2"\ndocker_image = "vllm/vllm-openai:v0.11.0"\nmodel = "Org/Big-FP8"\n'
+        'required_nodes = 2\ntensor_parallel_size = 1\npipeline_parallel_size = 2\ndistributed_backend = "ray"\n'
+        "healthcheck_timeout = 5400\n"
+        'args = ["--speculative-config", \'{"method": "eagle3", "model": "Org/Big-Eagle3", '
+        '"num_speculative_tokens": 2}\']\n[env]\nHF_HUB_OFFLINE = "1"\n'
+    )
+    doc = imported(path)
+    assert doc["serve"]["health_timeout_s"] == 5400 and "healthcheck_timeout" not in doc["extra"]
+    assert [c["repo"] for c in doc["model"]["checkpoints"]] == ["Org/Big-FP8", "Org/Big-Eagle3"]
+    deployment = plan_of(doc, 2)
+    assert deployment["parallel"] == {"tensor": 1, "pipeline": 2, "data": 1, "backend": "ray"}
+    assert deployment["health"]["timeout_s"] == 5400
+    server = deployment["ranks"][0]["argv"]
+    assert contains_run(server, ["--tensor-parallel-size", "1", "--pipeline-parallel-size", "2"])

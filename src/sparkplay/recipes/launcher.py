@@ -12,6 +12,8 @@ from sparkplay.recipes import cmdline
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.normalise import JSON_FLAGS, RawRecipe
 
+# how long the engine may take to become healthy, in seconds, under the names launchers use
+HEALTH_KEYS = ("healthcheck_timeout", "health_timeout", "startup_timeout")
 KNOWN_KEYS = {
     "engine",
     "name",
@@ -27,6 +29,7 @@ KNOWN_KEYS = {
     "env",
     "port",
     "host",
+    *HEALTH_KEYS,
 }
 ENGINE_NAMES = {"vllm": "vllm", "atlas": "atlas", "llamacpp": "llamacpp", "llama.cpp": "llamacpp"}
 
@@ -104,6 +107,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, notes
         distributed_backend=data.get("distributed_backend"),
         shm_size=data.get("shm_size"),
         port=_int(data, "port"),
+        health_timeout_s=next((_int(data, k) for k in HEALTH_KEYS if data.get(k) is not None), None),
         bind=data.get("host"),
         notes=notes,
         extra={k: v for k, v in data.items() if k not in KNOWN_KEYS},

@@ -60,6 +60,7 @@ class RawRecipe:
     repo: str | None = None  # when the command names a file, not the repository
     revision: str | None = None
     quant: str | None = None
+    health_timeout_s: int | None = None
     checkpoints: list[dict[str, Any]] = field(default_factory=list)  # other models: {repo, revision}
     provenance: list[dict[str, str]] = field(default_factory=list)
 
@@ -243,7 +244,9 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
 
     health = engine_defaults.health_timeout_s
     ready = raw.env.get("VLLM_ENGINE_READY_TIMEOUT_S")
-    if ready and ready.isdigit():
+    if raw.health_timeout_s is not None:  # stated by the source outright
+        health = raw.health_timeout_s
+    elif ready and ready.isdigit():
         health = int(ready)
         raw.note("serve.health_timeout_s", "derived", "VLLM_ENGINE_READY_TIMEOUT_S in the recipe's env")
 
