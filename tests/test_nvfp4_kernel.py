@@ -57,6 +57,29 @@ def test_kernel_on_many_random_matrices_of_bf16():
         assert np.array_equal(fast.weight, plain.weight) and np.array_equal(fast.weight_scale, plain.weight_scale)
 
 
+@pytest.mark.parametrize("top", [1e-36, 8e-36, 2e-38, 3e-39])
+def test_a_global_scale_that_underflows_encodes_as_the_reference_does(top: float):
+    """absmax below ~8e-36: 1/scale2 overflows, a zero block's scale is 0*inf (NaN, code 0 in the
+    reference) and a nonzero block's inf (0x7E); every route must give the reference's bytes."""
+    w = np.zeros((32, 64), dtype=np.float32)
+    w[0, :16] = top
+    w[3, 20] = -top / 2
+    w[17, 40:48] = top / 4
+    raw = to_bf16(w)
+    packed, scales, scale2 = quantise_scalar(atlas.bf16_to_f32(raw))
+    for got in (kernel.quantise_bf16(raw, 1), kernel.quantise_bf16(raw, 3), atlas.quantise_bf16(raw),
+                atlas.quantise(atlas.bf16_to_f32(raw))):  # fmt: skip
+        assert got.weight_scale_2 == scale2
+        assert np.array_equal(got.weight_scale, scales) and np.array_equal(got.weight, packed)
+
+
+def test_numpy_rows_route_equals_the_whole_matrix_one():
+    rng = np.random.default_rng(5)
+    raw = to_bf16(rng.standard_normal((16 * 9, 256)).astype(np.float32))
+    whole, rows = atlas.quantise(atlas.bf16_to_f32(raw)), atlas.quantise_bf16(raw)
+    assert np.array_equal(whole.weight, rows.weight) and np.array_equal(whole.weight_scale, rows.weight_scale)
+
+
 @pytest.mark.parametrize("bits", [0x7F80, 0xFF80, 0x7FC0])  # +inf, -inf, NaN
 def test_non_finite_values_are_a_clear_error(bits: int):
     raw = np.zeros((16, 16), dtype=np.uint16)

@@ -19,6 +19,7 @@ Packed output: U8 [n, k/2] with element 2j in the low nibble, F8_E4M3 scales
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -94,32 +95,73 @@ def global_scale(w: F32) -> np.float32:
 
 
 def quantise(w: F32) -> Quantised:
-    """Quantise one float32 matrix [n, k] (k and n multiples of 16)."""
+    """Quantise one float32 matrix [n, k] (k and n multiples of 16): the plain vectorised implementation."""
     if w.ndim != 2 or w.shape[0] % BLOCK or w.shape[1] % BLOCK:
         raise QuantError(f"shape {w.shape} is not 2-D with both dimensions multiples of {BLOCK}")
     w = np.ascontiguousarray(w, dtype=np.float32)
-    n, k = w.shape
     scale2 = global_scale(w)
+    packed, scale_codes = encode(w, scale2)
+    return Quantised(packed, scale_codes, scale2)
+
+
+def encode(w: F32, scale2: np.float32) -> tuple[U8, U8]:
+    """Rows of a matrix under a given global scale: (packed codes, E4M3 block scales)."""
     if not (np.isfinite(scale2) and scale2 > 0):
         raise QuantError(f"global scale {scale2} is not finite and positive")
+    n, k = w.shape
     blocks = w.reshape(n, k // BLOCK, BLOCK)
     block_absmax = np.max(np.abs(blocks), axis=2)
-    inv_scale2 = np.float32(1.0) / scale2
-    s = (block_absmax * inv_scale2) / np.float32(6.0)
+    with np.errstate(invalid="ignore", over="ignore"):  # a scale2 that underflowed: NaN/inf, encoded as 0/0x7E
+        inv_scale2 = np.float32(1.0) / scale2
+        s = (block_absmax * inv_scale2) / np.float32(6.0)
     scale_codes = e4m3_encode(s)
     decoded = E4M3_DECODE[scale_codes]
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):
         factor = np.float32(1.0) / (decoded * scale2)  # inf where the scale flushed to 0
-    zero_scale = decoded == 0
-    factor[zero_scale] = 0  # rule 4: magnitude 0, sign kept below
-    q = blocks * factor[:, :, None]
-    magnitude = np.searchsorted(E2M1_THRESHOLDS, np.abs(q), side="left").astype(np.uint8)
-    codes = magnitude | ((blocks < 0).astype(np.uint8) << 3)
-    codes = codes.reshape(n, k)
+    factor[decoded == 0] = 0  # rule 4: magnitude 0, sign kept below
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = np.abs(blocks * factor[:, :, None])
+    # the E2M1 magnitude: how many thresholds |q| exceeds (a tie goes to the smaller magnitude)
+    magnitude = np.zeros(q.shape, dtype=np.uint8)
+    for threshold in E2M1_THRESHOLDS:
+        magnitude += q > threshold
+    codes = (magnitude | ((blocks < 0).astype(np.uint8) << 3)).reshape(n, k)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
     if np.any(scale_codes == 0x7F):
         raise QuantError("a block scale encoded as the NaN code 0x7F")
-    return Quantised(packed, scale_codes, scale2)
+    return packed, scale_codes
+
+
+CHUNK_ROWS = 64  # a few MiB of float32 temporaries at most, whatever the matrix
+
+
+def quantise_bf16(raw: npt.NDArray[np.uint16], run: Any = None) -> Quantised:
+    """The same bytes as quantise(), from BF16 bits, a few rows at a time: memory stays near the input.
+
+    `run(function, items)` maps row chunks (the converter passes a thread pool's map; numpy releases
+    the GIL in its loops), else they go one after another.
+    """
+    if raw.ndim != 2 or raw.shape[0] % BLOCK or raw.shape[1] % BLOCK:
+        raise QuantError(f"shape {raw.shape} is not 2-D with both dimensions multiples of {BLOCK}")
+    n, k = raw.shape
+    run = run or (lambda f, items: [f(i) for i in items])
+    spans = [(r, min(n, r + CHUNK_ROWS)) for r in range(0, n, CHUNK_ROWS)]
+
+    def top(span: tuple[int, int]) -> int:
+        magnitude = raw[span[0] : span[1]] & np.uint16(0x7FFF)
+        if np.any(magnitude >= 0x7F80):
+            raise QuantError("the matrix holds a non-finite value")
+        return int(magnitude.max()) if magnitude.size else 0
+
+    scale2 = global_scale(bf16_to_f32(np.array([max(run(top, spans), default=0)], dtype=np.uint16)))
+    packed = np.empty((n, k // 2), dtype=np.uint8)
+    scales = np.empty((n, k // BLOCK), dtype=np.uint8)
+
+    def rows(span: tuple[int, int]) -> None:
+        packed[span[0] : span[1]], scales[span[0] : span[1]] = encode(bf16_to_f32(raw[span[0] : span[1]]), scale2)
+
+    run(rows, spans)
+    return Quantised(packed, scales, scale2)
 
 
 def dequantise(qt: Quantised) -> F32:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import hashlib
+import itertools
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from functools import cache
 from pathlib import Path
 
@@ -84,6 +86,9 @@ def library() -> ctypes.CDLL | None:
         return None
     lib.nvfp4_absmax_bf16.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint16)]
     lib.nvfp4_absmax_bf16.restype = ctypes.c_int
+    lib.nvfp4_absmax_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                      ctypes.POINTER(ctypes.c_uint16)]  # fmt: skip
+    lib.nvfp4_absmax_rows.restype = ctypes.c_int
     lib.nvfp4_atlas_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                      ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
     lib.nvfp4_atlas_rows.restype = None
@@ -94,8 +99,25 @@ def available() -> bool:
     return library() is not None
 
 
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def pool() -> concurrent.futures.ThreadPoolExecutor:
+    """One pool of every core for the process, made on first use: no thread setup per tensor."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="nvfp4")
+        return _POOL
+
+
 def quantise_bf16(raw: npt.NDArray[np.uint16], workers: int = 1) -> atlas.Quantised:
-    """Quantise one BF16 matrix [n, k], given as its bit patterns, by the Atlas rules."""
+    """Quantise one BF16 matrix [n, k], given as its bit patterns, by the Atlas rules.
+
+    `workers` > 1 splits the rows over the shared pool, for the global maximum as for the codes
+    (ctypes releases the GIL for each call). Callers must not be threads of that pool.
+    """
     lib = library()
     if lib is None:
         raise RuntimeError("the NVFP4 CPU kernel is not built (no C compiler?)")
@@ -103,19 +125,22 @@ def quantise_bf16(raw: npt.NDArray[np.uint16], workers: int = 1) -> atlas.Quanti
         raise atlas.QuantError(f"shape {raw.shape} is not 2-D with both dimensions multiples of {atlas.BLOCK}")
     raw = np.ascontiguousarray(raw, dtype=np.uint16)
     n, k = raw.shape
-    top = ctypes.c_uint16()
-    if lib.nvfp4_absmax_bf16(raw.ctypes.data, raw.size, ctypes.byref(top)):
-        raise atlas.QuantError("the matrix holds a non-finite value")
-    scale2 = atlas.global_scale(atlas.bf16_to_f32(np.array([top.value], dtype=np.uint16)))
-    packed = np.empty((n, k // 2), dtype=np.uint8)
-    scales = np.empty((n, k // atlas.BLOCK), dtype=np.uint8)
-    args = (raw.ctypes.data, k)
-    tail = (ctypes.c_float(scale2), packed.ctypes.data, scales.ctypes.data)
     parts = max(1, min(workers, n // atlas.BLOCK))
     bounds = [n * i // parts for i in range(parts + 1)]
-    if parts == 1:
-        lib.nvfp4_atlas_rows(*args, 0, n, *tail)
-    else:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=parts) as pool:
-            list(pool.map(lambda i: lib.nvfp4_atlas_rows(*args, bounds[i], bounds[i + 1], *tail), range(parts)))
+    spans = list(itertools.pairwise(bounds))
+    run = (lambda f, items: [f(i) for i in items]) if parts == 1 else (lambda f, items: list(pool().map(f, items)))
+
+    def top(span: tuple[int, int]) -> int:
+        bits = ctypes.c_uint16()
+        if lib.nvfp4_absmax_rows(raw.ctypes.data, k, span[0], span[1], ctypes.byref(bits)):
+            raise atlas.QuantError("the matrix holds a non-finite value")
+        return bits.value
+
+    scale2 = atlas.global_scale(atlas.bf16_to_f32(np.array([max(run(top, spans))], dtype=np.uint16)))
+    if not (np.isfinite(scale2) and scale2 > 0):  # as the reference refuses it
+        raise atlas.QuantError(f"global scale {scale2} is not finite and positive")
+    packed = np.empty((n, k // 2), dtype=np.uint8)
+    scales = np.empty((n, k // atlas.BLOCK), dtype=np.uint8)
+    tail = (ctypes.c_float(scale2), packed.ctypes.data, scales.ctypes.data)
+    run(lambda span: lib.nvfp4_atlas_rows(raw.ctypes.data, k, span[0], span[1], *tail), spans)
     return atlas.Quantised(packed, scales, scale2)
