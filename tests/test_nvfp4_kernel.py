@@ -66,7 +66,8 @@ def test_a_global_scale_that_underflows_encodes_as_the_reference_does(top: float
     w[3, 20] = -top / 2
     w[17, 40:48] = top / 4
     raw = to_bf16(w)
-    packed, scales, scale2 = quantise_scalar(atlas.bf16_to_f32(raw))
+    with np.errstate(over="ignore", invalid="ignore"):  # the reference meets the same inf and NaN
+        packed, scales, scale2 = quantise_scalar(atlas.bf16_to_f32(raw))
     for got in (kernel.quantise_bf16(raw, 1), kernel.quantise_bf16(raw, 3), atlas.quantise_bf16(raw),
                 atlas.quantise(atlas.bf16_to_f32(raw))):  # fmt: skip
         assert got.weight_scale_2 == scale2

@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--match", default=overlay.DEFAULT_MATCH)
     p.add_argument("--expect", type=int, default=overlay.DEFAULT_EXPECT, help="0: any count")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
+    p.add_argument("--keep-moved", type=int, default=overlay.DEFAULT_KEEP_MOVED)
     p = sub.add_parser("verify")
     p.add_argument("output", type=Path)
     p.add_argument("--expect", type=int, default=0)
@@ -44,16 +45,30 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "convert":
             result = overlay.convert(
                 args.source, args.output, scheme=args.scheme, match=args.match,
-                expect=args.expect or None, device=args.device,
+                expect=args.expect or None, device=args.device, keep_moved=args.keep_moved,
             )  # fmt: skip
             print(json.dumps({"output": str(result.output), "action": result.action, "converted": result.converted,
                               "moved_aside": str(result.moved_aside) if result.moved_aside else None,
+                              "reason": result.reason, "route": result.route,
+                              "removed": [str(p) for p in result.removed], "kept": [str(p) for p in result.kept],
                               "seconds": round(result.seconds, 3)}))  # fmt: skip
             return 0
-        problems = overlay.verify(args.output, args.expect or None)
-        print(json.dumps({"ok": not problems, "problems": problems}))
-        return 0 if not problems else 3
-    except (overlay.OverlayError, OSError) as exc:
+        report = overlay.verify_report(args.output, args.expect or None)
+        print(
+            json.dumps(
+                {
+                    "ok": not report.problems,
+                    "problems": report.problems,
+                    "links_hashed": report.links_hashed,
+                    "links_proven_by_manifest": report.links_proven,
+                }
+            )
+        )
+        return 0 if not report.problems else 3
+    except overlay.OverlayError as exc:  # a bad source: nothing was written
+        print(f"sparkplay-overlay: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
         print(f"sparkplay-overlay: {exc}", file=sys.stderr)
         return 1
 

@@ -9,6 +9,7 @@ the bytes with the CPU path on the GPU machine.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -28,16 +29,26 @@ def quantise(w: Any) -> atlas.Quantised:
     """Quantise a float32 matrix (a numpy array or a CUDA tensor) on the GPU."""
     import torch
 
-    dev = torch.device("cuda")
-    w = torch.as_tensor(w, device=dev, dtype=torch.float32)
+    w = torch.as_tensor(w, device=torch.device("cuda"), dtype=torch.float32)
     if w.ndim != 2 or w.shape[0] % atlas.BLOCK or w.shape[1] % atlas.BLOCK:
         raise atlas.QuantError(f"shape {tuple(w.shape)} is not 2-D with both dimensions multiples of {atlas.BLOCK}")
+    packed, codes, scale2 = _quantise_on_device(w)
+    return atlas.Quantised(packed.cpu().numpy(), codes.cpu().numpy(), np.float32(scale2.item()))
+
+
+def _quantise_on_device(w: Any) -> tuple[Any, Any, Any]:
+    """(packed uint8, E4M3 uint8 codes, scale2) of a float32 CUDA matrix, left on the device."""
+    import torch
+
+    dev = w.device
     n, k = w.shape
     absmax = w.abs().max()
     if not torch.isfinite(absmax):
         raise atlas.QuantError("the matrix holds a non-finite value")
     one = torch.ones((), dtype=torch.float32, device=dev)
     scale2 = one if absmax == 0 else absmax / torch.tensor(6 * 448, dtype=torch.float32, device=dev)
+    if not scale2 > 0:
+        raise atlas.QuantError(f"global scale {scale2.item()} is not finite and positive")
     blocks = w.view(n, k // atlas.BLOCK, atlas.BLOCK)
     block_absmax = blocks.abs().amax(dim=2)
     s = (block_absmax * (one / scale2)) / torch.tensor(6.0, dtype=torch.float32, device=dev)
@@ -46,12 +57,42 @@ def quantise(w: Any) -> atlas.Quantised:
     decoded = table[codes.long()]
     factor = one / (decoded * scale2)
     factor = torch.where(decoded == 0, torch.zeros_like(factor), factor)
-    q = blocks * factor.unsqueeze(2)
-    thresholds = torch.as_tensor(atlas.E2M1_THRESHOLDS, device=dev)
-    magnitude = torch.searchsorted(thresholds, q.abs().contiguous(), right=False).to(torch.uint8)
+    q = (blocks * factor.unsqueeze(2)).abs()
+    magnitude = torch.zeros(q.shape, dtype=torch.uint8, device=dev)
+    for threshold in atlas.E2M1_THRESHOLDS.tolist():
+        magnitude += q > threshold
     element = (magnitude | ((blocks < 0).to(torch.uint8) << 3)).view(n, k)
     packed = element[:, 0::2] | (element[:, 1::2] << 4)
-    return atlas.Quantised(packed.cpu().numpy(), codes.to(torch.uint8).cpu().numpy(), np.float32(scale2.item()))
+    return packed, codes.to(torch.uint8), scale2
+
+
+_STREAMS = threading.local()
+
+
+def quantise_bf16(bits: np.ndarray) -> atlas.Quantised:
+    """Quantise a BF16 matrix given as its bit patterns: the BF16 bytes go to the device as they are
+    (half the bytes of float32), from a pinned buffer, on this thread's own stream, so several
+    tensors' copies and kernels overlap; widening to float32 happens on the device, exactly."""
+    import torch
+
+    if bits.ndim != 2 or bits.shape[0] % atlas.BLOCK or bits.shape[1] % atlas.BLOCK:
+        raise atlas.QuantError(f"shape {bits.shape} is not 2-D with both dimensions multiples of {atlas.BLOCK}")
+    stream = getattr(_STREAMS, "stream", None)
+    if stream is None:
+        stream = _STREAMS.stream = torch.cuda.Stream()
+    host = torch.empty(bits.shape, dtype=torch.int16, pin_memory=True)
+    host.numpy()[...] = bits.view(np.int16)
+    with torch.cuda.stream(stream):
+        device_bits = host.to("cuda", non_blocking=True)
+        wide = (device_bits.to(torch.int32) << 16).view(torch.float32)  # BF16 is the top half of a float32
+        qt = _quantise_on_device(wide)
+        packed = torch.empty(qt[0].shape, dtype=torch.uint8, pin_memory=True)
+        scales = torch.empty(qt[1].shape, dtype=torch.uint8, pin_memory=True)
+        packed.copy_(qt[0], non_blocking=True)
+        scales.copy_(qt[1], non_blocking=True)
+        scale2 = qt[2].to("cpu", non_blocking=True)
+    stream.synchronize()
+    return atlas.Quantised(packed.numpy(), scales.numpy(), np.float32(scale2.item()))
 
 
 def _e4m3_encode(s: Any) -> Any:

@@ -2,11 +2,18 @@
 
 Shards holding a converted tensor are rewritten (every other tensor
 byte-exact, in its order); every other file is hardlinked (an absolute
-symlink where a hardlink is refused, recorded); the index is rewritten. A
-partial receipt is written per shard while working and one completion
-receipt at the end, only after everything was written and fsynced. An
-existing overlay that is not complete for this converter, scheme and source
-is moved aside, never deleted.
+symlink where a hardlink is refused, recorded); the index is rewritten.
+
+The overlay is bound to the source bytes it came from: the receipt records
+every source file's size, mtime and sha256 (hashed here, or proven by the
+checkpoint's own verified manifest where the file is still the one it
+hashed). A re-run compares sizes and mtimes, hashes only what changed, and
+rebuilds when a byte differs. Every bad source (missing or truncated shard,
+broken index, a tensor named but absent, wrong dtype or shape) is refused in
+one line before anything is written. A partial receipt per finished shard
+lets an interrupted run resume; an overlay that cannot be resumed is moved
+aside under a unique name, and older moved-aside overlays beyond a count are
+removed when they are sparkplay's (kept and reported when not).
 """
 
 from __future__ import annotations
@@ -17,9 +24,12 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,71 +38,233 @@ import numpy as np
 from sparkplay import __version__
 from sparkplay.fsutil import atomic_write
 from sparkplay.nvfp4 import atlas, gpu, kernel, modelopt
-from sparkplay.nvfp4.safetensors import OutTensor, TensorInfo, read_bytes, read_header, write_file
+from sparkplay.nvfp4.safetensors import (
+    OutTensor,
+    SafetensorsError,
+    TensorInfo,
+    read_bytes,
+    read_header,
+    write_file,
+)
 
 INDEX = "model.safetensors.index.json"
 RECEIPT = "sparkplay-overlay.json"
 PARTIAL_DIR = ".sparkplay-overlay-partial"
+RUN_FILE = "run.json"
+RECEIPT_FORMAT = 2
 DEFAULT_MATCH = r"^model\.language_model\.layers\.45\.mlp\.experts\.\d+\.(gate|up|down)_proj\.weight$"
 DEFAULT_EXPECT = 864
-SAMPLE = 4 << 20  # linked files are checked by size and the sha256 of their first and last 4 MiB
+DEFAULT_KEEP_MOVED = 1
+HASH_CHUNK = 8 << 20
+CKPT_MANIFEST = ".sparkplay/manifest.json"  # sparkplay-ckpt's, verified on this rank (docs/checkpoints.md)
+CKPT_MARKER = ".sparkplay/complete.json"
 
 
 class OverlayError(ValueError):
-    """A one-line reason the overlay cannot be made or is not valid."""
+    """A one-line reason the overlay cannot be made or is not valid; nothing was written."""
 
 
 @dataclass(frozen=True)
 class Result:
     output: Path
-    action: str  # "converted", "already complete"
+    action: str  # "converted", "resumed", "already complete"
     converted: int
     moved_aside: Path | None
     seconds: float
+    route: str = ""
+    reason: str | None = None  # why an existing overlay was not used as it was
+    removed: tuple[Path, ...] = ()  # older moved-aside overlays of sparkplay's, removed
+    kept: tuple[Path, ...] = ()  # moved-aside folders that are not sparkplay's: kept, for the user to remove
 
 
-def _sha(data: bytes) -> str:
+def _sha(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sampled_hash(path: Path) -> str:
-    size = path.stat().st_size
-    digest = hashlib.sha256(str(size).encode())
-    with path.open("rb") as fh:
-        digest.update(fh.read(SAMPLE))
-        if size > SAMPLE:
-            fh.seek(max(SAMPLE, size - SAMPLE))
-            digest.update(fh.read(SAMPLE))
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb", buffering=0) as fh:
+        while chunk := fh.read(HASH_CHUNK):
+            digest.update(chunk)
     return digest.hexdigest()
 
 
-PAIR = re.compile(r"(gate|up)_proj")
+def _stat(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
 
 
-def _bf16_matrix(raw: bytes, info: TensorInfo) -> np.ndarray:
-    return atlas.bf16_to_f32(np.frombuffer(raw, dtype="<u2").reshape(info.shape))
+# -- the source, read and checked before anything is written ---------------------------------
 
 
-def _quantise(
-    raw: bytes, info: TensorInfo, route: str, scheme: str, shared: dict[str, np.float32], workers: int
-) -> tuple[list[OutTensor], float]:
-    prefix = info.name.removesuffix(".weight")
+@dataclass
+class Source:
+    root: Path
+    index: dict[str, Any]
+    weight_map: dict[str, str]
+    headers: dict[str, dict[str, TensorInfo]]
+    metadata: dict[str, dict[str, str]]
+    chosen: dict[str, set[str]]  # shard -> the tensors converted in it
+    files: list[str] = field(default_factory=list)  # every file the overlay derives from, relative
+
+    @property
+    def count(self) -> int:
+        return sum(len(names) for names in self.chosen.values())
+
+
+def _safe_rel(name: Any, where: str) -> str:
+    if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
+        raise OverlayError(f"{where} names the shard {name!r}, which is not a file inside the checkpoint")
+    return name
+
+
+def load_source(source: Path, match: str, expect: int | None) -> Source:
+    """The checkpoint as the overlay needs it, every problem refused in one line."""
+    if not source.is_dir():
+        raise OverlayError(f"{source} is not a checkpoint folder")
+    index_path = source / INDEX
     try:
-        if route == "cpu-kernel":
-            qt = kernel.quantise_bf16(np.frombuffer(raw, dtype="<u2").reshape(info.shape), workers)
-        elif scheme == "modelopt":
-            qt = modelopt.quantise(_bf16_matrix(raw, info), shared.get(info.name))
+        index = json.loads(index_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise OverlayError(f"{index_path} is not a readable safetensors index ({exc})") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(k, str) for k in weight_map):
+        raise OverlayError(f"{index_path} has no weight_map of tensor names to shards; the index is broken")
+    try:
+        pattern = re.compile(match)
+    except re.error as exc:
+        raise OverlayError(f"--match {match!r} is not a regular expression ({exc})") from None
+    headers: dict[str, dict[str, TensorInfo]] = {}
+    metadata: dict[str, dict[str, str]] = {}
+    for shard in sorted({_safe_rel(s, str(index_path)) for s in weight_map.values()}):
+        path = source / shard
+        if not path.is_file():
+            raise OverlayError(f"{path}, named by the index, is missing: the checkpoint is incomplete")
+        try:
+            headers[shard], metadata[shard], _ = read_header(path)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # SafetensorsError, bad JSON, bad fields
+            raise OverlayError(f"{path} is not a whole safetensors file ({exc}): re-download it") from None
+    chosen: dict[str, set[str]] = {}
+    for name, shard in weight_map.items():
+        info = headers[shard].get(name)
+        if info is None:
+            raise OverlayError(f"the index names {name} in {shard}, which does not hold it: the index is broken")
+        if pattern.search(name):
+            if info.dtype != "BF16" or len(info.shape) != 2 or any(d % atlas.BLOCK for d in info.shape):
+                raise OverlayError(
+                    f"{name} in {shard} is {info.dtype} {list(info.shape)}, not a 2-D BF16 matrix "
+                    f"with sides multiples of {atlas.BLOCK}"
+                )
+            chosen.setdefault(shard, set()).add(name)
+    result = Source(source, index, weight_map, headers, metadata, chosen)
+    if expect is not None and result.count != expect:
+        raise OverlayError(
+            f"{result.count} tensors match {match!r} in {source}; expected {expect} (check --match and --expect)"
+        )
+    result.files = sorted(
+        str(p.relative_to(source))
+        for p in source.rglob("*")
+        if p.is_file() and not p.relative_to(source).parts[0].startswith(".sparkplay")
+    )
+    return result
+
+
+def manifest_hashes(source: Path) -> dict[str, tuple[str, list[int]]]:
+    """rel -> (sha256, [size, mtime_ns, inode] when it was hashed) from the checkpoint's verified manifest.
+
+    Only a manifest whose digest is recomputed here and named by the completion marker counts;
+    a file is proven by it only while its size, mtime and inode are still those it was hashed with.
+    """
+    try:
+        manifest = json.loads((source / CKPT_MANIFEST).read_text())
+        marker = json.loads((source / CKPT_MARKER).read_text())
+        files = manifest["files"]
+        digest = hashlib.sha256(json.dumps(files, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        if digest != manifest["digest"] or marker["manifest_digest"] != digest:
+            return {}
+        stats = marker["stat"]
+        return {
+            e["path"]: (e["sha256"], list(stats[e["path"]]))
+            for e in files
+            if e.get("type") == "file" and isinstance(e.get("sha256"), str) and e["path"] in stats
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _proven(path: Path, rel: str, proofs: dict[str, tuple[str, list[int]]]) -> str | None:
+    """The manifest's sha256 for a file that is still the one it hashed, else None."""
+    if rel not in proofs:
+        return None
+    st = path.stat()
+    sha, (size, mtime_ns, inode) = proofs[rel]
+    return sha if (st.st_size, st.st_mtime_ns, st.st_ino) == (size, mtime_ns, inode) else None
+
+
+def source_manifest_digest(source: Path) -> str | None:
+    """The digest of the checkpoint's manifest (sparkplay-ckpt), if it has one."""
+    try:
+        return str(json.loads((source / CKPT_MANIFEST).read_text())["digest"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# -- quantising, on the route this host is fastest on ---------------------------------------
+
+
+def _quantise(raw: bytes, info: TensorInfo, route: str, scheme: str, shared: dict[str, np.float32],
+              workers: int) -> tuple[list[OutTensor], float]:  # fmt: skip
+    prefix = info.name.removesuffix(".weight")
+    bits = np.frombuffer(raw, dtype="<u2").reshape(info.shape)
+    try:
+        if scheme == "modelopt":
+            qt = modelopt.quantise(atlas.bf16_to_f32(bits), shared.get(info.name))
+        elif route == "gpu":
+            qt = gpu.quantise_bf16(bits)
+        elif route == "cpu-kernel":
+            qt = kernel.quantise_bf16(bits, workers)
         else:
-            w = _bf16_matrix(raw, info)
-            qt = gpu.quantise(w) if route == "gpu" else atlas.quantise(w)
+            qt = atlas.quantise_bf16(bits, lambda f, items: list(kernel.pool().map(f, items)))
     except atlas.QuantError as exc:
         raise OverlayError(f"{info.name}: {exc}") from None
     n, k = info.shape
-    return [
-        OutTensor(f"{prefix}.weight", "U8", (n, k // 2), qt.weight.tobytes()),
-        OutTensor(f"{prefix}.weight_scale", "F8_E4M3", (n, k // 16), qt.weight_scale.tobytes()),
-        OutTensor(f"{prefix}.weight_scale_2", "F32", (), np.float32(qt.weight_scale_2).tobytes()),
-    ], float(qt.weight_scale_2)
+    outs = [
+        (f"{prefix}.weight", "U8", (n, k // 2), memoryview(qt.weight).cast("B")),
+        (f"{prefix}.weight_scale", "F8_E4M3", (n, k // 16), memoryview(qt.weight_scale).cast("B")),
+        (f"{prefix}.weight_scale_2", "F32", (), np.float32(qt.weight_scale_2).tobytes()),
+    ]
+    return [OutTensor(name, dtype, shape, data, _sha(data)) for name, dtype, shape, data in outs], float(
+        qt.weight_scale_2
+    )
+
+
+def choose_route(scheme: str, device: str, sample: TensorInfo | None, read: Callable[[], bytes]) -> tuple[str, dict]:
+    """The route, and on `auto` with both a GPU and the kernel, the rates that chose it (measured here)."""
+    if device not in ("auto", "cpu", "gpu"):
+        raise OverlayError(f"device {device!r} is not auto, cpu or gpu")
+    has_gpu = scheme == "atlas" and device in ("auto", "gpu") and gpu.available()
+    if device == "gpu" and not has_gpu:
+        raise OverlayError("--device gpu needs scheme atlas and PyTorch with a CUDA device")
+    cpu_route = "cpu-kernel" if scheme == "atlas" and kernel.available() else "cpu-numpy"
+    if device == "gpu" or (has_gpu and cpu_route != "cpu-kernel"):
+        return "gpu", {}
+    if not has_gpu or sample is None:
+        return cpu_route, {}
+    bits = np.frombuffer(read(), dtype="<u2").reshape(sample.shape)
+    rates: dict[str, float] = {}
+    for route, run in (
+        ("gpu", gpu.quantise_bf16),
+        ("cpu-kernel", lambda b: kernel.quantise_bf16(b, os.cpu_count() or 1)),
+    ):
+        run(bits)  # warm: kernels compiled, pools made
+        started = time.perf_counter()
+        for _ in range(3):
+            run(bits)
+        rates[route] = round(3 * len(bits.data) / 1e6 / (time.perf_counter() - started), 1)
+    return max(rates, key=lambda r: rates[r]), {"measured_mbps": rates, "sample": sample.name}
+
+
+# -- one shard rewritten: read, quantise, hash and write overlapped ---------------------------
 
 
 def _plan(tensors: dict[str, TensorInfo], chosen: set[str]) -> list[tuple[str, str, tuple[int, ...], int]]:
@@ -111,44 +283,63 @@ def _plan(tensors: dict[str, TensorInfo], chosen: set[str]) -> list[tuple[str, s
     return plan
 
 
-def _rewrite_shard(
-    src: Path, dst: Path, chosen: set[str], workers: int, route: str, scheme: str, shared: dict[str, np.float32]
-) -> dict[str, Any]:
-    tensors, metadata, _ = read_header(src)
+def _rewrite_shard(src: Path, dst: Path, tensors: dict[str, TensorInfo], metadata: dict[str, str],
+                   chosen: set[str], workers: int, route: str, scheme: str,
+                   shared: dict[str, np.float32]) -> dict[str, Any]:  # fmt: skip
+    """Write `dst`, tensors in `src`'s order. Tensors are read, hashed and quantised ahead of the writer
+    in parallel, within a byte budget of 1.5x the shard's largest tensor: memory stays under 3x it."""
     plan = _plan(tensors, chosen)
     record: dict[str, Any] = {"tensors": {}, "converted": {}}
-    sources: dict[str, tuple[str, int]] = {}
+    infos = list(tensors.values())
+    budget = max(int(1.5 * max((i.nbytes for i in infos), default=0)), 1)
+    room = threading.Condition()
+    in_flight = [0]
+    # quantising goes to the kernel's own pool (every core on one tensor); reading and hashing here
+    producers = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, min(workers, 8)))
 
-    def produce(info: TensorInfo) -> tuple[list[OutTensor], float | None]:
+    def produce(info: TensorInfo) -> tuple[list[OutTensor], dict[str, Any] | None]:
         raw = read_bytes(src, info)
-        sources[info.name] = (_sha(raw), len(raw))
+        source_sha = _sha(raw)
         if info.name in chosen:
-            # the kernel spreads one tensor over every core itself
-            return _quantise(raw, info, route, scheme, shared, workers if route == "cpu-kernel" else 1)
-        return [OutTensor(info.name, info.dtype, info.shape, raw)], None
+            outs, scale2 = _quantise(raw, info, route, scheme, shared, workers)
+            return outs, {"scale2": scale2, "source_sha256": source_sha, "source_size": len(raw)}
+        return [OutTensor(info.name, info.dtype, info.shape, raw, source_sha)], None
+
+    def release(nbytes: int) -> None:
+        with room:
+            in_flight[0] -= nbytes
+            room.notify_all()
 
     def stream() -> Iterator[OutTensor]:
-        # a bounded window of tensors in flight, written in order: memory stays small. With the
-        # kernel (every core on one tensor) tensors go one at a time: memory stays near one tensor.
-        ahead = 1 if route == "cpu-kernel" else workers * 2
-        with concurrent.futures.ThreadPoolExecutor(max_workers=ahead) as pool:
-            infos = list(tensors.values())
-            window = [pool.submit(produce, info) for info in infos[:ahead]]
-            for i, _ in enumerate(infos):
-                outs, scale2 = window[i].result()
-                window[i] = None  # type: ignore[call-overload]
-                if i + ahead < len(infos):
-                    window.append(pool.submit(produce, infos[i + ahead]))
-                if scale2 is not None:
-                    record["converted"][infos[i].name] = {"scale2": scale2}
-                yield from outs
+        futures: list[concurrent.futures.Future] = []
+        submitted = 0
 
-    digests = write_file(dst, stream(), plan, metadata)
+        def top_up() -> None:
+            nonlocal submitted
+            while submitted < len(infos):
+                size = infos[submitted].nbytes
+                with room:
+                    if in_flight[0] and in_flight[0] + size > budget:
+                        return
+                    in_flight[0] += size
+                futures.append(producers.submit(produce, infos[submitted]))
+                submitted += 1
+
+        for i, info in enumerate(infos):
+            top_up()
+            outs, converted = futures[i].result()
+            futures[i] = None  # type: ignore[call-overload]
+            if converted is not None:
+                record["converted"][info.name] = converted
+            yield from outs
+            release(info.nbytes)
+
+    try:
+        digests = write_file(dst, stream(), plan, metadata)
+    finally:
+        producers.shutdown(wait=True, cancel_futures=True)
     for name, (sha, size) in digests.items():
         record["tensors"][name] = {"sha256": sha, "size": size}
-    for name, (sha, size) in sources.items():
-        if name in record["converted"]:
-            record["converted"][name].update({"source_sha256": sha, "source_size": size})
     return record
 
 
@@ -163,15 +354,17 @@ def _link(src: Path, dst: Path) -> str:
     return "symlink"
 
 
-def _shared_scales(
-    source: Path, headers: dict[str, dict[str, TensorInfo]], chosen_by_shard: dict[str, set[str]]
-) -> dict[str, np.float32]:
+PAIR = re.compile(r"(gate|up)_proj")
+
+
+def _shared_scales(src: Source) -> dict[str, np.float32]:
     """modelopt: one global scale per expert's gate/up pair (the larger amax); others their own."""
     amaxes: dict[str, np.float32] = {}
-    for shard, names in chosen_by_shard.items():
+    for shard, names in src.chosen.items():
         for name in names:
-            info = headers[shard][name]
-            amaxes[name] = modelopt.amax(_bf16_matrix(read_bytes(source / shard, info), info))
+            info = src.headers[shard][name]
+            bits = np.frombuffer(read_bytes(src.root / shard, info), dtype="<u2").reshape(info.shape)
+            amaxes[name] = modelopt.amax(atlas.bf16_to_f32(bits))
     groups: dict[str, list[str]] = {}
     for name in amaxes:
         key = PAIR.sub("gate_up", name) if PAIR.search(name) else name
@@ -181,28 +374,129 @@ def _shared_scales(
     }
 
 
-def source_manifest_digest(source: Path) -> str | None:
-    """The digest of the checkpoint's verified manifest (sparkplay-ckpt), if it has one."""
+# -- is the overlay there still this source's? ----------------------------------------------
+
+
+def _identity(source: Path, scheme: str, match: str) -> dict[str, Any]:
+    return {"format": RECEIPT_FORMAT, "converter_version": __version__, "scheme": scheme, "match": match,
+            "source": str(source.resolve())}  # fmt: skip
+
+
+def _source_changed(src: Source, recorded: dict[str, Any]) -> str | None:
+    """Why the source is not the bytes the overlay was made from (None: it is). Sizes and mtimes first;
+    only a file whose size or mtime moved is hashed again."""
+    if set(recorded) != set(src.files):
+        added, gone = sorted(set(src.files) - set(recorded)), sorted(set(recorded) - set(src.files))
+        return f"files were added to or removed from the source ({', '.join((added + gone)[:3])})"
+    for rel in src.files:
+        st, want = (src.root / rel).stat(), recorded[rel]
+        if (st.st_size, st.st_mtime_ns, st.st_ino) == (want["size"], want["mtime_ns"], want.get("inode")):
+            continue  # the same file, untouched since it was hashed (a replaced file is a new inode)
+        if st.st_size != want["size"] or file_sha256(src.root / rel) != want["sha256"]:
+            return f"{rel} changed in the source since the overlay was made"
+    return None
+
+
+def _output_changed(output: Path, receipt: dict[str, Any]) -> str | None:
+    """A quick look at the overlay's own files: the index by hash, shards by size and mtime (re-hashed
+    only when those moved), links by presence and size. `verify` is the full check."""
+    if (output / PARTIAL_DIR).exists():
+        return "partial receipts are still there"
     try:
-        return str(json.loads((source / ".sparkplay" / "manifest.json").read_text())["digest"])
-    except (OSError, ValueError, KeyError):
-        return None
+        if file_sha256(output / INDEX) != receipt["index_sha256"]:
+            return "the overlay's index was edited"
+        for shard, st in receipt["outputs"].items():
+            now = (output / shard).stat()
+            if (now.st_size, now.st_mtime_ns) != (st["size"], st["mtime_ns"]) and _payload_problems(
+                output, shard, receipt["shards"][shard]
+            ):
+                return f"{shard} in the overlay changed"
+        for rel, want in receipt["links"].items():
+            if (output / rel).stat().st_size != want["size"]:
+                return f"{rel} in the overlay changed"
+    except (OSError, KeyError, ValueError, TypeError):
+        return "the overlay's files are not the ones its receipt lists"
+    return None
 
 
-def _receipt_matches(output: Path, source: Path, scheme: str) -> bool:
-    """Complete for this converter, scheme, source and source manifest, and it still verifies."""
+def stale(output: Path, src: Source, scheme: str, match: str) -> str | None:
+    """None when the overlay at `output` is complete and made from exactly this source; else why not."""
     try:
         receipt = json.loads((output / RECEIPT).read_text())
     except (OSError, ValueError):
+        return "it has no completion receipt"
+    if not isinstance(receipt, dict) or receipt.get("complete") is not True:
+        return "its receipt does not say complete"
+    ident = _identity(src.root, scheme, match)
+    differs = [k for k, v in ident.items() if receipt.get(k) != v]
+    if differs:
+        return f"it was made with another {differs[0].replace('_', ' ')}"
+    if not isinstance(receipt.get("sources"), dict):
+        return "its receipt lists no source files"
+    return _source_changed(src, receipt["sources"]) or _output_changed(output, receipt)
+
+
+# -- moving aside, resuming, pruning --------------------------------------------------------
+
+
+def _sparkplays(folder: Path) -> bool:
+    return (folder / RECEIPT).exists() or (folder / PARTIAL_DIR).is_dir()
+
+
+def move_aside(output: Path) -> Path:
+    """`output` renamed beside itself under a name no other run can take (time to the microsecond, then
+    a counter)."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    for n in range(1000):
+        target = output.with_name(f"{output.name}.old-{stamp}" + (f"-{n}" if n else ""))
+        if target.exists() or target.is_symlink():
+            continue
+        try:
+            output.rename(target)
+        except OSError as exc:  # taken meanwhile by another run
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                continue
+            raise
+        return target
+    raise OverlayError(f"could not move {output} aside: too many folders named like it")
+
+
+def prune_moved(output: Path, keep: int) -> tuple[list[Path], list[Path]]:
+    """Older moved-aside overlays beyond the newest `keep`: sparkplay's removed, others kept (returned)."""
+    aside = sorted(output.parent.glob(f"{output.name}.old-*"), reverse=True)
+    removed, kept = [], []
+    for folder in aside[max(keep, 0) :]:
+        if folder.is_dir() and not folder.is_symlink() and _sparkplays(folder):
+            shutil.rmtree(folder)
+            removed.append(folder)
+        else:
+            kept.append(folder)
+    return removed, kept
+
+
+def _partial_key(shard: str) -> str:
+    return shard.replace("/", "%2F") + ".json"
+
+
+def _resumable(output: Path, ident: dict[str, Any]) -> bool:
+    try:
+        return json.loads((output / PARTIAL_DIR / RUN_FILE).read_text()) == ident and not (output / RECEIPT).exists()
+    except (OSError, ValueError):
         return False
-    return (
-        receipt.get("complete") is True
-        and receipt.get("converter_version") == __version__
-        and receipt.get("scheme") == scheme
-        and receipt.get("source") == str(source.resolve())
-        and receipt.get("source_manifest") == source_manifest_digest(source)
-        and not verify(output)
-    )
+
+
+def _reusable(output: Path, src: Source, shard: str) -> dict[str, Any] | None:
+    """A finished shard of an interrupted run whose source and output are as they were then."""
+    try:
+        partial = json.loads((output / PARTIAL_DIR / _partial_key(shard)).read_text())
+        same_source = _stat(src.root / shard) == partial["source_stat"]
+        same_output = _stat(output / shard) == partial["output_stat"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return partial if same_source and same_output and set(partial["converted"]) == src.chosen[shard] else None
+
+
+# -- convert ---------------------------------------------------------------------------------
 
 
 def convert(
@@ -214,164 +508,218 @@ def convert(
     expect: int | None = DEFAULT_EXPECT,
     workers: int | None = None,
     device: str = "auto",
+    keep_moved: int = DEFAULT_KEEP_MOVED,
 ) -> Result:
-    """Build the overlay of `source` at `output`."""
+    """Build the overlay of `source` at `output` (see the module's docstring)."""
     started = time.monotonic()
     if scheme not in ("atlas", "modelopt"):
         raise OverlayError(f"scheme {scheme!r} is not known; use atlas or modelopt")
-    index_path = source / INDEX
-    try:
-        index = json.loads(index_path.read_text())
-        weight_map: dict[str, str] = index["weight_map"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise OverlayError(f"{index_path} is not a readable safetensors index ({exc})") from None
-    pattern = re.compile(match)
-    chosen_by_shard: dict[str, set[str]] = {}
-    for name, shard in weight_map.items():
-        if pattern.search(name):
-            chosen_by_shard.setdefault(shard, set()).add(name)
-    count = sum(len(names) for names in chosen_by_shard.values())
-    if expect is not None and count != expect:
-        raise OverlayError(
-            f"{count} tensors match {match!r} in {source}; expected {expect} (check --match and --expect)"
-        )
-    headers = {shard: read_header(source / shard)[0] for shard in chosen_by_shard}
-    for shard, names in chosen_by_shard.items():
-        for name in names:
-            info = headers[shard].get(name)
-            if info is None or info.dtype != "BF16" or len(info.shape) != 2:
-                what = "missing" if info is None else f"{info.dtype} {list(info.shape)}"
-                raise OverlayError(f"{name} in {shard} is {what}, not a 2-D BF16 matrix")
-    if output.exists() and _receipt_matches(output, source, scheme):
-        return Result(output, "already complete", count, None, time.monotonic() - started)
-    moved: Path | None = None
-    if output.exists() or output.is_symlink():
-        moved = output.with_name(f"{output.name}.old-{time.strftime('%Y%m%dT%H%M%S')}")
-        output.rename(moved)
-    output.mkdir(parents=True)
-    (output / PARTIAL_DIR).mkdir()
+    src = load_source(source, match, expect)
+    if output.resolve() == source.resolve() or source.resolve() in output.resolve().parents:
+        raise OverlayError(f"the overlay {output} would be inside its source {source}; choose another folder")
     workers = workers or max(1, os.cpu_count() or 1)
     if device not in ("auto", "cpu", "gpu"):
         raise OverlayError(f"device {device!r} is not auto, cpu or gpu")
-    use_gpu = scheme == "atlas" and (device == "gpu" or (device == "auto" and gpu.available()))
-    if device == "gpu" and not use_gpu:
-        raise OverlayError("--device gpu needs scheme atlas and PyTorch with a CUDA device")
-    route = "gpu" if use_gpu else "cpu-kernel" if scheme == "atlas" and kernel.available() else "cpu-numpy"
-    shared = _shared_scales(source, headers, chosen_by_shard) if scheme == "modelopt" else {}
-    tensors_record: dict[str, Any] = {}
-    converted: dict[str, Any] = {}
-    for shard, names in sorted(chosen_by_shard.items()):
-        record = _rewrite_shard(source / shard, output / shard, names, workers, route, scheme, shared)
-        atomic_write(output / PARTIAL_DIR / f"{shard}.json", json.dumps(record, sort_keys=True) + "\n")
-        tensors_record[shard] = record["tensors"]
-        converted.update(record["converted"])
+    reason: str | None = None
+    if output.exists() or output.is_symlink():
+        reason = stale(output, src, scheme, match)
+        if reason is None:
+            return Result(output, "already complete", src.count, None, time.monotonic() - started)
+    sample_shard = min(src.chosen, default="")
+    sample = src.headers[sample_shard][min(src.chosen[sample_shard])] if sample_shard else None
+    route, measured = choose_route(scheme, device, sample,
+                                   lambda: read_bytes(src.root / sample_shard, sample))  # fmt: skip
+    ident = _identity(source, scheme, match)
+    resuming = output.is_dir() and not output.is_symlink() and _resumable(output, ident)
+    moved: Path | None = None
+    if not resuming and (output.exists() or output.is_symlink()):
+        moved = move_aside(output)
+    if not resuming:
+        output.mkdir(parents=True)
+        (output / PARTIAL_DIR).mkdir()
+        atomic_write(output / PARTIAL_DIR / RUN_FILE, json.dumps(ident, sort_keys=True) + "\n")
+
+    # every source file's sha256 binds the receipt to these bytes: proven by the checkpoint's verified
+    # manifest where the file is unchanged since it hashed it, else hashed here beside the conversion
+    # (its own threads: hashlib releases the GIL, and the quantising pool is never queued behind a file)
+    proofs = manifest_hashes(source)
+    stats = {rel: _stat(source / rel) for rel in src.files}
+    hashing = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, workers // 2), thread_name_prefix="sha")
+    hashes: dict[str, tuple[str, concurrent.futures.Future[str]]] = {}
+    for rel in src.files:
+        sha = _proven(source / rel, rel, proofs)
+        hashes[rel] = ("manifest", _done(sha)) if sha else ("hashed", hashing.submit(file_sha256, source / rel))
+
+    shared = _shared_scales(src) if scheme == "modelopt" else {}
+    records: dict[str, dict[str, Any]] = {}
+    reused = 0
+    for shard in sorted(src.chosen):
+        partial = _reusable(output, src, shard) if resuming else None
+        if partial is None:
+            (output / shard).parent.mkdir(parents=True, exist_ok=True)
+            partial = _rewrite_shard(source / shard, output / shard, src.headers[shard], src.metadata[shard],
+                                     src.chosen[shard], workers, route, scheme, shared)  # fmt: skip
+            partial |= {"source_stat": _stat(source / shard), "output_stat": _stat(output / shard)}
+            atomic_write(output / PARTIAL_DIR / _partial_key(shard), json.dumps(partial, sort_keys=True) + "\n")
+        else:
+            reused += 1
+        records[shard] = partial
     links: dict[str, Any] = {}
-    for path in sorted(p for p in source.rglob("*") if p.is_file()):
-        rel = path.relative_to(source)
-        if str(rel) in chosen_by_shard or rel.name == INDEX or rel.parts[0].startswith(".sparkplay"):
+    for rel in src.files:
+        if rel in src.chosen or rel == INDEX:
             continue
         target = output / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        kind = _link(path, target)
-        links[str(rel)] = {"kind": kind, "size": path.stat().st_size, "sampled_sha256": sampled_hash(path)}
-    new_map: dict[str, str] = {}
-    for name, shard in weight_map.items():
-        if shard not in chosen_by_shard:
-            new_map[name] = shard
-    for shard, names in tensors_record.items():
-        for name in names:
-            new_map[name] = shard
+        if target.exists() or target.is_symlink():  # a resumed run links again: the source may have moved on
+            target.unlink()
+        links[rel] = {"kind": _link(source / rel, target), "size": stats[rel]["size"]}
+    new_map = {name: shard for name, shard in src.weight_map.items() if shard not in src.chosen}
+    for shard, record in records.items():
+        new_map.update(dict.fromkeys(record["tensors"], shard))
     total = sum(
         info.nbytes for shard in sorted(set(new_map.values())) for info in read_header(output / shard)[0].values()
     )
-    new_index = {
-        "metadata": {**index.get("metadata", {}), "total_size": total},
-        "weight_map": dict(sorted(new_map.items())),
-    }
+    new_index = {"metadata": {**src.index.get("metadata", {}), "total_size": total},
+                 "weight_map": dict(sorted(new_map.items()))}  # fmt: skip
     atomic_write(output / INDEX, json.dumps(new_index, indent=2) + "\n")
+    sources = {rel: {**stats[rel], "sha256": fut.result(), "proof": proof} for rel, (proof, fut) in hashes.items()}
+    hashing.shutdown()
+    for rel, link in links.items():
+        link["sha256"] = sources[rel]["sha256"]
+    if any(_stat(source / rel)["mtime_ns"] != stats[rel]["mtime_ns"] for rel in src.files):
+        raise OverlayError(f"{source} changed while the overlay was made; run again once nothing writes it")
     receipt = {
+        **ident,
         "complete": True,
-        "converter_version": __version__,
-        "scheme": scheme,
-        "source": str(source.resolve()),
         "source_manifest": source_manifest_digest(source),
-        "match": match,
-        "converted_count": count,
-        "device": "gpu" if use_gpu else "cpu",
+        "converted_count": src.count,
+        "device": "gpu" if route == "gpu" else "cpu",
         "route": route,
-        "converted": converted,
-        "shards": tensors_record,
+        "route_measured": measured,
+        "converted": {n: c for r in records.values() for n, c in r["converted"].items()},
+        "shards": {shard: r["tensors"] for shard, r in records.items()},
+        "outputs": {shard: {k: v for k, v in _stat(output / shard).items() if k != "inode"} for shard in records},
+        "sources": sources,
         "links": links,
         "total_size": total,
-        "index_sha256": _sha((output / INDEX).read_bytes()),
+        "index_sha256": file_sha256(output / INDEX),
     }
     # the completion receipt is the last thing written; the partials go only after it
     atomic_write(output / RECEIPT, json.dumps(receipt, indent=1, sort_keys=True) + "\n")
-    for partial in (output / PARTIAL_DIR).iterdir():
-        partial.unlink()
-    (output / PARTIAL_DIR).rmdir()
-    return Result(output, "converted", count, moved, time.monotonic() - started)
+    shutil.rmtree(output / PARTIAL_DIR)
+    removed, kept = prune_moved(output, keep_moved)
+    action = "resumed" if reused else "converted"
+    return Result(output, action, src.count, moved, time.monotonic() - started, route, reason, tuple(removed),
+                  tuple(kept))  # fmt: skip
+
+
+def _done(value: str) -> concurrent.futures.Future[str]:
+    future: concurrent.futures.Future[str] = concurrent.futures.Future()
+    future.set_result(value)
+    return future
+
+
+# -- verify ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Report:
+    problems: list[str]
+    links_hashed: int = 0
+    links_proven: int = 0  # by the checkpoint's verified manifest, the file unchanged since it hashed it
+
+
+def _payload_problems(output: Path, shard: str, tensors: dict[str, Any]) -> list[str]:
+    problems = []
+    header = read_header(output / shard)[0]
+    if set(header) != set(tensors):
+        problems.append(f"{shard}: tensors differ from the receipt")
+    for name, want in tensors.items():
+        info = header.get(name)
+        if info is None:
+            continue
+        data = read_bytes(output / shard, info)
+        if len(data) != want["size"] or _sha(data) != want["sha256"]:
+            problems.append(f"{shard}: {name} does not match its receipt hash")
+    return problems
 
 
 def verify(output: Path, expect: int | None = None) -> list[str]:
     """Every problem found re-reading the overlay (empty means verified)."""
+    return verify_report(output, expect).problems
+
+
+def verify_report(output: Path, expect: int | None = None) -> Report:
+    """Re-read the overlay against its receipt: the index by hash, every payload, every linked file in
+    full (or proven by the source checkpoint's verified manifest), the index against the shards."""
     try:
         receipt = json.loads((output / RECEIPT).read_text())
+        if not isinstance(receipt, dict):
+            raise ValueError("not an object")
     except (OSError, ValueError):
-        return [f"{output / RECEIPT} is missing or unreadable: the overlay is not complete"]
+        return Report([f"{output / RECEIPT} is missing or unreadable: the overlay is not complete"])
     problems: list[str] = []
-    cache: dict[str, dict[str, TensorInfo] | None] = {}
-
-    def header_of(shard: str) -> dict[str, TensorInfo] | None:
-        """A shard's tensors, read once; an unreadable shard is reported once."""
-        if shard not in cache:
-            try:
-                cache[shard] = read_header(output / shard)[0]
-            except (OSError, ValueError) as exc:
-                cache[shard] = None
-                problems.append(f"{shard}: {exc}")
-        return cache[shard]
-
     if receipt.get("complete") is not True:
         problems.append("the receipt does not say complete")
     if expect is not None and receipt.get("converted_count") != expect:
         problems.append(f"{receipt.get('converted_count')} matrices converted, expected {expect}")
     if (output / PARTIAL_DIR).exists():
         problems.append("partial receipts are still there: a conversion did not finish")
-    for shard, tensors in receipt.get("shards", {}).items():
-        header = header_of(shard)
-        if header is None:
-            continue
-        if set(header) != set(tensors):
-            problems.append(f"{shard}: tensors differ from the receipt")
-        for name, want in tensors.items():
-            info = header.get(name)
-            if info is None:
-                continue
-            data = read_bytes(output / shard, info)
-            if len(data) != want["size"] or _sha(data) != want["sha256"]:
-                problems.append(f"{shard}: {name} does not match its receipt hash")
-    for name in receipt.get("converted", {}):
+    headers: dict[str, dict[str, TensorInfo] | None] = {}
+
+    def header_of(shard: str) -> dict[str, TensorInfo] | None:
+        if shard not in headers:
+            try:
+                headers[shard] = read_header(output / shard)[0]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                headers[shard] = None
+                problems.append(f"{shard}: {exc}")
+        return headers[shard]
+
+    shards = receipt.get("shards") if isinstance(receipt.get("shards"), dict) else {}
+    for shard, tensors in shards.items():
+        if header_of(shard) is not None:
+            problems += _payload_problems(output, shard, tensors)
+    for name in receipt.get("converted") or {}:
         # the NVFP4 payload keeps the name P.weight, as U8; a BF16 one there is the superseded matrix
-        shard = next((s for s, tensors in receipt.get("shards", {}).items() if name in tensors), None)
+        shard = next((s for s, tensors in shards.items() if name in tensors), None)
         if shard is None:
             problems.append(f"{name}: no shard holds its NVFP4 form")
             continue
         info = (header_of(shard) or {}).get(name)
         if info is not None and info.dtype == "BF16":
             problems.append(f"{name}: the superseded BF16 tensor is still in {shard}")
-    for rel, want in receipt.get("links", {}).items():
+    source = Path(str(receipt.get("source") or ""))
+    proofs = manifest_hashes(source) if receipt.get("source") else {}
+    hashed = proven = 0
+    for rel, want in (receipt.get("links") or {}).items():
         path = output / rel
         if not path.exists():
             problems.append(f"{rel}: linked file missing")
-        elif path.stat().st_size != want["size"] or sampled_hash(path) != want["sampled_sha256"]:
+            continue
+        if path.stat().st_size != want.get("size"):
+            problems.append(f"{rel}: linked file changed since the overlay was made")
+            continue
+        sha = _proven(path, rel, proofs)
+        if sha is not None:
+            proven += 1
+        else:
+            sha = file_sha256(path)
+            hashed += 1
+        if sha != want.get("sha256"):
             problems.append(f"{rel}: linked file changed since the overlay was made")
     try:
-        index = json.loads((output / INDEX).read_text())
-    except (OSError, ValueError):
-        return [*problems, f"{output / INDEX} is missing or unreadable"]
+        index_bytes = (output / INDEX).read_bytes()
+        index = json.loads(index_bytes)
+        weight_map = index["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError("weight_map is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return Report([*problems, f"{output / INDEX} is missing or unreadable ({exc})"], hashed, proven)
+    if _sha(index_bytes) != receipt.get("index_sha256"):
+        problems.append(f"{INDEX} was edited since the overlay was made (its sha256 differs from the receipt's)")
     seen: dict[str, str] = {}
-    for shard in sorted(set(index["weight_map"].values())):
+    for shard in sorted({str(s) for s in weight_map.values()}):
         header = header_of(shard)
         if header is None:
             continue
@@ -379,7 +727,10 @@ def verify(output: Path, expect: int | None = None) -> list[str]:
             if name in seen:
                 problems.append(f"{name} appears in both {seen[name]} and {shard}")
             seen[name] = shard
-    if seen != index["weight_map"]:
-        missing = set(index["weight_map"]) ^ set(seen)
+    if seen != weight_map:
+        missing = set(weight_map) ^ set(seen)
         problems.append(f"the index and the shard headers disagree ({len(missing)} names differ)")
-    return problems
+    return Report(problems, hashed, proven)
+
+
+__all__ = ["OverlayError", "Result", "SafetensorsError", "convert", "load_source", "stale", "verify"]

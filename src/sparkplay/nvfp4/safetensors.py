@@ -72,7 +72,7 @@ def _count(shape: tuple[int, ...]) -> int:
 
 
 def read_bytes(path: Path, info: TensorInfo) -> bytes:
-    with path.open("rb") as fh:
+    with path.open("rb", buffering=0) as fh:
         fh.seek(info.start)
         data = fh.read(info.nbytes)
     if len(data) != info.nbytes:
@@ -85,7 +85,8 @@ class OutTensor:
     name: str
     dtype: str
     shape: tuple[int, ...]
-    data: bytes
+    data: bytes | memoryview
+    sha256: str | None = None  # when the producer hashed it already (in parallel), written as is
 
 
 def header_bytes(tensors: list[tuple[str, str, tuple[int, ...], int]], metadata: dict[str, str]) -> bytes:
@@ -112,7 +113,7 @@ def write_file(path: Path, tensors: Iterator[OutTensor], plan: list[tuple[str, s
             if tensor.name != name or len(tensor.data) != nbytes:
                 raise SafetensorsError(f"{path}: tensor {tensor.name} does not match the planned {name}")
             fh.write(tensor.data)
-            digests[name] = (hashlib.sha256(tensor.data).hexdigest(), nbytes)
+            digests[name] = (tensor.sha256 or hashlib.sha256(tensor.data).hexdigest(), nbytes)
         _sync(fh)
     return digests
 
