@@ -1,16 +1,17 @@
-"""NVFP4 (Atlas scheme) quantisation speed and memory: plain vectorised numpy vs sparkplay's CPU path,
-and (where PyTorch sees a CUDA device) the GPU path, on the same matrices in one run.
+"""NVFP4 (Atlas scheme) speed and memory, every figure against a baseline measured in the same run.
 
-(a) numpy: the straightforward vectorised implementation (sparkplay.nvfp4.atlas.quantise on the
-    matrix widened to float32), one matrix after another, one thread;
-(b) cpu: sparkplay's CPU path, the compiled kernel (sparkplay.nvfp4.kernel) on the BF16 bits,
-    one matrix at a time with its rows spread over every core, as the converter runs it;
-gpu: sparkplay.nvfp4.gpu.quantise, end to end including host<->device copies.
-Both CPU routes must give the same bytes. Peak memory is the converter's own: a child process
-converts a generated checkpoint of the same matrices and reports how far its peak RSS rose above
-where it stood before converting, against the checkpoint's largest tensor. The last line is JSON.
+Baseline (a) numpy: the straightforward vectorised implementation a good engineer writes first
+    (sparkplay.nvfp4.atlas.quantise on the matrix widened to float32: block maxima, the E4M3
+    scale, the E2M1 code as seven comparisons), one matrix after another, one thread.
+(b) the compiled kernel (sparkplay.nvfp4.kernel) on the BF16 bits: on one core, and on every core
+    (rows split over one persistent pool), as the converter runs it. Bytes must equal (a)'s.
+(c) the whole converter (read, quantise, hash, write a generated checkpoint from page cache) on
+    every route this host has, with its peak memory against the largest tensor.
+(d) where PyTorch sees a CUDA device: the GPU quantise alone (data already on the device), the
+    GPU path from host BF16 (copies included), and the converter end to end on the GPU route.
+The last line is JSON.
 
-    python benchmarks/nvfp4.py [--matrices 12] [--rows 1536] [--cols 2048]
+    python benchmarks/nvfp4.py [--matrices 12] [--rows 2048] [--cols 6144] [--experts 16]   # 25 MB matrices
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -31,20 +31,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from sparkplay.nvfp4 import atlas, gpu, kernel, testmodel
 
 GB10_CORES = 20  # 10 Cortex-X925 + 10 Cortex-A725
+SRC = str(Path(__file__).resolve().parents[1] / "src")
 
-
-def converter_memory(rows: int, cols: int, experts: int) -> dict[str, float]:
-    """Peak RSS rise of the converter over a generated checkpoint (a child process: a clean high-water mark)."""
-    code = f"""
+CONVERTER = """
 import json, os, sys, threading, time
 from pathlib import Path
-from sparkplay.nvfp4 import overlay
+from sparkplay.nvfp4 import kernel, overlay
 from sparkplay.nvfp4.safetensors import read_header
-work = Path(sys.argv[1])
+work, route, experts = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+if route == "cpu-numpy":
+    kernel.available = lambda: False  # the route a node without a C compiler takes
 largest = max(i.nbytes for f in (work / "ckpt").glob("*.safetensors") for i in read_header(f)[0].values())
+converted = sum(i.nbytes for f in (work / "ckpt").glob("*.safetensors") for n, i in read_header(f)[0].items()
+                if ".experts." in n)
 page = os.sysconf("SC_PAGE_SIZE")
 def rss():
     return int(Path("/proc/self/statm").read_text().split()[1]) * page
+if route == "gpu":  # CUDA's own start-up is not the converter's
+    import torch
+    torch.zeros(1, device="cuda")
+kernel.pool()
 # the resident set sampled every millisecond while converting (ru_maxrss would also count start-up)
 before, peak, done = rss(), [0], threading.Event()
 def sample():
@@ -54,27 +60,51 @@ def sample():
 watcher = threading.Thread(target=sample)
 watcher.start()
 started = time.perf_counter()
-overlay.convert(work / "ckpt", work / "out", match=r"experts\\.\\d+\\.(gate|up|down)_proj\\.weight$",
-                expect={experts * 3}, device="cpu")
+result = overlay.convert(work / "ckpt", work / ("out-" + route), match=r"experts\\.\\d+\\.(gate|up|down)_proj\\.weight$",
+                         expect=experts * 3, device="gpu" if route == "gpu" else "cpu")
 took = time.perf_counter() - started
 done.set()
 watcher.join()
-print(json.dumps({{"rise_mb": (peak[0] - before) / 2**20, "largest_mb": largest / 1e6, "seconds": took,
-                   "route": json.loads((work / "out" / overlay.RECEIPT).read_text())["route"]}}))
+print(json.dumps({"rise_mb": (peak[0] - before) / 2**20, "largest_mb": largest / 1e6, "seconds": took,
+                  "converted_mb": converted / 1e6, "route": result.route}))
 """
-    # the checkpoint is made here, so the measuring child's high-water mark is the converter's alone
-    with tempfile.TemporaryDirectory() as work:
-        testmodel.make_checkpoint(Path(work) / "ckpt", experts=experts, rows=rows, cols=cols)
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-        done = subprocess.run([sys.executable, "-c", code, work], capture_output=True, text=True, env=env, check=True)
-        return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def manifest(checkpoint: Path) -> None:
+    """sparkplay-ckpt's manifest and marker, as every mirrored checkpoint on a node has them (the checkpoint
+    role's hashing, not the converter's): the converter then proves the source by it instead of hashing."""
+    from sparkplay.nodetools import app
+
+    subprocess.run([sys.executable, app("ckpt"), "manifest", str(checkpoint), "--revision", "bench"], check=True,
+                   capture_output=True)  # fmt: skip
+
+
+def converter(work: Path, route: str, experts: int) -> dict[str, float]:
+    """One conversion in a child process (a clean high-water mark), the checkpoint already in page cache."""
+    env = {**os.environ, "PYTHONPATH": SRC}
+    done = subprocess.run([sys.executable, "-c", CONVERTER, str(work), route, str(experts)], capture_output=True,
+                          text=True, env=env, check=True)  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rate(mb: float, run, repeat: int = 1) -> float:  # noqa: ANN001
+    started = time.perf_counter()
+    for _ in range(repeat):
+        run()
+    return mb * repeat / (time.perf_counter() - started)
+
+
+def same(a: atlas.Quantised, b: atlas.Quantised) -> bool:
+    return (np.array_equal(a.weight, b.weight) and np.array_equal(a.weight_scale, b.weight_scale)
+            and a.weight_scale_2 == b.weight_scale_2)  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--matrices", type=int, default=12)
-    parser.add_argument("--rows", type=int, default=1536)
-    parser.add_argument("--cols", type=int, default=2048)
+    parser.add_argument("--rows", type=int, default=2048)
+    parser.add_argument("--cols", type=int, default=6144)
+    parser.add_argument("--experts", type=int, default=16, help="experts (x3 matrices) in the converter's checkpoint")
     args = parser.parse_args()
     if not kernel.available():
         raise SystemExit("no C compiler: the CPU kernel cannot be built here (apt-get install gcc)")
@@ -84,62 +114,78 @@ def main() -> None:
             for _ in range(args.matrices)]  # fmt: skip
     mb = args.rows * args.cols * 2 * args.matrices / 1e6
 
-    kernel.quantise_bf16(raws[0], cores)  # warm: the build and the first call
-    start = time.perf_counter()
-    plain = [atlas.quantise(atlas.bf16_to_f32(r)) for r in raws]
-    numpy_s = time.perf_counter() - start
-    start = time.perf_counter()
-    fast = [kernel.quantise_bf16(r, cores) for r in raws]
-    cpu_s = time.perf_counter() - start
-    start = time.perf_counter()
-    one_core = [kernel.quantise_bf16(r, 1) for r in raws[: max(1, args.matrices // 3)]]
-    one_core_mbps = mb * len(one_core) / args.matrices / (time.perf_counter() - start)
-    equal = all(
-        np.array_equal(a.weight, b.weight) and np.array_equal(a.weight_scale, b.weight_scale)
-        and a.weight_scale_2 == b.weight_scale_2
-        for a, b in zip(plain, fast, strict=True)
-    )  # fmt: skip
+    kernel.quantise_bf16(raws[0], cores)  # warm: the build, the pool, the first call
+    plain: list[atlas.Quantised] = []
+    numpy_mbps = rate(mb, lambda: plain.extend(atlas.quantise(atlas.bf16_to_f32(r)) for r in raws))
+    fast: list[atlas.Quantised] = []
+    cpu_mbps = rate(mb, lambda: fast.extend(kernel.quantise_bf16(r, cores) for r in raws))
+    one = [kernel.quantise_bf16(r, 1) for r in raws[:2]]
+    one_core_mbps = rate(mb, lambda: [kernel.quantise_bf16(r, 1) for r in raws])
+    equal = all(same(a, b) for a, b in zip(plain, fast, strict=True)) and all(map(same, plain[:2], one))
     if not equal:
         raise SystemExit("the kernel gave other bytes than the numpy code")
-    memory = converter_memory(args.rows, args.cols, experts=max(2, args.matrices // 3))
-    result = {
-        "numpy_mbps": round(mb / numpy_s, 1),
-        "cpu_mbps": round(mb / cpu_s, 1),
-        "ratio": round(numpy_s / cpu_s, 2),
-        "peak_rss_mb": round(memory["rise_mb"], 1),
-        "largest_tensor_mb": round(memory["largest_mb"], 1),
-        "peak_over_largest": round(memory["rise_mb"] * 1.048576 / memory["largest_mb"], 2),
-        "converter_route": memory["route"],
-        "converter_mbps": round(memory["largest_mb"] * max(2, args.matrices // 3) * 3 / memory["seconds"], 1),
+
+    routes = ["cpu-kernel", "cpu-numpy"] + (["gpu"] if gpu.available() else [])
+    with tempfile.TemporaryDirectory() as work:
+        testmodel.make_checkpoint(Path(work) / "ckpt", experts=args.experts, rows=args.rows, cols=args.cols)
+        unproven = converter(Path(work), "cpu-kernel", args.experts)  # every source byte hashed by the converter
+        manifest(Path(work) / "ckpt")
+        for old in Path(work).glob("out-*"):
+            subprocess.run(["rm", "-rf", str(old)], check=True)
+        runs = {route: converter(Path(work), route, args.experts) for route in routes}
+    result: dict[str, object] = {
+        "numpy_mbps": round(numpy_mbps, 1),
+        "cpu_mbps": round(cpu_mbps, 1),
+        "ratio": round(cpu_mbps / numpy_mbps, 2),
         "kernel_one_core_mbps": round(one_core_mbps, 1),
-        "gb10_s_per_gb_projected": round(1e3 / (one_core_mbps * GB10_CORES * 0.7), 2),
-        "bytes_equal": equal,
+        "one_core_ratio": round(one_core_mbps / numpy_mbps, 2),
         "cores": cores,
+        "scaling": round(cpu_mbps / (one_core_mbps * cores), 2),
+        "converter_mbps": round(runs["cpu-kernel"]["converted_mb"] / runs["cpu-kernel"]["seconds"], 1),
+        "peak_rss_mb": round(max(r["rise_mb"] for r in runs.values()), 1),
+        "largest_tensor_mb": round(runs["cpu-kernel"]["largest_mb"], 1),
+        "bytes_equal": equal,
     }
+    result["converter_over_kernel"] = round(float(result["converter_mbps"]) / cpu_mbps, 2)
+    result["converter_hashing_source_mbps"] = round(unproven["converted_mb"] / unproven["seconds"], 1)
+    result["routes"] = {
+        route: {"mbps": round(r["converted_mb"] / r["seconds"], 1), "peak_rss_mb": round(r["rise_mb"], 1),
+                "peak_over_largest": round(r["rise_mb"] * 1.048576 / r["largest_mb"], 2)}
+        for route, r in runs.items()
+    }  # fmt: skip
+    result["gb10_s_per_gb_projected"] = round(1e3 / (one_core_mbps * GB10_CORES * 0.7), 2)
     print(f"{args.matrices} matrices {args.rows}x{args.cols} BF16 ({mb:.0f} MB), {cores} cores")
-    print(f"(a) numpy, vectorised, one thread : {result['numpy_mbps']:8.1f} MB/s")
-    print(f"(b) sparkplay CPU kernel, {cores} cores : {result['cpu_mbps']:8.1f} MB/s   b/a = {result['ratio']}"
-          f"   (one core {result['kernel_one_core_mbps']} MB/s); bytes equal: {equal}")  # fmt: skip
-    print(f"converter's peak memory rise {result['peak_rss_mb']} MB, largest tensor {result['largest_tensor_mb']} MB "
-          f"({result['peak_over_largest']}x; route {result['converter_route']})")  # fmt: skip
-    print(f"projected on a GB10 ({GB10_CORES} cores at this per-core rate, 70% scaling): "
-          f"{result['gb10_s_per_gb_projected']} s per GB of BF16 matrices")  # fmt: skip
+    print(f"(a) numpy, vectorised, one thread   : {numpy_mbps:9.1f} MB/s  (baseline)")
+    print(f"(b) kernel, one core                : {one_core_mbps:9.1f} MB/s  {result['one_core_ratio']}x (a)")
+    print(f"    kernel, {cores:2d} cores               : {cpu_mbps:9.1f} MB/s  {result['ratio']}x (a), "
+          f"scaling {result['scaling']} of {cores}x one core; bytes equal: {equal}")  # fmt: skip
+    for route, r in result["routes"].items():  # type: ignore[union-attr]
+        print(f"(c) converter, route {route:10s}   : {r['mbps']:9.1f} MB/s, peak memory {r['peak_rss_mb']} MB "
+              f"= {r['peak_over_largest']}x the largest tensor ({result['largest_tensor_mb']} MB)")  # fmt: skip
+    print(
+        f"    converter / kernel on every core: {result['converter_over_kernel']} (source proven by its checkpoint "
+        f"manifest, as on a node; hashing every source byte itself: {result['converter_hashing_source_mbps']} MB/s)"
+    )
     if gpu.available():
         import torch
 
-        mats = [atlas.bf16_to_f32(r) for r in raws]
-        gpu.quantise(mats[0])
+        dev = [torch.from_numpy(r.view(np.int16)).cuda() for r in raws]
+        wide = [(d.to(torch.int32) << 16).view(torch.float32) for d in dev]
+        gpu._quantise_on_device(wide[0])
         torch.cuda.synchronize()
-        start = time.perf_counter()
-        out = [gpu.quantise(m) for m in mats]
+        started = time.perf_counter()
+        for _ in range(5):
+            for w in wide:
+                gpu._quantise_on_device(w)
         torch.cuda.synchronize()
-        gpu_s = time.perf_counter() - start
-        same = all(np.array_equal(a.weight, b.weight) and np.array_equal(a.weight_scale, b.weight_scale)
-                   for a, b in zip(plain, out, strict=True))  # fmt: skip
-        result["gpu_gbps"] = round(mb / 1e3 / gpu_s, 3)
-        result["gpu_bytes_equal"] = same
-        print(f"GPU ({torch.cuda.get_device_name()}): {result['gpu_gbps']} GB/s incl. copies; bytes equal: {same}")
-    result["benchmark_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        result["gpu_quantise_gbps"] = round(mb * 5 / 1e3 / (time.perf_counter() - started), 2)
+        out = [gpu.quantise_bf16(r) for r in raws]
+        result["gpu_from_host_gbps"] = round(rate(mb, lambda: [gpu.quantise_bf16(r) for r in raws]) / 1e3, 2)
+        result["gpu_bytes_equal"] = all(same(a, b) for a, b in zip(plain, out, strict=True))
+        result["gpu_end_to_end_gbps"] = round(result["routes"]["gpu"]["mbps"] / 1e3, 2)  # type: ignore[index]
+        print(f"(d) GPU ({torch.cuda.get_device_name()}): quantise on the device {result['gpu_quantise_gbps']} GB/s, "
+              f"from host BF16 {result['gpu_from_host_gbps']} GB/s, converter end to end "
+              f"{result['gpu_end_to_end_gbps']} GB/s; bytes equal: {result['gpu_bytes_equal']}")  # fmt: skip
     print(json.dumps(result))
 
 

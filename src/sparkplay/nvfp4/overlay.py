@@ -55,7 +55,7 @@ RECEIPT_FORMAT = 2
 DEFAULT_MATCH = r"^model\.language_model\.layers\.45\.mlp\.experts\.\d+\.(gate|up|down)_proj\.weight$"
 DEFAULT_EXPECT = 864
 DEFAULT_KEEP_MOVED = 1
-HASH_CHUNK = 8 << 20
+HASH_CHUNK = 1 << 20  # small: a hashing thread's buffer is memory the converter holds
 CKPT_MANIFEST = ".sparkplay/manifest.json"  # sparkplay-ckpt's, verified on this rank (docs/checkpoints.md)
 CKPT_MARKER = ".sparkplay/complete.json"
 
@@ -286,53 +286,56 @@ def _plan(tensors: dict[str, TensorInfo], chosen: set[str]) -> list[tuple[str, s
 def _rewrite_shard(src: Path, dst: Path, tensors: dict[str, TensorInfo], metadata: dict[str, str],
                    chosen: set[str], workers: int, route: str, scheme: str,
                    shared: dict[str, np.float32]) -> dict[str, Any]:  # fmt: skip
-    """Write `dst`, tensors in `src`'s order. Tensors are read, hashed and quantised ahead of the writer
-    in parallel, within a byte budget of 1.5x the shard's largest tensor: memory stays under 3x it."""
+    """Write `dst`, tensors in `src`'s order. Tensors are read, hashed and quantised ahead of the writer, in
+    parallel, within a byte budget of twice the shard's largest tensor: a tensor counts its source bytes
+    until quantised, then its output's (9/16 of them) until written. Peak memory stays under 3x the
+    largest tensor (the budget, plus one output being made beside its source)."""
     plan = _plan(tensors, chosen)
     record: dict[str, Any] = {"tensors": {}, "converted": {}}
     infos = list(tensors.values())
-    budget = max(int(1.5 * max((i.nbytes for i in infos), default=0)), 1)
-    room = threading.Condition()
-    in_flight = [0]
+    budget = 2 * max((i.nbytes for i in infos), default=1)
+    lock = threading.Lock()
+    held = [0]  # bytes counted against the budget
+    charged: dict[str, int] = {}
     # quantising goes to the kernel's own pool (every core on one tensor); reading and hashing here
     producers = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, min(workers, 8)))
 
+    def charge(name: str, nbytes: int) -> None:
+        with lock:
+            held[0] += nbytes - charged.get(name, 0)
+            charged[name] = nbytes
+
     def produce(info: TensorInfo) -> tuple[list[OutTensor], dict[str, Any] | None]:
         raw = read_bytes(src, info)
-        source_sha = _sha(raw)
-        if info.name in chosen:
+        if info.name in chosen:  # its source bytes are bound by the shard's own sha256 in the receipt
             outs, scale2 = _quantise(raw, info, route, scheme, shared, workers)
-            return outs, {"scale2": scale2, "source_sha256": source_sha, "source_size": len(raw)}
-        return [OutTensor(info.name, info.dtype, info.shape, raw, source_sha)], None
-
-    def release(nbytes: int) -> None:
-        with room:
-            in_flight[0] -= nbytes
-            room.notify_all()
+            del raw
+            charge(info.name, sum(len(o.data) for o in outs))
+            return outs, {"scale2": scale2, "source_size": info.nbytes}
+        return [OutTensor(info.name, info.dtype, info.shape, raw, _sha(raw))], None
 
     def stream() -> Iterator[OutTensor]:
         futures: list[concurrent.futures.Future] = []
-        submitted = 0
 
         def top_up() -> None:
-            nonlocal submitted
-            while submitted < len(infos):
-                size = infos[submitted].nbytes
-                with room:
-                    if in_flight[0] and in_flight[0] + size > budget:
+            while len(futures) < len(infos):
+                info = infos[len(futures)]
+                with lock:
+                    if held[0] and held[0] + info.nbytes > budget:
                         return
-                    in_flight[0] += size
-                futures.append(producers.submit(produce, infos[submitted]))
-                submitted += 1
+                charge(info.name, info.nbytes)
+                futures.append(producers.submit(produce, info))
 
         for i, info in enumerate(infos):
             top_up()
             outs, converted = futures[i].result()
             futures[i] = None  # type: ignore[call-overload]
+            top_up()  # its source bytes are gone: the next ones can be read while this one is written
             if converted is not None:
                 record["converted"][info.name] = converted
             yield from outs
-            release(info.nbytes)
+            del outs
+            charge(info.name, 0)
 
     try:
         digests = write_file(dst, stream(), plan, metadata)
