@@ -96,11 +96,11 @@ def test_bad_shapes_are_refused():
 
 def test_the_converter_uses_the_kernel_and_writes_what_the_numpy_route_writes(tmp_path, monkeypatch):
     source = make_source(tmp_path / "ckpt")
-    fast = overlay.convert(source, tmp_path / "fast", match=MATCH, expect=6, workers=2)
+    fast = overlay.convert(source, tmp_path / "fast", match=MATCH, expect=6, workers=2, device="cpu")
     receipt = json.loads((tmp_path / "fast" / overlay.RECEIPT).read_text())
     assert fast.converted == 6 and receipt["route"] == "cpu-kernel"
     monkeypatch.setattr(overlay.kernel, "available", lambda: False)
-    overlay.convert(source, tmp_path / "plain", match=MATCH, expect=6, workers=2)
+    overlay.convert(source, tmp_path / "plain", match=MATCH, expect=6, workers=2, device="cpu")
     assert json.loads((tmp_path / "plain" / overlay.RECEIPT).read_text())["route"] == "cpu-numpy"
     for shard in sorted(p.name for p in (tmp_path / "fast").glob("*.safetensors")):
         assert (tmp_path / "fast" / shard).read_bytes() == (tmp_path / "plain" / shard).read_bytes(), shard
