@@ -19,6 +19,7 @@ removed when they are sparkplay's (kept and reported when not).
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import errno
 import hashlib
 import json
@@ -27,7 +28,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,14 +39,7 @@ import numpy as np
 from sparkplay import __version__
 from sparkplay.fsutil import atomic_write
 from sparkplay.nvfp4 import atlas, gpu, kernel, modelopt
-from sparkplay.nvfp4.safetensors import (
-    OutTensor,
-    SafetensorsError,
-    TensorInfo,
-    read_bytes,
-    read_header,
-    write_file,
-)
+from sparkplay.nvfp4.safetensors import OutTensor, SafetensorsError, TensorInfo, header_bytes, read_bytes, read_header
 
 INDEX = "model.safetensors.index.json"
 RECEIPT = "sparkplay-overlay.json"
@@ -87,6 +81,64 @@ def file_sha256(path: Path) -> str:
         while chunk := fh.read(HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+PIECE = 4 << 20
+TENSOR_DIGEST = "sha256 of the sha256 digests of its 4 MiB pieces"
+
+
+def tensor_digest(data: Any) -> str:
+    """A tensor payload's digest: its 4 MiB pieces hashed in parallel (hashlib releases the GIL), then the
+    sha256 of their digests in order. One sha256 stream over a tensor would bound the converter at one core's
+    hashing rate; this one scales with the cores and binds every byte just the same."""
+    view = memoryview(data).cast("B")
+    pieces = [view[i : i + PIECE] for i in range(0, len(view), PIECE)] or [view]
+    if len(pieces) == 1:
+        digests = [hashlib.sha256(pieces[0]).digest()]
+    else:
+        digests = list(kernel.pool().map(lambda piece: hashlib.sha256(piece).digest(), pieces))
+    return hashlib.sha256(b"".join(digests)).hexdigest()
+
+
+def read_tensor(path: Path, info: TensorInfo) -> np.ndarray:
+    """A tensor's bytes, read in 4 MiB pieces in parallel (one thread's copy from the page cache is slow)."""
+    buf = np.empty(info.nbytes, dtype=np.uint8)
+    view = memoryview(buf)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+
+        def piece(offset: int) -> None:
+            end = min(offset + PIECE, info.nbytes)
+            while offset < end:
+                got = os.preadv(fd, [view[offset:end]], info.start + offset)
+                if got <= 0:
+                    raise SafetensorsError(f"{path}: tensor {info.name} is truncated")
+                offset += got
+
+        starts = range(0, info.nbytes, PIECE)
+        if len(starts) <= 1:
+            [piece(s) for s in starts]
+        else:
+            list(kernel.pool().map(piece, starts))
+    finally:
+        os.close(fd)
+    return buf
+
+
+def _write_at(fd: int, data: Any, offset: int) -> None:
+    """`data` at `offset`, in 4 MiB pieces in parallel (page-cache copies scale with the cores)."""
+    view = memoryview(data).cast("B")
+
+    def piece(start: int) -> None:
+        chunk, done = view[start : start + PIECE], 0
+        while done < len(chunk):
+            done += os.pwrite(fd, chunk[done:], offset + start + done)
+
+    starts = range(0, len(view), PIECE)
+    if len(starts) <= 1:
+        [piece(s) for s in starts]
+    else:
+        list(kernel.pool().map(piece, starts))
 
 
 def _stat(path: Path) -> dict[str, int]:
@@ -233,9 +285,7 @@ def _quantise(raw: bytes, info: TensorInfo, route: str, scheme: str, shared: dic
         (f"{prefix}.weight_scale", "F8_E4M3", (n, k // 16), memoryview(qt.weight_scale).cast("B")),
         (f"{prefix}.weight_scale_2", "F32", (), np.float32(qt.weight_scale_2).tobytes()),
     ]
-    return [OutTensor(name, dtype, shape, data, _sha(data)) for name, dtype, shape, data in outs], float(
-        qt.weight_scale_2
-    )
+    return [OutTensor(name, dtype, shape, data) for name, dtype, shape, data in outs], float(qt.weight_scale_2)
 
 
 def choose_route(scheme: str, device: str, sample: TensorInfo | None, read: Callable[[], bytes]) -> tuple[str, dict]:
@@ -286,63 +336,80 @@ def _plan(tensors: dict[str, TensorInfo], chosen: set[str]) -> list[tuple[str, s
 def _rewrite_shard(src: Path, dst: Path, tensors: dict[str, TensorInfo], metadata: dict[str, str],
                    chosen: set[str], workers: int, route: str, scheme: str,
                    shared: dict[str, np.float32]) -> dict[str, Any]:  # fmt: skip
-    """Write `dst`, tensors in `src`'s order. Tensors are read, hashed and quantised ahead of the writer, in
-    parallel, within a byte budget of twice the shard's largest tensor: a tensor counts its source bytes
-    until quantised, then its output's (9/16 of them) until written. Peak memory stays under 3x the
-    largest tensor (the budget, plus one output being made beside its source)."""
+    """Write `dst`: the header first, then every tensor at its planned offset by whichever thread made it.
+
+    Tensors are read, quantised, hashed and written in parallel, each step itself spread over the cores,
+    within a byte budget of twice the shard's largest tensor: a tensor counts its source bytes until
+    quantised, then its output's (9/16 of them) until written, so peak memory stays under 3x the largest
+    tensor. The file is fsynced once, at the end."""
     plan = _plan(tensors, chosen)
+    head = header_bytes(plan, metadata)
+    offsets: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    position = len(head)
+    for name, _, _, nbytes in plan:
+        offsets[name], sizes[name] = position, nbytes
+        position += nbytes
     record: dict[str, Any] = {"tensors": {}, "converted": {}}
     infos = list(tensors.values())
     budget = 2 * max((i.nbytes for i in infos), default=1)
-    lock = threading.Lock()
-    held = [0]  # bytes counted against the budget
+    room = threading.Condition()
+    held = [0]
     charged: dict[str, int] = {}
-    # quantising goes to the kernel's own pool (every core on one tensor); reading and hashing here
-    producers = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, min(workers, 8)))
 
     def charge(name: str, nbytes: int) -> None:
-        with lock:
+        with room:
             held[0] += nbytes - charged.get(name, 0)
             charged[name] = nbytes
+            room.notify_all()
 
-    def produce(info: TensorInfo) -> tuple[list[OutTensor], dict[str, Any] | None]:
-        raw = read_bytes(src, info)
-        if info.name in chosen:  # its source bytes are bound by the shard's own sha256 in the receipt
-            outs, scale2 = _quantise(raw, info, route, scheme, shared, workers)
-            del raw
-            charge(info.name, sum(len(o.data) for o in outs))
-            return outs, {"scale2": scale2, "source_size": info.nbytes}
-        return [OutTensor(info.name, info.dtype, info.shape, raw, _sha(raw))], None
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
 
-    def stream() -> Iterator[OutTensor]:
-        futures: list[concurrent.futures.Future] = []
-
-        def top_up() -> None:
-            while len(futures) < len(infos):
-                info = infos[len(futures)]
-                with lock:
-                    if held[0] and held[0] + info.nbytes > budget:
-                        return
-                charge(info.name, info.nbytes)
-                futures.append(producers.submit(produce, info))
-
-        for i, info in enumerate(infos):
-            top_up()
-            outs, converted = futures[i].result()
-            futures[i] = None  # type: ignore[call-overload]
-            top_up()  # its source bytes are gone: the next ones can be read while this one is written
-            if converted is not None:
-                record["converted"][info.name] = converted
-            yield from outs
-            del outs
+    def produce(info: TensorInfo) -> tuple[dict[str, tuple[str, int]], dict[str, Any] | None]:
+        try:
+            raw = read_tensor(src, info)
+            converted = None
+            if info.name in chosen:  # its source bytes are bound by the shard's own sha256 in the receipt
+                outs, scale2 = _quantise(raw, info, route, scheme, shared, workers)
+                del raw
+                charge(info.name, sum(len(o.data) for o in outs))
+                converted = {"scale2": scale2, "source_size": info.nbytes}
+            else:
+                outs = [OutTensor(info.name, info.dtype, info.shape, memoryview(raw))]
+            digests = {}
+            for out in outs:
+                if len(out.data) != sizes[out.name]:
+                    raise SafetensorsError(f"{dst}: tensor {out.name} does not match its planned size")
+                digests[out.name] = (tensor_digest(out.data), len(out.data))
+                _write_at(fd, out.data, offsets[out.name])
+            return digests, converted
+        finally:
             charge(info.name, 0)
 
+    # at most a few tensors at once (the budget allows two of the largest); each spreads over the cores
+    producers = concurrent.futures.ThreadPoolExecutor(max_workers=3, thread_name_prefix="shard")
+    futures: list[concurrent.futures.Future] = []
     try:
-        digests = write_file(dst, stream(), plan, metadata)
+        os.ftruncate(fd, position)
+        _write_at(fd, head, 0)
+        for info in infos:
+            with room:
+                while held[0] and held[0] + info.nbytes > budget:
+                    room.wait()
+                held[0] += info.nbytes
+                charged[info.name] = info.nbytes
+            futures.append(producers.submit(produce, info))
+        for info, future in zip(infos, futures, strict=True):
+            digests, converted = future.result()
+            for name, (digest, size) in digests.items():
+                record["tensors"][name] = {"digest": digest, "size": size}
+            if converted is not None:
+                record["converted"][info.name] = converted
+        os.fsync(fd)
     finally:
         producers.shutdown(wait=True, cancel_futures=True)
-    for name, (sha, size) in digests.items():
-        record["tensors"][name] = {"sha256": sha, "size": size}
+        os.close(fd)
+    record["tensors"] = {name: record["tensors"][name] for name, *_ in plan}  # in file order
     return record
 
 
@@ -502,6 +569,17 @@ def _reusable(output: Path, src: Source, shard: str) -> dict[str, Any] | None:
 # -- convert ---------------------------------------------------------------------------------
 
 
+def _fixed_mmap_threshold() -> None:
+    """Large buffers straight from and back to the kernel (glibc): by default glibc raises its mmap
+    threshold after the first large free, and every later tensor-sized buffer then stays in a heap arena
+    of whichever thread made it, so the process keeps the high-water mark of every thread at once."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD: 1 MiB, fixed
+    except (OSError, AttributeError):
+        pass  # not glibc: its allocator decides
+
+
 def convert(
     source: Path,
     output: Path,
@@ -517,6 +595,7 @@ def convert(
     started = time.monotonic()
     if scheme not in ("atlas", "modelopt"):
         raise OverlayError(f"scheme {scheme!r} is not known; use atlas or modelopt")
+    _fixed_mmap_threshold()
     src = load_source(source, match, expect)
     if output.resolve() == source.resolve() or source.resolve() in output.resolve().parents:
         raise OverlayError(f"the overlay {output} would be inside its source {source}; choose another folder")
@@ -600,6 +679,7 @@ def convert(
         "route": route,
         "route_measured": measured,
         "converted": {n: c for r in records.values() for n, c in r["converted"].items()},
+        "tensor_digest": TENSOR_DIGEST,
         "shards": {shard: r["tensors"] for shard, r in records.items()},
         "outputs": {shard: {k: v for k, v in _stat(output / shard).items() if k != "inode"} for shard in records},
         "sources": sources,
@@ -641,8 +721,8 @@ def _payload_problems(output: Path, shard: str, tensors: dict[str, Any]) -> list
         info = header.get(name)
         if info is None:
             continue
-        data = read_bytes(output / shard, info)
-        if len(data) != want["size"] or _sha(data) != want["sha256"]:
+        data = read_tensor(output / shard, info)
+        if len(data) != want.get("size") or tensor_digest(data) != want.get("digest"):
             problems.append(f"{shard}: {name} does not match its receipt hash")
     return problems
 
