@@ -132,7 +132,7 @@ def encode(w: F32, scale2: np.float32) -> tuple[U8, U8]:
     return packed, scale_codes
 
 
-CHUNK_ROWS = 16  # a few hundred KiB of float32 temporaries per chunk, whatever the matrix
+CHUNK_ROWS = 8  # about 1 MiB of float32 temporaries per chunk and thread, whatever the matrix
 
 
 def quantise_bf16(raw: npt.NDArray[np.uint16], run: Any = None) -> Quantised:
