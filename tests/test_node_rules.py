@@ -2,30 +2,65 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from sparkplay.fabric import address_map, peer_addresses, ping_plan, twin_addresses
 from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch
-from sparkplay.managed import foreign_files, foreign_report, record
+from sparkplay.managed import foreign_report
+from tests.conftest import PROJECT
+
+sys.path.insert(0, str(PROJECT / "plugins" / "module_utils"))
+import sparkplay_managed  # the node-side rule, as the module imports it
 
 
-def stat(path, exists=True, checksum="aa", isdir=False):
-    return {"item": path, "stat": {"exists": exists, "checksum": checksum, "isdir": isdir}}
+def test_foreign_files_are_existing_files_not_last_written_by_sparkplay(tmp_path):
+    ours, edited, users, folder = (tmp_path / n for n in ("ours", "edited", "users", "folder"))
+    ours.write_text("a")
+    edited.write_text("changed since")
+    users.write_text("theirs")
+    folder.mkdir()
+    registry = {str(ours): sparkplay_managed.sha256_file(str(ours)), str(edited): "aa", str(folder): "aa"}
+    paths = [str(p) for p in (ours, edited, users, folder, tmp_path / "missing")]
+    states = {p: sparkplay_managed.state(p) for p in paths}
+    # sparkplay's own file is fine; one changed since, one never written, a folder in the way are not; a
+    # missing one has nothing to overwrite
+    assert sparkplay_managed.foreign(states, registry) == [str(edited), str(users), str(folder)]
 
 
-def test_foreign_files_are_existing_files_not_last_written_by_sparkplay():
-    registry = {"/etc/ours": "aa", "/etc/edited": "aa"}
-    stats = [
-        stat("/etc/ours"),
-        stat("/etc/edited", checksum="bb"),  # sparkplay wrote it, someone changed it since
-        stat("/etc/users"),  # never written by sparkplay
-        stat("/etc/missing", exists=False),  # nothing to overwrite
-    ]
-    assert foreign_files(stats, registry) == ["/etc/edited", "/etc/users"]
+def test_record_updates_only_written_files_and_the_registry_write_is_atomic(tmp_path):
+    written = tmp_path / "b"
+    written.write_text("2")
+    states = {str(written): sparkplay_managed.state(str(written)), "/c": sparkplay_managed.state(str(tmp_path / "c"))}
+    updated = sparkplay_managed.recorded(states, {"/a": "1"})
+    assert updated == {"/a": "1", str(written): sparkplay_managed.sha256_file(str(written))}
+    target = tmp_path / "etc" / "managed-files.json"
+    sparkplay_managed.write_registry(str(target), updated)
+    assert sparkplay_managed.load_registry(str(target)) == updated and oct(target.stat().st_mode & 0o777) == "0o644"
+    assert [p.name for p in target.parent.iterdir()] == ["managed-files.json"]  # no temporary left
+    target.write_text("{broken")
+    assert sparkplay_managed.load_registry(str(target)) == {}
 
 
-def test_record_updates_only_written_files():
-    assert record([stat("/b", checksum="2"), stat("/c", exists=False)], {"/a": "1"}) == {"/a": "1", "/b": "2"}
+def test_the_module_probes_and_records_through_ansible(tmp_path):
+    """One module call for every path, run by ansible itself on localhost (real module, real files)."""
+    mine, registry = tmp_path / "mine.conf", tmp_path / "registry.json"
+    mine.write_text("written by someone else first")
+
+    def module(state: str, *extra: str) -> dict:
+        args = f"paths={mine},{tmp_path / 'absent'} registry={registry} state={state}"
+        proc = subprocess.run(["ansible", "localhost", "-m", "sparkplay_managed_files", "-a", args, *extra],
+                              capture_output=True, text=True, cwd=PROJECT, check=False, timeout=120)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(proc.stdout.split("=>", 1)[1])
+
+    assert module("probe")["foreign"] == [str(mine)]
+    assert module("record", "--check")["changed"] and not registry.exists()  # check mode writes nothing
+    assert module("record")["changed"] and module("probe")["foreign"] == []
+    assert not module("record")["changed"]  # the same content: nothing to write
 
 
 def test_foreign_report_lists_host_and_path():

@@ -9,15 +9,13 @@ from sparkplay.checkpoints import checkpoint_dir, fabric_env, overlay_dir, progr
 from sparkplay.doctor import collect, doctor_table, ib_write_bw_gbps
 from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan
 from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch, path_and_parents
-from sparkplay.managed import foreign_files, foreign_report, record
+from sparkplay.managed import foreign_report
 from sparkplay.nodetools import app, package_files, path_of
 
 
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
-            "sparkplay_foreign_files": foreign_files,
-            "sparkplay_managed_record": record,
             "sparkplay_foreign_report": foreign_report,
             "sparkplay_fabric_address_map": address_map,
             "sparkplay_fabric_ping_plan": ping_plan,

@@ -1,0 +1,75 @@
+"""A whole-site run that changes nothing, on the served two-node lab: before and after, in one run.
+
+Before: the project at a git revision (default: the one this work started from), checked out into a
+temporary worktree and run with its own code (its src/ first on PYTHONPATH). After: this working tree.
+Each side first converges the lab once (untimed; the two sides write the same files), then runs
+`ansible-playbook site.yml -e recipe=lab-tiny` ROUNDS times; the median wall time is reported, with the
+tasks each run executed per host. Needs a served lab (`make demo`). The last line is JSON.
+
+    python benchmarks/site_noop.py [--before e2c05f5] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+INVENTORY = PROJECT / "inventory" / "lab" / "hosts.yml"
+
+
+def site(tree: Path) -> tuple[float, int, int]:
+    """(seconds, tasks run on rank 0, changed) of one whole-site run from `tree`."""
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "ANSIBLE_CONFIG": str(tree / "ansible.cfg"),
+           "SPARKPLAY_PROJECT_DIR": str(tree), "ANSIBLE_CALLBACKS_ENABLED": ""}  # fmt: skip
+    playbook = Path(sys.executable).with_name("ansible-playbook")
+    started = time.perf_counter()
+    proc = subprocess.run([str(playbook), "-i", str(INVENTORY), "site.yml", "-e", "recipe=lab-tiny"], cwd=tree,
+                          env=env, capture_output=True, text=True, check=False, timeout=1800)  # fmt: skip
+    took = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"site.yml failed in {tree}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
+    recap = re.search(r"sparkplay-lab-rank0\s+: ok=(\d+)\s+changed=(\d+)", proc.stdout)
+    return took, int(recap.group(1)) if recap else -1, int(recap.group(2)) if recap else -1
+
+
+def measure(tree: Path, rounds: int) -> dict[str, float]:
+    site(tree)  # converge: this side's own files in place
+    runs = [site(tree) for _ in range(rounds)]
+    return {"median_s": round(statistics.median(r[0] for r in runs), 1), "tasks_rank0": runs[-1][1],
+            "changed": max(r[2] for r in runs)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="e2c05f5")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if not INVENTORY.exists():
+        raise SystemExit("no lab: run `make demo` first")
+    with tempfile.TemporaryDirectory() as scratch:
+        old = Path(scratch) / "before"
+        subprocess.run(["git", "-C", str(PROJECT), "worktree", "add", "--detach", str(old), args.before],
+                       check=True, capture_output=True)  # fmt: skip
+        try:
+            before = measure(old, args.rounds)
+            after = measure(PROJECT, args.rounds)
+        finally:
+            subprocess.run(["git", "-C", str(PROJECT), "worktree", "remove", "--force", str(old)], check=False)
+    result = {"before": before, "after": after, "speedup": round(before["median_s"] / after["median_s"], 2)}
+    print(f"before ({args.before}): {before['median_s']} s, {before['tasks_rank0']} tasks on rank 0")
+    print(f"after  (this tree)   : {after['median_s']} s, {after['tasks_rank0']} tasks on rank 0; "
+          f"{result['speedup']}x")  # fmt: skip
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
