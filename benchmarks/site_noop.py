@@ -29,7 +29,7 @@ INVENTORY = PROJECT / "inventory" / "lab" / "hosts.yml"
 def site(tree: Path) -> tuple[float, int, int]:
     """(seconds, tasks run on rank 0, changed) of one whole-site run from `tree`."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "ANSIBLE_CONFIG": str(tree / "ansible.cfg"),
-           "SPARKPLAY_PROJECT_DIR": str(tree), "ANSIBLE_CALLBACKS_ENABLED": ""}  # fmt: skip
+           "SPARKPLAY_PROJECT_DIR": str(tree)}  # fmt: skip
     playbook = Path(sys.executable).with_name("ansible-playbook")
     started = time.perf_counter()
     proc = subprocess.run([str(playbook), "-i", str(INVENTORY), "site.yml", "-e", "recipe=lab-tiny"], cwd=tree,
