@@ -41,7 +41,17 @@ def site(tree: Path) -> tuple[float, int, int]:
     return took, int(recap.group(1)) if recap else -1, int(recap.group(2)) if recap else -1
 
 
+def fresh_ranks() -> None:
+    """Workers then the leader restarted: before its fix, every run's probe of a running worker's port sat in
+    ggml-rpc-server's accept queue (one client at a time), and the third run on the same worker hung."""
+    for rank in (1, 0):
+        subprocess.run(["docker", "exec", f"sparkplay-lab-rank{rank}", "systemctl", "restart", "sparkplay-serve"],
+                       check=True, capture_output=True)  # fmt: skip
+    time.sleep(5)
+
+
 def measure(tree: Path, rounds: int) -> dict[str, float]:
+    fresh_ranks()
     site(tree)  # converge: this side's own files in place
     runs = [site(tree) for _ in range(rounds)]
     return {"median_s": round(statistics.median(r[0] for r in runs), 1), "tasks_rank0": runs[-1][1],
@@ -52,6 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="e2c05f5")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--before-rounds", type=int, default=1, help="the old serve role hangs on a third run")
     args = parser.parse_args()
     if not INVENTORY.exists():
         raise SystemExit("no lab: run `make demo` first")
@@ -60,7 +71,7 @@ def main() -> None:
         subprocess.run(["git", "-C", str(PROJECT), "worktree", "add", "--detach", str(old), args.before],
                        check=True, capture_output=True)  # fmt: skip
         try:
-            before = measure(old, args.rounds)
+            before = measure(old, args.before_rounds)
             after = measure(PROJECT, args.rounds)
         finally:
             subprocess.run(["git", "-C", str(PROJECT), "worktree", "remove", "--force", str(old)], check=False)
