@@ -7,7 +7,9 @@ watch the real ones); the ports are real sockets on this machine.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
 import socket
 import subprocess
 import sys
@@ -105,3 +107,96 @@ def test_run_waits_for_the_ports_then_becomes_the_program():
     argv = [sys.executable, script, "run", "--wait-for", f"127.0.0.1:{port}", "--timeout", "1", "--", "/bin/echo", "x"]
     done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
     assert done.returncode == 1 and "x" not in done.stdout.split()  # never started: systemd retries the unit
+
+
+# -- the watchdog's decisions, off the nodes --------------------------------------------------
+# The engine's API is a local HTTP server here (a test double: answers, or hangs like a SIGSTOPped
+# engine); systemctl and ssh are recorded instead of run. The lab test wedges a real llama.cpp.
+
+
+class _Engine:
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        engine = self
+        self.wedged = False
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if engine.wedged:
+                    time.sleep(1.5)  # longer than the probe's timeout: no answer
+                    return
+                body = b'{"choices": [{"message": {"content": "391"}}], "usage": {"completion_tokens": 1}}'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+def watchdog(tmp_path: Path, monkeypatch, engine: _Engine, **overrides) -> tuple[tool.Watchdog, list]:
+    calls: list = []
+    monkeypatch.setattr(tool, "unit_show", lambda unit, *props, peer=None: {"InvocationID": "one"})
+    monkeypatch.setattr(tool.subprocess, "run", lambda argv, **kw: calls.append(list(argv)))
+    namespace = dict(url=engine.url, model="m", unit="sparkplay-serve.service", workers=["10.0.0.2", "10.0.0.3"],
+                     interval=0.01, failures=2, grace=0, max_restarts=1, window=3600, probe_timeout=0.5,
+                     restart_timeout=1, prompt="p", max_tokens=1, state=str(tmp_path / "watchdog.json"),
+                     pause=str(tmp_path / "pause"), metrics_port=0, metrics_bind="127.0.0.1")  # fmt: skip
+    namespace.update(overrides)
+    return tool.Watchdog(argparse.Namespace(**namespace)), calls
+
+
+def test_the_watchdog_restarts_every_rank_in_order_after_k_failures(tmp_path, monkeypatch):
+    engine = _Engine()
+    dog, calls = watchdog(tmp_path, monkeypatch, engine)
+    dog.step()
+    assert dog.state["status"] == "ok" and not calls
+    engine.wedged = True
+    dog.step()
+    assert dog.state["failures_in_a_row"] == 1 and not calls  # one failure is not enough
+    dog.step()
+    ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+    assert calls[:6] == [
+        ["systemctl", "stop", "sparkplay-serve.service"],  # the leader first: never without its workers
+        [*ssh, "10.0.0.3", "systemctl", "stop", "sparkplay-serve.service"],
+        [*ssh, "10.0.0.2", "systemctl", "stop", "sparkplay-serve.service"],
+        [*ssh, "10.0.0.2", "systemctl", "start", "sparkplay-serve.service"],  # workers in order, then the leader
+        [*ssh, "10.0.0.3", "systemctl", "start", "sparkplay-serve.service"],
+        ["systemctl", "start", "sparkplay-serve.service"],
+    ]
+    assert dog.state["restarts_total"] == 1
+
+
+def test_the_watchdog_stands_down_at_its_cap_and_a_pause_file_stops_it(tmp_path, monkeypatch):
+    engine = _Engine()
+    engine.wedged = True
+    dog, calls = watchdog(tmp_path, monkeypatch, engine, max_restarts=1)
+    for _ in range(4):  # two failures: a restart (that does not help); two more: the cap is reached
+        dog.step()
+        dog.save()
+    assert dog.state["restarts_total"] == 1 and dog.state["stood_down"]
+    saved = json.loads((tmp_path / "watchdog.json").read_text())
+    assert saved["status"] == "stood down" and "standing down" in saved["stood_down"]["why"]
+    again, _ = watchdog(tmp_path, monkeypatch, engine)  # a restarted watchdog stays stood down
+    again.step()
+    assert again.state["status"] == "stood down"
+    (tmp_path / "pause").write_text("")
+    paused, calls = watchdog(tmp_path / "other", monkeypatch, engine, pause=str(tmp_path / "pause"))
+    paused.step()
+    assert paused.state["status"] == "paused" and not calls
+
+
+def test_the_watchdog_gives_a_new_start_its_grace(tmp_path, monkeypatch):
+    engine = _Engine()
+    engine.wedged = True
+    dog, calls = watchdog(tmp_path, monkeypatch, engine, grace=3600)
+    for _ in range(3):
+        dog.step()
+    assert dog.state["status"] == "starting" and not calls  # never answered yet, within its grace

@@ -235,13 +235,16 @@ def status(
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
     table = Table(box=None)
-    for column in ("rank", "host", "unit", "state", "since", "health", "model"):
+    for column in ("rank", "host", "unit", "state", "since", "health", "model", "watchdog"):
         table.add_column(column)
     for row in rows:
         style = "green" if row["up"] else "red"
         table.add_row(*(str(row[c]) for c in ("rank", "host", "unit")), f"[{style}]{row['state']}[/{style}]",
-                      *(str(row[c]) for c in ("since", "health", "model")))  # fmt: skip
+                      *(str(row[c]) for c in ("since", "health", "model", "watchdog")))  # fmt: skip
     out.print(table)
+    for row in rows:
+        if row.get("watchdog_stood_down"):
+            err.print(f"watchdog on {row['host']}: {row['watchdog_stood_down']['why']}", markup=False, highlight=False)
 
 
 @reports_errors

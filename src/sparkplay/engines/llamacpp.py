@@ -15,6 +15,7 @@ from typing import Any
 
 from sparkplay.engines.context import Context, engine_args
 from sparkplay.errors import BadInput
+from sparkplay.recipes import cmdline
 
 RPC_PORT = 50052
 SERVER = "/usr/bin/llama-server"
@@ -57,6 +58,8 @@ def plan(ctx: Context) -> dict[str, Any]:
     if endpoints:
         leader_argv += ["--rpc", ",".join(endpoints)]
     leader_argv += ["--host", ctx.bind, "--port", str(ctx.port)]
+    if not cmdline.has_flag(args, "--metrics"):  # Prometheus /metrics, off in llama-server unless asked for
+        leader_argv.append("--metrics")
     leader = {
         "rank": 0,
         "host": ctx.leader.host,

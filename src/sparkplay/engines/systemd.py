@@ -48,8 +48,9 @@ def status_rows(
 
     records: host -> the deployment record the serve role left (/etc/sparkplay/serve.json),
     empty for a host with none; units: host -> `systemctl show` properties;
-    probe: the leader's look at its API ({health, served}).
+    probe: the leader's look at its API ({health, served}) and its watchdog's state file (or None).
     """
+    watchdog = probe.get("watchdog") or {}
     rows = []
     for host, record in records.items():
         show = units.get(host) or {}
@@ -67,6 +68,9 @@ def status_rows(
                 "restarts": int(show.get("NRestarts") or 0),
                 "health": ("ok" if probe.get("health") else "down") if leader else "-",
                 "model": (record.get("served_name") if probe.get("served") else "-") if leader else "-",
+                "watchdog": (watchdog.get("status") or "-") if leader and record.get("watchdog_unit") else "-",
+                "watchdog_restarts": int(watchdog.get("restarts_total") or 0) if leader else 0,
+                "watchdog_stood_down": (watchdog.get("stood_down") or None) if leader else None,
                 # a leader is up when its API answers, not merely when its process runs
                 "up": deployed and state == "active" and (bool(probe.get("health")) or not leader),
             }
@@ -81,7 +85,7 @@ def _short_time(stamp: str) -> str:
 
 
 def status_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    columns = ("rank", "host", "unit", "state", "since", "health", "model")
+    columns = ("rank", "host", "unit", "state", "since", "health", "model", "watchdog")
     cells = [[str(row[c]) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]

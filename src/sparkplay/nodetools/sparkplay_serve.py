@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""sparkplay-serve: what the serve role runs on a node (Python 3 standard library only).
+"""sparkplay-serve: what the serve role runs on a node (Python 3 standard library only; the watchdog's
+metrics use prometheus_client, from the node's packages).
 
 sparkplay-serve wait-ports ADDR:PORT ... [--timeout S]
     Block until every port accepts a TCP connection (a leader's
@@ -15,6 +16,15 @@ sparkplay-serve ready --url URL --model NAME --timeout S --unit U [--peer HOST .
     peer's (over the peer ssh trust): a failed unit stops the wait. Prints
     one JSON object; on failure it holds every rank's last journal lines.
     Exit 0 ready, 4 a unit failed, 5 timed out.
+sparkplay-serve watchdog --url URL --model NAME --unit U [--worker ADDR ...] [--interval S] [--failures K]
+        [--grace S] [--max-restarts R] [--window S] [--metrics-port P]
+    Runs as a unit on the leader. A real completion (a few tokens at
+    temperature 0) every interval; K failed probes in a row restart every
+    rank in order (stop the leader and the workers, start the workers, then
+    the leader, wait for an answer). At most R restarts per window, then it
+    stands down and records why (the state file, read by status); a pause
+    file stops it acting; a restart of the unit by anyone gives a new grace.
+    Counters for Prometheus on METRICS-BIND:METRICS-PORT (prometheus_client).
 sparkplay-serve probe --url URL --model NAME
     One look (no completion): JSON {health, models, served}.
 sparkplay-serve verify-unit FILE NAME
@@ -165,7 +175,7 @@ def probe(url: str, model: str) -> dict[str, Any]:
     return {"health": health == 200, "models": names, "served": model in names}
 
 
-def completion(url: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any] | None:
+def completion(url: str, model: str, prompt: str, max_tokens: int, timeout: float = 120) -> dict[str, Any] | None:
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -173,7 +183,7 @@ def completion(url: str, model: str, prompt: str, max_tokens: int) -> dict[str, 
         "max_tokens": max_tokens,
     }
     started = time.monotonic()
-    status, answer = http_json(f"{url}/v1/chat/completions", body, timeout=120)
+    status, answer = http_json(f"{url}/v1/chat/completions", body, timeout=timeout)
     if status != 200 or not isinstance(answer, dict) or not answer.get("choices"):
         return None
     message = answer["choices"][0].get("message") or {}
@@ -250,6 +260,163 @@ def _report(args: argparse.Namespace, ranks: list[tuple[str, str | None]], code:
     return code
 
 
+# -- the watchdog ------------------------------------------------------------------
+
+
+class Watchdog:
+    """Probes the deployment with a real completion; restarts every rank in order after K failures in a
+    row; at most R restarts in a window, then stands down and says why. State in a JSON file for status."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.state: dict[str, Any] = {"status": "starting", "restarts": [], "failures_in_a_row": 0,
+                                      "probes": 0, "probe_failures": 0, "restarts_total": 0,
+                                      "stood_down": None, "last_ok": None, "since": time.time()}  # fmt: skip
+        previous = _read_json(args.state)
+        if isinstance(previous, dict) and previous.get("stood_down"):  # a stand-down outlives a watchdog restart
+            self.state.update({k: previous.get(k, self.state[k]) for k in self.state})
+        self.metrics = _metrics(args.metrics_port, args.metrics_bind)
+
+    def save(self) -> None:
+        self.state["updated"] = time.time()
+        _write_json(self.args.state, self.state)
+        if self.metrics:
+            m = self.metrics
+            m["stood_down"].set(1 if self.state["stood_down"] else 0)
+            m["paused"].set(1 if self.state["status"] == "paused" else 0)
+            m["failures_in_a_row"].set(self.state["failures_in_a_row"])
+
+    def healthy(self) -> bool:
+        answer = completion(self.args.url, self.args.model, self.args.prompt, self.args.max_tokens,
+                            timeout=self.args.probe_timeout)  # fmt: skip
+        self.state["probes"] += 1
+        if self.metrics:
+            self.metrics["probes"].inc()
+        if answer is None:
+            self.state["probe_failures"] += 1
+            if self.metrics:
+                self.metrics["probe_failures"].inc()
+            return False
+        self.state["last_ok"] = time.time()
+        return True
+
+    def restart_all(self) -> bool:
+        """Stop every rank (leader first, so it never runs without its workers), start the workers in order,
+        then the leader, and wait until the model answers again."""
+        unit, workers = self.args.unit, self.args.workers
+        print(f"restarting every rank: stop {unit} here and on {', '.join(workers) or 'no worker'}", flush=True)
+        subprocess.run(["systemctl", "stop", unit], check=False, timeout=180)
+        for peer in reversed(workers):
+            _on(peer, ["systemctl", "stop", unit])
+        for peer in workers:
+            _on(peer, ["systemctl", "start", unit])
+        subprocess.run(["systemctl", "start", unit], check=False, timeout=180)
+        deadline = time.monotonic() + self.args.restart_timeout
+        while time.monotonic() < deadline:
+            time.sleep(self.args.interval)
+            if self.healthy():
+                return True
+        return False
+
+    def started_anew(self) -> bool:
+        """Whether the leader's unit was started since the last look (a deploy, a person): a new grace."""
+        invocation = unit_show(self.args.unit, "InvocationID").get("InvocationID", "")
+        seen, self.invocation = getattr(self, "invocation", None), invocation
+        return seen is not None and invocation != seen
+
+    def step(self) -> None:
+        args, state = self.args, self.state
+        if self.started_anew():
+            state.update(since=time.time(), last_ok=None, failures_in_a_row=0)
+        if Path(args.pause).exists():
+            state["status"] = "paused"
+            return
+        if state["stood_down"]:
+            state["status"] = "stood down"
+            return
+        in_grace = time.time() - state["since"] < args.grace and state["last_ok"] is None
+        if self.healthy():
+            state.update(status="ok", failures_in_a_row=0)
+            return
+        if in_grace:
+            state["status"] = "starting"
+            return
+        state["failures_in_a_row"] += 1
+        state["status"] = f"failing ({state['failures_in_a_row']} in a row)"
+        print(f"probe failed ({state['failures_in_a_row']} in a row)", flush=True)
+        if state["failures_in_a_row"] < args.failures:
+            return
+        now = time.time()
+        state["restarts"] = [t for t in state["restarts"] if now - t < args.window]
+        if len(state["restarts"]) >= args.max_restarts:
+            count = len(state["restarts"])
+            why = f"{args.failures} failed probes in a row after {count} restart(s) within {args.window:.0f} s"
+            why += f": standing down (remove {args.state} and restart this unit to resume)"
+            state["stood_down"] = {"at": now, "why": why}
+            state["status"] = "stood down"
+            print(state["stood_down"]["why"], flush=True)
+            return
+        state["restarts"].append(now)
+        state["restarts_total"] += 1
+        if self.metrics:
+            self.metrics["restarts"].inc()
+        state["status"] = "restarting"
+        self.save()
+        ok = self.restart_all()
+        self.started_anew()  # our own restart: the grace below, not another one
+        state.update(failures_in_a_row=0, status="ok" if ok else "restarted, not answering yet", since=time.time())
+
+    def run(self) -> int:
+        print(f"watchdog on {self.args.url} ({self.args.model}): every {self.args.interval} s, "
+              f"{self.args.failures} failures restart every rank, at most {self.args.max_restarts} per "
+              f"{self.args.window} s", flush=True)  # fmt: skip
+        while True:
+            self.step()
+            self.save()
+            time.sleep(self.args.interval)
+
+
+def _on(peer: str, argv: list[str]) -> None:
+    """A command on another rank over the peer ssh trust."""
+    subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", peer, *argv], check=False, timeout=180)
+
+
+def _read_json(path: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: str, data: Any) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = target.with_name(target.name + ".tmp")
+    scratch.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    scratch.replace(target)
+
+
+def _metrics(port: int, bind: str) -> dict[str, Any] | None:
+    """The watchdog's counters for Prometheus (prometheus_client, from the node's packages)."""
+    if not port:
+        return None
+    from prometheus_client import Counter, Gauge, start_http_server
+
+    start_http_server(port, addr=bind)
+    return {
+        "probes": Counter("sparkplay_watchdog_probes", "Completion probes sent"),
+        "probe_failures": Counter("sparkplay_watchdog_probe_failures", "Probes that got no answer in time"),
+        "restarts": Counter("sparkplay_watchdog_restarts", "Restarts of every rank, in order"),
+        "stood_down": Gauge("sparkplay_watchdog_stood_down", "1 when the restart cap was reached"),
+        "paused": Gauge("sparkplay_watchdog_paused", "1 while the pause file exists"),
+        "failures_in_a_row": Gauge("sparkplay_watchdog_failures_in_a_row", "Failed probes since the last answer"),
+    }
+
+
+def cmd_watchdog(args: argparse.Namespace) -> int:
+    return Watchdog(args).run()
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     print(json.dumps(probe(args.url, args.model)))
     return 0
@@ -298,6 +465,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--progress")
     p.set_defaults(func=cmd_ready)
+    p = sub.add_parser("watchdog")
+    p.add_argument("--url", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--unit", required=True)
+    p.add_argument("--worker", dest="workers", action="append", default=[], help="a worker's cable address, in order")
+    p.add_argument("--interval", type=float, default=30)
+    p.add_argument("--failures", type=int, default=3)
+    p.add_argument("--grace", type=float, default=900)
+    p.add_argument("--max-restarts", type=int, default=2)
+    p.add_argument("--window", type=float, default=3600)
+    p.add_argument("--probe-timeout", type=float, default=30)
+    p.add_argument("--restart-timeout", type=float, default=900)
+    p.add_argument("--prompt", default="What is 17*23?")
+    p.add_argument("--max-tokens", type=int, default=4)
+    p.add_argument("--state", default="/var/lib/sparkplay/watchdog.json")
+    p.add_argument("--pause", default="/etc/sparkplay/watchdog.pause")
+    p.add_argument("--metrics-port", type=int, default=0)
+    p.add_argument("--metrics-bind", default="127.0.0.1")
+    p.set_defaults(func=cmd_watchdog)
     p = sub.add_parser("probe")
     p.add_argument("--url", required=True)
     p.add_argument("--model", required=True)
