@@ -280,10 +280,10 @@ def test_status_rows_show_which_rank_is_down() -> None:
 def test_status_rows_carry_the_leaders_watchdog() -> None:
     records = {"spark0": {"rank": 0, "role": "leader", "unit": "u", "served_name": "m", "watchdog_unit": "w"},
                "spark1": {"rank": 1, "role": "worker", "unit": "u", "served_name": "m"}}  # fmt: skip
-    stood = {"status": "stood down", "restarts_total": 1, "stood_down": {"at": 1.0, "why": "3 failed probes"}}
+    stood = {"status": "stood-down", "restarts_total": 1, "stood_down": {"at": 1.0, "why": "3 failed probes"}}
     rows = status_rows(records, {}, {"health": False, "served": False, "watchdog": stood})
     assert (rows[0]["watchdog"], rows[0]["watchdog_restarts"], rows[0]["watchdog_stood_down"]["why"]) == (
-        "stood down", 1, "3 failed probes")  # fmt: skip
+        "stood-down", 1, "3 failed probes")  # fmt: skip
     assert rows[1]["watchdog"] == "-"
 
 

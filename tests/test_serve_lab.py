@@ -176,7 +176,7 @@ def test_status_table_lists_every_rank():
     rows = status()
     assert len(rows) == 2
     assert rows[0].split()[:4] == ["0", "sparkplay-lab-rank0", UNIT, "active/running"]
-    assert rows[0].split()[-2:] == ["ok", "lab-tiny"]
+    assert rows[0].split()[-3:] == ["ok", "lab-tiny", "ok"]  # health, model, the watchdog's last look
     assert rows[1].split()[:4] == ["1", "sparkplay-lab-rank1", UNIT, "active/running"]
 
 
@@ -205,6 +205,67 @@ def test_killed_worker_is_restarted_and_the_api_answers_again_within_60_s():
     took = wait_answer(60)
     assert took is not None, journal(0)[-3000:]
     assert int(unit(1, "NRestarts")["NRestarts"]) == restarts + 1
+
+
+WATCHDOG_STATE = "/var/lib/sparkplay/watchdog.json"
+FAST_WATCHDOG = ("-e", "serve_watchdog_interval=2", "-e", "serve_watchdog_failures=2", "-e",
+                 "serve_watchdog_probe_timeout=3", "-e", "serve_watchdog_max_restarts=1", "-e",
+                 "serve_watchdog_grace=20")  # fmt: skip
+
+
+def watchdog_state() -> dict:
+    return json.loads(in_node(0, "cat", WATCHDOG_STATE).stdout)
+
+
+def watchdog_metrics() -> dict[str, float]:
+    text = in_node(0, "python3", "-c", "import urllib.request as u; print(u.urlopen("
+                   "'http://127.0.0.1:9899/metrics', timeout=5).read().decode())").stdout  # fmt: skip
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(sparkplay_watchdog_\w+) (\S+)$", text, re.M)}
+
+
+def wait_for(what, seconds: float) -> float | None:
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        if what():
+            return time.monotonic() - started
+        time.sleep(1)
+    return None
+
+
+def test_a_wedged_leader_is_restarted_with_every_rank_in_order_and_answers_again():
+    """Real: llama-server stopped with SIGSTOP (its process up, its port open, no answers), the watchdog
+    unit on the leader, systemd on both ranks, ssh over the cable to the worker, Prometheus counters."""
+    proc = playbook("serve.yml", "-e", "recipe=lab-tiny", *FAST_WATCHDOG)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert wait_for(lambda: watchdog_state().get("status") == "ok", 30) is not None
+    before = {rank: unit(rank, "InvocationID")["InvocationID"] for rank in (0, 1)}
+    in_node(0, "pkill", "-STOP", "-f", "llama-server")
+    # two failed probes (2 s apart, 3 s each), every rank stopped and started, the model loaded: 60 s bound
+    took = wait_for(lambda: watchdog_state().get("restarts_total") == 1 and ask(timeout=5) is not None, 60)
+    assert took is not None, in_node(0, "journalctl", "-u", "sparkplay-serve-watchdog", "--no-pager").stdout[-3000:]
+    assert all(unit(rank, "InvocationID")["InvocationID"] != before[rank] for rank in (0, 1))  # every rank
+    # in order: the worker started before the leader (the containers share the host's monotonic clock)
+    start = {r: int(unit(r, "ExecMainStartTimestampMonotonic")["ExecMainStartTimestampMonotonic"]) for r in (0, 1)}
+    assert start[1] < start[0]
+    assert "restarting every rank" in in_node(0, "journalctl", "-u", "sparkplay-serve-watchdog", "--no-pager").stdout
+    metrics = watchdog_metrics()
+    assert metrics["sparkplay_watchdog_restarts_total"] == 1 and metrics["sparkplay_watchdog_probe_failures_total"] >= 2
+
+
+def test_a_second_wedge_beyond_the_cap_stands_the_watchdog_down_and_status_says_so():
+    in_node(0, "pkill", "-STOP", "-f", "llama-server")
+    try:
+        assert wait_for(lambda: watchdog_state().get("status") == "stood-down", 40) is not None
+        rows = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
+        assert rows[0]["watchdog"] == "stood-down" and "standing down" in rows[0]["watchdog_stood_down"]["why"]
+        assert watchdog_metrics()["sparkplay_watchdog_stood_down"] == 1
+    finally:
+        in_node(0, "pkill", "-CONT", "-f", "llama-server")
+    # a deploy with the default watchdog lifts the stand-down
+    proc = playbook("serve.yml", "-e", "recipe=lab-tiny")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert wait_for(lambda: watchdog_state().get("status") == "ok", 30) is not None
+    assert wait_answer(30) is not None
 
 
 def test_serving_comes_back_after_both_nodes_reboot():
@@ -239,7 +300,7 @@ def test_leader_waits_for_a_stopped_worker_and_status_shows_it():
     in_node(0, "systemctl", "start", "--no-block", UNIT)
     time.sleep(4)
     rows = status()
-    assert rows[0].split()[3] == "active/running" and rows[0].split()[-2] == "down"  # waiting for rank 1's port
+    assert rows[0].split()[3] == "active/running" and rows[0].split()[-3] == "down"  # waiting for rank 1's port
     assert rows[1].split()[3] == "inactive/dead"
     assert "waiting for 192.168.100.11:50052" in journal(0)
     rows = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)

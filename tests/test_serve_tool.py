@@ -183,10 +183,10 @@ def test_the_watchdog_stands_down_at_its_cap_and_a_pause_file_stops_it(tmp_path,
         dog.save()
     assert dog.state["restarts_total"] == 1 and dog.state["stood_down"]
     saved = json.loads((tmp_path / "watchdog.json").read_text())
-    assert saved["status"] == "stood down" and "standing down" in saved["stood_down"]["why"]
+    assert saved["status"] == "stood-down" and "standing down" in saved["stood_down"]["why"]
     again, _ = watchdog(tmp_path, monkeypatch, engine)  # a restarted watchdog stays stood down
     again.step()
-    assert again.state["status"] == "stood down"
+    assert again.state["status"] == "stood-down"
     (tmp_path / "pause").write_text("")
     paused, calls = watchdog(tmp_path / "other", monkeypatch, engine, pause=str(tmp_path / "pause"))
     paused.step()

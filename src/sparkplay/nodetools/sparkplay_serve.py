@@ -332,7 +332,7 @@ class Watchdog:
             state["status"] = "paused"
             return
         if state["stood_down"]:
-            state["status"] = "stood down"
+            state["status"] = "stood-down"
             return
         in_grace = time.time() - state["since"] < args.grace and state["last_ok"] is None
         if self.healthy():
@@ -342,7 +342,7 @@ class Watchdog:
             state["status"] = "starting"
             return
         state["failures_in_a_row"] += 1
-        state["status"] = f"failing ({state['failures_in_a_row']} in a row)"
+        state["status"] = "failing"
         print(f"probe failed ({state['failures_in_a_row']} in a row)", flush=True)
         if state["failures_in_a_row"] < args.failures:
             return
@@ -353,7 +353,7 @@ class Watchdog:
             why = f"{args.failures} failed probes in a row after {count} restart(s) within {args.window:.0f} s"
             why += f": standing down (remove {args.state} and restart this unit to resume)"
             state["stood_down"] = {"at": now, "why": why}
-            state["status"] = "stood down"
+            state["status"] = "stood-down"
             print(state["stood_down"]["why"], flush=True)
             return
         state["restarts"].append(now)
@@ -364,7 +364,7 @@ class Watchdog:
         self.save()
         ok = self.restart_all()
         self.started_anew()  # our own restart: the grace below, not another one
-        state.update(failures_in_a_row=0, status="ok" if ok else "restarted, not answering yet", since=time.time())
+        state.update(failures_in_a_row=0, status="ok" if ok else "restarted-not-answering", since=time.time())
 
     def run(self) -> int:
         print(f"watchdog on {self.args.url} ({self.args.model}): every {self.args.interval} s, "
