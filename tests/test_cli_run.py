@@ -6,6 +6,7 @@ The runner events are written in ansible-runner's own shape.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import yaml
 from sparkplay.errors import BadInput, ExitCode
 from sparkplay.inventory import Host, parse_nodes
 from sparkplay.runner import RunResult, progress_of
-from tests.conftest import run_cli
+from tests.conftest import PROJECT, run_cli
 
 
 def test_init_writes_a_documented_inventory_and_asks_before_replacing(tmp_path: Path):
@@ -173,3 +174,22 @@ def test_end_of_input_at_a_question_is_a_no_with_exit_3(monkeypatch):
     with pytest.raises(Declined) as exc:
         cli_run.ask("Go?", False, "no terminal", "add --yes")
     assert exc.value.exit_code == ExitCode.DECLINED
+
+
+def test_metrics_prints_a_scrape_configuration_and_says_when_it_binds_loopback(tmp_path):
+    proc = run_cli("metrics", "-i", "inventory/sample", "glm53")
+    assert proc.returncode == 0, proc.stderr
+    assert "listen on spark-a's loopback only" in proc.stdout
+    config = yaml.safe_load(proc.stdout)
+    jobs = {job["job_name"]: job["static_configs"][0] for job in config["scrape_configs"]}
+    assert jobs["sparkplay-engine"]["targets"] == ["127.0.0.1:8000"]
+    assert jobs["sparkplay-watchdog"]["targets"] == ["127.0.0.1:9899"]
+    assert jobs["sparkplay-engine"]["labels"] == {"recipe": "glm53", "engine": "vllm", "host": "spark-a"}
+    inventory = tmp_path / "inv"
+    shutil.copytree(PROJECT / "inventory" / "sample", inventory)
+    with (inventory / "group_vars" / "sparkplay_nodes" / "main.yml").open("a") as fh:
+        fh.write("serve_bind: 0.0.0.0\nserve_watchdog_metrics_bind: 0.0.0.0\nserve_watchdog_metrics_port: 9100\n")
+    wide = yaml.safe_load(run_cli("metrics", "-i", str(inventory), "glm53").stdout)
+    targets = [job["static_configs"][0]["targets"][0] for job in wide["scrape_configs"]]
+    host = yaml.safe_load((inventory / "hosts.yml").read_text())
+    assert all(not t.startswith("127.0.0.1") for t in targets) and targets[1].endswith(":9100"), (targets, host)

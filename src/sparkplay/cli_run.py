@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 from rich.table import Table
 
 from sparkplay import deployment
@@ -295,6 +296,49 @@ def verify(inventory: InventoryOpt, verbose: VerboseOpt = 0, project: ProjectOpt
     finish(run(root, "verify.yml", hosts_file(inventory), "verify", verbose=verbose), "verify")
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@reports_errors
+def metrics(
+    inventory: InventoryOpt,
+    recipe: Annotated[
+        str | None, typer.Argument(help="The recipe served (default: the one `apply` recorded in the inventory).")
+    ] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """Print a Prometheus scrape configuration for the served model: the engine's /metrics and the watchdog's."""
+    root = project_dir(project)
+    hosts = inv_mod.hosts(hosts_file(inventory))
+    leader = next((h for h in hosts if h.rank == 0), hosts[0])
+    settings = leader.vars
+    name = recipe or settings.get("sparkplay_recipe")
+    if not name:
+        raise BadInput("no recipe given and the inventory records none", "pass the recipe: sparkplay metrics RECIPE")
+    doc = catalog.load_for_use(catalog.catalog_dir(root), name)
+    address = str(settings.get("ansible_host") or leader.name)
+
+    def target(bind: str, port: int) -> str:
+        return f"{'127.0.0.1' if bind in LOOPBACK else address}:{port}"
+
+    api = target(
+        str(settings.get("serve_bind") or doc["serve"]["bind"]), int(settings.get("serve_port") or doc["serve"]["port"])
+    )
+    watchdog = target(str(settings.get("serve_watchdog_metrics_bind") or "127.0.0.1"),
+                      int(settings.get("serve_watchdog_metrics_port") or 9899))  # fmt: skip
+    labels = {"recipe": name, "engine": doc["engine"]["name"], "host": leader.name}
+    config = {"scrape_configs": [
+        {"job_name": job, "metrics_path": "/metrics", "static_configs": [{"targets": [where], "labels": dict(labels)}]}
+        for job, where in (("sparkplay-engine", api), ("sparkplay-watchdog", watchdog))
+    ]}  # fmt: skip
+    loopback = [t for t in (api, watchdog) if t.startswith("127.0.0.1:")]
+    if loopback:
+        sys.stdout.write(f"# {', '.join(loopback)} listen on {leader.name}'s loopback only: run Prometheus there (or\n"
+                         "# through an ssh tunnel), or set serve_bind / serve_watchdog_metrics_bind to scrape from\n"
+                         "# elsewhere (the engine's API has no authentication).\n")  # fmt: skip
+    sys.stdout.write(yaml.safe_dump(config, sort_keys=False))
+
+
 def register(app: typer.Typer) -> None:
-    for command in (init, plan, up, status, logs, stop, doctor, verify):
+    for command in (init, plan, up, status, logs, stop, doctor, verify, metrics):
         app.command(command.__name__)(command)
