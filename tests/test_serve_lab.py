@@ -241,7 +241,8 @@ def test_a_wedged_leader_is_restarted_with_every_rank_in_order_and_answers_again
     before = {rank: unit(rank, "InvocationID")["InvocationID"] for rank in (0, 1)}
     in_node(0, "pkill", "-STOP", "-f", "llama-server")
     # two failed probes (2 s apart, 3 s each), every rank stopped and started, the model loaded: 60 s bound
-    took = wait_for(lambda: watchdog_state().get("restarts_total") == 1 and ask(timeout=5) is not None, 60)
+    restarted = lambda: watchdog_state().get("restarts_total") == 1 and watchdog_state().get("status") == "ok"  # noqa: E731
+    took = wait_for(lambda: restarted() and ask(timeout=5) is not None, 60)
     assert took is not None, in_node(0, "journalctl", "-u", "sparkplay-serve-watchdog", "--no-pager").stdout[-3000:]
     assert all(unit(rank, "InvocationID")["InvocationID"] != before[rank] for rank in (0, 1))  # every rank
     # in order: the worker started before the leader (the containers share the host's monotonic clock)
@@ -255,7 +256,9 @@ def test_a_wedged_leader_is_restarted_with_every_rank_in_order_and_answers_again
 def test_a_second_wedge_beyond_the_cap_stands_the_watchdog_down_and_status_says_so():
     in_node(0, "pkill", "-STOP", "-f", "llama-server")
     try:
-        assert wait_for(lambda: watchdog_state().get("status") == "stood-down", 40) is not None
+        stood = wait_for(lambda: watchdog_state().get("status") == "stood-down", 60)
+        assert stood is not None, (watchdog_state(), in_node(0, "journalctl", "-u", "sparkplay-serve-watchdog",
+                                                              "--no-pager").stdout[-3000:])  # fmt: skip
         rows = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
         assert rows[0]["watchdog"] == "stood-down" and "standing down" in rows[0]["watchdog_stood_down"]["why"]
         assert watchdog_metrics()["sparkplay_watchdog_stood_down"] == 1

@@ -163,7 +163,8 @@ def test_the_watchdog_restarts_every_rank_in_order_after_k_failures(tmp_path, mo
     assert dog.state["failures_in_a_row"] == 1 and not calls  # one failure is not enough
     dog.step()
     ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
-    assert calls[:6] == [
+    assert calls[:7] == [
+        ["systemctl", "kill", "--signal=SIGKILL", "sparkplay-serve.service"],  # a wedged engine never stops politely
         ["systemctl", "stop", "sparkplay-serve.service"],  # the leader first: never without its workers
         [*ssh, "10.0.0.3", "systemctl", "stop", "sparkplay-serve.service"],
         [*ssh, "10.0.0.2", "systemctl", "stop", "sparkplay-serve.service"],

@@ -305,6 +305,8 @@ class Watchdog:
         then the leader, and wait until the model answers again."""
         unit, workers = self.args.unit, self.args.workers
         print(f"restarting every rank: stop {unit} here and on {', '.join(workers) or 'no worker'}", flush=True)
+        # a wedged engine may never finish a graceful stop (SIGTERM, then SIGCONT to a stopped one): kill it
+        subprocess.run(["systemctl", "kill", "--signal=SIGKILL", unit], check=False, timeout=60)
         subprocess.run(["systemctl", "stop", unit], check=False, timeout=180)
         for peer in reversed(workers):
             _on(peer, ["systemctl", "stop", unit])
