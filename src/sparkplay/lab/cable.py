@@ -13,6 +13,8 @@ Links are brought up without addresses; addressing is the fabric role's job.
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -149,11 +151,55 @@ def wire(pids: Sequence[int]) -> list[str]:
             _ip(["link", "set", port, "master", bridge, "up"])
             _ip(["link", "set", twin, "up"], pid)
             changes.append(f"cable {twin}: rank{rank} <-> {bridge}")
+    return changes + allow_switch_forwarding()
+
+
+FORWARD_CHAIN = "DOCKER-USER"  # Docker leaves this chain to users and keeps it ahead of its own rules
+FORWARD_COMMENT = "sparkplay-lab switch"
+
+
+def _iptables(args: Sequence[str]) -> subprocess.CompletedProcess[str] | None:
+    tool = shutil.which("iptables")
+    if tool is None:
+        return None
+    return subprocess.run([tool, "-w", *args], capture_output=True, text=True, check=False, timeout=30)
+
+
+def _forward_rule(bridge: str) -> list[str]:
+    return ["-i", bridge, "-o", bridge, "-j", "ACCEPT", "-m", "comment", "--comment", FORWARD_COMMENT]
+
+
+def allow_switch_forwarding() -> list[str]:
+    """Let frames cross the lab's switches. Docker sets the FORWARD policy to DROP and bridged frames pass
+    through iptables (net.bridge.bridge-nf-call-iptables=1), so without this no packet crosses a switch."""
+    changes = []
+    for t in range(len(TWINS)):
+        rule = _forward_rule(switch_name(t))
+        check = _iptables(["-C", FORWARD_CHAIN, *rule])
+        if check is None or check.returncode == 0:
+            continue  # no iptables here (nothing filters), or the rule is there
+        done = _iptables(["-I", FORWARD_CHAIN, "1", *rule])
+        if done is not None and done.returncode != 0:
+            raise RuntimeError(f"cannot allow forwarding across {switch_name(t)}: {done.stderr.strip()}")
+        changes.append(f"forwarding allowed across {switch_name(t)} ({FORWARD_CHAIN})")
     return changes
 
 
+def remove_switch_forwarding() -> list[str]:
+    """Every rule allow_switch_forwarding added, found by its comment."""
+    listed = _iptables(["-S", FORWARD_CHAIN])
+    if listed is None or listed.returncode != 0:
+        return []
+    removed = []
+    for line in listed.stdout.splitlines():
+        if FORWARD_COMMENT in line and line.startswith(f"-A {FORWARD_CHAIN} "):
+            _iptables(["-D", FORWARD_CHAIN, *shlex.split(line)[2:]])
+            removed.append(line)
+    return [f"removed forwarding rule: {line}" for line in removed]
+
+
 def remove_switches(keep_for_nodes: int = 0) -> list[str]:
-    """Delete the lab's host bridges and ports (all, unless the lab still needs them)."""
+    """Delete the lab's host bridges and ports and their forwarding rules (all, unless the lab needs them)."""
     if uses_switch(keep_for_nodes):
         return []
     removed: list[str] = []
@@ -161,7 +207,7 @@ def remove_switches(keep_for_nodes: int = 0) -> list[str]:
         if name.startswith((SWITCH_PREFIX, PORT_PREFIX)):
             _ip(["link", "del", name], check=False)
             removed.append(name)
-    return [f"removed host link {name}" for name in removed]
+    return [f"removed host link {name}" for name in removed] + remove_switch_forwarding()
 
 
 def twin_states(pid: int | None) -> dict[str, str]:
