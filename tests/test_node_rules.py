@@ -126,3 +126,30 @@ def test_checkpoint_and_overlay_folders_follow_one_rule():
         checkpoint_dir("models/../etc", "a/b")
     recipe = {"model": {"checkpoints": [{"repo": "a/b", "role": "target"}, {"repo": "c/d", "role": "draft"}]}}
     assert [s["dest"] for s in sources(recipe, "/m/")] == ["/m/a--b", "/m/c--d"]
+
+
+def test_the_bundle_holds_every_section_and_no_secret():
+    from sparkplay.doctor import bundle_records, command_result
+
+    token = "hf_" + "A1b2C3d4" * 4
+    bundle = {
+        "deployment": {"leader": "spark0", "checkpoint_hf_token": token},
+        "findings": {"spark0": {"env": {"NCCL_IB_HCA": "rocep1s0f1", "HF_TOKEN": token}}},
+        "nodes": {"spark0": {
+            "host": {"kernel": "6.11"},
+            "fabric": {"twins": ["enp1s0f1np1"]},
+            "commands": {
+                "journal": command_result({"rc": 0, "stdout": f"started with HF_TOKEN={token}\nmirror secret 1f2e\n"}),
+                "meminfo": command_result({"rc": 0, "stdout": "CmaTotal: 0 kB\n"}),
+                "gpu": command_result({"skipped": True}),
+            },
+        }},
+    }  # fmt: skip
+    records = bundle_records(bundle, {"version": "x"}, secrets=["1f2e-mirror-secret-value"])
+    text = json.dumps(records)
+    assert token not in text and "hf_A1b2" not in text
+    sections = {r.get("section") for r in records if r["kind"] == "node"}
+    assert {"host", "fabric", "checks", "journal", "meminfo", "gpu"} <= sections
+    assert [r["kind"] for r in records[:2]] == ["meta", "deployment"]
+    journal = next(r for r in records if r.get("section") == "journal")["data"]["stdout"]
+    assert "HF_TOKEN=<redacted>" in journal and "mirror secret 1f2e" in journal

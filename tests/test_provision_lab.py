@@ -10,6 +10,8 @@ before it left (fresh, then a foreign file, then confirmed, provisioned...).
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import re
 import subprocess
@@ -126,3 +128,24 @@ def test_doctor_prints_its_table_and_changes_nothing(mode):
     assert "ok:sparkplay-lab-rank1  ok:sparkplay-lab-rank1" in table[0]  # jumbo ping and ssh from rank 0
     assert "no RDMA: not measured" in proc.stdout
     assert "fabric.env: NCCL_SOCKET_IFNAME=enp1s0f1np1 NCCL_IB_DISABLE=1" in proc.stdout
+
+
+def test_doctor_bundle_has_every_section_of_every_node_and_no_secret(tmp_path):
+    """Real: the CLI runs doctor.yml on both nodes and writes the bundle; a token in the controller's
+    environment (what the checkpoint download would use) must not reach it."""
+    token = "hf_" + "Zz9Yy8Xx" * 4
+    bundle = tmp_path / "bundle.ndjson.gz"
+    proc = run_cli("doctor", "-i", "inventory/lab", "--bundle", str(bundle), env={"HF_TOKEN": token}, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert oct(bundle.stat().st_mode & 0o777) == "0o600"
+    raw = gzip.decompress(bundle.read_bytes()).decode()
+    assert token not in raw
+    records = [json.loads(line) for line in raw.splitlines()]
+    assert records[0]["kind"] == "meta" and records[1]["kind"] == "deployment"
+    sections = {(r["host"], r["section"]) for r in records if r["kind"] == "node"}
+    for host in ("sparkplay-lab-rank0", "sparkplay-lab-rank1"):
+        for section in ("host", "fabric", "checks", "gpu", "packages", "docker", "units", "journal", "links",
+                        "meminfo", "netplan"):  # fmt: skip
+            assert (host, section) in sections, (host, section)
+    meminfo = next(r for r in records if r.get("section") == "meminfo")["data"]
+    assert meminfo["rc"] == 0 and "MemTotal" in meminfo["stdout"]

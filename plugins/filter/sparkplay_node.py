@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sparkplay.checkpoints import checkpoint_dir, fabric_env, overlay_dir, progress_line, sources
-from sparkplay.doctor import collect, doctor_table, ib_write_bw_gbps
+from sparkplay.doctor import collect, command_result, doctor_table, ib_write_bw_gbps
 from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan
 from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch, path_and_parents
 from sparkplay.managed import foreign_report
@@ -17,6 +17,7 @@ class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "sparkplay_foreign_report": foreign_report,
+            "sparkplay_doctor_command": command_result,
             "sparkplay_fabric_address_map": address_map,
             "sparkplay_fabric_ping_plan": ping_plan,
             "sparkplay_fabric_peer_addresses": peer_addresses,

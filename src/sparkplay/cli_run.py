@@ -7,9 +7,12 @@ ansible-runner and reports. The work is in the playbooks.
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import subprocess
 import sys
+import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,7 +21,8 @@ import typer
 import yaml
 from rich.table import Table
 
-from sparkplay import deployment
+from sparkplay import __version__, deployment
+from sparkplay import doctor as doctor_mod
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import ProjectOpt, confirm, err, out, reports_errors
 from sparkplay.cli_display import RunDisplay, print_summary
@@ -279,14 +283,40 @@ def stop(inventory: InventoryOpt, yes: YesOpt = False, verbose: VerboseOpt = 0, 
 
 
 @reports_errors
-def doctor(inventory: InventoryOpt, verbose: VerboseOpt = 0, project: ProjectOpt = None) -> None:
+def doctor(
+    inventory: InventoryOpt,
+    bundle: Annotated[
+        Path | None,
+        typer.Option("--bundle", help="Also write a gzip NDJSON bundle of every node's facts, for a bug report."),
+    ] = None,
+    verbose: VerboseOpt = 0,
+    project: ProjectOpt = None,
+) -> None:
     """Read-only diagnosis of every node: checks, links, jumbo pings, fabric.env, ssh over the cable."""
     root = project_dir(project)
-    result = run(root, "doctor.yml", hosts_file(inventory), "doctor", verbose=verbose)
+    started = time.time()
+    extra = {"doctor_bundle": True} if bundle else {}
+    result = run(root, "doctor.yml", hosts_file(inventory), "doctor", verbose=verbose, **extra)
     table = result.custom.get("sparkplay_doctor_table")
     if table:
         out.print(table, markup=False, highlight=False)
+    if bundle is not None:
+        write_bundle(bundle, result, started, inventory)
     finish(result, "doctor")
+
+
+def write_bundle(path: Path, result: RunResult, started: float, inventory: Path) -> None:
+    """The bundle, gzip NDJSON, 0600, written atomically; secrets out (doctor.redact)."""
+    data = result.custom.get("sparkplay_doctor_bundle") or {}
+    run_facts = {"seconds": round(time.time() - started, 1), "exit_code": int(result.exit_code),
+                 "artifacts": str(result.artifacts or "")}  # fmt: skip
+    meta = {"tool": "sparkplay", "version": __version__, "inventory": str(inventory), "run": run_facts,
+            "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+    secrets = [os.environ.get(name, "") for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")]
+    records = doctor_mod.bundle_records(data, meta, secrets)
+    body = gzip.compress("".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records).encode(), mtime=0)
+    atomic_write(path, body, mode=0o600)
+    out.print(f"bundle: {path} ({len(records)} records, {len(body)} bytes, secrets removed)", markup=False)
 
 
 @reports_errors

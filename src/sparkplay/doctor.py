@@ -1,7 +1,9 @@
-"""The table `doctor.yml` prints: one block per node, one row per cable twin."""
+"""What `doctor.yml` finds: the table it prints (a block per node, a row per cable twin) and the bundle of
+facts `sparkplay doctor --bundle` writes for a bug report, with every secret taken out."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -125,3 +127,61 @@ def ib_write_bw_gbps(output: str) -> float | None:
                     except ValueError:
                         return None
     return None
+
+
+# -- the diagnostics bundle (`sparkplay doctor --bundle FILE`) -------------------------------
+
+OUTPUT_LIMIT = 20_000  # characters of one command's output kept in the bundle
+SECRET_KEY = re.compile(r"(token|secret|passw|private|api[_-]?key|credential)", re.IGNORECASE)
+SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,})\b")
+REDACTED = "<redacted>"
+
+
+def command_result(result: Mapping[str, Any]) -> dict[str, Any] | None:
+    """One probe's outcome for the bundle: exit status and output, cut to a sane size (skipped: None)."""
+    if "rc" not in result and not result.get("failed"):
+        return None
+    return {
+        "rc": result.get("rc"),
+        "stdout": str(result.get("stdout") or "")[-OUTPUT_LIMIT:],
+        "stderr": str(result.get("stderr") or result.get("msg") or "")[-2000:],
+    }
+
+
+def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """`value` with every secret gone: values under secret-looking keys, token-shaped strings, and the
+    given secrets (the HF token the controller has) wherever they appear."""
+    known = [s for s in secrets if s and len(s) >= 8]
+
+    def clean(item: Any, key: str = "") -> Any:
+        if SECRET_KEY.search(key) and item not in (None, "", [], {}):
+            return REDACTED
+        if isinstance(item, Mapping):
+            return {str(k): clean(v, str(k)) for k, v in item.items()}
+        if isinstance(item, list | tuple):
+            return [clean(v) for v in item]
+        if isinstance(item, str):
+            text = SECRET_VALUE.sub(REDACTED, item)
+            for secret in known:
+                text = text.replace(secret, REDACTED)
+            # KEY=VALUE lines (env files, journals) whose key looks secret
+            return re.sub(r"(?m)^(\s*[A-Za-z_]*(?:TOKEN|SECRET|PASSW\w*|API_?KEY)[A-Za-z_]*\s*[=:]\s*).+$",
+                          rf"\1{REDACTED}", text)  # fmt: skip
+        return item
+
+    return clean(value)
+
+
+def bundle_records(bundle: Mapping[str, Any], meta: Mapping[str, Any], secrets: Iterable[str] = ()) -> list[dict]:
+    """The bundle as NDJSON records: one `meta`, one `deployment`, and per node one record per section."""
+    records: list[dict[str, Any]] = [{"kind": "meta", **meta}]
+    records.append({"kind": "deployment", "deployment": bundle.get("deployment")})
+    findings = bundle.get("findings") or {}
+    for host, node in sorted((bundle.get("nodes") or {}).items()):
+        node = node or {}
+        records.append({"kind": "node", "host": host, "section": "host", "data": node.get("host")})
+        records.append({"kind": "node", "host": host, "section": "fabric", "data": node.get("fabric")})
+        records.append({"kind": "node", "host": host, "section": "checks", "data": findings.get(host)})
+        for name, result in sorted((node.get("commands") or {}).items()):
+            records.append({"kind": "node", "host": host, "section": name, "data": result})
+    return [redact(record, secrets) for record in records]

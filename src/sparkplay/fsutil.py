@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write(path: Path, content: str, mode: int = 0o644) -> bool:
+def atomic_write(path: Path, content: str | bytes, mode: int = 0o644) -> bool:
     """Write `content` to `path` atomically; return False when it was already there.
 
     The temporary file lives in the target's directory so the final rename
@@ -15,14 +15,15 @@ def atomic_write(path: Path, content: str, mode: int = 0o644) -> bool:
     either the old file or the new one, never half of either.
     """
     try:
-        if path.read_text() == content and (path.stat().st_mode & 0o777) == mode:
+        same = path.read_bytes() == content if isinstance(content, bytes) else path.read_text() == content
+        if same and (path.stat().st_mode & 0o777) == mode:
             return False
     except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "wb" if isinstance(content, bytes) else "w") as fh:
             fh.write(content)
             fh.flush()
             os.fsync(fh.fileno())
