@@ -94,3 +94,14 @@ def test_the_module_reports_facts_through_ansible(tmp_path):
 )
 def test_pci_identity_from_names(tmp_path, name, expected):
     assert sparkplay_fabric.pci_of(str(tmp_path), name) == expected
+
+
+def test_each_twins_pcie_width_is_read_for_the_pitfall_check(tmp_path):
+    root = spark(tmp_path, cabled_port=0)
+    for name, width in zip(PORT0, ("8", "4"), strict=True):
+        device = (root / "sys/class/net" / name / "device").resolve()
+        (device / "current_link_width").write_text(width + "\n")
+        (device / "max_link_width").write_text("8\n")
+    pcie = sparkplay_fabric.detect(str(root))["pcie"]
+    assert pcie[PORT0[0]]["width"] == 8 and pcie[PORT0[1]] == {"width": 4, "max_width": 8, "speed": None,
+                                                                "max_speed": None}  # fmt: skip

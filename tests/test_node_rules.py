@@ -153,3 +153,51 @@ def test_the_bundle_holds_every_section_and_no_secret():
     assert [r["kind"] for r in records[:2]] == ["meta", "deployment"]
     journal = next(r for r in records if r.get("section") == "journal")["data"]["stdout"]
     assert "HF_TOKEN=<redacted>" in journal and "mirror secret 1f2e" in journal
+
+
+# -- known Spark pitfalls, on crafted facts ---------------------------------------------------------------
+
+
+def test_a_kernel_without_cma_is_named_with_its_fix():
+    from sparkplay.hostfacts import cma_problem
+
+    assert "cma=1G" in cma_problem("MemTotal: 1 kB\nCmaTotal:              0 kB\n", rdma_expected=True)
+    assert cma_problem("CmaTotal:  65536 kB\n", rdma_expected=True) is None
+    assert cma_problem("CmaTotal:  0 kB\n", rdma_expected=False) is None  # sockets: no RDMA registration
+
+
+def test_a_twin_below_its_pcie_width_is_warned_about():
+    from sparkplay.hostfacts import pcie_warnings
+
+    pcie = {"enp1s0f1np1": {"width": 8, "max_width": 8}, "enP2p1s0f1np1": {"width": 4, "max_width": 8}}
+    (warning,) = pcie_warnings(pcie)
+    assert warning.startswith("enP2p1s0f1np1 is linked at PCIe x4 of x8") and "BIOS" in warning
+
+
+def test_another_netplan_file_fighting_the_fabric_is_named_with_the_setting_and_the_fix():
+    from sparkplay.hostfacts import netplan_conflicts
+
+    twins = ["enp1s0f1np1", "enP2p1s0f1np1"]
+    ours = {"enp1s0f1np1": "192.168.100.10/24", "enP2p1s0f1np1": "192.168.101.10/24"}
+    listing = "\n".join([
+        "/etc/netplan/40-cx7.yaml:network: {ethernets: {enp1s0f1np1: {mtu: 9000}}}",  # sparkplay's own: fine
+        "/etc/netplan/50-cloud-init.yaml:network:",
+        "/etc/netplan/50-cloud-init.yaml:  ethernets:",
+        "/etc/netplan/50-cloud-init.yaml:    enp1s0f1np1:",
+        "/etc/netplan/50-cloud-init.yaml:      dhcp4: true",
+        "/etc/netplan/50-cloud-init.yaml:      mtu: 1500",
+        "/etc/netplan/60-mine.yaml:network: {ethernets: {enP2p1s0f1np1: {addresses: [10.0.0.5/24]},"
+        " eno1: {dhcp4: true}}}",
+    ])  # fmt: skip
+    problems = netplan_conflicts(listing, "/etc/netplan/40-cx7.yaml", twins, 9000, ours)
+    assert problems == [
+        "/etc/netplan/50-cloud-init.yaml sets enp1s0f1np1 mtu 1500 (the cable needs 9000): remove enp1s0f1np1 from "
+        "/etc/netplan/50-cloud-init.yaml (sparkplay's /etc/netplan/40-cx7.yaml configures it)",
+        "/etc/netplan/50-cloud-init.yaml turns on DHCP for enp1s0f1np1 (the cable has no DHCP server): remove "
+        "enp1s0f1np1 from /etc/netplan/50-cloud-init.yaml (sparkplay's /etc/netplan/40-cx7.yaml configures it)",
+        "/etc/netplan/60-mine.yaml gives enP2p1s0f1np1 the addresses 10.0.0.5/24 (sparkplay gives 192.168.101.10/24): "
+        "remove enP2p1s0f1np1 from /etc/netplan/60-mine.yaml (sparkplay's /etc/netplan/40-cx7.yaml configures it)",
+    ]
+    assert netplan_conflicts("/etc/netplan/x.yaml:{broken", "/o.yaml", twins, 9000, ours)[0].endswith(
+        "not valid YAML: netplan will refuse every file; fix or remove it")  # fmt: skip
+    assert netplan_conflicts("", "/o.yaml", twins, 9000, ours) == []

@@ -149,3 +149,17 @@ def test_doctor_bundle_has_every_section_of_every_node_and_no_secret(tmp_path):
             assert (host, section) in sections, (host, section)
     meminfo = next(r for r in records if r.get("section") == "meminfo")["data"]
     assert meminfo["rc"] == 0 and "MemTotal" in meminfo["stdout"]
+
+
+def test_another_netplan_file_configuring_a_twin_is_named_before_anything_changes():
+    """Real: a cloud-init style netplan file on rank 1 giving the cable's twin another MTU."""
+    path = "/etc/netplan/50-cloud-init.yaml"
+    in_node(1, "sh", "-c", f"printf 'network:\\n  ethernets:\\n    enp1s0f1np1:\\n      mtu: 1500\\n' > {path}")
+    try:
+        before = in_node(1, "cat", "/etc/netplan/40-cx7.yaml").stdout
+        proc = playbook("provision.yml")
+        assert proc.returncode != 0
+        assert f"{path} sets enp1s0f1np1 mtu 1500 (the cable needs 9000): remove enp1s0f1np1 from {path}" in proc.stdout
+        assert in_node(1, "cat", "/etc/netplan/40-cx7.yaml").stdout == before
+    finally:
+        in_node(1, "rm", "-f", path)

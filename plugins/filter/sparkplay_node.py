@@ -8,7 +8,16 @@ from typing import Any
 from sparkplay.checkpoints import checkpoint_dir, fabric_env, overlay_dir, progress_line, sources
 from sparkplay.doctor import collect, command_result, doctor_table, ib_write_bw_gbps
 from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan
-from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch, path_and_parents
+from sparkplay.hostfacts import (
+    cma_problem,
+    docker_daemon_merge,
+    free_bytes_for,
+    listener_pids,
+    netplan_conflicts,
+    nvidia_arch,
+    path_and_parents,
+    pcie_warnings,
+)
 from sparkplay.managed import foreign_report
 from sparkplay.nodetools import app, package_files, path_of
 
@@ -18,6 +27,9 @@ class FilterModule:
         return {
             "sparkplay_foreign_report": foreign_report,
             "sparkplay_doctor_command": command_result,
+            "sparkplay_netplan_conflicts": netplan_conflicts,
+            "sparkplay_cma_problem": cma_problem,
+            "sparkplay_pcie_warnings": pcie_warnings,
             "sparkplay_fabric_address_map": address_map,
             "sparkplay_fabric_ping_plan": ping_plan,
             "sparkplay_fabric_peer_addresses": peer_addresses,

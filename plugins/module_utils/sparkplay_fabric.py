@@ -141,6 +141,15 @@ def detect(root: str = "/", twin_pairing: bool = True) -> dict:
     ports = sorted({netdevs[n]["port"] for n in twins})
     hcas = [netdevs[n]["rdma"] for n in twins if netdevs[n]["rdma"] and rdma[netdevs[n]["rdma"]]["active"]]
     gids = [rdma[h]["gid_index"] for h in hcas if rdma[h]["gid_index"] is not None]
+    # an old BIOS wires the second ConnectX half at a reduced PCIe width: a twin below its maximum is slower
+    pcie = {}
+    for name in twins:
+        device = os.path.join(root, "sys/class/net", name, "device")
+        current, most = _read(os.path.join(device, "current_link_width")), _read(os.path.join(device, "max_link_width"))
+        if current and most and current.isdigit() and most.isdigit():
+            pcie[name] = {"width": int(current), "max_width": int(most),
+                          "speed": _read(os.path.join(device, "current_link_speed")),
+                          "max_speed": _read(os.path.join(device, "max_link_speed"))}  # fmt: skip
     return {
         "netdevs": netdevs,
         "rdma_devices": rdma,
@@ -150,6 +159,7 @@ def detect(root: str = "/", twin_pairing: bool = True) -> dict:
         "hcas": hcas,
         # one index for NCCL: the HCAs agree on a Spark; None means "let NCCL choose" (-1)
         "gid_index": min(gids) if gids else None,
+        "pcie": pcie,
         "problems": problems,
     }
 

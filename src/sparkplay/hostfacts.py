@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import yaml
+
 
 def mount_for(path: str, mounts: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The ansible_mounts entry of the filesystem that holds (or would hold) `path`."""
@@ -70,3 +72,65 @@ def listener_pids(ss_output: str) -> list[int]:
 def nvidia_arch(machine: str) -> str:
     """NVIDIA's repository architecture: aarch64 servers (a Spark) are 'sbsa'."""
     return {"aarch64": "sbsa", "arm64": "sbsa", "x86_64": "x86_64", "amd64": "x86_64"}.get(machine, machine)
+
+
+# -- known Spark pitfalls, caught before they bite --------------------------------------------
+
+
+def cma_problem(meminfo: str, rdma_expected: bool) -> str | None:
+    """A kernel with no CMA area (CmaTotal: 0) makes RDMA memory registration fail with ENOMEM."""
+    if not rdma_expected:
+        return None
+    match = re.search(r"^CmaTotal:\s+(\d+)\s+kB", meminfo, re.MULTILINE)
+    if match and int(match.group(1)) == 0:
+        return ("CmaTotal is 0 kB: RDMA memory registration will fail with ENOMEM; boot with a CMA area "
+                "(kernel command line cma=1G, e.g. in GRUB_CMDLINE_LINUX) and reboot")  # fmt: skip
+    return None
+
+
+def pcie_warnings(pcie: dict[str, dict[str, Any]]) -> list[str]:
+    """A ConnectX twin linked below its PCIe width (an old BIOS wires the second half at x4)."""
+    return [
+        f"{name} is linked at PCIe x{info['width']} of x{info['max_width']}: the cable runs at a fraction of its "
+        "speed; update the system BIOS/firmware (a known Spark issue) and check the board's slot"
+        for name, info in sorted(pcie.items())
+        if info.get("width") and info.get("max_width") and info["width"] < info["max_width"]
+    ]
+
+
+def netplan_conflicts(listing: str, own_file: str, twins: list[str], mtu: int,
+                      addresses: dict[str, str]) -> list[str]:  # fmt: skip
+    """Other netplan files that configure the cable's twins with another MTU or addresses (or DHCP).
+
+    `listing` is `grep -H '' /etc/netplan/*.yaml`: each line prefixed with its file's path. Netplan merges
+    every file, so a cloud-init or hand-written one silently fights sparkplay's: name it, the setting, the fix.
+    """
+    files: dict[str, list[str]] = {}
+    for line in listing.splitlines():
+        path, sep, text = line.partition(":")
+        if sep and path.endswith((".yaml", ".yml")):
+            files.setdefault(path, []).append(text)
+    problems = []
+    for path, lines in sorted(files.items()):
+        if path == own_file:
+            continue
+        try:
+            doc = yaml.safe_load("\n".join(lines)) or {}
+        except yaml.YAMLError:
+            problems.append(f"{path} is not valid YAML: netplan will refuse every file; fix or remove it")
+            continue
+        ethernets = ((doc.get("network") or {}).get("ethernets") or {}) if isinstance(doc, dict) else {}
+        for twin in twins:
+            config = ethernets.get(twin) if isinstance(ethernets, dict) else None
+            if not isinstance(config, dict):
+                continue
+            fix = f"remove {twin} from {path} (sparkplay's {own_file} configures it)"
+            if config.get("mtu") is not None and int(config["mtu"]) != mtu:
+                problems.append(f"{path} sets {twin} mtu {config['mtu']} (the cable needs {mtu}): {fix}")
+            theirs = [str(a) for a in config.get("addresses") or []]
+            if theirs and addresses.get(twin) not in theirs:
+                problems.append(f"{path} gives {twin} the addresses {', '.join(theirs)} (sparkplay gives "
+                                f"{addresses.get(twin)}): {fix}")  # fmt: skip
+            if config.get("dhcp4") in (True, "true", "yes") or config.get("dhcp6") in (True, "true", "yes"):
+                problems.append(f"{path} turns on DHCP for {twin} (the cable has no DHCP server): {fix}")
+    return problems
