@@ -23,7 +23,11 @@ def test_foreign_files_are_existing_files_not_last_written_by_sparkplay(tmp_path
     edited.write_text("changed since")
     users.write_text("theirs")
     folder.mkdir()
-    registry = {str(ours): sparkplay_managed.sha256_file(str(ours)), str(edited): "aa", str(folder): "aa"}
+    registry = {
+        str(ours): {"sha256": sparkplay_managed.sha256_file(str(ours)), "original": None},
+        str(edited): {"sha256": "aa", "original": None},
+        str(folder): {"sha256": "aa", "original": None},
+    }
     paths = [str(p) for p in (ours, edited, users, folder, tmp_path / "missing")]
     states = {p: sparkplay_managed.state(p) for p in paths}
     # sparkplay's own file is fine; one changed since, one never written, a folder in the way are not; a
@@ -35,14 +39,40 @@ def test_record_updates_only_written_files_and_the_registry_write_is_atomic(tmp_
     written = tmp_path / "b"
     written.write_text("2")
     states = {str(written): sparkplay_managed.state(str(written)), "/c": sparkplay_managed.state(str(tmp_path / "c"))}
-    updated = sparkplay_managed.recorded(states, {"/a": "1"})
-    assert updated == {"/a": "1", str(written): sparkplay_managed.sha256_file(str(written))}
+    updated = sparkplay_managed.recorded(states, {"/a": {"sha256": "1", "original": None}})
+    sha = sparkplay_managed.sha256_file(str(written))
+    assert updated == {"/a": {"sha256": "1", "original": None}, str(written): {"sha256": sha, "original": None}}
     target = tmp_path / "etc" / "managed-files.json"
     sparkplay_managed.write_registry(str(target), updated)
     assert sparkplay_managed.load_registry(str(target)) == updated and oct(target.stat().st_mode & 0o777) == "0o644"
     assert [p.name for p in target.parent.iterdir()] == ["managed-files.json"]  # no temporary left
+    target.write_text('{"/old": "abc"}')  # an older registry: the sha256 alone
+    assert sparkplay_managed.load_registry(str(target)) == {"/old": {"sha256": "abc", "original": None}}
     target.write_text("{broken")
     assert sparkplay_managed.load_registry(str(target)) == {}
+
+
+def test_reset_restores_a_replaced_file_byte_for_byte_and_removes_what_sparkplay_created(tmp_path):
+    users, created = tmp_path / "40-cx7.yaml", tmp_path / "fabric.env"
+    users.write_bytes(b"# the user's own\x00 bytes\n")
+    users.chmod(0o600)
+    before = users.read_bytes()
+    backup = tmp_path / "40-cx7.yaml.123.2026-12-01@04:00:00~"  # what Ansible's backup: true leaves
+    backup.write_bytes(before)
+    backup.chmod(0o600)
+    users.write_text("# Written by sparkplay\n")
+    created.write_text("NCCL_X=1\n")
+    paths = [str(users), str(created)]
+    registry = sparkplay_managed.recorded({p: sparkplay_managed.state(p) for p in paths}, {})
+    assert registry[str(users)]["original"] == str(backup) and registry[str(created)]["original"] is None
+    regfile = tmp_path / "managed-files.json"
+    sparkplay_managed.write_registry(str(regfile), registry)
+    assert [a for _, a, _ in sparkplay_managed.reset_plan(registry)] == ["restore", "remove"]
+    done = sparkplay_managed.reset(str(regfile), sparkplay_managed.load_registry(str(regfile)))
+    assert done == [f"restore {users} from {backup}", f"remove {created}"]
+    assert users.read_bytes() == before and oct(users.stat().st_mode & 0o777) == "0o600"
+    assert not created.exists() and not backup.exists() and not regfile.exists()
+    assert sparkplay_managed.reset(str(regfile), sparkplay_managed.load_registry(str(regfile))) == []  # again: nothing
 
 
 def test_the_module_probes_and_records_through_ansible(tmp_path):

@@ -163,3 +163,33 @@ def test_another_netplan_file_configuring_a_twin_is_named_before_anything_change
         assert in_node(1, "cat", "/etc/netplan/40-cx7.yaml").stdout == before
     finally:
         in_node(1, "rm", "-f", path)
+
+
+def test_reset_puts_every_file_back_and_a_second_reset_changes_nothing():
+    """Real: `sparkplay reset` through the CLI on both nodes. Rank 1's netplan file was the user's before
+    sparkplay replaced it (confirmed, backed up): it comes back byte for byte; what sparkplay created goes."""
+    proc = run_cli("reset", "-i", "inventory/lab", "--yes", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert in_node(1, "cat", NETPLAN).stdout == USER_NETPLAN
+    assert in_node(1, "sh", "-c", f"ls {NETPLAN}.*~ 2>/dev/null || true").stdout == ""  # sparkplay's backups gone
+    for rank in (0, 1):
+        assert in_node(rank, "test", "-e", "/etc/sparkplay", check=False).returncode == 1
+        assert (
+            in_node(rank, "test", "-e", "/etc/security/limits.d/90-sparkplay-memlock.conf", check=False).returncode == 1
+        )
+        assert in_node(rank, "test", "-e", "/root/.ssh/sparkplay_peer_ed25519", check=False).returncode == 1
+        keys = in_node(rank, "sh", "-c", "cat /root/.ssh/authorized_keys 2>/dev/null || true").stdout
+        assert "sparkplay peer" not in keys
+    assert in_node(0, "test", "-e", NETPLAN, check=False).returncode == 1  # sparkplay created it there
+    again = run_cli("reset", "-i", "inventory/lab", "--yes", timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr
+    assert "nothing of sparkplay's is left on any node" in again.stdout
+
+
+def test_provisioning_again_after_a_reset_works():
+    proc = playbook("provision.yml")
+    assert proc.returncode != 0  # the user's netplan file is back, so sparkplay asks again
+    assert f"These files exist and were not written by sparkplay: sparkplay-lab-rank1: {NETPLAN}" in proc.stdout
+    proc = playbook("provision.yml", "-e", "sparkplay_confirm_overwrite=true")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "Written by sparkplay" in in_node(1, "cat", NETPLAN).stdout

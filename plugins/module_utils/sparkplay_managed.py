@@ -1,9 +1,11 @@
-"""Which files on a node sparkplay may update without asking (runs on the node: standard library only).
+"""Which files on a node sparkplay may update without asking, and how to undo it (on the node: stdlib only).
 
-sparkplay keeps a registry on each node (/etc/sparkplay/managed-files.json)
-of the sha256 of every file it wrote. A file that exists and whose content
-is not what sparkplay last wrote there is someone else's (a user's own
-netplan file, or one they edited since): replacing it needs confirmation.
+sparkplay keeps a registry on each node (/etc/sparkplay/managed-files.json):
+for every file it wrote, the sha256 of what it wrote and, when the file was
+someone else's before sparkplay first replaced it (confirmed), the backup
+that holds those earlier bytes. A file that exists and whose content is not
+what sparkplay last wrote there is someone else's: replacing it needs
+confirmation. `reset` puts every file back as it was before sparkplay.
 """
 
 from __future__ import annotations
@@ -11,8 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import tempfile
+
+# Ansible's `backup: true` names: PATH.PID.YYYY-MM-DD@HH:MM:SS~
+BACKUP = re.compile(r"\.\d+\.\d{4}-\d{2}-\d{2}@\d{2}:\d{2}:\d{2}~")
 
 
 def sha256_file(path: str) -> str:
@@ -34,29 +40,92 @@ def state(path: str) -> dict:
 
 
 def load_registry(path: str) -> dict:
-    """path -> sha256 of what sparkplay last wrote; an absent or unreadable registry knows nothing."""
+    """path -> {sha256, original}; an absent or unreadable registry knows nothing. (An older registry held
+    the sha256 alone: read as an entry with no original.)"""
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except (OSError, ValueError):
         return {}
-    return (
-        {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(data, dict) else {}
-    )
+    if not isinstance(data, dict):
+        return {}
+    entries = {}
+    for key, value in data.items():
+        if isinstance(value, str):
+            value = {"sha256": value, "original": None}
+        if isinstance(key, str) and isinstance(value, dict) and isinstance(value.get("sha256"), str):
+            entries[key] = {"sha256": value["sha256"], "original": value.get("original")}
+    return entries
 
 
 def foreign(states: dict, registry: dict) -> list:
     """Paths that exist and differ from what sparkplay recorded (a folder in the way counts too)."""
-    return [p for p, s in states.items() if s["exists"] and (s["isdir"] or registry.get(p) != s["sha256"])]
+    return [
+        p
+        for p, s in states.items()
+        if s["exists"] and (s["isdir"] or (registry.get(p) or {}).get("sha256") != s["sha256"])
+    ]
+
+
+def backups_of(path: str) -> list:
+    """The backups Ansible made of `path`, oldest first."""
+    folder, name = os.path.split(path)
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return []
+    found = [os.path.join(folder, f) for f in names if f.startswith(name) and BACKUP.fullmatch(f[len(name) :])]
+    return sorted(found, key=lambda f: (os.stat(f).st_mtime_ns, f))
 
 
 def recorded(states: dict, registry: dict) -> dict:
-    """The registry updated with the files just written (sorted for stable output)."""
+    """The registry updated with the files just written (sorted for stable output). A path sparkplay had
+    not written before gets, as its original, the newest backup beside it: the foreign file it replaced."""
     updated = dict(registry)
     for path, s in states.items():
-        if s["exists"] and s["sha256"]:
-            updated[path] = s["sha256"]
+        if not (s["exists"] and s["sha256"]):
+            continue
+        if path in registry:
+            updated[path] = {**registry[path], "sha256": s["sha256"]}
+        else:
+            earlier = backups_of(path)
+            updated[path] = {"sha256": s["sha256"], "original": earlier[-1] if earlier else None}
     return dict(sorted(updated.items()))
+
+
+def reset_plan(registry: dict) -> list:
+    """What reset does to each file sparkplay wrote: (path, "restore", backup) or (path, "remove", None)."""
+    plan = []
+    for path, entry in sorted(registry.items()):
+        original = entry.get("original")
+        if original and os.path.isfile(original):
+            plan.append((path, "restore", original))
+        elif os.path.lexists(path):
+            plan.append((path, "remove", None))
+    return plan
+
+
+def reset(registry_path: str, registry: dict) -> list:
+    """Every file sparkplay wrote put back as before: a replaced file gets its earlier bytes (and mode) again,
+    one sparkplay created is removed; sparkplay's backups of it go; the registry goes last."""
+    done = []
+    for path, action, original in reset_plan(registry):
+        if action == "restore":
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".sparkplay-restore.")
+            with os.fdopen(fd, "wb") as out, open(original, "rb") as src:
+                out.write(src.read())
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, stat.S_IMODE(os.stat(original).st_mode))
+            os.replace(tmp, path)
+        else:
+            os.unlink(path)
+        for backup in backups_of(path):
+            os.unlink(backup)
+        done.append(f"{action} {path}" + (f" from {original}" if original else ""))
+    if os.path.exists(registry_path):
+        os.unlink(registry_path)
+    return done
 
 
 def write_registry(path: str, registry: dict) -> None:

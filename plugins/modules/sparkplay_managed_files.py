@@ -11,13 +11,15 @@ description:
     written by sparkplay (C(foreign)); it changes nothing.
   - C(state=record) stores the sha256 of each existing path in the registry (atomically); changed only when
     the registry's content changes.
+  - C(state=reset) puts every file in the registry back as it was before sparkplay (a replaced file gets
+    its earlier bytes from the backup, a file sparkplay created is removed), then removes the registry.
   - One module call for any number of paths, where a stat loop would make one per path.
 options:
   paths:
-    description: The files a role is about to write (probe) or has just written (record).
+    description: The files a role is about to write (probe) or has just written (record); reset takes none.
     type: list
     elements: path
-    required: true
+    default: []
   registry:
     description: The registry of the files sparkplay wrote on this node (path to sha256, JSON).
     type: path
@@ -25,7 +27,7 @@ options:
   state:
     description: probe or record.
     type: str
-    choices: [probe, record]
+    choices: [probe, record, reset]
     default: probe
 author: sparkplay
 """
@@ -39,14 +41,22 @@ registry:
   description: The registry as it is after the call.
   returned: always
   type: dict
+actions:
+  description: What reset did (or would do, in check mode), one line per file.
+  returned: when state is reset
+  type: list
 """
 
 # Ansible modules put their documentation before the imports.
+from pathlib import Path  # noqa: E402
+
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.sparkplay_managed import (  # noqa: E402
     foreign,
     load_registry,
     recorded,
+    reset,
+    reset_plan,
     state,
     write_registry,
 )
@@ -55,13 +65,20 @@ from ansible.module_utils.sparkplay_managed import (  # noqa: E402
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "paths": {"type": "list", "elements": "path", "required": True},
+            "paths": {"type": "list", "elements": "path", "default": []},
             "registry": {"type": "path", "default": "/etc/sparkplay/managed-files.json"},
-            "state": {"type": "str", "choices": ["probe", "record"], "default": "probe"},
+            "state": {"type": "str", "choices": ["probe", "record", "reset"], "default": "probe"},
         },
         supports_check_mode=True,
     )
     registry = load_registry(module.params["registry"])
+    if module.params["state"] == "reset":
+        plan = reset_plan(registry)
+        actions = [f"{action} {path}" + (f" from {original}" if original else "") for path, action, original in plan]
+        changed = bool(plan) or Path(module.params["registry"]).exists()
+        if changed and not module.check_mode:
+            actions = reset(module.params["registry"], registry)
+        module.exit_json(changed=changed, foreign=[], registry={}, actions=actions)
     states = {path: state(path) for path in module.params["paths"]}
     if module.params["state"] == "probe":
         module.exit_json(changed=False, foreign=foreign(states, registry), registry=registry)

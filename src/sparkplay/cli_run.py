@@ -326,6 +326,36 @@ def verify(inventory: InventoryOpt, verbose: VerboseOpt = 0, project: ProjectOpt
     finish(run(root, "verify.yml", hosts_file(inventory), "verify", verbose=verbose), "verify")
 
 
+@reports_errors
+def reset(
+    inventory: InventoryOpt,
+    purge_models: Annotated[
+        bool, typer.Option("--purge-models", help="Also delete the checkpoints and overlays (kept otherwise).")
+    ] = False,
+    remove_packages: Annotated[
+        bool, typer.Option("--remove-packages", help="Also remove the packages only sparkplay needs.")
+    ] = False,
+    yes: YesOpt = False,
+    verbose: VerboseOpt = 0,
+    project: ProjectOpt = None,
+) -> None:
+    """Undo sparkplay on every node (units, files put back as they were, tools, keys); shows the plan, asks first."""
+    root = project_dir(project)
+    hosts = hosts_file(inventory)
+    extra = {"sparkplay_reset_purge_models": purge_models, "sparkplay_reset_remove_packages": remove_packages}
+    planned = run(root, "reset.yml", hosts, "plan reset", verbose=verbose, check=True, **extra)
+    if planned.exit_code != ExitCode.OK:
+        finish(planned, "plan")
+    show_plan(planned)
+    if not any(tasks for host, tasks in planned.changes.items() if host != "localhost"):
+        out.print("reset: nothing of sparkplay's is left on any node")
+        return
+    models = " and DELETE the checkpoints and overlays" if purge_models else " (checkpoints and overlays kept)"
+    ask(f"Reset every node as listed above{models}?", yes, "no terminal to ask on: nothing was changed",
+        "pass --yes to reset")  # fmt: skip
+    finish(run(root, "reset.yml", hosts, "reset", verbose=verbose, **extra), "reset")
+
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -370,5 +400,5 @@ def metrics(
 
 
 def register(app: typer.Typer) -> None:
-    for command in (init, plan, up, status, logs, stop, doctor, verify, metrics):
+    for command in (init, plan, up, status, logs, stop, doctor, verify, metrics, reset):
         app.command(command.__name__)(command)
