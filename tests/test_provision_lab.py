@@ -70,6 +70,18 @@ def test_check_mode_on_a_fresh_lab_reports_and_changes_nothing():
     assert [node_state(r) for r in (0, 1)] == before
 
 
+def test_offline_lists_what_would_be_downloaded_and_stops_before_any_change():
+    """Real: a fresh lab has lab-tiny's model staged on rank 0 but not llama.cpp's packages."""
+    before = [node_state(r) for r in (0, 1)]
+    proc = playbook("provision.yml", "-e", "recipe=lab-tiny", "-e", "sparkplay_offline=true")
+    assert proc.returncode != 0
+    for rank in (0, 1):
+        assert re.search(rf"sparkplay-lab-rank{rank} would have to download: package llama\.cpp-tools \(apt\)",
+                         proc.stdout), proc.stdout[-3000:]  # fmt: skip
+    assert "model lab-tiny" not in proc.stdout  # staged on rank 0 by `lab up`: nothing to fetch
+    assert [node_state(r) for r in (0, 1)] == before
+
+
 def test_a_foreign_netplan_file_stops_the_play_before_any_change():
     in_node(1, "sh", "-c", f'mkdir -p /etc/netplan && printf %s "$1" > {NETPLAN}', "_", USER_NETPLAN)
     before = [node_state(r) for r in (0, 1)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sparkplay.checkpoints import checkpoint_dir, fabric_env, overlay_dir, progress_line, sources
+from sparkplay.checkpoints import checkpoint_dir, fabric_env, offline_model, overlay_dir, progress_line, sources
 from sparkplay.doctor import collect, command_result, doctor_table, ib_write_bw_gbps
 from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan
 from sparkplay.hostfacts import (
@@ -27,6 +27,7 @@ class FilterModule:
         return {
             "sparkplay_foreign_report": foreign_report,
             "sparkplay_doctor_command": command_result,
+            "sparkplay_offline_model": offline_model,
             "sparkplay_netplan_conflicts": netplan_conflicts,
             "sparkplay_cma_problem": cma_problem,
             "sparkplay_pcie_warnings": pcie_warnings,

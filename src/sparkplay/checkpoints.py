@@ -113,3 +113,11 @@ def sync_progress(result: Mapping[str, Any]) -> dict[str, Any] | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) and "bytes_total" in data and not data.get("finished") else None
+
+
+def offline_model(checkpoint: dict[str, Any]) -> str:
+    """How a missing checkpoint would be fetched, for the offline list."""
+    if checkpoint.get("kind") == "staged":
+        return f"model {checkpoint.get('name')}: its staged folder {checkpoint.get('dest')} is missing"
+    revision = checkpoint.get("revision") or "main"
+    return f"model {checkpoint.get('repo')}@{revision} (Hugging Face download)"

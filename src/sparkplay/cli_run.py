@@ -142,13 +142,14 @@ def show_plan(result: RunResult) -> list[str]:
 
 
 def planned_run(
-    root: Path, recipe: str, inventory: Path, only: str | None, verbose: int
+    root: Path, recipe: str, inventory: Path, only: str | None, verbose: int, offline: bool = False
 ) -> tuple[Path, str, RunResult]:
     """Check the recipe and the inventory, then the check-and-diff run; failures end the command here."""
     catalog.load_for_use(catalog.catalog_dir(root), recipe)
     hosts = hosts_file(inventory)
     playbook = step_playbook(only)
-    result = run(root, playbook, hosts, f"plan {recipe}", verbose=verbose, check=True, recipe=recipe)
+    extra = {"sparkplay_offline": True} if offline else {}
+    result = run(root, playbook, hosts, f"plan {recipe}", verbose=verbose, check=True, recipe=recipe, **extra)
     if result.exit_code != ExitCode.OK:
         finish(result, "plan")
     return hosts, playbook, result
@@ -161,6 +162,10 @@ def plan(
     only: OnlyOpt = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the deployment (leader, paths, checkpoints, overlay) and stop.")
+    ] = False,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Also list every model, image and package a run would download; fail if any."),
     ] = False,
     verbose: VerboseOpt = 0,
     project: ProjectOpt = None,
@@ -178,7 +183,7 @@ def plan(
         )  # fmt: skip
         sys.stdout.write(json.dumps(computed, indent=2) + "\n")
         return
-    show_plan(planned_run(root, recipe, inventory, only, verbose)[2])
+    show_plan(planned_run(root, recipe, inventory, only, verbose, offline)[2])
 
 
 @reports_errors
