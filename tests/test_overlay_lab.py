@@ -54,7 +54,10 @@ def test_every_rank_builds_and_verifies_its_overlay():
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert all(t["changed"] > 0 for t in recap(proc.stdout).values())
     for rank in (0, 1):
-        assert verify(rank) == {"ok": True, "problems": []}
+        checked = verify(rank)
+        assert checked["ok"] is True and checked["problems"] == []
+        # the linked files (a shard, config.json) proven by this rank's own verified checkpoint manifest
+        assert (checked["links_proven_by_manifest"], checked["links_hashed"]) == (2, 0)
         receipt = json.loads(in_node(rank, "cat", f"{OUT}/sparkplay-overlay.json").stdout)
         assert receipt["converted_count"] == 6 and receipt["device"] == "cpu"
         assert receipt["route"] == "cpu-kernel"  # the C kernel, built on the node with the gcc the role installed
