@@ -86,7 +86,6 @@ class OutTensor:
     dtype: str
     shape: tuple[int, ...]
     data: bytes | memoryview
-    sha256: str | None = None  # when the producer hashed it already (in parallel), written as is
 
 
 def header_bytes(tensors: list[tuple[str, str, tuple[int, ...], int]], metadata: dict[str, str]) -> bytes:
@@ -113,7 +112,7 @@ def write_file(path: Path, tensors: Iterator[OutTensor], plan: list[tuple[str, s
             if tensor.name != name or len(tensor.data) != nbytes:
                 raise SafetensorsError(f"{path}: tensor {tensor.name} does not match the planned {name}")
             fh.write(tensor.data)
-            digests[name] = (tensor.sha256 or hashlib.sha256(tensor.data).hexdigest(), nbytes)
+            digests[name] = (hashlib.sha256(tensor.data).hexdigest(), nbytes)
         _sync(fh)
     return digests
 

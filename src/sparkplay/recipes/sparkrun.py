@@ -111,12 +111,14 @@ def _text(data: dict[str, Any], key: str, where: str) -> str | None:
     return str(value)
 
 
-def _count(data: dict[str, Any], key: str, where: str) -> int | None:
+def _positive(data: dict[str, Any], key: str, where: str, what: str) -> int | None:
+    """data[key] as a whole number of 1 or more (None when absent); `what` names it in the error."""
     value = data.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"{where}: {key} must be a whole number of nodes (1 or more), got {value!r}", f"fix {key}")
+        raise BadInput(f"{where}: {what} must be a whole number{' of nodes' if what == key else ''} (1 or more), "
+                       f"got {value!r}", f"fix {key}")  # fmt: skip
     return value
 
 
@@ -180,7 +182,7 @@ def _generated_command(engine: str, model: str, defaults: dict[str, Any]) -> tup
 
 def _nodes(data: dict[str, Any], where: str, wanted: int) -> tuple[int | None, list[str]]:
     """The node count: what the node limits allow, the parallelism's product when they allow a range."""
-    low, high = _count(data, "min_nodes", where), _count(data, "max_nodes", where)
+    low, high = _positive(data, "min_nodes", where, "min_nodes"), _positive(data, "max_nodes", where, "max_nodes")
     if data.get("solo_only") is True or data.get("mode") == "solo":
         low = high = 1
     elif data.get("cluster_only") is True or data.get("mode") == "cluster":
@@ -269,9 +271,9 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
     metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
     title = _text(data, "name", where) or str(metadata.get("description") or model or "recipe").splitlines()[0]
     notes = metadata.get("description")
-    tp = _int_default(defaults, "tensor_parallel", where)
-    pp = _int_default(defaults, "pipeline_parallel", where)
-    dp = _int_default(defaults, "data_parallel", where)
+    tp = _positive(defaults, "tensor_parallel", where, "defaults.tensor_parallel")
+    pp = _positive(defaults, "pipeline_parallel", where, "defaults.pipeline_parallel")
+    dp = _positive(defaults, "data_parallel", where, "defaults.data_parallel")
     nodes, node_notes = _nodes(data, where, (tp or 1) * (pp or 1) * (dp or 1))
 
     executor = data.get("executor_config") if isinstance(data.get("executor_config"), dict) else {}
@@ -349,12 +351,3 @@ def _parse_command(text: str, where: str) -> cmdline.Command:
         return cmdline.parse(joined)
     except BadInput as exc:
         raise BadInput(f"{where}: {exc.problem}", exc.fix) from None
-
-
-def _int_default(defaults: dict[str, Any], key: str, where: str) -> int | None:
-    value = defaults.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"{where}: defaults.{key} must be a whole number (1 or more), got {value!r}", f"fix {key}")
-    return value
