@@ -297,3 +297,42 @@ def test_the_docker_client_knob_reaches_every_units_exec():
     """sparkplay_docker (the serve role passes it as `docker`) is what systemd runs for the docker runtime."""
     deployment = build(recipe("glm53-atlas"), nodes(2), Options(model_root="/models", docker="/opt/docker/bin/docker"))
     assert {rank["exec"][0] for rank in deployment["ranks"]} == {"/opt/docker/bin/docker"}
+    assert deployment["docker"] == "/opt/docker/bin/docker"  # the unit's ExecStartPre and ExecStop use it too
+
+
+# -- Knobs: each one set is read by the engine, or refused -----------------------------------------
+
+
+def test_the_memory_knob_sets_vllms_flag_in_place() -> None:
+    base = build(recipe("glm53"), nodes(), Options(model_root=ROOT))["ranks"][0]["argv"]
+    tuned = build(recipe("glm53"), nodes(), Options(model_root=ROOT, knobs={"gpu_memory_utilization": 0.8}))
+    argv = tuned["ranks"][0]["argv"]
+    assert cmdline.flag_value(argv, "--gpu-memory-utilization") == "0.8"
+    assert argv.count("--gpu-memory-utilization") == 1
+    assert argv.index("--gpu-memory-utilization") == base.index("--gpu-memory-utilization")  # where the recipe had it
+
+
+@pytest.mark.parametrize(
+    ("engine_recipe", "knobs", "says"),
+    [
+        ("lab-tiny", {"gpu_memory_utilization": 0.8}, "llamacpp engine does not read it"),
+        ("glm53", {"kv_shard": True}, "vllm engine does not read it.*applies to atlas"),
+        ("glm53-atlas", {"kv_shards": True}, "serve_knobs names kv_shards, not a knob"),
+    ],
+)
+def test_a_knob_the_engine_would_not_read_is_refused(engine_recipe: str, knobs: dict, says: str) -> None:
+    with pytest.raises(BadInput, match=says):
+        build(recipe(engine_recipe), nodes(), Options(model_root=ROOT, knobs=knobs))
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--a", "1", "--g", "0.9", "--b"], ["--a", "1", "--g", "0.7", "--b"]),
+        (["--g=0.9", "--a"], ["--g", "0.7", "--a"]),
+        (["--a"], ["--a", "--g", "0.7"]),
+        (["--g", "0.9", "--a", "--g", "0.8"], ["--g", "0.7", "--a"]),
+    ],
+)
+def test_with_flag_sets_a_value_once(args: list[str], expected: list[str]) -> None:
+    assert cmdline.with_flag(args, "--g", "0.7") == expected

@@ -1,9 +1,12 @@
-"""Every knob the sample inventory documents is declared with a default and read by something (no lab).
+"""Every knob the sample inventory documents is declared, read, and has a test of its effect (no lab).
 
-A knob nobody reads is a promise that does nothing. The effect of the knobs
-that flow into Python plans is tested where the plan is (tests/test_engines.py,
-tests/test_ckpt_tool.py); the lab tests set others for real (transports,
-bandwidth, stream counts, verify mode, confirm overwrite, subnets).
+A knob nobody reads is a promise that does nothing; a knob read but never
+set to another value in a test may do nothing all the same. EFFECT_TESTS
+names, for each documented knob, the test that sets it and asserts what it
+changes (on the lab: tests/test_knobs_lab.py and the other lab modules;
+rendered from the task files where the effect cannot happen here:
+tests/test_knob_effects.py; in the Python plan: tests/test_engines.py,
+tests/test_deployment.py).
 """
 
 from __future__ import annotations
@@ -63,3 +66,110 @@ def test_every_documented_knob_has_a_default_and_a_reader():
 def test_the_reader_search_sees_an_unread_knob():
     assert readers("sparkplay_no_such_knob_anywhere", PROJECT / "roles/sparkplay/defaults/main.yml") == []
     assert readers("checkpoint_stall_timeout", PROJECT / "roles/checkpoint/defaults/main.yml")
+
+
+# Where each documented knob's effect is tested: a value other than the default is set there and what it
+# changes is asserted. The lab module's tables (DIFF_KNOBS, PREFLIGHT_KNOBS) cover the rest.
+EFFECT_TESTS: dict[str, dict[str, str]] = {
+    "test_knobs_lab.py": {
+        "sparkplay_any_errors_fatal": "test_any_errors_fatal_false_lets_the_healthy_nodes_finish",
+        "sparkplay_gpu_expected": "test_the_driver_minimums_compare_with_the_driver_the_node_reports",
+        "preflight_bad_kernels": "test_the_bad_kernel_list_warns_about_the_running_kernel",
+        "preflight_driver_min": "test_the_driver_minimums_compare_with_the_driver_the_node_reports",
+        "nvidia_stack_driver_min": "test_the_driver_minimums_compare_with_the_driver_the_node_reports",
+        "fabric_netplan_file": "test_the_netplan_file_knob_moves_the_cable_config",
+        "fabric_socket_fallback": "test_without_the_socket_fallback_a_node_with_no_rdma_is_refused",
+        "fabric_netplan_apply_commands": "test_the_apply_commands_are_what_applies_a_changed_netplan_file",
+        "serve_watchdog_enabled": "test_the_watchdog_can_be_turned_off_and_on_again",
+    },
+    "test_deployment.py": {
+        "sparkplay_model_root": "test_plan_json_prints_the_deployment_from_the_inventory",
+        "sparkplay_docker": "test_settings_and_staged_folders_reach_the_deployment",
+    },
+    "test_provision_lab.py": {
+        "sparkplay_confirm_overwrite": "test_confirming_backs_up_and_replaces_it",
+        "sparkplay_offline": "test_offline_lists_what_would_be_downloaded_and_stops_before_any_change",
+    },
+    "test_knob_effects.py": {
+        "nvidia_stack_driver_packages": "test_the_package_lists_are_what_apt_installs",
+        "nvidia_stack_cuda_packages": "test_the_package_lists_are_what_apt_installs",
+        "nvidia_stack_toolkit_packages": "test_the_package_lists_are_what_apt_installs",
+        "fabric_gid_index": "test_the_gid_index_knob_on_an_rdma_host",
+        "checkpoint_streams": "test_mirror_knobs_reach_the_mirrors_argv",
+        "checkpoint_receive_port": "test_mirror_knobs_reach_the_mirrors_argv",
+        "checkpoint_ssh_cipher": "test_mirror_knobs_reach_the_mirrors_argv",
+        "checkpoint_bwlimit_kbps": "test_mirror_knobs_reach_the_mirrors_argv",
+        "checkpoint_stall_timeout": "test_mirror_knobs_reach_the_mirrors_argv",
+        "checkpoint_hf_endpoint": "test_the_hub_endpoint_knob_sets_hf_endpoint_for_the_hub_calls",
+        "checkpoint_offline": "test_offline_downloads_pass_offline",
+        "mtp_overlay_scheme": "test_overlay_knobs_reach_the_converter",
+        "mtp_overlay_device": "test_overlay_knobs_reach_the_converter",
+        "mtp_overlay_keep_moved": "test_overlay_knobs_reach_the_converter",
+        "engine_image_build_root": "test_the_build_root_is_where_the_image_is_built_from",
+        "engine_image_pull": "test_pull_false_skips_the_pull",
+        "engine_image_timeout": "test_the_image_timeout_bounds_pull_build_and_copy",
+        "serve_smoke_max_tokens": "test_the_smoke_length_and_wait_interval_reach_the_wait",
+        "serve_wait_interval": "test_the_smoke_length_and_wait_interval_reach_the_wait",
+    },
+    "test_fabric_facts.py": {
+        "fabric_twin_pairing": "test_gx10_layout_needs_pairing_off",
+    },
+    "test_node_rules.py": {
+        "fabric_addresses": "test_address_map_honours_per_host_override",
+    },
+    "test_models_lab.py": {
+        "checkpoint_transport": "test_other_transports_mirror_and_verify",
+        "checkpoint_verify": "test_flipped_byte_is_found_by_full_verify_and_only_that_file_recopied",
+        "checkpoint_staged": "test_a_same_size_new_revision_reaches_every_rank",
+    },
+    "test_engines.py": {
+        "serve_knobs": "test_a_knob_the_engine_would_not_read_is_refused",
+    },
+}
+TABLES = {
+    "DIFF_KNOBS": "test_knobs_lab.py::test_every_file_knob_changes_its_file_in_a_check_mode_diff_and_nothing_changes",
+    "PREFLIGHT_KNOBS": "test_knobs_lab.py::test_a_preflight_knob_that_excludes_the_lab_refuses_it_naming_why",
+}
+
+
+def effect_tests() -> dict[str, str]:
+    from tests import test_knobs_lab
+
+    found = {knob: f"{module}::{test}" for module, tests in EFFECT_TESTS.items() for knob, test in tests.items()}
+    for table, test in TABLES.items():
+        found.update({knob: test for knob in getattr(test_knobs_lab, table)})
+    return found
+
+
+def test_every_documented_knob_has_a_test_of_its_effect():
+    covered = effect_tests()
+    missing = [k for k in documented() if k not in covered]
+    assert not missing, f"documented knobs with no effect test: {missing}"
+    stale = sorted({knob for tests in EFFECT_TESTS.values() for knob in tests} - set(documented()))
+    assert not stale, f"effect tests listed for knobs the sample no longer documents: {stale}"
+
+
+def sets_its_knob(knob: str, where: str) -> bool:
+    """Whether test `where` (module::name) exists and names `knob` (in its body, its parameters or its table)."""
+    module, name = where.split("::")
+    source = (PROJECT / "tests" / module).read_text()
+    start = source.find(f"\ndef {name}(")
+    if start < 0:
+        return False
+    # the test with its decorators and body: top-level items are two blank lines apart
+    end = source.find("\n\n\n", start)
+    test = source[source.rfind("\n\n\n", 0, start) : len(source) if end < 0 else end]
+    if where in TABLES.values():
+        return knob in source
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(knob)}(?![A-Za-z0-9_])", test) is not None
+
+
+def test_each_listed_effect_test_exists_and_sets_its_knob():
+    wrong = [f"{knob}: {where}" for knob, where in effect_tests().items() if not sets_its_knob(knob, where)]
+    assert not wrong, f"effect tests that do not exist or do not set their knob: {wrong}"
+
+
+def test_the_effect_test_check_sees_a_test_that_does_not_set_the_knob():
+    assert not sets_its_knob("sparkplay_docker", "test_knob_effects.py::test_offline_downloads_pass_offline")
+    assert not sets_its_knob("checkpoint_offline", "test_knob_effects.py::test_no_such_test")
+    assert sets_its_knob("checkpoint_offline", "test_knob_effects.py::test_offline_downloads_pass_offline")

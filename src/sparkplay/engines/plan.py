@@ -20,7 +20,7 @@ from typing import Any
 from sparkplay.engines import atlas, llamacpp, vllm
 from sparkplay.engines.context import Context, Node, Options, environment
 from sparkplay.errors import BadInput
-from sparkplay.recipes import imageref
+from sparkplay.recipes import imageref, model
 
 UNIT = "sparkplay-serve"
 CONTAINER = "sparkplay-serve"
@@ -46,8 +46,29 @@ Adapter = Callable[[Context], dict[str, Any]]
 
 # the registry: a recipe's engine.name -> its adapter
 ADAPTERS: dict[str, Adapter] = {"atlas": atlas.plan, "vllm": vllm.plan, "llamacpp": llamacpp.plan}
+# the knobs each engine's adapter reads (None: every knob the schema names); a knob set for an engine
+# that does not read it would change nothing, so it is refused
+KNOBS_READ: dict[str, frozenset[str] | None] = {
+    "atlas": None,
+    "vllm": frozenset({"gpu_memory_utilization"}),
+    "llamacpp": frozenset(),
+}
 
-__all__ = ["ADAPTERS", "Node", "Options", "build", "check_nodes", "docker_exec"]
+
+def check_knobs(engine: str, knobs: Mapping[str, Any], overrides: Mapping[str, Any]) -> None:
+    """Knobs are named in the schema and read by the engine: anything else would be set and do nothing."""
+    known = set(model.schema()["properties"]["knobs"]["properties"])
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise BadInput(f"serve_knobs names {', '.join(unknown)}, not a knob", f"use one of {', '.join(sorted(known))}")
+    read = KNOBS_READ[engine]
+    unread = sorted(k for k, v in knobs.items() if v is not None and read is not None and k not in read)
+    if unread:
+        readers = sorted(name for name, names in KNOBS_READ.items() if names is None or unread[0] in names)
+        raise BadInput(
+            f"knob {', '.join(unread)} is set but the {engine} engine does not read it",
+            f"remove it from serve_knobs or the recipe's knobs (it applies to {', '.join(readers) or 'no engine'})",
+        )
 
 
 def check_nodes(nodes: Sequence[Node], wanted: int | None) -> tuple[Node, ...]:
@@ -67,6 +88,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
     """The launch plan for every rank; raises BadInput naming what to fix."""
     ctx = Context(recipe, check_nodes(nodes, recipe["topology"]["nodes"]), options)
     engine = recipe["engine"]["name"]
+    check_knobs(engine, ctx.knobs, options.knobs)
     deployment = ADAPTERS[engine](ctx)
     runtime = recipe["engine"]["runtime"]
     for rank_plan in deployment["ranks"]:
@@ -84,6 +106,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "runtime": runtime,
         "image": recipe["engine"]["image"] if runtime == "docker" else None,
         "image_dir": recipe["engine"].get("image_dir") if runtime == "docker" else None,
+        "docker": options.docker if runtime == "docker" else None,
         "packages": list(recipe["engine"].get("packages") or []) if runtime == "native" else [],
         "served_name": recipe["model"]["served_name"] or recipe["name"],
         "unit": f"{UNIT}.service",

@@ -110,6 +110,9 @@ def plan(ctx: Context) -> dict[str, Any]:
             "use data parallel alone (one replica per node, back end mp) or tensor/pipeline parallel",
         )
     sized = list(args)
+    memory = ctx.knobs.get("gpu_memory_utilization")
+    if memory is not None:  # the knob (the inventory's serve_knobs, else the recipe's) wins over the flag
+        sized = cmdline.with_flag(sized, "--gpu-memory-utilization", str(memory))
     if not cmdline.has_flag(args, "--tensor-parallel-size", "-tp"):
         sized += ["--tensor-parallel-size", str(tp)]
     if pp > 1 and not cmdline.has_flag(args, "--pipeline-parallel-size", "-pp"):

@@ -111,6 +111,15 @@ def without_flags(args: Sequence[str], *names: str) -> list[str]:
     return kept
 
 
+def with_flag(args: Sequence[str], name: str, value: str) -> list[str]:
+    """`args` with `name` set to `value`: its first occurrence changed in place, later ones dropped, else added."""
+    if not has_flag(args, name):
+        return [*args, name, value]
+    first = next(i for i, token in enumerate(args) if token == name or token.startswith(name + "="))
+    rest = without_flags(args[first:], name)
+    return [*args[:first], name, value, *rest]
+
+
 def _is_flag(token: str) -> bool:
     # "-1" or "-0.5" are values, not flags
     return token.startswith("-") and not re.match(r"^-\d", token)

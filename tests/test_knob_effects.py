@@ -1,0 +1,151 @@
+"""Knobs whose effect is an argument handed to a module, rendered from the real task files (no lab).
+
+Each test changes one documented knob and renders the argument it feeds
+(a command's argv, an environment, an apt list, a template) with the roles'
+real defaults through Ansible's own templating (tests/role_render.py). These
+are the knobs whose effect cannot happen here: no NVIDIA repository, no RDMA
+device, no Hugging Face hub, no GPU for the converter. Knobs the lab can
+show for real are in tests/test_knobs_lab.py; tests/test_knobs.py checks that
+every documented knob is covered by one or the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.role_render import plays, render, role_vars, task, template
+
+CKPT_SOURCE = {"checkpoint_tool": "/usr/local/lib/sparkplay/sparkplay-ckpt", "checkpoint_revision": "c0ffee",
+               "checkpoint_source": {"name": "m", "repo": "org/m", "dest": "/models/org--m"},
+               "checkpoint_cable_address": "192.168.100.11"}  # fmt: skip
+
+
+def sync_argv(**knobs: Any) -> list[str]:
+    mirror = task("roles/checkpoint/tasks/source.yml", "Checkpoint | Bring every other rank")
+    return render(mirror["vars"]["checkpoint_sync_argv"], role_vars("checkpoint", **CKPT_SOURCE, **knobs))
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "option"),
+    [
+        ("checkpoint_receive_port", 8999, "--port"),
+        ("checkpoint_ssh_cipher", "chacha20-poly1305@openssh.com", "--cipher"),
+        ("checkpoint_stall_timeout", 45, "--stall-timeout"),
+        ("checkpoint_streams", 3, "--streams"),
+        ("checkpoint_transport", "tcp", "--transport"),
+        ("checkpoint_bwlimit_kbps", 2048, "--bwlimit"),
+    ],
+)
+def test_mirror_knobs_reach_the_mirrors_argv(knob: str, value: Any, option: str) -> None:
+    assert flag(sync_argv(), option) != str(value)
+    assert flag(sync_argv(**{knob: value}), option) == str(value)
+
+
+def test_full_verify_adds_full_to_the_mirror() -> None:
+    assert "--full" not in sync_argv()
+    assert "--full" in sync_argv(checkpoint_verify="full")
+
+
+@pytest.mark.parametrize("path", ["roles/checkpoint/tasks/download.yml", "roles/checkpoint/tasks/resolve.yml"])
+def test_the_hub_endpoint_knob_sets_hf_endpoint_for_the_hub_calls(path: str) -> None:
+    hub = task(path, "Checkpoint | Download" if "download" in path else "Checkpoint | Resolve")
+    variables = role_vars("checkpoint", **CKPT_SOURCE, checkpoint_hf_endpoint="")  # not the caller's HF_ENDPOINT
+    assert render(hub["environment"], variables) == {}
+    endpoint = "https://hf-mirror.example.internal"
+    assert render(hub["environment"], {**variables, "checkpoint_hf_endpoint": endpoint}) == {"HF_ENDPOINT": endpoint}
+
+
+def test_offline_downloads_pass_offline() -> None:
+    download = task("roles/checkpoint/tasks/download.yml", "Checkpoint | Download")
+    variables = role_vars("checkpoint", **CKPT_SOURCE, checkpoint_hf_token_file="/run/t")  # noqa: S106 - a path
+    assert "--offline" not in render(download["ansible.builtin.command"]["argv"], variables)
+    assert "--offline" in render(download["ansible.builtin.command"]["argv"], {**variables, "checkpoint_offline": True})
+
+
+@pytest.mark.parametrize(("knob", "value", "option"), [("mtp_overlay_scheme", "modelopt", "--scheme"),
+                                                       ("mtp_overlay_device", "cpu", "--device"),
+                                                       ("mtp_overlay_keep_moved", 3, "--keep-moved")])  # fmt: skip
+def test_overlay_knobs_reach_the_converter(knob: str, value: Any, option: str) -> None:
+    convert = task("roles/mtp_overlay/tasks/run.yml", "MTP overlay | Convert")
+    given = {"mtp_overlay_source": "/m/src", "mtp_overlay_output": "/m/out", "mtp_overlay_match": "layers.45",
+             "mtp_overlay_expect": 864}  # fmt: skip
+    default = [str(a) for a in render(convert["ansible.builtin.command"]["argv"], role_vars("mtp_overlay", **given))]
+    changed = render(convert["ansible.builtin.command"]["argv"], role_vars("mtp_overlay", **given, **{knob: value}))
+    assert flag(default, option) != str(value)
+    assert flag([str(a) for a in changed], option) == str(value)
+
+
+ENGINE = {"engine_plan": {"image": "example/engine:1", "image_dir": "engine-1"}, "engine_docker": "/usr/bin/docker"}
+
+
+def test_the_build_root_is_where_the_image_is_built_from() -> None:
+    build = task("roles/engine/tasks/docker.yml", "Engine | Build the image")
+    variables = role_vars("engine", **ENGINE, engine_image_build_root="/srv/images")
+    assert render(build["ansible.builtin.command"]["argv"], variables)[-1] == "/srv/images/engine-1"
+    look = task("roles/engine/tasks/docker.yml", "Engine | Look for the build folder")
+    assert render(look["ansible.builtin.stat"]["path"], variables) == "/srv/images/engine-1/Dockerfile"
+
+
+def test_pull_false_skips_the_pull() -> None:
+    pull = task("roles/engine/tasks/docker.yml", "Engine | Pull the image")
+    variables = role_vars("engine", **ENGINE, engine_image_id={"rc": 1})
+    assert all(render("{{ " + cond + " }}", variables) for cond in pull["when"])
+    variables["engine_image_pull"] = False
+    assert not all(render("{{ " + cond + " }}", variables) for cond in pull["when"])
+
+
+@pytest.mark.parametrize("name", ["Engine | Pull the image", "Engine | Build the image", "Engine | Copy rank 0's"])
+def test_the_image_timeout_bounds_pull_build_and_copy(name: str) -> None:
+    step = task("roles/engine/tasks/docker.yml", name)
+    assert int(render(step["async"], role_vars("engine", engine_image_timeout=321))) == 321
+
+
+def test_the_smoke_length_and_wait_interval_reach_the_wait() -> None:
+    wait = task("roles/serve/tasks/run.yml", "Serve | Wait until the model answers")
+    follow = task("roles/serve/tasks/run.yml", "Serve | Follow the wait")
+    given = {"serve_tool": "/t", "serve_timeout": 300, "serve_peers": [],
+             "serve_plan": {"api": {"url": "http://127.0.0.1:1"}, "served_name": "m", "unit": "u",
+                            "health": {"prompt": "p"}}}  # fmt: skip
+    variables = role_vars("serve", **given, serve_smoke_max_tokens=3, serve_wait_interval=7)
+    argv = render(wait["ansible.builtin.command"]["argv"], variables)
+    assert flag(argv, "--max-tokens") == "3" and flag(argv, "--interval") == "7"
+    assert int(render(follow["delay"], variables)) == 7
+    assert int(render(follow["retries"], variables)) == (300 + 300) // 7  # the same overall bound
+
+
+def test_the_package_lists_are_what_apt_installs() -> None:
+    install = task("roles/nvidia_stack/tasks/install.yml", "NVIDIA stack | Install the driver")
+    wanted = {"nvidia_stack_driver_packages": ["nvidia-driver-590-open"],
+              "nvidia_stack_cuda_packages": ["cuda-toolkit-13-1"],
+              "nvidia_stack_toolkit_packages": ["nvidia-container-toolkit-base"]}  # fmt: skip
+    assert render(install["ansible.builtin.apt"]["name"], role_vars("nvidia_stack", **wanted)) == [
+        "nvidia-driver-590-open", "cuda-toolkit-13-1", "nvidia-container-toolkit-base"]  # fmt: skip
+
+
+RDMA_HOST = {"inventory_hostname": "spark0",
+             "fabric_address_map": {"spark0": ["192.168.100.10/24", "192.168.101.10/24"]},
+             "sparkplay_fabric": {"hcas": ["rocep1s0f1", "roceP2p1s0f1"], "gid_index": 3,
+                                  "twins": ["enp1s0f1np1", "enP2p1s0f1np1"]}}  # fmt: skip
+
+
+@pytest.mark.parametrize(("value", "line"), [("auto", "NCCL_IB_GID_INDEX=3"), (5, "NCCL_IB_GID_INDEX=5"),
+                                             (-1, "NCCL_IB_GID_INDEX=-1")])  # fmt: skip
+def test_the_gid_index_knob_on_an_rdma_host(value: Any, line: str) -> None:
+    env = template("roles/fabric/templates/fabric.env.j2", role_vars("fabric", **RDMA_HOST, fabric_gid_index=value))
+    assert line in env.splitlines()
+
+
+@pytest.mark.parametrize("path", ["playbooks/preflight.yml", "playbooks/provision.yml", "playbooks/models.yml",
+                                  "playbooks/overlay.yml", "playbooks/serve.yml", "playbooks/reset.yml"])  # fmt: skip
+def test_every_node_play_reads_any_errors_fatal(path: str) -> None:
+    node_plays = plays(path, "sparkplay_nodes")
+    assert node_plays
+    for node_play in node_plays:
+        assert render(node_play["any_errors_fatal"], {"sparkplay_any_errors_fatal": False}) is False
+        assert render(node_play["any_errors_fatal"], {}) is True
