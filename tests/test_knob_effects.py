@@ -149,3 +149,15 @@ def test_every_node_play_reads_any_errors_fatal(path: str) -> None:
     for node_play in node_plays:
         assert render(node_play["any_errors_fatal"], {"sparkplay_any_errors_fatal": False}) is False
         assert render(node_play["any_errors_fatal"], {}) is True
+
+
+def test_configuring_docker_merges_the_nvidia_runtime_into_daemon_json() -> None:
+    block = task("roles/nvidia_stack/tasks/configure.yml", "NVIDIA stack | Register the NVIDIA runtime with Docker")
+    merge = task("roles/nvidia_stack/tasks/configure.yml", "NVIDIA stack | Merge the runtime in")
+    variables = role_vars("nvidia_stack", nvidia_stack_daemon_raw={"content": "eyJsb2ctZHJpdmVyIjogImpvdXJuYWxkIn0="})
+    assert render("{{ " + block["when"] + " }}", {**variables, "nvidia_stack_configure_docker": False}) is False
+    assert render("{{ " + block["when"] + " }}", {**variables, "nvidia_stack_configure_docker": True}) is True
+    facts = render(merge["ansible.builtin.set_fact"], {**variables, **render(merge["vars"], variables)})
+    wanted = facts["nvidia_stack_daemon_wanted"]
+    assert wanted["log-driver"] == "journald"  # the user's own key ({"log-driver": "journald"}) is kept
+    assert wanted["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"

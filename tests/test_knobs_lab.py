@@ -40,7 +40,6 @@ DIFF_KNOBS: dict[str, tuple[Any, str]] = {
     "fabric_subnets": (["10.77.0.0/24", "10.78.0.0/24"], r"^\+\s+- 10\.77\.0\.\d+/24$"),
     "fabric_host_offset": (20, r"^\+\s+- 10\.78\.0\.21/24$"),  # rank 1, second twin
     "fabric_socket_ifname": ("eth0", r"^\+NCCL_SOCKET_IFNAME=eth0$"),
-    "sparkplay_fabric_env_file": ("/etc/sparkplay/knob-fabric.env", r"^--- before: /etc/sparkplay/knob-fabric\.env$"),
     "peer_ssh_from": (["10.77.0.0/23"], r'^\+.*restrict,from="10\.77\.0\.0/23" ssh-ed25519 '),
     "serve_bind": ("127.0.0.2", r"^\+ExecStart=.* --host 127\.0\.0\.2 "),
     "serve_port": (9932, r"^\+ExecStart=.* --port 9932"),
@@ -58,7 +57,6 @@ DIFF_KNOBS: dict[str, tuple[Any, str]] = {
     "serve_watchdog_metrics_port": (9898, r"^\+ExecStart=.* --metrics-port 9898 "),
     "serve_watchdog_metrics_bind": ("127.0.0.3", r"^\+ExecStart=.* --metrics-bind 127\.0\.0\.3( |$)"),
     "serve_watchdog_pause_file": ("/etc/sparkplay/knob.pause", r"^\+ExecStart=.* --pause /etc/sparkplay/knob\.pause "),
-    "nvidia_stack_configure_docker": (True, r'^\+\s+"path": "nvidia-container-runtime"'),
 }
 
 # knob -> (a value that excludes the lab's nodes, what preflight then says)
@@ -123,10 +121,23 @@ def test_with_default_knobs_the_same_check_shows_none_of_those_effects():
     assert all(v.get("changed", 0) == 0 for v in recap(proc.stdout).values()), proc.stdout[-3000:]
 
 
-def test_the_netplan_file_knob_moves_the_cable_config():
-    proc = playbook("provision.yml", "--check", "--diff", "-e", "fabric_netplan_file=/etc/netplan/41-knob.yaml")
+def test_the_file_path_knobs_move_the_files_they_name():
+    """Provisioning only: serve reads the fabric env where this knob puts it, which check mode never writes."""
+    knobs = {"fabric_netplan_file": "/etc/netplan/41-knob.yaml", "sparkplay_fabric_env_file": "/etc/sparkplay/k.env"}
+    proc = playbook("provision.yml", "--check", "--diff", *as_extra_vars(knobs))
     assert proc.returncode == 0, proc.stdout[-5000:]
-    assert re.search(r"^--- before: /etc/netplan/41-knob\.yaml$", proc.stdout, re.M), proc.stdout[-5000:]
+    for path in knobs.values():
+        assert re.search(rf"^--- before: {re.escape(path)}$", proc.stdout, re.M), proc.stdout[-5000:]
+
+
+def test_registering_the_nvidia_runtime_needs_docker_and_says_so_first():
+    """The lab-tiny recipe runs natively and the lab's nodes have no Docker: asked to configure it anyway,
+    provisioning stops in preflight (the rendered daemon.json is tested in tests/test_knob_effects.py)."""
+    before = node_files()
+    proc = playbook("provision.yml", "-e", "nvidia_stack_configure_docker=true")
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert "has no Docker service (docker.service is not-found)" in proc.stdout
+    assert node_files() == before
 
 
 def test_without_the_socket_fallback_a_node_with_no_rdma_is_refused():

@@ -180,6 +180,38 @@ def test_status_table_lists_every_rank():
     assert rows[1].split()[:4] == ["1", "sparkplay-lab-rank1", UNIT, "active/running"]
 
 
+BENCH_PROFILE = "pp: [64]\ntg: [16]\nconcurrency: [1, 2, 4]\nruns: 1\ninvariance_tokens: 24\n"
+
+
+def test_bench_measures_across_both_ranks_and_checks_the_output_is_batch_invariant(tmp_path):
+    """Real: llama-benchy 0.4.0 from the package index in a virtualenv on the leader, against llama.cpp serving
+    lab-tiny over the cable; the corpus is a file written for the tests, the tokenizer the lab model's own."""
+    profile = tmp_path / "profile.yml"
+    profile.write_text(BENCH_PROFILE)
+    corpus = PROJECT / "tests" / "fixtures" / "bench" / "corpus.txt"
+    results = tmp_path / "results"
+    proc = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile), "--corpus", str(corpus),
+                   "--results", str(results), timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
+    kept = sorted((results / "lab-tiny").glob("*.json"))
+    assert len(kept) == 1 and re.fullmatch(r"\d{8}T\d{6}Z-lab-tiny-r[0-9a-f]{12}-e[0-9a-f]{12}\.json", kept[0].name)
+    doc = json.loads(kept[0].read_text())
+    assert "llama.cpp-tools=" in doc["engine_build"]  # the native engine's package versions
+    rows = {(r["concurrency"], r["prompt_size"]): r for r in doc["benchy"]["benchmarks"]}
+    assert set(rows) >= {(1, 64), (2, 64), (4, 64)}
+    assert all(r["tg_throughput"]["mean"] > 0 and r["pp_throughput"]["mean"] > 0 for r in rows.values())
+    assert kept[0].with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    assert "generation tok/s" in proc.stdout and "client overhead at concurrency 1:" in proc.stdout
+    check = doc["invariance"]
+    assert check["identical"] and check["levels"] == [2, 4] and check["unit"] == "token", check
+    assert "invariance: 4 prompts gave the same tokens alone and at concurrency 2, 4" in proc.stdout
+    # against itself: every rate's ratio is printed
+    again = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile), "--corpus", str(corpus),
+                    "--results", str(results), "--compare", str(kept[0]), timeout=1200)  # fmt: skip
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr
+    assert re.search(r"^c1 pp64 tg16 d0 tg_tps: [\d.]+ vs [\d.]+ = x[\d.]+$", again.stdout, re.M)
+
+
 def test_a_foreign_file_stops_up_without_a_terminal_and_yes_backs_it_up():
     env = "/etc/sparkplay/serve.env"
     in_node(1, "sh", "-c", f"echo '# my own tuning' >> {env}")

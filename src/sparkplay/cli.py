@@ -17,6 +17,7 @@ import typer
 from rich.table import Table
 
 from sparkplay import __version__, cli_run
+from sparkplay.cli_bench import bench
 from sparkplay.cli_common import EXIT_CODES_HELP, ProjectOpt, out, reports_errors
 from sparkplay.cli_overlay import overlay_app
 from sparkplay.cli_recipes import apply, recipe_app
@@ -41,6 +42,7 @@ app.add_typer(recipe_app, name="recipe", no_args_is_help=True)
 app.command("apply")(apply)
 app.add_typer(overlay_app, name="overlay", no_args_is_help=True)
 cli_run.register(app)
+app.command("bench")(bench)
 
 
 def _version(value: bool) -> None:

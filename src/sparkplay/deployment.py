@@ -96,6 +96,7 @@ def compute(
             "tools": dict(TOOLS),
         },
         "checkpoints": checkpoints.sources(recipe, root, staged, lock),
+        "model": {"dir": checkpoints.model_dir(root, model), "repo": model.get("repo")} if model else None,
         "overlay": overlay,
         "engine": {
             "name": engine.get("name"),

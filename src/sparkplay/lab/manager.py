@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkplay.errors import BadInput, MissingPrerequisite, SparkplayError
-from sparkplay.lab import cable, dockercli, inventory, staging
+from sparkplay.lab import cable, dockercli, inventory, staging, trust
 from sparkplay.lab.image import ImageRecipe, ensure_image
 
 LABEL = "sparkplay.lab"
@@ -224,6 +224,8 @@ def up(
         _converge_nodes(nodes, tag, network_id, report)
         names = [container_name(rank) for rank in range(nodes)]
         _wait_systemd(names)
+        cas = trust.host_cas()
+        report.add(*(said for name in names if (said := trust.trust(name, cas))))
         report.add(*cable.remove_switches(keep_for_nodes=nodes))
         report.add(*cable.wire(_pids(names)))
         report.add(*(f"{path} written" for path in inventory.write(project, names)))

@@ -15,6 +15,7 @@ from sparkplay.lab import dockercli, tiny_gguf
 MODEL_ROOT = "/var/lib/sparkplay/models"
 FOLDER = f"{MODEL_ROOT}/lab-tiny"
 FILE = "lab-tiny.gguf"
+TOKENIZER = "tokenizer.json"  # beside the model, as in a Hugging Face checkpoint (`sparkplay bench` counts with it)
 
 
 def cached_model(cache: Path) -> tuple[Path, str]:
@@ -26,12 +27,25 @@ def cached_model(cache: Path) -> tuple[Path, str]:
     return path, hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def cached_tokenizer(cache: Path) -> tuple[Path, str]:
+    path = cache / TOKENIZER
+    text = tiny_gguf.tokenizer_json().encode()
+    if not path.is_file() or path.read_bytes() != text:
+        path.with_suffix(".tmp").write_bytes(text)
+        path.with_suffix(".tmp").replace(path)
+    return path, hashlib.sha256(text).hexdigest()
+
+
 def stage(container: str, cache: Path) -> str | None:
-    """Place the model in rank 0's staged folder unless the same bytes are there; say what happened."""
-    path, digest = cached_model(cache)
-    there = dockercli.docker(["exec", container, "sha256sum", f"{FOLDER}/{FILE}"], check=False)
-    if there.returncode == 0 and there.stdout.split()[:1] == [digest]:
+    """Place the model and its tokenizer in rank 0's staged folder unless the same bytes are there."""
+    wanted = [cached_model(cache), cached_tokenizer(cache)]
+    there = dockercli.docker(["exec", container, "sh", "-c", f"cd {FOLDER} && sha256sum {FILE} {TOKENIZER}"],
+                             check=False)  # fmt: skip
+    have = {line.split()[1]: line.split()[0] for line in there.stdout.splitlines() if len(line.split()) == 2}
+    missing = [(path, digest) for path, digest in wanted if have.get(path.name) != digest]
+    if not missing:
         return None
     dockercli.docker(["exec", container, "mkdir", "-p", FOLDER])
-    dockercli.docker(["cp", str(path), f"{container}:{FOLDER}/{FILE}"])
-    return f"lab-tiny model staged on {container}:{FOLDER} (sha256 {digest[:12]})"
+    for path, _ in missing:
+        dockercli.docker(["cp", str(path), f"{container}:{FOLDER}/{path.name}"])
+    return f"lab-tiny model staged on {container}:{FOLDER} (sha256 {wanted[0][1][:12]}, with its {TOKENIZER})"

@@ -12,6 +12,7 @@ printable are zero, so greedy output stays readable.
 
 from __future__ import annotations
 
+import json
 import string
 from pathlib import Path
 
@@ -41,6 +42,51 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
     # SentencePiece merges by score: higher first; specials and bytes score 0
     scores = [0.0] * (len(tokens) - len(printable)) + [-float(i) for i in range(len(printable))]
     return tokens, scores, types
+
+
+def tokenizer_json() -> str:
+    """The same vocabulary as a Hugging Face tokenizer.json (Llama's layout: a BPE model with no merges
+    and byte fallback, spaces as U+2581), for clients that count tokens, such as llama-benchy."""
+    tokens, _, _ = vocabulary()
+    specials = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+                 "special": True} for i, t in enumerate(tokens[:3])]  # fmt: skip
+    document = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": specials,
+        "normalizer": {
+            "type": "Sequence",
+            "normalizers": [
+                {"type": "Prepend", "prepend": "\u2581"},
+                {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+            ],
+        },
+        "pre_tokenizer": None,
+        "post_processor": None,
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+                {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+            ],
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": "<unk>",
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": {token: index for index, token in enumerate(tokens)},
+            "merges": [],
+        },
+    }
+    return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
 
 
 def write(path: Path) -> Path:

@@ -25,6 +25,16 @@ sparkplay-serve watchdog --url URL --model NAME --unit U [--worker ADDR ...] [--
     stands down and records why (the state file, read by status); a pause
     file stops it acting; a restart of the unit by anyone gives a new grace.
     Counters for Prometheus on METRICS-BIND:METRICS-PORT (prometheus_client).
+sparkplay-serve bench --url URL --model NAME --benchy PATH --tokenizer T --corpus FILE|URL --out FILE
+        [--pp N ...] [--tg N ...] [--depth N ...] [--concurrency C ...] [--runs R]
+    The bench on the leader: first the invariance check (fixed prompts at
+    temperature 0 answered alone, then among C concurrent requests for each
+    level above 1: the tokens must be identical; a difference names the
+    prompt, the level and the first differing position), then llama-benchy
+    (prompt processing and generation rates; a local corpus is served to it
+    on loopback), then a bare one-token request beside llama-benchy's own
+    one-token latency (the client's overhead). Writes one JSON object to
+    --out. Exit 0, 1 when llama-benchy failed, 3 when outputs differ.
 sparkplay-serve probe --url URL --model NAME
     One look (no completion): JSON {health, models, served}.
 sparkplay-serve verify-unit FILE NAME
@@ -35,16 +45,21 @@ sparkplay-serve verify-unit FILE NAME
 from __future__ import annotations
 
 import argparse
+import functools
+import http.server
 import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -439,6 +454,135 @@ def cmd_verify_unit(args: argparse.Namespace) -> int:
     return 1 if done.returncode != 0 and mine else 0
 
 
+# -- bench ------------------------------------------------------------------------------------------
+
+# Fixed prompts of the invariance check: short, deterministic tasks whose answers run to the token limit.
+INVARIANCE_PROMPTS = (
+    "Count from one to thirty in words, separated by commas.",
+    "List the planets of the solar system in order from the sun, with one fact about each.",
+    "Write the English alphabet backwards, one letter per line.",
+    "Explain step by step how to multiply 47 by 53.",
+)
+
+
+def answer_tokens(url: str, model: str, prompt: str, max_tokens: int, timeout: float) -> tuple[list[str], str] | None:
+    """A temperature-0 answer as its tokens (the engine's logprobs), else its characters, and which of the two."""
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0, "seed": 0,
+            "max_tokens": max_tokens, "logprobs": True}  # fmt: skip
+    status, answer = http_json(f"{url}/v1/chat/completions", body, timeout=timeout)
+    if status != 200 or not isinstance(answer, dict) or not answer.get("choices"):
+        return None
+    choice = answer["choices"][0]
+    content = (choice.get("logprobs") or {}).get("content")
+    if isinstance(content, list) and content and all(isinstance(c, dict) and "token" in c for c in content):
+        return [str(c["token"]) for c in content], "token"
+    message = choice.get("message") or {}
+    return list(message.get("content") or message.get("reasoning_content") or ""), "character"
+
+
+def first_difference(alone: list[str], among: list[str]) -> int | None:
+    for position, (a, b) in enumerate(zip(alone, among, strict=False)):
+        if a != b:
+            return position
+    return None if len(alone) == len(among) else min(len(alone), len(among))
+
+
+def invariance(url: str, model: str, levels: list[int], max_tokens: int, timeout: float) -> dict[str, Any]:
+    """The same prompts alone, then among `level` concurrent requests: identical outputs, or where they part."""
+    ask = functools.partial(answer_tokens, url, model, max_tokens=max_tokens, timeout=timeout)
+    alone = {prompt: ask(prompt) for prompt in INVARIANCE_PROMPTS}
+    units = {found[1] for found in alone.values() if found}
+    differences: list[dict[str, Any]] = []
+    for prompt, found in alone.items():
+        if found is None:
+            differences.append({"prompt": prompt, "concurrency": 1, "why": "no answer alone"})
+    for level in (c for c in levels if c > 1):
+        prompts = [INVARIANCE_PROMPTS[i % len(INVARIANCE_PROMPTS)] for i in range(level)]
+        with ThreadPoolExecutor(max_workers=level) as pool:
+            answers = list(pool.map(ask, prompts))
+        for request, (prompt, found) in enumerate(zip(prompts, answers, strict=True)):
+            reference = alone[prompt]
+            if reference is None:
+                continue
+            if found is None:
+                differences.append({"prompt": prompt, "concurrency": level, "request": request, "why": "no answer"})
+                continue
+            position = first_difference(reference[0], found[0])
+            if position is not None:
+                differences.append({
+                    "prompt": prompt, "concurrency": level, "request": request, "position": position,
+                    "alone": "".join(reference[0][position:position + 8]),
+                    "among": "".join(found[0][position:position + 8]),
+                })  # fmt: skip
+    return {"prompts": len(INVARIANCE_PROMPTS), "levels": [c for c in levels if c > 1], "max_tokens": max_tokens,
+            "unit": units.pop() if len(units) == 1 else "token", "identical": not differences,
+            "differences": differences}  # fmt: skip
+
+
+def bare_latency_ms(url: str, model: str, runs: int = 5) -> float:
+    """The median of one-token requests sent with nothing but urllib: the floor the bench client adds to."""
+    body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "max_tokens": 1}
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        http_json(f"{url}/v1/chat/completions", body, timeout=120)
+        times.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(times), 2)
+
+
+@functools.cache
+def _quiet_handler(directory: str) -> type[http.server.SimpleHTTPRequestHandler]:
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=directory, **kwargs)
+
+        def log_message(self, *args: Any) -> None:  # the bench's output stays its own
+            pass
+
+    return Handler
+
+
+def serve_corpus(corpus: str) -> tuple[str, http.server.ThreadingHTTPServer | None]:
+    """A local corpus file as a loopback URL (llama-benchy reads its text from a URL); a URL as it is."""
+    if "://" in corpus:
+        return corpus, None
+    path = Path(corpus).resolve()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _quiet_handler(str(path.parent)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/{path.name}", server
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    result: dict[str, Any] = {"url": args.url, "model": args.model, "started": time.time(),
+                              "profile": {"pp": args.pp, "tg": args.tg, "depth": args.depth,
+                                          "concurrency": args.concurrency, "runs": args.runs}}  # fmt: skip
+    result["invariance"] = invariance(args.url, args.model, args.concurrency, args.invariance_tokens, args.timeout)
+    book_url, server = serve_corpus(args.corpus)
+    report = Path(args.out).with_suffix(".benchy.json")
+    argv = [args.benchy, "--base-url", f"{args.url}/v1", "--model", args.model, "--tokenizer", args.tokenizer,
+            "--book-url", book_url, "--pp", *map(str, args.pp), "--tg", *map(str, args.tg),
+            "--depth", *map(str, args.depth), "--concurrency", *map(str, args.concurrency),
+            "--runs", str(args.runs), "--latency-mode", "generation", "--skip-coherence",
+            "--format", "json", "--save-result", str(report)]  # fmt: skip
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=args.timeout * 10)
+    finally:
+        if server:
+            server.shutdown()
+    result["benchy"] = _read_json(str(report))
+    result["benchy_log"] = (proc.stdout + proc.stderr)[-4000:]
+    result["latency"] = {"bare_ms": bare_latency_ms(args.url, args.model)}
+    if isinstance(result["benchy"], dict) and "latency_ms" in result["benchy"]:
+        benchy_ms, bare_ms = float(result["benchy"]["latency_ms"]), result["latency"]["bare_ms"]
+        result["latency"].update(benchy_ms=round(benchy_ms, 2), overhead_ms=round(benchy_ms - bare_ms, 2))
+    result["finished"] = time.time()
+    _write_json(args.out, result)
+    if proc.returncode != 0 or not isinstance(result["benchy"], dict):
+        print(f"llama-benchy failed (exit {proc.returncode}): {result['benchy_log'][-800:]}", file=sys.stderr)
+        return 1
+    return 0 if result["invariance"]["identical"] else 3
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparkplay-serve", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -486,6 +630,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--metrics-bind", default="127.0.0.1")
     p.set_defaults(func=cmd_watchdog)
+    p = sub.add_parser("bench")
+    p.add_argument("--url", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--benchy", required=True, help="the llama-benchy program")
+    p.add_argument("--tokenizer", required=True, help="a tokenizer.json, a folder holding one, or a hub name")
+    p.add_argument("--corpus", required=True, help="a text file on this node, or a URL")
+    p.add_argument("--out", required=True)
+    p.add_argument("--pp", type=int, nargs="+", default=[512])
+    p.add_argument("--tg", type=int, nargs="+", default=[128])
+    p.add_argument("--depth", type=int, nargs="+", default=[0])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--invariance-tokens", type=int, default=48)
+    p.add_argument("--timeout", type=float, default=600, help="seconds per request")
+    p.set_defaults(func=cmd_bench)
     p = sub.add_parser("probe")
     p.add_argument("--url", required=True)
     p.add_argument("--model", required=True)

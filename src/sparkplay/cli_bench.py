@@ -1,0 +1,112 @@
+"""`sparkplay bench`: bench.yml on the leader, then the result kept, shown, charted and compared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from sparkplay import bench as bench_mod
+from sparkplay import inventory as inv_mod
+from sparkplay.cli_common import ProjectOpt, err, out, reports_errors
+from sparkplay.cli_run import InventoryOpt, VerboseOpt, finish, hosts_file, run
+from sparkplay.errors import BadInput, ExitCode
+from sparkplay.paths import project_dir
+from sparkplay.recipes import catalog
+
+
+def _file(flag: str, text: str) -> Any:
+    return typer.Option(flag, exists=True, dir_okay=False, resolve_path=True, help=text)
+
+
+RecipeArg = Annotated[str | None, typer.Argument(help="The recipe served (default: the one the inventory records).")]
+ProfileOpt = Annotated[Path | None, _file("--profile", "YAML of pp, tg, depth, concurrency (lists), runs, ...")]
+TokenizerOpt = Annotated[Path | None, _file("--tokenizer", "A tokenizer.json (default: the model's own).")]
+CorpusOpt = Annotated[Path | None, _file("--corpus", "A text file for the prompts (default: llama-benchy's book).")]
+ResultsOpt = Annotated[Path | None, typer.Option("--results", help="Where results are kept (default: results/).")]
+CompareOpt = Annotated[Path | None, _file("--compare", "An earlier result: print every rate's ratio to it.")]
+
+
+def _recipe_of(inventory: Path, given: str | None) -> str:
+    if given:
+        return given
+    hosts = inv_mod.hosts(hosts_file(inventory))
+    name = next((h.vars.get("sparkplay_recipe") for h in hosts if h.vars.get("sparkplay_recipe")), None)
+    if not name:
+        raise BadInput("no recipe given and the inventory records none", "pass the recipe: sparkplay bench RECIPE")
+    return str(name)
+
+
+def _table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(box=None)
+    for column in ("concurrency", "pp", "tg", "depth", "prompt tok/s", "generation tok/s", "first token ms"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        shape = (str(row[k]) for k in ("concurrency", "pp", "tg", "depth"))
+        rates = (f"{row[k]:.1f}" if row[k] is not None else "-" for k in ("pp_tps", "tg_tps", "ttft_ms"))
+        table.add_row(*shape, *rates)
+    return table
+
+
+@reports_errors
+def bench(
+    inventory: InventoryOpt,
+    recipe: RecipeArg = None,
+    profile: ProfileOpt = None,
+    tokenizer: TokenizerOpt = None,
+    corpus: CorpusOpt = None,
+    results: ResultsOpt = None,
+    compare: CompareOpt = None,
+    verbose: VerboseOpt = 0,
+    project: ProjectOpt = None,
+) -> None:
+    """Measure the served model (llama-benchy on the leader) and check its temperature-0 output is the
+    same alone and among concurrent requests; keep the result, print a table, draw a chart."""
+    root = project_dir(project)
+    name = _recipe_of(inventory, recipe)
+    catalog.load_for_use(catalog.catalog_dir(root), name)  # an unknown or invalid recipe fails before the run
+    recipe_file = catalog.recipe_path(catalog.catalog_dir(root), name)
+    earlier = bench_mod.load(compare) if compare else None  # a bad file fails before the run
+    folder = (results or root / "results").resolve()
+    extra: dict[str, Any] = {"recipe": name, "bench_fetch_to": str(folder / ".incoming")}
+    extra.update(bench_mod.load_profile(profile) if profile else {})
+    extra.update({k: str(v) for k, v in (("bench_tokenizer", tokenizer), ("bench_corpus", corpus)) if v})
+    result = run(root, "bench.yml", hosts_file(inventory), f"bench {name}", verbose=verbose, **extra)
+    stats = result.custom.get("sparkplay_bench")
+    if result.exit_code != ExitCode.OK or not stats:
+        finish(result, f"bench {name}")
+        raise typer.Exit(int(ExitCode.FAILED))
+    fetched = Path(stats["file"])
+    doc = bench_mod.load(fetched)
+    recipe_sha256 = bench_mod.digest(recipe_file.read_bytes())
+    kept = bench_mod.save(doc, folder, recipe=name, stamp=fetched.stem, recipe_sha256=recipe_sha256,
+                          engine_build=stats["engine_build"])  # fmt: skip
+    fetched.unlink()
+    rows = bench_mod.rows(doc)
+    out.print(_table(rows))
+    chart = bench_mod.chart(rows, kept.with_suffix(".png"), f"{name} ({doc['engine_build'][:70]})")
+    out.print(f"result: {kept}\nchart: {chart}", markup=False, highlight=False)
+    latency = doc.get("latency") or {}
+    if "overhead_ms" in latency:
+        said = (f"client overhead at concurrency 1: {latency['overhead_ms']} ms "
+                f"(llama-benchy {latency['benchy_ms']} ms, a bare request {latency['bare_ms']} ms)")  # fmt: skip
+        out.print(said, markup=False, highlight=False)
+    if earlier is not None:
+        for line in bench_mod.compare(rows, bench_mod.rows(earlier)):
+            c, pp, tg, depth = line["shape"]
+            out.print(f"c{c} pp{pp} tg{tg} d{depth} {line['rate']}: {line['now']} vs {line['before']} "
+                      f"= x{line['ratio']}", markup=False, highlight=False)  # fmt: skip
+    check = doc["invariance"]
+    if not check["identical"]:
+        for d in check["differences"]:
+            where = d.get("why") or f"{check['unit']} {d['position']}: {d['alone']!r} alone, {d['among']!r} among"
+            err.print(f"output differs at concurrency {d['concurrency']} for {d['prompt']!r}: {where}",
+                      markup=False, highlight=False)  # fmt: skip
+        err.print("temperature-0 output changed among concurrent requests (a batch-variant engine): see above",
+                  markup=False, highlight=False)  # fmt: skip
+        raise typer.Exit(int(ExitCode.FAILED))
+    levels = ", ".join(map(str, check["levels"])) or "none above 1"
+    out.print(f"invariance: {check['prompts']} prompts gave the same {check['unit']}s alone and at concurrency "
+              f"{levels}", markup=False, highlight=False)  # fmt: skip
