@@ -13,7 +13,7 @@ import pytest
 
 from sparkplay.engines import plan as planmod
 from sparkplay.engines.plan import Node, Options, build
-from sparkplay.engines.systemd import env_file, exec_line, quote, status_rows, status_table
+from sparkplay.engines.systemd import env_file, exec_line, plan_digest, plan_problems, quote, status_rows, status_table
 from sparkplay.errors import BadInput
 from sparkplay.hostfacts import prefix_cache_problems
 from sparkplay.recipes import catalog, cmdline
@@ -285,6 +285,26 @@ def test_status_rows_carry_the_leaders_watchdog() -> None:
     assert (rows[0]["watchdog"], rows[0]["watchdog_restarts"], rows[0]["watchdog_stood_down"]["why"]) == (
         "stood-down", 1, "3 failed probes")  # fmt: skip
     assert rows[1]["watchdog"] == "-"
+
+
+def test_a_rank_left_with_another_launch_plan_is_named_and_not_up() -> None:
+    """A rank deployed in another run (other flags, knobs or image) would start an engine that disagrees
+    with its peers: the records' plan digests say so."""
+    plan = build(recipe("glm53"), nodes(), Options(model_root=ROOT))
+    other = build(recipe("glm53"), nodes(), Options(model_root=ROOT, knobs={"gpu_memory_utilization": 0.8}))
+    assert plan_digest(plan) == plan_digest(json.loads(json.dumps(plan)))  # the same on every rank
+    assert plan_digest(plan) != plan_digest(other)
+    records = {"spark0": {"rank": 0, "role": "leader", "unit": "u", "plan_sha256": plan_digest(plan)},
+               "spark1": {"rank": 1, "role": "worker", "unit": "u", "plan_sha256": plan_digest(other)}}  # fmt: skip
+    running = {"ActiveState": "active", "SubState": "running"}
+    rows = status_rows(records, {"spark0": running, "spark1": running}, {"health": True, "served": True})
+    assert [(r["plan_differs"], r["up"]) for r in rows] == [(False, True), (True, False)]
+    assert plan_problems(rows) == [
+        "rank 1 (spark1) runs another launch plan than the leader (engine flags, env or image differ): run "
+        "`sparkplay up` (or serve.yml) on every host again"
+    ]
+    records["spark1"]["plan_sha256"] = plan_digest(plan)
+    assert plan_problems(status_rows(records, {}, {"health": True, "served": True})) == []
 
 
 def test_plan_is_plain_data() -> None:

@@ -33,6 +33,12 @@ pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
 LAB = PROJECT / "inventory" / "lab"
 NETPLAN = "/etc/netplan/40-cx7.yaml"
 
+
+def execs(*argv: str) -> str:
+    """A unit's new ExecStart line holding these arguments in a row (each double-quoted, as units write them)."""
+    return r"^\+ExecStart=.*" + " ".join(re.escape(f'"{a}"') for a in argv) + r"( |$)"
+
+
 # knob -> (a value other than the default, what the diff then shows in the file the knob names)
 DIFF_KNOBS: dict[str, tuple[Any, str]] = {
     "fabric_mtu": (8000, r"^\+\s+mtu: 8000$"),
@@ -41,22 +47,22 @@ DIFF_KNOBS: dict[str, tuple[Any, str]] = {
     "fabric_host_offset": (20, r"^\+\s+- 10\.78\.0\.21/24$"),  # rank 1, second twin
     "fabric_socket_ifname": ("eth0", r"^\+NCCL_SOCKET_IFNAME=eth0$"),
     "peer_ssh_from": (["10.77.0.0/23"], r'^\+.*restrict,from="10\.77\.0\.0/23" ssh-ed25519 '),
-    "serve_bind": ("127.0.0.2", r"^\+ExecStart=.* --host 127\.0\.0\.2 "),
-    "serve_port": (9932, r"^\+ExecStart=.* --port 9932"),
-    "serve_worker_wait": (77, r"^\+ExecStart=\S+sparkplay-serve run --timeout 77 "),
+    "serve_bind": ("127.0.0.2", execs("--host", "127.0.0.2")),
+    "serve_port": (9932, execs("--port", "9932")),
+    "serve_worker_wait": (77, execs("run", "--timeout", "77")),
     "serve_health_timeout": (333, r"^\+TimeoutStartSec=393$"),
     "serve_start_limit_burst": (9, r"^\+StartLimitBurst=9$"),
     "serve_start_limit_interval": (1234, r"^\+StartLimitIntervalSec=1234$"),
-    "serve_state_dir": ("/var/lib/sparkplay-knob", r"^\+ExecStart=.* --state /var/lib/sparkplay-knob/watchdog\.json "),
-    "serve_watchdog_interval": (11, r"^\+ExecStart=.* --interval 11 "),
-    "serve_watchdog_failures": (4, r"^\+ExecStart=.* --failures 4 "),
-    "serve_watchdog_grace": (55, r"^\+ExecStart=.* --grace 55 "),
-    "serve_watchdog_max_restarts": (5, r"^\+ExecStart=.* --max-restarts 5 "),
-    "serve_watchdog_window": (777, r"^\+ExecStart=.* --window 777 "),
-    "serve_watchdog_probe_timeout": (13, r"^\+ExecStart=.* --probe-timeout 13 "),
-    "serve_watchdog_metrics_port": (9898, r"^\+ExecStart=.* --metrics-port 9898 "),
-    "serve_watchdog_metrics_bind": ("127.0.0.3", r"^\+ExecStart=.* --metrics-bind 127\.0\.0\.3( |$)"),
-    "serve_watchdog_pause_file": ("/etc/sparkplay/knob.pause", r"^\+ExecStart=.* --pause /etc/sparkplay/knob\.pause "),
+    "serve_state_dir": ("/var/lib/sparkplay-knob", execs("--state", "/var/lib/sparkplay-knob/watchdog.json")),
+    "serve_watchdog_interval": (11, execs("--interval", "11")),
+    "serve_watchdog_failures": (4, execs("--failures", "4")),
+    "serve_watchdog_grace": (55, execs("--grace", "55")),
+    "serve_watchdog_max_restarts": (5, execs("--max-restarts", "5")),
+    "serve_watchdog_window": (777, execs("--window", "777")),
+    "serve_watchdog_probe_timeout": (13, execs("--probe-timeout", "13")),
+    "serve_watchdog_metrics_port": (9898, execs("--metrics-port", "9898")),
+    "serve_watchdog_metrics_bind": ("127.0.0.3", execs("--metrics-bind", "127.0.0.3")),
+    "serve_watchdog_pause_file": ("/etc/sparkplay/knob.pause", execs("--pause", "/etc/sparkplay/knob.pause")),
 }
 
 # knob -> (a value that excludes the lab's nodes, what preflight then says)
@@ -122,12 +128,18 @@ def test_with_default_knobs_the_same_check_shows_none_of_those_effects():
 
 
 def test_the_file_path_knobs_move_the_files_they_name():
-    """Provisioning only: serve reads the fabric env where this knob puts it, which check mode never writes."""
+    """A real run: check mode's diff of a new file does not name it, and serve would read the fabric env
+    where this knob puts it, which check mode never writes. The files go afterwards."""
     knobs = {"fabric_netplan_file": "/etc/netplan/41-knob.yaml", "sparkplay_fabric_env_file": "/etc/sparkplay/k.env"}
-    proc = playbook("provision.yml", "--check", "--diff", *as_extra_vars(knobs))
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    for path in knobs.values():
-        assert re.search(rf"^--- before: {re.escape(path)}$", proc.stdout, re.M), proc.stdout[-5000:]
+    try:
+        proc = playbook("provision.yml", *as_extra_vars(knobs))
+        assert proc.returncode == 0, proc.stdout[-5000:]
+        for rank in (0, 1):
+            assert "Written by sparkplay (fabric role)" in in_node(rank, "cat", knobs["fabric_netplan_file"]).stdout
+            assert "SPARKPLAY_FABRIC_TWINS=" in in_node(rank, "cat", knobs["sparkplay_fabric_env_file"]).stdout
+    finally:
+        for rank in (0, 1):
+            in_node(rank, "rm", "-f", *knobs.values())
 
 
 def test_registering_the_nvidia_runtime_needs_docker_and_says_so_first():

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from sparkplay.fabric import address_map, peer_addresses, ping_plan, twin_addresses
-from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nvidia_arch
+from sparkplay.hostfacts import docker_daemon_merge, free_bytes_for, listener_pids, nccl_build_problem, nvidia_arch
 from sparkplay.managed import foreign_report
 from tests.conftest import PROJECT
 
@@ -231,3 +231,25 @@ def test_another_netplan_file_fighting_the_fabric_is_named_with_the_setting_and_
     assert netplan_conflicts("/etc/netplan/x.yaml:{broken", "/o.yaml", twins, 9000, ours)[0].endswith(
         "not valid YAML: netplan will refuse every file; fix or remove it")  # fmt: skip
     assert netplan_conflicts("", "/o.yaml", twins, 9000, ours) == []
+
+
+@pytest.mark.parametrize(
+    ("version", "flagged"),
+    [
+        ("2.28.9-1", False),
+        ("2.28.9-1+cuda13.0", False),
+        ("v2.27.7-1", False),
+        ("", False),
+        (None, False),
+        ("2.29.0a0", True),  # a source build's version
+        ("2.28.9-1+cuda13.0-dev", True),
+        ("2.28.3+git5f0e1c2", True),
+        ("master", True),
+    ],
+)
+def test_an_nccl_development_build_is_named_with_the_fix(version, flagged):
+    problem = nccl_build_problem(version, "image nvcr.io/x:1")
+    assert (problem is not None) == flagged
+    if flagged:
+        assert f"image nvcr.io/x:1 has NCCL {version}, not a release tag" in problem
+        assert "use an image or package built on an NCCL release" in problem

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sparkplay.engines.systemd import env_file, exec_line, status_rows, status_table
+from sparkplay.engines.systemd import env_file, exec_line, plan_digest, plan_problems, status_rows, status_table
 from sparkplay.hostfacts import prefix_cache_problems
 
 
@@ -16,5 +16,7 @@ class FilterModule:
             "sparkplay_env_file": env_file,
             "sparkplay_serve_status_rows": status_rows,
             "sparkplay_serve_status_table": status_table,
+            "sparkplay_serve_plan_digest": plan_digest,
+            "sparkplay_serve_plan_problems": plan_problems,
             "sparkplay_prefix_cache_problems": prefix_cache_problems,
         }

@@ -22,8 +22,9 @@ from sparkplay.cli_common import EXIT_CODES_HELP, ProjectOpt, out, reports_error
 from sparkplay.cli_overlay import overlay_app
 from sparkplay.cli_recipes import apply, recipe_app
 from sparkplay.errors import ExitCode
+from sparkplay.lab import inventory as lab_inventory
 from sparkplay.lab import manager as lab_manager
-from sparkplay.paths import project_dir
+from sparkplay.paths import data_dir, project_dir
 
 app = typer.Typer(
     help="Serve big models on a pair (or more) of DGX Sparks, driven by inference recipes.",
@@ -78,7 +79,7 @@ def lab_up(
         out.print(f"lab up: {len(report.changes)} change(s), {nodes} node(s) ready in {elapsed:.1f} s")
     else:
         out.print(f"lab up: nothing to change; {nodes} node(s) running and cabled ({elapsed:.1f} s)")
-    out.print(f"inventory: {root_dir / 'inventory' / 'lab' / 'hosts.yml'}", markup=False, highlight=False)
+    out.print(f"inventory: {lab_inventory.paths(data_dir(root_dir))[0]}", markup=False, highlight=False)
 
 
 @lab_app.command("down")

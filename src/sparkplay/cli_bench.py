@@ -10,10 +10,10 @@ from rich.table import Table
 
 from sparkplay import bench as bench_mod
 from sparkplay import inventory as inv_mod
-from sparkplay.cli_common import ProjectOpt, err, out, reports_errors
-from sparkplay.cli_run import InventoryOpt, VerboseOpt, finish, hosts_file, run
+from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, out, reports_errors
+from sparkplay.cli_run import VerboseOpt, finish, hosts_file, run
 from sparkplay.errors import BadInput, ExitCode
-from sparkplay.paths import project_dir
+from sparkplay.paths import data_dir, project_dir
 from sparkplay.recipes import catalog
 
 
@@ -25,7 +25,7 @@ RecipeArg = Annotated[str | None, typer.Argument(help="The recipe served (defaul
 ProfileOpt = Annotated[Path | None, _file("--profile", "YAML of pp, tg, depth, concurrency (lists), runs, ...")]
 TokenizerOpt = Annotated[Path | None, _file("--tokenizer", "A tokenizer.json (default: the model's own).")]
 CorpusOpt = Annotated[Path | None, _file("--corpus", "A text file for the prompts (default: llama-benchy's book).")]
-ResultsOpt = Annotated[Path | None, typer.Option("--results", help="Where results are kept (default: results/).")]
+ResultsOpt = Annotated[Path | None, typer.Option("--results", help="Where results go (default: <data>/results).")]
 CompareOpt = Annotated[Path | None, _file("--compare", "An earlier result: print every rate's ratio to it.")]
 
 
@@ -52,7 +52,7 @@ def _table(rows: list[dict[str, Any]]) -> Table:
 
 @reports_errors
 def bench(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     recipe: RecipeArg = None,
     profile: ProfileOpt = None,
     tokenizer: TokenizerOpt = None,
@@ -69,7 +69,7 @@ def bench(
     catalog.load_for_use(catalog.catalog_dir(root), name)  # an unknown or invalid recipe fails before the run
     recipe_file = catalog.recipe_path(catalog.catalog_dir(root), name)
     earlier = bench_mod.load(compare) if compare else None  # a bad file fails before the run
-    folder = (results or root / "results").resolve()
+    folder = (results or data_dir(root) / "results").resolve()
     extra: dict[str, Any] = {"recipe": name, "bench_fetch_to": str(folder / ".incoming")}
     extra.update(bench_mod.load_profile(profile) if profile else {})
     extra.update({k: str(v) for k, v in (("bench_tokenizer", tokenizer), ("bench_corpus", corpus)) if v})

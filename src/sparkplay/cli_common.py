@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from sparkplay.errors import ExitCode, SparkplayError
+from sparkplay.paths import default_inventory, project_dir
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 failed; 2 bad input; 3 confirmation declined; "
@@ -62,3 +63,16 @@ def confirm(question: str) -> bool:
     except click.exceptions.Abort:
         err.print("")
         return False
+
+
+InventoryOpt = Annotated[
+    Path | None,
+    typer.Option("--inventory", "-i", envvar="SPARKPLAY_INVENTORY", show_default=False,
+                 help="Your inventory folder or hosts file (default: $SPARKPLAY_INVENTORY, else the one `init` writes "
+                 "by default: inventory/local in a checkout, ~/.config/sparkplay/inventory when installed)."),
+]  # fmt: skip
+
+
+def inventory_of(inventory: Path | None) -> Path:
+    """The inventory given, else the default one (paths.default_inventory)."""
+    return inventory if inventory is not None else default_inventory(project_dir())

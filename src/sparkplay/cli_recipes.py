@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from sparkplay.cli_common import ProjectOpt, err, out, reports_errors
+from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, inventory_of, out, reports_errors
 from sparkplay.cli_common import confirm as ask_terminal
 from sparkplay.errors import BadInput, Declined, ExitCode
 from sparkplay.paths import project_dir
@@ -179,7 +179,7 @@ def recipe_diff(
 @reports_errors
 def apply(
     recipe: Annotated[str, typer.Argument(help="A recipe name from the catalog.")],
-    inventory: Annotated[Path, typer.Option("--inventory", "-i", help="Your inventory folder or hosts file.")],
+    inventory: InventoryOpt = None,
     knob: Annotated[
         list[str] | None, typer.Option("--set", help="KNOB=VALUE, e.g. gpu_memory_utilization=0.9 (repeatable).")
     ] = None,
@@ -189,6 +189,7 @@ def apply(
 ) -> None:
     """Record the recipe (and knob values) the inventory serves, asking before replacing another choice."""
     root = project_dir(project)
+    inventory = inventory_of(inventory)
     result = apply_mod.record(root, recipe, inventory, knob or [], make_confirm(yes), dry_run=dry_run)
     out.print(f"{result.path}: {result.action}", markup=False, highlight=False)
     for warning in result.warnings:

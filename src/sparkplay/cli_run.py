@@ -24,19 +24,19 @@ from rich.table import Table
 from sparkplay import __version__, deployment
 from sparkplay import doctor as doctor_mod
 from sparkplay import inventory as inv_mod
-from sparkplay.cli_common import ProjectOpt, confirm, err, out, reports_errors
+from sparkplay.cli_common import InventoryOpt, ProjectOpt, confirm, err, inventory_of, out, reports_errors
 from sparkplay.cli_display import RunDisplay, print_summary
 from sparkplay.engines.plan import UNIT
+from sparkplay.engines.systemd import plan_problems
 from sparkplay.errors import BadInput, Declined, ExitCode
 from sparkplay.fsutil import atomic_write
-from sparkplay.paths import project_dir
+from sparkplay.paths import default_inventory, project_dir
 from sparkplay.recipes import apply as apply_mod
 from sparkplay.recipes import catalog
 from sparkplay.runner import RunResult, run_playbook
 
 STEPS = {"provision": "provision.yml", "models": "models.yml", "overlay": "overlay.yml", "serve": "serve.yml"}
 
-InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Your inventory folder or hosts file.")]
 VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="Show ansible's own output (-vv more).")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Answer yes: for scripts (nothing is asked).")]
 OnlyOpt = Annotated[
@@ -44,11 +44,13 @@ OnlyOpt = Annotated[
 ]
 
 
-def hosts_file(inventory: Path) -> Path:
+def hosts_file(inventory: Path | None) -> Path:
     """The inventory's hosts file (a folder holds hosts.yml)."""
+    inventory = inventory_of(inventory)
     path = inventory / "hosts.yml" if inventory.is_dir() else inventory
     if not path.is_file():
-        raise BadInput(f"inventory {inventory} does not exist", "pass -i with your inventory (`sparkplay init`)")
+        raise BadInput(f"inventory {inventory} does not exist",
+                       "write one with `sparkplay init --node HOST ...`, or pass -i with yours")  # fmt: skip
     return path.resolve()
 
 
@@ -91,8 +93,8 @@ def ask(question: str, yes: bool, refusal: str, fix: str) -> None:
 
 @reports_errors
 def init(
-    inventory: InventoryOpt,
     node: Annotated[list[str], typer.Option("--node", help="HOST[:RANK], once per node; the leader (rank 0) first.")],
+    inventory: InventoryOpt = None,
     user: Annotated[str | None, typer.Option("--user", help="The ssh user on every node (sudo to root).")] = None,
     yes: YesOpt = False,
     project: ProjectOpt = None,
@@ -102,6 +104,7 @@ def init(
     nodes = inv_mod.parse_nodes(node)
     knobs = (root / "inventory" / "sample" / "group_vars" / "sparkplay_nodes" / "main.yml").read_text()
     files = inv_mod.render(nodes, user, knobs)
+    inventory = inventory if inventory is not None else default_inventory(root)
     folder = inventory if inventory.suffix not in (".yml", ".yaml") else inventory.parent
     differing = [rel for rel, text in files.items() if (folder / rel).exists() and (folder / rel).read_text() != text]
     if differing:
@@ -142,7 +145,7 @@ def show_plan(result: RunResult) -> list[str]:
 
 
 def planned_run(
-    root: Path, recipe: str, inventory: Path, only: str | None, verbose: int, offline: bool = False
+    root: Path, recipe: str, inventory: Path | None, only: str | None, verbose: int, offline: bool = False
 ) -> tuple[Path, str, RunResult]:
     """Check the recipe and the inventory, then the check-and-diff run; failures end the command here."""
     catalog.load_for_use(catalog.catalog_dir(root), recipe)
@@ -158,7 +161,7 @@ def planned_run(
 @reports_errors
 def plan(
     recipe: Annotated[str, typer.Argument(help="A recipe name from the catalog.")],
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     only: OnlyOpt = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the deployment (leader, paths, checkpoints, overlay) and stop.")
@@ -189,7 +192,7 @@ def plan(
 @reports_errors
 def up(
     recipe: Annotated[str, typer.Argument(help="A recipe name from the catalog.")],
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     yes: YesOpt = False,
     only: OnlyOpt = None,
     knob: Annotated[list[str] | None, typer.Option("--set", help="KNOB=VALUE for the recipe (repeatable).")] = None,
@@ -229,7 +232,7 @@ def up(
 
 @reports_errors
 def status(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
     project: ProjectOpt = None,
 ) -> None:
@@ -252,6 +255,8 @@ def status(
         table.add_row(*(str(row[c]) for c in ("rank", "host", "unit")), f"[{style}]{row['state']}[/{style}]",
                       *(str(row[c]) for c in ("since", "health", "model", "watchdog")))  # fmt: skip
     out.print(table)
+    for problem in plan_problems(rows):
+        err.print(f"warning: {problem}", markup=False, highlight=False)
     for row in rows:
         if row.get("watchdog_stood_down"):
             err.print(f"watchdog on {row['host']}: {row['watchdog_stood_down']['why']}", markup=False, highlight=False)
@@ -259,7 +264,7 @@ def status(
 
 @reports_errors
 def logs(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     rank: Annotated[int, typer.Option("--rank", help="Whose journal (0 is the leader).")] = 0,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
     lines: Annotated[int, typer.Option("--lines", "-n", help="How many recent lines.")] = 100,
@@ -279,7 +284,9 @@ def logs(
 
 
 @reports_errors
-def stop(inventory: InventoryOpt, yes: YesOpt = False, verbose: VerboseOpt = 0, project: ProjectOpt = None) -> None:
+def stop(
+    inventory: InventoryOpt = None, yes: YesOpt = False, verbose: VerboseOpt = 0, project: ProjectOpt = None
+) -> None:
     """Stop serving: the leader first, then the workers (units disabled until the next `up`)."""
     root = project_dir(project)
     hosts = hosts_file(inventory)
@@ -289,7 +296,7 @@ def stop(inventory: InventoryOpt, yes: YesOpt = False, verbose: VerboseOpt = 0, 
 
 @reports_errors
 def doctor(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     bundle: Annotated[
         Path | None,
         typer.Option("--bundle", help="Also write a gzip NDJSON bundle of every node's facts, for a bug report."),
@@ -325,7 +332,7 @@ def write_bundle(path: Path, result: RunResult, started: float, inventory: Path)
 
 
 @reports_errors
-def verify(inventory: InventoryOpt, verbose: VerboseOpt = 0, project: ProjectOpt = None) -> None:
+def verify(inventory: InventoryOpt = None, verbose: VerboseOpt = 0, project: ProjectOpt = None) -> None:
     """Re-hash every checkpoint on every rank and re-verify the overlay; mismatches are re-copied."""
     root = project_dir(project)
     finish(run(root, "verify.yml", hosts_file(inventory), "verify", verbose=verbose), "verify")
@@ -333,7 +340,7 @@ def verify(inventory: InventoryOpt, verbose: VerboseOpt = 0, project: ProjectOpt
 
 @reports_errors
 def reset(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     purge_models: Annotated[
         bool, typer.Option("--purge-models", help="Also delete the checkpoints and overlays (kept otherwise).")
     ] = False,
@@ -366,7 +373,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 @reports_errors
 def metrics(
-    inventory: InventoryOpt,
+    inventory: InventoryOpt = None,
     recipe: Annotated[
         str | None, typer.Argument(help="The recipe served (default: the one `apply` recorded in the inventory).")
     ] = None,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sparkplay import checkpoints, topology
+from sparkplay import __version__, checkpoints, topology
 from sparkplay.engines.plan import ENV_FILE, UNIT
 from sparkplay.errors import BadInput
 
@@ -84,6 +84,7 @@ def compute(
     engine = recipe.get("engine") or {}
     return {
         "recipe": recipe.get("name"),
+        "sparkplay_version": __version__,  # recorded on every node with what it runs
         "group": GROUP,
         "leader": leader,
         "nodes": nodes,

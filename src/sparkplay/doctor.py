@@ -62,6 +62,8 @@ def doctor_table(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]
             notes.append(f"{host}: preflight: {doc['preflight']}")
         for problem in (doc.get("fabric") or {}).get("problems", []):
             notes.append(f"{host}: fabric: {problem}")
+        if doc.get("nccl_problem"):
+            notes.append(f"{host}: WARNING {doc['nccl_problem']}")
         if doc.get("env"):
             keys = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_DISABLE")
             shown = " ".join(f"{k}={doc['env'][k]}" for k in keys if k in doc["env"])

@@ -98,6 +98,19 @@ def pcie_warnings(pcie: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
+NCCL_RELEASE = re.compile(r"^v?\d+\.\d+\.\d+-\d+(\+cuda\d+(\.\d+)*)?$")
+
+
+def nccl_build_problem(version: str | None, where: str) -> str | None:
+    """An NCCL that is not a release tag (a development build: a git hash, `a0`, `dev`, `rc`): one such
+    plateaued near 3 GB/s all_gather on a Spark pair against about 24 GB/s for v2.28.9-1."""
+    text = (version or "").strip()
+    if not text or NCCL_RELEASE.match(text):
+        return None
+    return (f"{where} has NCCL {text}, not a release tag (like 2.28.9-1): development builds have run several "
+            "times slower across the cable; use an image or package built on an NCCL release")  # fmt: skip
+
+
 def netplan_conflicts(listing: str, own_file: str, twins: list[str], mtu: int,
                       addresses: dict[str, str]) -> list[str]:  # fmt: skip
     """Other netplan files that configure the cable's twins with another MTU or addresses (or DHCP).

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkplay import paths
 from sparkplay.errors import ExitCode
 
 PROGRESS = re.compile(r"([\d.]+) / ([\d.]+) GB \((\d+)%\)")
@@ -145,6 +146,8 @@ def run_playbook(
     bin_dir = str(Path(sys.executable).parent)
     env = {
         "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
+        # facts are cached with the user's caches (an installed project is read-only)
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(paths.cache_dir(project) / "ansible-facts"),
         # the venv's ansible-playbook, and its plugins' sparkplay package
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         "ANSIBLE_NOCOLOR": "1",

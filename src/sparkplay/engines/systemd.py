@@ -8,6 +8,8 @@ and no shell involved.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,6 +53,7 @@ def status_rows(
     probe: the leader's look at its API ({health, served}) and its watchdog's state file (or None).
     """
     watchdog = probe.get("watchdog") or {}
+    leader_plan = next((r.get("plan_sha256") for r in records.values() if r.get("role") == "leader"), None)
     rows = []
     for host, record in records.items():
         show = units.get(host) or {}
@@ -71,11 +74,29 @@ def status_rows(
                 "watchdog": (watchdog.get("status") or "-") if leader and record.get("watchdog_unit") else "-",
                 "watchdog_restarts": int(watchdog.get("restarts_total") or 0) if leader else 0,
                 "watchdog_stood_down": (watchdog.get("stood_down") or None) if leader else None,
+                # every rank's unit comes from one plan; a rank left from another run (another recipe version,
+                # other knobs, a run limited to some hosts) starts with other engine flags than its peers
+                "plan_differs": bool(deployed and leader_plan and record.get("plan_sha256") != leader_plan),
                 # a leader is up when its API answers, not merely when its process runs
-                "up": deployed and state == "active" and (bool(probe.get("health")) or not leader),
+                "up": deployed
+                and state == "active"
+                and (bool(probe.get("health")) or not leader)
+                and not (deployed and leader_plan and record.get("plan_sha256") != leader_plan),
             }
         )
     return sorted(rows, key=lambda row: (row["rank"] if isinstance(row["rank"], int) else 1 << 30, row["host"]))
+
+
+def plan_digest(plan: Mapping[str, Any]) -> str:
+    """One digest of the whole launch plan (every rank's argv, env and mounts): the same on every rank
+    deployed in one run, so a rank whose record holds another was deployed with other flags."""
+    return hashlib.sha256(json.dumps(plan, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def plan_problems(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [f"rank {row['rank']} ({row['host']}) runs another launch plan than the leader (engine flags, env or "
+            "image differ): run `sparkplay up` (or serve.yml) on every host again" for row in rows
+            if row.get("plan_differs")]  # fmt: skip
 
 
 def _short_time(stamp: str) -> str:

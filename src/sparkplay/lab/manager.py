@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkplay import paths
 from sparkplay.errors import BadInput, MissingPrerequisite, SparkplayError
 from sparkplay.lab import cable, dockercli, inventory, staging, trust
 from sparkplay.lab.image import ImageRecipe, ensure_image
@@ -228,8 +229,8 @@ def up(
         report.add(*(said for name in names if (said := trust.trust(name, cas))))
         report.add(*cable.remove_switches(keep_for_nodes=nodes))
         report.add(*cable.wire(_pids(names)))
-        report.add(*(f"{path} written" for path in inventory.write(project, names)))
-        staged = staging.stage(names[0], project / ".cache" / "lab")
+        report.add(*(f"{path} written" for path in inventory.write(paths.data_dir(project), names)))
+        staged = staging.stage(names[0], paths.cache_dir(project) / "lab")
         if staged:
             report.add(staged)
     return report
@@ -250,7 +251,7 @@ def down(project: Path, *, purge_images: bool = False) -> Report:
         for network in dockercli.ids_with_label("network", LABEL):
             dockercli.docker(["network", "rm", network])
             report.add(f"network {network} removed")
-        report.add(*(f"{path} removed" for path in inventory.remove(project)))
+        report.add(*(f"{path} removed" for path in inventory.remove(paths.data_dir(project))))
         if purge_images:
             images = dockercli.docker(["images", "--format", "{{.Repository}}:{{.Tag}}", "sparkplay-lab-node"])
             for image in images.stdout.split():

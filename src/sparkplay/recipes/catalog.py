@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from sparkplay import paths
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
 from sparkplay.recipes import fetch, launcher, model, sparkrun, webjson
@@ -26,11 +27,30 @@ Confirm = Callable[[str, list[str], Path], bool]
 
 
 def catalog_dir(project: Path) -> Path:
-    return project / "recipes"
+    """The user's catalog: recipes imported go here (the checkout's recipes/, else a per-user folder)."""
+    return paths.data_dir(project) / "recipes"
+
+
+def shipped_beneath(catalog: Path) -> Path | None:
+    """The read-only catalog installed with sparkplay, read beneath the user's one (None in a checkout)."""
+    shipped = paths.BUNDLED / "recipes"
+    if not shipped.is_dir() or (catalog.exists() and catalog.resolve() == shipped.resolve()):
+        return None
+    return shipped
+
+
+def own_path(catalog: Path, name: str) -> Path:
+    """Where NAME is written: always the user's catalog."""
+    return catalog / f"{model.check_name(name)}.yml"
 
 
 def recipe_path(catalog: Path, name: str) -> Path:
-    return catalog / f"{model.check_name(name)}.yml"
+    """Where NAME is read from: the user's file, else the shipped one (a user's import shadows it)."""
+    own = own_path(catalog, name)
+    shipped = shipped_beneath(catalog)
+    if not own.exists() and shipped is not None and (shipped / own.name).is_file():
+        return shipped / own.name
+    return own
 
 
 def import_source(source: str, name: str | None = None, sets: Sequence[str] = ()) -> dict[str, Any]:
@@ -147,7 +167,8 @@ def apply_set(doc: dict[str, Any], assignment: str, where: str) -> None:
 
 
 def names(catalog: Path) -> list[str]:
-    return sorted(p.stem for p in catalog.glob("*.yml")) if catalog.is_dir() else []
+    layers = [catalog, shipped_beneath(catalog)]
+    return sorted({p.stem for layer in layers if layer is not None and layer.is_dir() for p in layer.glob("*.yml")})
 
 
 def load(catalog: Path, name: str) -> dict[str, Any]:
@@ -189,10 +210,11 @@ class SaveResult:
 
 
 def save(catalog: Path, doc: dict[str, Any], confirm: Confirm) -> SaveResult:
-    path = recipe_path(catalog, doc["name"])
+    """Write to the user's catalog; replacing a recipe (the user's, or a shipped one it would shadow) asks."""
+    path, current = own_path(catalog, doc["name"]), recipe_path(catalog, doc["name"])
     text = model.to_yaml(doc)
-    if path.exists():
-        old_text = path.read_text()
+    if current.exists():
+        old_text = current.read_text()
         if old_text == text:
             return SaveResult(path, "unchanged")
         try:
@@ -202,7 +224,7 @@ def save(catalog: Path, doc: dict[str, Any], confirm: Confirm) -> SaveResult:
         lines = semantic_diff(old, doc) or ["no change to engine, model, flags or env (only notes or provenance)"]
         if not confirm(f"Replace recipe {doc['name']} ({path})?", lines, path):
             raise Declined(f"kept {path} as it was", "pass --yes to replace it or --name to save under another name")
-        saved = backup(path, catalog / ".backups")
+        saved = backup(path, catalog / ".backups") if path.exists() else None  # a shipped one stays where it is
         atomic_write(path, text)
         return SaveResult(path, "replaced", saved)
     atomic_write(path, text)

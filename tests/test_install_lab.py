@@ -1,0 +1,92 @@
+"""sparkplay installed the way its users install it, run from an empty folder. Marked `lab`.
+
+Real: the wheel built from this tree (`pip wheel`), installed with its
+dependencies into a fresh virtualenv outside the checkout (what pipx does),
+run with a home folder of its own and no SPARKPLAY_PROJECT_DIR, from a folder
+with nothing in it; then the lab brought up and lab-tiny served by that
+installed command. Only the lab itself (containers, simulated cable) stands
+in for Sparks, as everywhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import PROJECT, run_cli
+
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
+
+
+class Installed:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.home = root / "home"
+        self.cwd = root / "empty"
+        self.venv = root / "venv"
+        self.data = self.home / ".local" / "share" / "sparkplay"
+
+    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKPLAY_", "XDG_", "VIRTUAL_ENV"))}
+        path = [p for p in env.get("PATH", "").split(os.pathsep) if Path(sys.executable).parent != Path(p)]
+        env.update(HOME=str(self.home), PATH=os.pathsep.join([str(self.venv / "bin"), *path]))
+        argv = [str(self.venv / "bin" / "sparkplay"), *args]
+        return subprocess.run(argv, capture_output=True, text=True, cwd=self.cwd, env=env, timeout=timeout,
+                              stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    where = Installed(tmp_path_factory.mktemp("installed"))
+    where.cwd.mkdir()
+    dist = where.root / "dist"
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(PROJECT), "--no-deps", "-w", str(dist), "-q"],
+                           capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert build.returncode == 0, build.stdout + build.stderr
+    wheel = next(dist.glob("sparkplay-*.whl"))
+    subprocess.run([sys.executable, "-m", "venv", str(where.venv)], check=True, timeout=300)
+    install = subprocess.run([str(where.venv / "bin" / "pip"), "install", "-q", str(wheel)],
+                             capture_output=True, text=True, timeout=1200, check=False)  # fmt: skip
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    yield where
+    where.run("lab", "down")
+
+
+def test_the_wheel_carries_the_project_and_runs_from_an_empty_folder(installed: Installed) -> None:
+    version = installed.run("--version")
+    assert version.returncode == 0 and version.stdout.startswith("sparkplay "), version.stderr
+    listed = installed.run("recipe", "list")
+    assert listed.returncode == 0 and "lab-tiny" in listed.stdout and "glm53-atlas" in listed.stdout, listed.stderr
+    # an import lands in the user's catalog, beneath which the shipped one is still read
+    source = PROJECT / "tests" / "fixtures" / "lab" / "lab-tiny.toml"
+    imported = installed.run("recipe", "import", str(source), "--name", "mine", "--yes")
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    assert (installed.data / "recipes" / "mine.yml").is_file()
+    assert {"mine", "lab-tiny"} <= set(installed.run("recipe", "list").stdout.split())
+    # init writes the default inventory in the user's config folder
+    init = installed.run("init", "--node", "spark-a", "--node", "spark-b", "--user", "me")
+    assert init.returncode == 0, init.stdout + init.stderr
+    hosts = yaml.safe_load((installed.home / ".config" / "sparkplay" / "inventory" / "hosts.yml").read_text())
+    assert set(hosts["all"]["children"]["sparkplay_nodes"]["hosts"]) == {"spark-a", "spark-b"}
+    assert list(installed.cwd.iterdir()) == []  # nothing lands in the folder it was run from
+
+
+def test_the_installed_command_brings_up_the_lab_and_serves_lab_tiny(installed: Installed) -> None:
+    run_cli("lab", "down")  # a lab another module left (the containers' names are the lab's, whoever made them)
+    up = installed.run("lab", "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    inventory = installed.data / "inventory" / "lab"
+    assert f"inventory: {inventory / 'hosts.yml'}" in up.stdout
+    served = installed.run("up", "lab-tiny", "-i", str(inventory), "--yes", timeout=1500)
+    assert served.returncode == 0, served.stdout[-4000:] + served.stderr
+    assert "lab-tiny answers at http://127.0.0.1:9931" in served.stdout
+    rows = json.loads(installed.run("status", "-i", str(inventory), "--json").stdout)
+    assert [r["up"] for r in rows] == [True, True]
+    assert (installed.home / ".cache" / "sparkplay" / "lab" / "lab-tiny.gguf").is_file()
