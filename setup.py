@@ -22,7 +22,7 @@ SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
 
 
 def project_files() -> list[str]:
-    return ["ansible.cfg", *sorted(p.name for p in HERE.glob("*.yml"))]
+    return ["ansible.cfg", *sorted(p.name for p in HERE.glob("*.yml") if p.name != "galaxy.yml")]
 
 
 class BuildWithProject(build_py):

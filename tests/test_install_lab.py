@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -46,8 +47,15 @@ class Installed:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     where = Installed(tmp_path_factory.mktemp("installed"))
     where.cwd.mkdir()
-    dist = where.root / "dist"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(PROJECT), "--no-deps", "-w", str(dist), "-q"],
+    dist, source = where.root / "dist", where.root / "source"
+    # built from a copy of what git holds (tracked, and new files it does not ignore): the build writes build/
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=PROJECT, capture_output=True,
+                            text=True, check=True).stdout.split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        if (PROJECT / name).is_file() and not (PROJECT / name).is_symlink():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(PROJECT / name, source / name)
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-w", str(dist), "-q"],
                            capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert build.returncode == 0, build.stdout + build.stderr
     wheel = next(dist.glob("sparkplay-*.whl"))
@@ -90,3 +98,30 @@ def test_the_installed_command_brings_up_the_lab_and_serves_lab_tiny(installed: 
     rows = json.loads(installed.run("status", "-i", str(inventory), "--json").stdout)
     assert [r["up"] for r in rows] == [True, True]
     assert (installed.home / ".cache" / "sparkplay" / "lab" / "lab-tiny.gguf").is_file()
+
+
+def test_the_collection_serves_the_same_lab_by_fqcn(installed: Installed) -> None:
+    """An Ansible user's way: the collection tarball built from this tree, installed into a collections
+    path of its own, its serve playbook run by FQCN (with the wheel's Python, which its plugins import)."""
+    tarballs = installed.root / "collection"
+    galaxy = str(installed.venv / "bin" / "ansible-galaxy")
+    built = subprocess.run([galaxy, "collection", "build", "--output-path", str(tarballs), str(PROJECT)],
+                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert built.returncode == 0, built.stdout + built.stderr
+    tarball = next(tarballs.glob("sparkplay-spark-*.tar.gz"))
+    assert tarball.name == f"sparkplay-spark-{installed.run('--version').stdout.split()[1]}.tar.gz"  # one version
+    collections = installed.root / "collections"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKPLAY_", "ANSIBLE_"))}
+    env.update(HOME=str(installed.home), ANSIBLE_NOCOLOR="1")
+    # from the empty folder: this checkout's ansible.cfg would find the checkout itself as the collection
+    subprocess.run([galaxy, "collection", "install", "--no-deps", "-p", str(collections), str(tarball)],
+                   capture_output=True, text=True, timeout=300, check=True, cwd=installed.cwd, env=env)  # fmt: skip
+    assert (collections / "ansible_collections" / "sparkplay" / "spark" / "playbooks" / "serve.yml").is_file()
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(collections)
+    inventory = installed.data / "inventory" / "lab" / "hosts.yml"
+    proc = subprocess.run([str(installed.venv / "bin" / "ansible-playbook"), "-i", str(inventory),
+                           "sparkplay.spark.serve", "-e", "recipe=lab-tiny"], capture_output=True, text=True,
+                          cwd=installed.cwd, env=env, timeout=1200, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert "lab-tiny answers at http://127.0.0.1:9931" in proc.stdout
+    assert "TASK [sparkplay.spark.serve : Serve | " in proc.stdout  # the collection's role, not a checkout's

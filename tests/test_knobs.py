@@ -72,7 +72,6 @@ def test_the_reader_search_sees_an_unread_knob():
 # changes is asserted. The lab module's tables (DIFF_KNOBS, PREFLIGHT_KNOBS) cover the rest.
 EFFECT_TESTS: dict[str, dict[str, str]] = {
     "test_knobs_lab.py": {
-        "sparkplay_any_errors_fatal": "test_any_errors_fatal_false_lets_the_healthy_nodes_finish",
         "sparkplay_gpu_expected": "test_the_driver_minimums_compare_with_the_driver_the_node_reports",
         "preflight_bad_kernels": "test_the_bad_kernel_list_warns_about_the_running_kernel",
         "preflight_driver_min": "test_the_driver_minimums_compare_with_the_driver_the_node_reports",
@@ -94,6 +93,7 @@ EFFECT_TESTS: dict[str, dict[str, str]] = {
     },
     "test_knob_effects.py": {
         "nvidia_stack_driver_packages": "test_the_package_lists_are_what_apt_installs",
+        "preflight_min_versions": "test_the_minimum_release_is_compared_with_the_nodes_own",
         "nvidia_stack_cuda_packages": "test_the_package_lists_are_what_apt_installs",
         "nvidia_stack_toolkit_packages": "test_the_package_lists_are_what_apt_installs",
         "fabric_gid_index": "test_the_gid_index_knob_on_an_rdma_host",

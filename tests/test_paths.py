@@ -86,3 +86,12 @@ def test_an_unknown_recipe_names_both_layers(installed: Path) -> None:
     with pytest.raises(BadInput, match="unknown recipe 'nope' \\(known: glm53, glm53-atlas, lab-tiny\\)"):
         catalog.load(catalog.catalog_dir(installed), "nope")
     assert model.check_name("lab-tiny") == "lab-tiny"
+
+
+def test_one_version_for_the_wheel_the_collection_and_the_nodes() -> None:
+    import yaml
+
+    from sparkplay import __version__
+
+    assert yaml.safe_load((PROJECT / "galaxy.yml").read_text())["version"] == __version__
+    assert f"## {__version__}" in (PROJECT / "CHANGELOG.md").read_text()

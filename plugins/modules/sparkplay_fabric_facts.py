@@ -31,7 +31,7 @@ ansible_facts:
 
 # Ansible modules put their documentation before the imports.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.sparkplay_fabric import detect  # noqa: E402
+from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_fabric import detect  # noqa: E402
 
 
 def main() -> None:

@@ -51,7 +51,7 @@ actions:
 from pathlib import Path  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.sparkplay_managed import (  # noqa: E402
+from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import (  # noqa: E402
     foreign,
     load_registry,
     recorded,

@@ -75,11 +75,15 @@ def recipe_import(
     root = project_dir(project)
     doc = catalog.import_source(source, name, sets or ())
     result = catalog.save(catalog.catalog_dir(root), doc, make_confirm(yes))
-    where = result.path.relative_to(root)
+
+    def shown(path: Path) -> Path:  # a checkout's recipes/ as before; an installed sparkplay's in full
+        return path.relative_to(root) if path.is_relative_to(root) else path
+
+    where = shown(result.path)
     if result.action == "unchanged":
         out.print(f"{where}: unchanged", markup=False)
     else:
-        backup = f" (previous kept as {result.backup.relative_to(root)})" if result.backup else ""
+        backup = f" (previous kept as {shown(result.backup)})" if result.backup else ""
         out.print(f"{where}: {result.action}{backup}", markup=False)
     for problem in model.problems(doc):
         err.print(str(problem), markup=False, highlight=False)

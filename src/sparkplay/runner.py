@@ -26,6 +26,20 @@ from sparkplay.errors import ExitCode
 PROGRESS = re.compile(r"([\d.]+) / ([\d.]+) GB \((\d+)%\)")
 
 
+def collections_path(project: Path) -> str | None:
+    """An installed project is the sparkplay.spark collection too: its roles name their plugins by FQCN.
+    A checkout's ansible.cfg finds it through the link in collections/; an installed one (a wheel cannot
+    carry a link) through one made here, in the user's cache."""
+    if not paths.is_installed(project):
+        return None
+    link = paths.cache_dir(project) / "collections" / "ansible_collections" / "sparkplay" / "spark"
+    if not (link.is_symlink() and link.resolve() == project.resolve()):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(project.resolve(), target_is_directory=True)
+    return os.pathsep.join([str(link.parents[2]), "~/.ansible/collections", "/usr/share/ansible/collections"])
+
+
 def state_dir() -> Path:
     """Where runs keep their artifacts: $SPARKPLAY_STATE_DIR, else $XDG_STATE_HOME/sparkplay."""
     if os.environ.get("SPARKPLAY_STATE_DIR"):
@@ -153,6 +167,9 @@ def run_playbook(
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
     }
+    collections = collections_path(project)
+    if collections:
+        env["ANSIBLE_COLLECTIONS_PATH"] = collections
     cmdline = " ".join(flag for flag, on in (("--check", check), ("--diff", diff)) if on)
 
     def handle(event: dict[str, Any]) -> bool:
