@@ -63,8 +63,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     install = subprocess.run([str(where.venv / "bin" / "pip"), "install", "-q", str(wheel)],
                              capture_output=True, text=True, timeout=1200, check=False)  # fmt: skip
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
-    yield where
-    where.run("lab", "down")
+    yield where  # the lab stays up, serving: a lab module after this one starts from it or removes it
 
 
 def test_the_wheel_carries_the_project_and_runs_from_an_empty_folder(installed: Installed) -> None:
