@@ -69,6 +69,30 @@ def test_bad_input_exits_2_before_anything_runs(tmp_path: Path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_bench_refuses_bad_input_in_one_line_before_anything_runs(tmp_path: Path):
+    (tmp_path / "hosts.yml").write_text("all: {children: {sparkplay_nodes: {hosts: {a: {sparkplay_rank: 0}}}}}\n")
+    profile = tmp_path / "p.yml"
+    profile.write_text("concurency: [1, 2]\n")
+    proc = run_cli("bench", "lab-tiny", "-i", str(tmp_path), "--profile", str(profile))
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert f"bench profile {profile} has unknown keys concurency" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = run_cli("bench", "no-such-recipe", "-i", str(tmp_path))
+    assert proc.returncode == ExitCode.BAD_INPUT and "unknown recipe 'no-such-recipe'" in proc.stderr
+    proc = run_cli("bench", "-i", str(tmp_path))  # no recipe given, none recorded
+    assert proc.returncode == ExitCode.BAD_INPUT and "pass the recipe: sparkplay bench RECIPE" in proc.stderr
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text("{}")
+    proc = run_cli("bench", "lab-tiny", "-i", str(tmp_path), "--compare", str(earlier))
+    assert proc.returncode == ExitCode.BAD_INPUT and "holds no bench rows" in proc.stderr
+
+
+def test_without_i_the_default_inventory_is_used_and_named_when_missing(tmp_path: Path):
+    proc = run_cli("status", env={"SPARKPLAY_INVENTORY": str(tmp_path / "none")})
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert f"inventory {tmp_path / 'none'} does not exist" in proc.stderr and "sparkplay init" in proc.stderr
+
+
 def event(kind: str, **data: object) -> dict:
     return {"event": kind, "event_data": data}
 
