@@ -76,7 +76,7 @@ def test_the_module_reports_facts_through_ansible(tmp_path):
     """The same parser as an Ansible module, run by ansible itself on localhost."""
     root = spark(tmp_path, cabled_port=0)
     proc = subprocess.run(
-        ["ansible", "localhost", "-m", "sparkplay_fabric_facts", "-a", f"root={root}"],
+        ["ansible", "localhost", "-m", "sparkplay.spark.sparkplay_fabric_facts", "-a", f"root={root}"],
         capture_output=True, text=True, cwd=PROJECT, check=False, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -82,8 +82,8 @@ def test_the_module_probes_and_records_through_ansible(tmp_path):
 
     def module(state: str, *extra: str) -> dict:
         args = f"paths={mine},{tmp_path / 'absent'} registry={registry} state={state}"
-        proc = subprocess.run(["ansible", "localhost", "-m", "sparkplay_managed_files", "-a", args, *extra],
-                              capture_output=True, text=True, cwd=PROJECT, check=False, timeout=120)  # fmt: skip
+        argv = ["ansible", "localhost", "-m", "sparkplay.spark.sparkplay_managed_files", "-a", args, *extra]
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=PROJECT, check=False, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return json.loads(proc.stdout.split("=>", 1)[1])
 

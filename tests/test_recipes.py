@@ -549,7 +549,12 @@ def test_apply_bad_input_changes_nothing(inventory, args, message):
 def test_apply_refuses_an_incomplete_recipe_naming_the_key(inventory, tmp_path):
     """A catalog recipe that lost a field it needs (edited by hand): apply names the key and the file."""
     project = tmp_path / "proj"
-    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns(".venv", ".git", ".cache", "inventory"))
+    shutil.copytree(
+        PROJECT,
+        project,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".venv", ".git", ".cache", ".ansible", "inventory"),
+    )
     unknown = tmp_path / "unknown.json"
     unknown.write_text(json.dumps({"title": "Other", "command": "serve /models/x --kernel-target=other --tp-size=2"}))
     args = ("recipe", "import", str(unknown), "--name", "other", "--project-dir", str(project))

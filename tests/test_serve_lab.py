@@ -149,7 +149,12 @@ IMPORTED = {"lab-tiny-site.json": "lab-tiny-site", "lab-tiny.toml": "lab-tiny-to
 def importers_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the project whose catalog holds the lab's recipe as each importer reads it from its format."""
     root = tmp_path_factory.mktemp("importers") / "project"
-    shutil.copytree(PROJECT, root, ignore=shutil.ignore_patterns(".venv", ".git", ".cache", "inventory", "recipes"))
+    shutil.copytree(
+        PROJECT,
+        root,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".venv", ".git", ".cache", ".ansible", "inventory", "recipes"),
+    )
     for fixture in IMPORTED:
         source = PROJECT / "tests" / "fixtures" / "lab" / fixture
         proc = run_cli("recipe", "import", str(source), "--project-dir", str(root))
