@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # molecule and the CLI find the project from here
 export SPARKPLAY_PROJECT_DIR := $(CURDIR)
 
-.PHONY: setup venv host demo test test-3 unit lint pytest molecule molecule-roles clean
+.PHONY: setup venv host demo test test-3 test-extra unit lint pytest molecule molecule-roles clean
 
 setup: venv host ## virtualenv + (as root) Debian packages and a running Docker engine
 
@@ -45,6 +45,9 @@ pytest: venv
 	pytest; rc=$$?; \
 	if [[ $$rc -eq 5 ]]; then echo "pytest collected no tests: the suite must run" >&2; exit 1; fi; \
 	exit $$rc
+
+test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py, about 9 min)
+	pytest -m extra
 
 test-3: setup ## three lab nodes behind the simulated switch, lab-tiny served across all three (about 6 min)
 	pytest -m lab3

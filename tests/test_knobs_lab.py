@@ -28,7 +28,7 @@ from tests.conftest import PROJECT, run_cli
 from tests.test_lab import in_node
 from tests.test_provision_lab import playbook, recap
 
-pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
+pytestmark = [pytest.mark.lab, pytest.mark.extra, pytest.mark.usefixtures("lab_host")]
 
 LAB = PROJECT / "inventory" / "lab"
 NETPLAN = "/etc/netplan/40-cx7.yaml"

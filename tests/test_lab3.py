@@ -44,7 +44,7 @@ def test_lab_tiny_is_served_across_three_ranks():
     assert re.search(r"lab-tiny answers at http://127\.0\.0\.1:9931", proc.stdout)
     for rank in (1, 2):  # mirrored and verified on every rank
         marker = json.loads(in_node(rank, "cat", "/var/lib/sparkplay/models/lab-tiny/.sparkplay/complete.json").stdout)
-        assert marker["files"] == 1
+        assert marker["files"] == 2  # the model and its tokenizer.json
     leader = in_node(0, "journalctl", "-u", "sparkplay-serve", "--no-pager", "-o", "cat").stdout
     for address in ("192.168.100.11:50052", "192.168.100.12:50052"):  # layers on both workers
         assert re.search(rf"RPC\d\[{re.escape(address)}\] model buffer size", leader), address

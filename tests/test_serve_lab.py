@@ -112,7 +112,7 @@ def test_up_yes_from_a_fresh_lab_serves_across_both_ranks():
     assert f"[alloc_buffer] device: 0, size: {size} MiB" in journal(1)
     # the model was mirrored to rank 1 as a staged checkpoint, verified there
     marker = json.loads(in_node(1, "cat", "/var/lib/sparkplay/models/lab-tiny/.sparkplay/complete.json").stdout)
-    assert marker["files"] == 1
+    assert marker["files"] == 2  # the model and its tokenizer.json
     # the API stays on loopback, the worker's RPC on the cable address only
     assert "127.0.0.1:9931" in in_node(0, "ss", "-Htln").stdout
     listening = in_node(1, "ss", "-Htln").stdout
