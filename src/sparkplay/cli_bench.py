@@ -32,11 +32,10 @@ CompareOpt = Annotated[Path | None, _file("--compare", "An earlier result: print
 def _recipe_of(inventory: Path, given: str | None) -> str:
     if given:
         return given
-    hosts = inv_mod.hosts(hosts_file(inventory))
-    name = next((h.vars.get("sparkplay_recipe") for h in hosts if h.vars.get("sparkplay_recipe")), None)
+    name = inv_mod.recorded_recipe(inv_mod.hosts(hosts_file(inventory)))
     if not name:
         raise BadInput("no recipe given and the inventory records none", "pass the recipe: sparkplay bench RECIPE")
-    return str(name)
+    return name
 
 
 def _table(rows: list[dict[str, Any]]) -> Table:

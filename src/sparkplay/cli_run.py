@@ -384,7 +384,7 @@ def metrics(
     hosts = inv_mod.hosts(hosts_file(inventory))
     leader = next((h for h in hosts if h.rank == 0), hosts[0])
     settings = leader.vars
-    name = recipe or settings.get("sparkplay_recipe")
+    name = recipe or inv_mod.recorded_recipe(hosts)
     if not name:
         raise BadInput("no recipe given and the inventory records none", "pass the recipe: sparkplay metrics RECIPE")
     doc = catalog.load_for_use(catalog.catalog_dir(root), name)

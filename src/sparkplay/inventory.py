@@ -111,6 +111,11 @@ class Host:
         )
 
 
+def recorded_recipe(hosts: list[Host]) -> str | None:
+    """The recipe `sparkplay apply` (or `up`) recorded for these hosts, if any."""
+    return next((str(h.vars["sparkplay_recipe"]) for h in hosts if h.vars.get("sparkplay_recipe")), None)
+
+
 def hosts(inventory: Path) -> list[Host]:
     """The sparkplay_nodes of an inventory, with their variables, by rank."""
     tool = shutil.which("ansible-inventory") or str(Path(sys.executable).parent / "ansible-inventory")

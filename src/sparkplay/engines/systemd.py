@@ -60,6 +60,9 @@ def status_rows(
         state, sub = show.get("ActiveState") or "unknown", show.get("SubState", "")
         leader = record.get("role") == "leader"
         deployed = bool(record)
+        # every rank's unit comes from one plan; a rank left from another run (another recipe version,
+        # other knobs, a run limited to some hosts) starts with other engine flags than its peers
+        differs = bool(deployed and leader_plan and record.get("plan_sha256") != leader_plan)
         rows.append(
             {
                 "rank": record.get("rank", "-"),
@@ -74,14 +77,9 @@ def status_rows(
                 "watchdog": (watchdog.get("status") or "-") if leader and record.get("watchdog_unit") else "-",
                 "watchdog_restarts": int(watchdog.get("restarts_total") or 0) if leader else 0,
                 "watchdog_stood_down": (watchdog.get("stood_down") or None) if leader else None,
-                # every rank's unit comes from one plan; a rank left from another run (another recipe version,
-                # other knobs, a run limited to some hosts) starts with other engine flags than its peers
-                "plan_differs": bool(deployed and leader_plan and record.get("plan_sha256") != leader_plan),
+                "plan_differs": differs,
                 # a leader is up when its API answers, not merely when its process runs
-                "up": deployed
-                and state == "active"
-                and (bool(probe.get("health")) or not leader)
-                and not (deployed and leader_plan and record.get("plan_sha256") != leader_plan),
+                "up": deployed and state == "active" and (bool(probe.get("health")) or not leader) and not differs,
             }
         )
     return sorted(rows, key=lambda row: (row["rank"] if isinstance(row["rank"], int) else 1 << 30, row["host"]))

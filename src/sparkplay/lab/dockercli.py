@@ -59,6 +59,12 @@ def docker(
     return proc
 
 
+def sha256_in(container: str, folder: str, pattern: str) -> dict[str, str]:
+    """File name -> sha256 of the files matching `pattern` in a container's folder (none when it is missing)."""
+    listed = docker(["exec", container, "sh", "-c", f"cd {folder} 2>/dev/null && sha256sum {pattern}"], check=False)
+    return {line.split()[1]: line.split()[0] for line in listed.stdout.splitlines() if len(line.split()) == 2}
+
+
 def require_engine() -> None:
     """Fail with one line unless a Docker engine answers."""
     proc = docker(["version", "--format", "{{.Server.Version}}"], check=False, timeout=20)

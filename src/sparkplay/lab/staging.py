@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from sparkplay.fsutil import atomic_write
 from sparkplay.lab import dockercli, tiny_gguf
 
 MODEL_ROOT = "/var/lib/sparkplay/models"
@@ -28,20 +29,15 @@ def cached_model(cache: Path) -> tuple[Path, str]:
 
 
 def cached_tokenizer(cache: Path) -> tuple[Path, str]:
-    path = cache / TOKENIZER
-    text = tiny_gguf.tokenizer_json().encode()
-    if not path.is_file() or path.read_bytes() != text:
-        path.with_suffix(".tmp").write_bytes(text)
-        path.with_suffix(".tmp").replace(path)
+    path, text = cache / TOKENIZER, tiny_gguf.tokenizer_json().encode()
+    atomic_write(path, text)
     return path, hashlib.sha256(text).hexdigest()
 
 
 def stage(container: str, cache: Path) -> str | None:
     """Place the model and its tokenizer in rank 0's staged folder unless the same bytes are there."""
     wanted = [cached_model(cache), cached_tokenizer(cache)]
-    there = dockercli.docker(["exec", container, "sh", "-c", f"cd {FOLDER} && sha256sum {FILE} {TOKENIZER}"],
-                             check=False)  # fmt: skip
-    have = {line.split()[1]: line.split()[0] for line in there.stdout.splitlines() if len(line.split()) == 2}
+    have = dockercli.sha256_in(container, FOLDER, f"{FILE} {TOKENIZER}")
     missing = [(path, digest) for path, digest in wanted if have.get(path.name) != digest]
     if not missing:
         return None

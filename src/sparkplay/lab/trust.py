@@ -26,9 +26,7 @@ def trust(container: str, cas: dict[str, bytes]) -> str | None:
     """Install `cas` in the node's store unless the same certificates are there; say what happened."""
     if not cas:
         return None
-    there = dockercli.docker(["exec", container, "sh", "-c", f"cd {NODE_CAS} 2>/dev/null && sha256sum *.crt"],
-                             check=False)  # fmt: skip
-    have = {line.split()[1]: line.split()[0] for line in there.stdout.splitlines() if len(line.split()) == 2}
+    have = dockercli.sha256_in(container, NODE_CAS, "*.crt")
     wanted = {name: hashlib.sha256(data).hexdigest() for name, data in cas.items()}
     if have == wanted:
         return None

@@ -530,16 +530,9 @@ def bare_latency_ms(url: str, model: str, runs: int = 5) -> float:
     return round(statistics.median(times), 2)
 
 
-@functools.cache
-def _quiet_handler(directory: str) -> type[http.server.SimpleHTTPRequestHandler]:
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, directory=directory, **kwargs)
-
-        def log_message(self, *args: Any) -> None:  # the bench's output stays its own
-            pass
-
-    return Handler
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:  # the bench's output stays its own
+        pass
 
 
 def serve_corpus(corpus: str) -> tuple[str, http.server.ThreadingHTTPServer | None]:
@@ -547,7 +540,8 @@ def serve_corpus(corpus: str) -> tuple[str, http.server.ThreadingHTTPServer | No
     if "://" in corpus:
         return corpus, None
     path = Path(corpus).resolve()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _quiet_handler(str(path.parent)))
+    handler = functools.partial(_QuietHandler, directory=str(path.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}/{path.name}", server
 
