@@ -42,7 +42,8 @@ def test_a_checkout_keeps_its_data_in_itself() -> None:
     assert not paths.is_installed(PROJECT)
     assert paths.data_dir(PROJECT) == PROJECT and paths.cache_dir(PROJECT) == PROJECT / ".cache"
     assert catalog.catalog_dir(PROJECT) == PROJECT / "recipes"
-    assert catalog.shipped_beneath(catalog.catalog_dir(PROJECT)) is None or not paths.BUNDLED.exists()
+    assert not paths.BUNDLED.exists()  # a checkout (or an editable install) carries no copy of itself
+    assert catalog.shipped_beneath(catalog.catalog_dir(PROJECT)) is None
 
 
 def test_installed_data_goes_to_the_users_folders(installed: Path, tmp_path: Path,
