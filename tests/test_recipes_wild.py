@@ -460,3 +460,92 @@ def test_launcher_toml_with_pipeline_parallel_ray_and_a_health_timeout(tmp_path)
     assert deployment["health"]["timeout_s"] == 5400
     server = deployment["ranks"][0]["argv"]
     assert contains_run(server, ["--tensor-parallel-size", "1", "--pipeline-parallel-size", "2"])
+
+
+# -- shapes nobody here wrote the importers from -------------------------------------------
+
+SHAPES = PROJECT / "tests" / "fixtures" / "localairecipes" / "shapes"
+
+
+def test_an_api_wrapped_recipe_with_steps_reads_like_a_flat_one():
+    # {"data": {"recipe": {...}}}, the command among a step's lines after an export, the image in a sentence
+    # that names "the container" before "docker pull", the revision and settings in a setup paragraph
+    doc = imported(SHAPES / "nested-steps-api.json")
+    assert doc["name"] == "qwen3-coder-vllm" and doc["title"] == "Qwen3 Coder on one Spark"
+    assert doc["engine"]["image"] == "nvcr.io/nvidia/vllm:25.11-py3"
+    assert doc["model"]["revision"] == "1f2e3d4c5b6a79881f2e3d4c5b6a79881f2e3d4c"
+    assert doc["serve"]["env"] == {"VLLM_ATTENTION_BACKEND": "FLASHINFER"}  # the snippet's export
+    ignored = [p["detail"] for p in doc["provenance"] if p["how"] == "ignored"]
+    # an unconditional setting outside the environment fields is reported, not applied; conditional ones neither
+    assert len(ignored) == 1 and "TOKENIZERS_PARALLELISM=false" in ignored[0]
+    assert "NCCL_IB_DISABLE" not in ignored[0] and "VLLM_SLEEP" not in ignored[0]
+    assert "data" not in doc["extra"] and doc["extra"]["rating"] == 4.5
+    fixed = imported(SHAPES / "nested-steps-api.json", "serve.env.TOKENIZERS_PARALLELISM=false")
+    assert fixed["serve"]["env"]["TOKENIZERS_PARALLELISM"] == "false"  # text, as an environment holds
+
+
+def test_an_export_whose_value_the_shell_would_expand_is_not_carried(tmp_path):
+    doc = web(tmp_path, {"title": "t", "image": "v/v:1",
+                         "run": "export HF_HOME=$(pwd)/hf\nvllm serve o/m --port 8000"})  # fmt: skip
+    assert doc["serve"]["env"] == {}
+
+
+def test_a_hostile_title_and_env_names_are_made_safe_and_reported(tmp_path):
+    doc = web(tmp_path, {
+        "title": "evil\n---\nschema: x\u0000 {{ lookup('pipe','id') }}\u2028end",
+        "command": "vllm serve org/model --port 8000", "image": "nvcr.io/nvidia/vllm:25.11-py3",
+        "env": {"A": "1", "BAD NAME": "x", "X": "$(id)"},
+    })  # fmt: skip
+    assert doc["title"] == "evil --- schema: x {{ lookup('pipe','id') }} end"
+    assert model.from_yaml(model.to_yaml(doc), "t") == doc  # the file loads back
+    assert doc["serve"]["env"] == {"A": "1", "X": "$(id)"}  # the value is text: nothing runs it
+    assert any(p["how"] == "ignored" and "'BAD NAME'" in p["detail"] for p in doc["provenance"])
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ({"env": {"A": "1\nB=2"}}, r"serve.env.A holds a control character"),
+        ({"command": "vllm serve o/m --served-model-name 'a\nb'"}, r"serve.args\[1\] holds a control character"),
+        ({"command": "vllm serve o/m --nnodes 2"}, "cannot be planned as written: .*--nnodes"),
+    ],
+)
+def test_what_could_never_start_is_refused_at_import(tmp_path, data, says):
+    path = tmp_path / "site.json"
+    path.write_text(json.dumps({"command": "vllm serve o/m", "image": "v/v:1", **data}))
+    with pytest.raises(BadInput, match=says) as caught:
+        imported(path)
+    assert str(caught.value).startswith(f"{path}: ")
+
+
+def test_launcher_toml_states_data_and_expert_parallel_as_keys(tmp_path):
+    path = tmp_path / "recipe.toml"
+    path.write_text(
+        'engine = "vllm"\nname = "dp2"\ndocker_image = "v/v:1"\nmodel = "Qwen/Qwen3-30B-A3B-FP8"\n'
+        "required_nodes = 2\ntensor_parallel_size = 1\ndata_parallel_size = 2\nenable_expert_parallel = true\n"
+    )
+    doc = imported(path)
+    assert doc["serve"]["args"] == ["--data-parallel-size", "2", "--enable-expert-parallel"]
+    assert doc["topology"]["expert_parallel"] == 2 and "data_parallel_size" not in doc["extra"]
+    leader, worker = plan_of(doc, 2)["ranks"]
+    assert contains_run(worker["argv"], ["--data-parallel-start-rank", "1", "--headless"])
+    path.write_text(path.read_text().replace("data_parallel_size = 2\n", ""))
+    with pytest.raises(BadInput, match=r"cannot be planned as written: .*does not match the 2 node"):
+        imported(path)  # two nodes and nothing to spread over them
+
+
+def test_sparkrun_expert_parallel_spans_data_parallel_and_the_speculator_is_mirrored():
+    doc = imported(SPARKRUN / "qwen3-235b-dp2-ep-eagle.yaml")
+    assert doc["topology"]["nodes"] == 2 and doc["topology"]["expert_parallel"] == 2
+    assert [c["role"] for c in doc["model"]["checkpoints"]] == ["target", "drafter"]
+    assert set(doc["extra"]["sparkrun_not_honoured"]) == {"mods", "build_args"}
+    spec = plan_of(doc, 2)["ranks"][0]["argv"]
+    assert f"{ROOT}/RedHatAI--Qwen3-235B-A22B-speculator.eagle3" in spec[spec.index("--speculative-config") + 1]
+
+
+def test_a_gguf_path_on_the_authors_machine_is_the_file_in_the_mirrored_checkpoint():
+    doc = imported(SPARKRUN / "gpt-oss-gguf-container-path.yaml")
+    assert doc["model"]["path"] == "ggml-org--gpt-oss-20b-GGUF/gpt-oss-20b-mxfp4.gguf"
+    assert any(p["key"] == "model.path" and p["how"] == "cleaned" for p in doc["provenance"])
+    (leader,) = plan_of(doc, 1)["ranks"]
+    assert f"{ROOT}/ggml-org--gpt-oss-20b-GGUF/gpt-oss-20b-mxfp4.gguf" in leader["argv"]

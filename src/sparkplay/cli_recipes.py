@@ -91,8 +91,8 @@ def recipe_import(
         if note.get("how") == "narrowed":
             err.print(f"note: {note['key']}: {note['detail']}", markup=False, highlight=False)
         elif note.get("how") == "ignored":
-            err.print(f"not honoured: {note['key']}: {note['detail']} (kept in the recipe's extra)",
-                      markup=False, highlight=False)  # fmt: skip
+            kept = " (kept in the recipe's extra)" if note["key"].startswith("extra.") else ""
+            err.print(f"not honoured: {note['key']}: {note['detail']}{kept}", markup=False, highlight=False)
 
 
 @recipe_app.command("list")

@@ -124,6 +124,31 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
     }
 
 
+def stand_in_nodes(count: int) -> list[Node]:
+    """`count` ranks with documentation addresses (RFC 5737) on a two-twin cable, for rehearsing a plan."""
+    twins = "enp1s0f1np1,enP2p1s0f1np1"
+    return [
+        Node.from_facts(
+            f"rank{rank}",
+            {
+                "rank": rank,
+                "machine": "aarch64",
+                "fabric_env": {
+                    "SPARKPLAY_FABRIC_TWINS": twins,
+                    "SPARKPLAY_FABRIC_ADDRESSES": f"192.0.2.{10 + rank},198.51.100.{10 + rank}",
+                },
+            },
+        )
+        for rank in range(count)
+    ]
+
+
+def rehearse(recipe: Mapping[str, Any], model_root: str) -> None:
+    """Build the recipe's plan for its own node count on stand-in nodes: what the recipe alone decides
+    (parallelism against nodes, flags sparkplay owns, paths, knobs) fails here, before anything is kept."""
+    build(recipe, stand_in_nodes(int(recipe["topology"]["nodes"] or 1)), Options(model_root=model_root))
+
+
 def _client_address(bind: str) -> str:
     """Where a client on the leader reaches an API bound to `bind`."""
     if bind in ("0.0.0.0", "", "*"):  # noqa: S104 - we only connect, to loopback

@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from sparkplay import paths
+from sparkplay import deployment, paths
+from sparkplay.engines import plan
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
 from sparkplay.recipes import fetch, launcher, model, sparkrun, webjson
@@ -101,6 +102,10 @@ def import_source(source: str, name: str | None = None, sets: Sequence[str] = ()
             f"{source}: {first.key} cannot be determined from the recipe: {first.message}{more}",
             f"{first.fix}, or import with --set {first.key}=VALUE",
         )
+    try:  # what the recipe alone decides must plan: an import that could never start is no import
+        plan.rehearse(doc, deployment.DEFAULTS["sparkplay_model_root"])
+    except BadInput as exc:
+        raise BadInput(f"{source}: the recipe cannot be planned as written: {exc.problem}", exc.fix) from None
     return doc
 
 
@@ -146,13 +151,16 @@ def apply_set(doc: dict[str, Any], assignment: str, where: str) -> None:
     node: Any = doc
     for part in parts[:-1]:
         node = node.get(part) if isinstance(node, dict) else None
-    if not isinstance(node, dict) or parts[-1] not in node:
+    # a mapping of names (the environment, the knobs) takes new entries; elsewhere only fields the recipe has
+    open_mapping = parts[:-1] in (["serve", "env"], ["knobs"])
+    if not isinstance(node, dict) or (parts[-1] not in node and not open_mapping):
         raise BadInput(f"--set {key}: the recipe has no field {key}", "name a field `sparkplay recipe show` lists")
     try:
         parsed = yaml.safe_load(value) if value else None
     except yaml.YAMLError:
         parsed = value
-    node[parts[-1]] = value if isinstance(parsed, str) or (parsed is None and value) else parsed
+    as_text = isinstance(parsed, str) or (parsed is None and value) or parts[:-1] == ["serve", "env"]
+    node[parts[-1]] = value if as_text else parsed  # the environment holds text: false stays "false"
     ckpts = doc["model"].setdefault("checkpoints", [])
     target = next((c for c in ckpts if c["role"] == "target"), None)
     if key == "model.revision" and target:  # the target checkpoint is pinned with the model

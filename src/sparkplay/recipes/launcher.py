@@ -14,6 +14,8 @@ from sparkplay.recipes.normalise import JSON_FLAGS, RawRecipe
 
 # how long the engine may take to become healthy, in seconds, under the names launchers use
 HEALTH_KEYS = ("healthcheck_timeout", "health_timeout", "startup_timeout")
+# vLLM engine arguments launchers state as keys of their own, beside tensor/pipeline parallel
+ENGINE_ARG_KEYS = {"data_parallel_size": "--data-parallel-size", "enable_expert_parallel": "--enable-expert-parallel"}
 KNOWN_KEYS = {
     "engine",
     "name",
@@ -24,6 +26,7 @@ KNOWN_KEYS = {
     "tensor_parallel_size",
     "pipeline_parallel_size",
     "distributed_backend",
+    *ENGINE_ARG_KEYS,
     "shm_size",
     "args",
     "env",
@@ -125,6 +128,14 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, notes
                         f"fix the JSON text given to {args_in[i - 1]}",
                     ) from None
         raw.args.append(cleaned)
+    for key, flag in ENGINE_ARG_KEYS.items():  # vLLM engine arguments the launcher states as keys
+        value = data.get(key)
+        if value in (None, False) or cmdline.has_flag(raw.args, flag):
+            continue
+        if engine != "vllm":
+            raise BadInput(f"recipe.toml key {key} is a vLLM setting, but the engine is {engine}", f"remove {key}")
+        raw.args += [flag] if value is True else [flag, str(_int(data, key))]
+        raw.note("serve.args", "derived", f"{flag} from the recipe's {key}")
     served = cmdline.flag_value(raw.args, "--served-model-name")
     raw.name = name or slugify(served or raw.title)
     return raw

@@ -153,7 +153,7 @@ _Dumper.add_representer(str, _str_representer)
 
 def to_yaml(doc: dict[str, Any]) -> str:
     # the title is the recipe's own text: one line here, whatever it holds (a newline would end the comment)
-    title = " ".join(str(doc["title"]).split())
+    title = " ".join("".join(c if c.isprintable() else " " for c in str(doc["title"])).split())
     header = f"# {title}\n# sparkplay recipe ({SCHEMA_ID}); imported with `sparkplay recipe import`.\n"
     return header + "---\n" + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
 

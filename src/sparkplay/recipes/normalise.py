@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import posixpath
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -152,8 +153,10 @@ def _derive_from_flags(raw: RawRecipe) -> dict[str, Any]:
             "context_length": _int(flag(a, "--max-model-len"), "--max-model-len"),
             "tensor_parallel": tp,
             "pipeline_parallel": _int(flag(a, "--pipeline-parallel-size", "-pp"), "--pipeline-parallel-size"),
-            # vLLM's expert parallelism spans the tensor-parallel group
-            "expert_parallel": (tp or 1) if cmdline.has_flag(a, "--enable-expert-parallel", "-ep") else None,
+            # vLLM's expert parallelism spans the tensor- and data-parallel groups together
+            "expert_parallel": (tp or 1) * (_int(flag(a, "--data-parallel-size", "-dp"), "--data-parallel-size") or 1)
+            if cmdline.has_flag(a, "--enable-expert-parallel", "-ep")
+            else None,
             "nodes": _int(flag(a, "--nnodes"), "--nnodes"),
             "gpu_memory_utilization": _float(flag(a, "--gpu-memory-utilization"), "--gpu-memory-utilization"),
             "port": _int(flag(a, "--port"), "--port"),
@@ -204,9 +207,46 @@ def _pick(raw: RawRecipe, key: str, stated: Any, derived: Any, default: Any, det
     return default
 
 
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _check_one_line(raw: RawRecipe) -> None:
+    """Flags and env reach argv, an env file and a unit: a control character there is refused, not carried."""
+    named = [(f"serve.args[{i}]", a) for i, a in enumerate(raw.args)]
+    named += [(f"serve.env.{k}", f"{k}={v}") for k, v in raw.env.items()]
+    named += [(key, value) for key, value in (("engine.image", raw.image), ("model", raw.model)) if value]
+    for key, value in named:
+        if CONTROL.search(value):
+            raise BadInput(
+                f"{key} holds a control character or a line break ({value[:40]!r})",
+                f"give {key} on one line of printable text",
+            )
+
+
+def _one_line_title(raw: RawRecipe) -> str:
+    title = " ".join(CONTROL.sub(" ", raw.title).split())[:200] or "recipe"
+    if title != raw.title:
+        raw.note("title", "cleaned", "line breaks and control characters replaced, spaces collapsed")
+    return title
+
+
+def _model_file(raw: RawRecipe, repo: str | None) -> str | None:
+    """llama.cpp's -m: a file under the model root. An absolute path is the recipe author's own disk (or
+    container); with the repository known, the file of that name in its mirrored checkpoint is meant."""
+    path = raw.model
+    if raw.engine != "llamacpp" or not path or not path.startswith("/") or not repo:
+        return path
+    org, _, name = repo.partition("/")
+    mapped = f"{org}--{name}/{posixpath.basename(path)}"
+    raw.note("model.path", "cleaned", f"{path} is a path on the recipe author's machine; the file of that name "
+             f"in the {repo} checkpoint is used ({mapped} under the model root)")  # fmt: skip
+    return mapped
+
+
 def normalise(raw: RawRecipe) -> dict[str, Any]:
     """The normalised recipe document (not yet schema-validated)."""
     _check_json_flags(raw.args)
+    _check_one_line(raw)
     engine_defaults = known.ENGINES[raw.engine]
     derived = _derive_from_flags(raw)
     flags = cmdline.flag_map(raw.args)
@@ -253,7 +293,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "schema": SCHEMA_ID,
         "name": raw.name,
-        "title": raw.title,
+        "title": _one_line_title(raw),
         "source": raw.source,
         "engine": {
             "name": raw.engine,
@@ -267,7 +307,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "revision": raw.revision,
             "quant": quant_match.group(1).lower() if quant_match else None,
             "served_name": served,
-            "path": None if model_is_repo else raw.model,
+            "path": None if model_is_repo else _model_file(raw, repo),
             "checkpoints": [],
             "overlay": None,
         },

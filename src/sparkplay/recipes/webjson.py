@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, imageref
+from sparkplay.recipes import cmdline, imageref, known
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.normalise import RawRecipe
 
 SITE_API = "https://localairecipes.com/api/v1/recipes/{slug}.json"
 FIELD_NAMES: dict[str, tuple[str, ...]] = {
-    "title": ("title", "name", "recipe_name"),
+    "title": ("title", "name", "recipe_name", "headline", "display_name"),
     "command": ("command", "cmd", "command_line", "commandline", "serve_command", "launch_command", "run_command"),
     "env": ("env", "environment", "env_vars", "environment_variables"),
     "notes": ("notes", "description", "details", "body"),
@@ -33,13 +33,17 @@ KNOWN_FIELDS = {name for names in FIELD_NAMES.values() for name in names} | {"ha
 PROSE_SETTING = re.compile(r"(?<![A-Za-z0-9_-])([A-Z][A-Z0-9_]*)=([^\s,;()+<>]+)")
 IMAGE_TAG = re.compile(r"\bimage tag[:\s]+([0-9a-f]{7,64})\b", re.IGNORECASE)
 # "Image nvcr.io/...", "image: repo:tag", "docker pull repo:tag", in any case; checked against the grammar after
+# (a lookahead, so "the container: docker pull X" tries "docker pull X" after "container" gives no image)
 IMAGE_REF = re.compile(
-    r"\b(?:image|docker pull|container)\b(?:\s+is)?[:\s]+([A-Za-z0-9][^\s,;()'\"`<>]*)", re.IGNORECASE
+    r"(?=\b(?:image|docker pull|container)\b(?:\s+is)?[:\s]+([A-Za-z0-9][^\s,;()'\"`<>]*))", re.IGNORECASE
 )
 REVISION = re.compile(
     r"\b(?:revision|commit|rev|model_revision)\b(?:\s+is)?[:\s=]+([0-9a-f]{40}|v?\d[A-Za-z0-9._-]*)", re.IGNORECASE
 )
 TRAILING = ".,;:!?)]}'\""
+ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+WRAPPERS = ("recipe", "data", "result", "item", "attributes", "payload")
 API_ADDRESS = re.compile(r"\bAPI\b[^.]*?\bon\s+(\d{1,3}(?:\.\d{1,3}){3}|localhost|\[[0-9a-fA-F:]+\]):(\d{1,5})")
 
 
@@ -98,16 +102,34 @@ def _strings(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, str |
 def _as_command(text: str) -> str | None:
     """`text`, or one of its lines, when it is a known engine's command line (its first word the server)."""
     joined = re.sub(r"\\\r?\n", " ", text)
+    exported: list[str] = []  # `export K=V` lines of the same snippet, before the command, are its environment
     for line in joined.splitlines():
         line = line.strip().removeprefix("$ ").removeprefix("exec ")
-        if not line:
+        if not line or line.startswith("#"):
+            continue
+        if assignments := _assignments(line):
+            exported += assignments
             continue
         try:
             cmdline.parse(line)
         except BadInput:
             continue
-        return line
+        return " ".join([*(cmdline.shlex.quote(a) for a in exported), line])
     return None
+
+
+def _assignments(line: str) -> list[str]:
+    """`export A=1 B=2` or `A=1` as NAME=VALUE words; [] for anything else (a value the shell would expand
+    is not a setting sparkplay can carry)."""
+    try:
+        words = cmdline.shlex.split(line)
+    except ValueError:
+        return []
+    if words[:1] == ["export"]:
+        words = words[1:]
+    if words and all(ENV_WORD.match(w) and "$" not in w and "`" not in w for w in words):
+        return words
+    return []
 
 
 def find_command(data: dict[str, Any]) -> tuple[str, str]:
@@ -127,7 +149,7 @@ def find_command(data: dict[str, Any]) -> tuple[str, str]:
         if isinstance(value, list):
             words = " ".join(cmdline.shlex.quote(v) for v in value)
             line = _as_command(words) if " " not in value[0] else None
-            candidates = [line] if line else [_as_command(v) for v in value]
+            candidates = [line] if line else [_as_command("\n".join(value))]
         else:
             candidates = [_as_command(value)]
         for line in candidates:
@@ -182,9 +204,20 @@ def find_revision(data: dict[str, Any], prose: str) -> tuple[str | None, str | N
     return None, None
 
 
+def unwrap(data: dict[str, Any]) -> dict[str, Any]:
+    """APIs wrap the recipe (`{"data": {"recipe": {...}}}`): the wrapper's fields, then the wrapped ones."""
+    for _ in range(4):
+        inner = next((data[k] for k in WRAPPERS if isinstance(data.get(k), dict)), None)
+        if inner is None and len(data) == 1 and isinstance(next(iter(data.values())), dict):
+            inner = next(iter(data.values()))
+        if inner is None:
+            return data
+        data = {**{k: v for k, v in data.items() if v is not inner}, **inner}
+    return data
+
+
 def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> RawRecipe:
-    if isinstance(data.get("recipe"), dict):  # some APIs wrap the recipe
-        data = {**data, **data["recipe"]}
+    data = unwrap(data)
     command, command_field = find_command(data)
     parsed = cmdline.parse(command)
     title = str(_field(data, "title") or parsed.model or "recipe")
@@ -200,7 +233,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
         model=parsed.model,
         args=parsed.args,
         notes=notes if isinstance(notes, str) else None,
-        extra={k: v for k, v in data.items() if k not in KNOWN_FIELDS and k != "recipe" and k != command_field},
+        extra={k: v for k, v in data.items() if k not in KNOWN_FIELDS and k != command_field},
     )
     if command_field not in FIELD_NAMES["command"]:
         raw.note("serve.args", "derived", f"the command line found in the recipe's field {command_field}")
@@ -216,7 +249,18 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
         raw.note("serve.env", "derived", f"{len(settings)} KEY=VALUE settings named in the recipe's env prose")
     if conditional:
         raw.note("serve.env", "derived", f"left out, conditional in the prose: {', '.join(conditional)}")
-    raw.env = {k: v for k, v in env.items() if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)}
+    raw.env = {k: v for k, v in env.items() if ENV_NAME.match(k)}
+    if bad := sorted(k for k in env if not ENV_NAME.match(k)):
+        raw.note("serve.env", "ignored", f"not environment variable names, left out: {', '.join(map(repr, bad))}")
+    mentioned, _ = prose_settings("\n".join(v for where, v in _strings(data, "") if isinstance(v, str)
+                                            and where != command_field and not _about_env(where)))  # fmt: skip
+    knob_env = known.ENGINES[parsed.engine].knob_env
+    if elsewhere := {k: v for k, v in mentioned.items() if k not in raw.env}:
+        fixes = [f"{k}: sparkplay apply --set {knob_env[k]}=..." for k in elsewhere if k in knob_env]
+        if any(k not in knob_env for k in elsewhere):
+            fixes.append("others: import with --set serve.env.NAME=VALUE")
+        raw.note("serve.env", "ignored", "named in the recipe's prose outside its environment fields, not applied: "
+                 + ", ".join(f"{k}={v}" for k, v in elsewhere.items()) + "; " + "; ".join(fixes))  # fmt: skip
     if isinstance(env_field, str):
         raw.notes = "\n\n".join(x for x in (env_field, raw.notes) if x)
 
@@ -241,6 +285,12 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
     served = cmdline.flag_value(parsed.args, "--served-model-name")
     raw.name = name or slugify(served or (slug if isinstance(slug, str) else None) or title)
     return raw
+
+
+def _about_env(where: str) -> bool:
+    """A field (by its place, `a.b[1]`) whose top-level name says it is the environment."""
+    top = re.split(r"[.\[]", where, maxsplit=1)[0]
+    return top in FIELD_NAMES["env"] or "env" in top.lower()
 
 
 def _other_prose(data: dict[str, Any]) -> list[str]:
