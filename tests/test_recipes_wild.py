@@ -484,6 +484,13 @@ def test_an_api_wrapped_recipe_with_steps_reads_like_a_flat_one():
     assert fixed["serve"]["env"]["TOKENIZERS_PARALLELISM"] == "false"  # text, as an environment holds
 
 
+def test_a_command_deep_in_the_object_is_found(tmp_path):
+    deep = {"cmd": "vllm serve o/m --port 8002"}
+    for key in "hgfedcba":
+        deep = {key: deep}
+    assert web(tmp_path, {**deep, "image": "v/v:1"})["serve"]["port"] == 8002
+
+
 def test_an_export_whose_value_the_shell_would_expand_is_not_carried(tmp_path):
     doc = web(tmp_path, {"title": "t", "image": "v/v:1",
                          "run": "export HF_HOME=$(pwd)/hf\nvllm serve o/m --port 8000"})  # fmt: skip
@@ -549,3 +556,31 @@ def test_a_gguf_path_on_the_authors_machine_is_the_file_in_the_mirrored_checkpoi
     assert any(p["key"] == "model.path" and p["how"] == "cleaned" for p in doc["provenance"])
     (leader,) = plan_of(doc, 1)["ranks"]
     assert f"{ROOT}/ggml-org--gpt-oss-20b-GGUF/gpt-oss-20b-mxfp4.gguf" in leader["argv"]
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+)  # a billion values in 400 bytes
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("deep.json", '{"command": "vllm serve o/m", "n": ' + "[" * 50_000 + "]" * 50_000 + "}", "nested too deeply"),
+        ("deep.toml", 'engine = "vllm"\nn = ' + "[" * 50_000 + "]" * 50_000 + "\n", "nested too deeply"),
+        ("deep.yaml", 'recipe_version: "2"\nn: ' + "[" * 50_000 + "]" * 50_000 + "\n", "nested too deeply"),
+        ("bomb.yaml", 'recipe_version: "2"\nmodel: o/m\nruntime: vllm\ncontainer: v/v:1\n' + BOMB, "more than 100000"),
+    ],
+)
+def test_documents_built_to_exhaust_the_parser_are_one_line_errors(tmp_path, name, text, says):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(BadInput, match=says) as caught:
+        imported(path)
+    assert str(caught.value).startswith(f"{path} ")
+
+
+def test_a_catalog_file_that_expands_without_end_is_named_not_loaded(tmp_path):
+    (tmp_path / "bomb.yml").write_text(f"schema: {model.SCHEMA_ID}\nname: bomb\n{BOMB}")
+    with pytest.raises(BadInput, match=r"bomb.yml is not a recipe: it holds more than"):
+        catalog.load(tmp_path, "bomb")

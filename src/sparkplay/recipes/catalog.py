@@ -119,7 +119,7 @@ def read(body: bytes, where: str, sha: str, name: str | None, content_type: str 
     if head == "<" or "html" in content_type.lower():
         raise BadInput(f"{where} is an HTML page, not a recipe", "use the recipe's raw file or API URL")
     try:
-        data: Any = tomllib.loads(text)
+        data: Any = model.parsed(lambda: tomllib.loads(text), where)
     except tomllib.TOMLDecodeError as exc:
         if where.lower().endswith(".toml"):  # the name only sharpens the error; the content chose the importer
             raise BadInput(f"{where} is not valid TOML ({exc})", "fix the TOML syntax") from None

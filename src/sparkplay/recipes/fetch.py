@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sparkplay.errors import BadInput, SparkplayError
+from sparkplay.recipes import model
 
 MAX_BYTES = 1 << 20
 MAX_REDIRECTS = 3
@@ -173,7 +174,7 @@ def fetch(
 
 def parse_json_object(body: bytes, where: str, content_type: str = "") -> dict[str, Any]:
     try:
-        data = json.loads(body.decode("utf-8"))
+        data = model.parsed(lambda: json.loads(body.decode("utf-8")), where)
     except (UnicodeDecodeError, json.JSONDecodeError):
         looks_html = "html" in content_type.lower() or body.lstrip()[:1] == b"<"
         what = "an HTML page" if looks_html else "not JSON"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -158,9 +159,40 @@ def to_yaml(doc: dict[str, Any]) -> str:
     return header + "---\n" + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
 
 
+MAX_DEPTH = 32  # a recipe is a few levels deep; a parser recursing into more is an attack
+MAX_VALUES = 100_000  # counted as expanded: YAML aliases can make 1 KiB mean a billion values
+
+
+def check_shape(data: Any, where: str) -> None:
+    """Refuse a parsed document nested too deeply or holding too many values (aliases expanded)."""
+    budget = MAX_VALUES
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        budget -= 1
+        if budget < 0 or depth > MAX_DEPTH:
+            what = f"more than {MAX_VALUES} values" if budget < 0 else f"nested more than {MAX_DEPTH} deep"
+            raise BadInput(f"{where} is not a recipe: it holds {what}", "check the file; a recipe is small")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+
+
+def parsed(parse: Callable[[], Any], where: str) -> Any:
+    """`parse()` with a document too deep for the parser itself a one-line error, and the shape checked."""
+    try:
+        data = parse()
+    except RecursionError:
+        too_deep = BadInput(f"{where} is not a recipe: it is nested too deeply", "check the file; a recipe is small")
+        raise too_deep from None
+    check_shape(data, where)
+    return data
+
+
 def from_yaml(text: str, where: str) -> dict[str, Any]:
     try:
-        doc = yaml.safe_load(text)
+        doc = parsed(lambda: yaml.safe_load(text), where)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""

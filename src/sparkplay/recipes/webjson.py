@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, imageref, known
+from sparkplay.recipes import cmdline, imageref, known, model
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.normalise import RawRecipe
 
@@ -84,7 +84,7 @@ def prose_settings(text: str) -> tuple[dict[str, str], list[str]]:
 
 def _strings(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, str | list[str]]]:
     """Every string, or list of strings, in a JSON value, with where it sits (a.b[2])."""
-    if depth > 6:
+    if depth > model.MAX_DEPTH:  # the shape check bounds it already; a guard for direct callers
         return
     if isinstance(value, str):
         yield path, value
