@@ -535,6 +535,7 @@ def test_launcher_toml_states_data_and_expert_parallel_as_keys(tmp_path):
     assert doc["serve"]["args"] == ["--data-parallel-size", "2", "--enable-expert-parallel"]
     assert doc["topology"]["expert_parallel"] == 2 and "data_parallel_size" not in doc["extra"]
     leader, worker = plan_of(doc, 2)["ranks"]
+    assert contains_run(leader["argv"], ["--data-parallel-size-local", "1"])
     assert contains_run(worker["argv"], ["--data-parallel-start-rank", "1", "--headless"])
     path.write_text(path.read_text().replace("data_parallel_size = 2\n", ""))
     with pytest.raises(BadInput, match=r"cannot be planned as written: .*does not match the 2 node"):
