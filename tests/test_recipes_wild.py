@@ -585,3 +585,22 @@ def test_a_catalog_file_that_expands_without_end_is_named_not_loaded(tmp_path):
     (tmp_path / "bomb.yml").write_text(f"schema: {model.SCHEMA_ID}\nname: bomb\n{BOMB}")
     with pytest.raises(BadInput, match=r"bomb.yml is not a recipe: it holds more than"):
         catalog.load(tmp_path, "bomb")
+
+
+@pytest.mark.parametrize(
+    ("fixture", "image", "env", "port"),
+    [
+        # Kubernetes-like: argv words in a container spec, env as [{name, value}], the image beside them
+        ("container-spec.json", "vllm/vllm-openai:v0.11.0", {"VLLM_LOGGING_LEVEL": "DEBUG"}, 8003),
+        # Compose-like: the command under a service, its image and environment beside it
+        ("compose-services.json", "nvcr.io/nvidia/vllm:25.11-py3", {"HF_HUB_ENABLE_HF_TRANSFER": "1"}, 8004),
+    ],
+)
+def test_image_and_env_are_read_beside_a_nested_command(fixture, image, env, port):
+    doc = imported(SHAPES / fixture)
+    assert doc["engine"]["image"] == image and doc["serve"]["env"] == env and doc["serve"]["port"] == port
+
+
+def test_env_as_a_list_of_assignments(tmp_path):
+    doc = web(tmp_path, {"command": "vllm serve o/m", "image": "v/v:1", "env": ["A=1", "B=x=y"]})
+    assert doc["serve"]["env"] == {"A": "1", "B": "x=y"}

@@ -47,6 +47,43 @@ WRAPPERS = ("recipe", "data", "result", "item", "attributes", "payload")
 API_ADDRESS = re.compile(r"\bAPI\b[^.]*?\bon\s+(\d{1,3}(?:\.\d{1,3}){3}|localhost|\[[0-9a-fA-F:]+\]):(\d{1,5})")
 
 
+def _holders(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The objects around the field at `where` (`a.b[2].c`), innermost first, the recipe itself last: a
+    command nested in a container spec or a service has its image and env beside it."""
+    chain, node = [data], data
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", where)[:-1]:
+        if part.startswith("[") and isinstance(node, list) and int(part[1:-1]) < len(node):
+            node = node[int(part[1:-1])]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            break
+        if isinstance(node, dict):
+            chain.append(node)
+    return chain[::-1]
+
+
+def _near(holders: list[dict[str, Any]], key: str, kinds: tuple[type, ...] = (str,)) -> Any:
+    """The field for `key` in the nearest holder that has one of the right kind."""
+    for holder in holders:
+        for name in FIELD_NAMES[key]:
+            if isinstance(holder.get(name), kinds) and holder[name] not in ("", [], {}):
+                return holder[name]
+    return None
+
+
+def _env_mapping(value: Any) -> dict[str, str] | None:
+    """An env field as a mapping: an object, a list of {name, value} (Kubernetes) or of "K=V" (Compose)."""
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if all(isinstance(e, dict) and "name" in e for e in value):
+            return {str(e["name"]): str(e.get("value", "")) for e in value}
+        if all(isinstance(e, str) and "=" in e for e in value):
+            return dict(e.split("=", 1) for e in value)
+    return None
+
+
 def _field(data: dict[str, Any], key: str) -> Any:
     for name in FIELD_NAMES[key]:
         if name in data and data[name] not in (None, ""):
@@ -174,9 +211,9 @@ def _prose(data: dict[str, Any], skip: str) -> str:
     return "\n".join(v for where, v in _strings(data, "") if isinstance(v, str) and where != skip)
 
 
-def find_image(data: dict[str, Any], prose: str) -> tuple[str | None, str | None]:
+def find_image(holders: list[dict[str, Any]], prose: str) -> tuple[str | None, str | None]:
     """The image reference and how it was found: a field for it, else the prose ("Image X.", "docker pull X")."""
-    image = _field(data, "image")
+    image = _near(holders, "image")
     if isinstance(image, str):
         return image, None  # stated outright: checked with the recipe (an invalid one is refused there)
     for match in IMAGE_REF.finditer(prose):
@@ -195,8 +232,8 @@ def _normalised_reference(text: str) -> str:
     return f"{head.lower()}{colon}{tag}{sep}{rest}"
 
 
-def find_revision(data: dict[str, Any], prose: str) -> tuple[str | None, str | None]:
-    revision = _field(data, "revision")
+def find_revision(holders: list[dict[str, Any]], prose: str) -> tuple[str | None, str | None]:
+    revision = _near(holders, "revision")
     if isinstance(revision, str):
         return revision, None
     if match := REVISION.search(prose):
@@ -220,8 +257,9 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
     data = unwrap(data)
     command, command_field = find_command(data)
     parsed = cmdline.parse(command)
-    title = str(_field(data, "title") or parsed.model or "recipe")
-    env_field = _field(data, "env")
+    holders = _holders(data, command_field)
+    title = str(_field(data, "title") or _near(holders, "title") or parsed.model or "recipe")
+    env_field = _near(holders, "env", (str, dict, list))
     notes = _field(data, "notes")
     prose = _prose(data, command_field)
 
@@ -238,8 +276,8 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
     if command_field not in FIELD_NAMES["command"]:
         raw.note("serve.args", "derived", f"the command line found in the recipe's field {command_field}")
     env: dict[str, str] = dict(parsed.env)
-    if isinstance(env_field, dict):
-        env.update({str(k): str(v) for k, v in env_field.items()})
+    if (mapping := _env_mapping(env_field)) is not None:
+        env.update(mapping)
     # KEY=VALUE settings are read from the env prose and every other prose field alike
     prose_env = "\n".join(v for v in (env_field if isinstance(env_field, str) else None, *_other_prose(data))
                           if isinstance(v, str))  # fmt: skip
@@ -264,10 +302,10 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
     if isinstance(env_field, str):
         raw.notes = "\n\n".join(x for x in (env_field, raw.notes) if x)
 
-    raw.image, how = find_image(data, prose)
+    raw.image, how = find_image(holders, prose)
     if how:
         raw.note("engine.image", "derived", how)
-    raw.revision, how = find_revision(data, prose)
+    raw.revision, how = find_revision(holders, prose)
     if how:
         raw.note("model.revision", "derived", how)
     if match := API_ADDRESS.search(prose):
