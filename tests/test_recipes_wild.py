@@ -604,3 +604,28 @@ def test_image_and_env_are_read_beside_a_nested_command(fixture, image, env, por
 def test_env_as_a_list_of_assignments(tmp_path):
     doc = web(tmp_path, {"command": "vllm serve o/m", "image": "v/v:1", "env": ["A=1", "B=x=y"]})
     assert doc["serve"]["env"] == {"A": "1", "B": "x=y"}
+
+
+def test_apply_asks_when_the_chosen_recipe_changed_since_it_was_applied(tmp_path):
+    project = tmp_path / "project"
+    (project / "playbooks").mkdir(parents=True)
+    (project / "ansible.cfg").write_text("[defaults]\n")
+    inventory = tmp_path / "inv"
+    shutil.copytree(PROJECT / "inventory" / "sample", inventory)
+    source = tmp_path / "site.json"
+    source.write_text(json.dumps({"title": "t", "command": "vllm serve o/m -tp 2 --max-model-len 8192",
+                                  "image": "v/v:1"}))  # fmt: skip
+    assert run_cli("recipe", "import", str(source), "--name", "mine", "--project-dir", str(project)).returncode == 0
+    first = run_cli("apply", "mine", "-i", str(inventory), "--project-dir", str(project), "--dry-run")
+    target = inventory / "group_vars" / "all" / "sparkplay.yml"
+    target.parent.mkdir(parents=True, exist_ok=True)  # what apply records before it runs the playbooks
+    target.write_text(apply_mod.render(catalog.load(project / "recipes", "mine"), {}))
+    assert first.returncode == 0
+    same = run_cli("apply", "mine", "-i", str(inventory), "--project-dir", str(project), "--dry-run")
+    assert "unchanged" in same.stdout, same.stdout + same.stderr
+    source.write_text(source.read_text().replace("8192", "16384"))
+    assert run_cli("recipe", "import", str(source), "--name", "mine", "--yes",
+                   "--project-dir", str(project)).returncode == 0  # fmt: skip
+    changed = run_cli("apply", "mine", "-i", str(inventory), "--project-dir", str(project), "--dry-run")
+    assert changed.returncode == 0 and "recipe mine: its content changed since it was applied" in changed.stdout
+    assert "comments" not in changed.stdout

@@ -21,7 +21,7 @@ from sparkplay import inventory as inventory_mod
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
 from sparkplay.recipes import catalog, imageref, model, registry
-from sparkplay.recipes.diff import mapping_diff
+from sparkplay.recipes.diff import deployed_digest, mapping_diff
 
 MARKER = "# Written by `sparkplay apply`"
 HEADER = f"""{MARKER}: the recipe this inventory serves and your knob values.
@@ -67,6 +67,8 @@ class Recorded:
 def render(recipe: dict[str, Any], knobs: dict[str, Any], pins: dict[str, str] | None = None) -> str:
     body: dict[str, Any] = {
         "sparkplay_recipe": recipe["name"],
+        # what the recipe held when it was chosen: a re-import that changes it is a change to ask about here
+        "sparkplay_recipe_sha256": deployed_digest(recipe),
         "sparkplay_knobs": dict(sorted(knobs.items())),
     }
     if pins:  # the digest a floating tag named when this choice was made: every rank, every run, same bytes
@@ -137,7 +139,13 @@ def record(
         return Recorded(target, "unchanged", [], warnings=warnings)
     diff = mapping_diff("", _plain(yaml.safe_dump(old)), _plain(text))
     diff += mapping_diff("knob", old.get("sparkplay_knobs") or {}, knobs)
-    diff = [line.strip() for line in diff] or ["only the file's comments differ"]
+    diff = [line.strip() for line in diff]
+    recorded_digest = old.get("sparkplay_recipe_sha256")
+    if old.get("sparkplay_recipe") == recipe_name and recorded_digest not in (None, deployed_digest(recipe)):
+        diff = [line for line in diff if not line.startswith("sparkplay_recipe_sha256")]
+        diff.insert(0, f"recipe {recipe_name}: its content changed since it was applied (re-imported or edited; "
+                       f"`sparkplay recipe show {recipe_name}` shows it now)")  # fmt: skip
+    diff = diff or ["only the file's comments and layout differ (same recipe, knobs and pins)"]
     if dry_run:
         return Recorded(target, "would replace", diff, warnings=warnings)
     if not confirm(f"Replace {target}?", diff, target):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from sparkplay.recipes import cmdline
@@ -28,6 +30,12 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
             found.update(_flatten(item, f"{prefix}[{i}]"))
         return found or {prefix: []}
     return {prefix: node}
+
+
+def deployed_digest(doc: dict[str, Any]) -> str:
+    """sha256 of what a deployment reads from a recipe (the words around it left out)."""
+    deployed = {k: v for k, v in doc.items() if k not in NOT_DEPLOYED}
+    return hashlib.sha256(json.dumps(deployed, sort_keys=True).encode()).hexdigest()
 
 
 def _get(doc: dict[str, Any], dotted: str) -> Any:
