@@ -49,7 +49,7 @@ pytest: venv
 test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py, about 9 min)
 	pytest -m extra
 
-test-3: setup ## three lab nodes behind the simulated switch, lab-tiny served across all three (about 6 min)
+test-3: setup ## three lab nodes behind the simulated switch, then rings of three and four, lab-tiny served on each (about 20 min)
 	pytest -m lab3
 
 # the whole site on the lab, and the fabric role alone (the other role scenarios: molecule-roles)

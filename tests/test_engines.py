@@ -356,3 +356,19 @@ def test_a_knob_the_engine_would_not_read_is_refused(engine_recipe: str, knobs: 
 )
 def test_with_flag_sets_a_value_once(args: list[str], expected: list[str]) -> None:
     assert cmdline.with_flag(args, "--g", "0.7") == expected
+
+
+def test_in_a_ring_nccl_gets_both_twins_and_the_one_interface_variables_the_first() -> None:
+    """A ring's fabric.env names both twins for NCCL (each reaches another neighbour); GLOO and TensorPipe
+    bind one interface, so the engines give them the first twin."""
+    ring = []
+    for r in range(3):
+        env = {**spark_env(r), "NCCL_SOCKET_IFNAME": "enp1s0f1np1,enP2p1s0f1np1"}
+        ring.append(Node.from_facts(f"spark{r}", {"rank": r, "machine": "aarch64", "fabric_env": env}))
+    assert ring[0].ifname == "enp1s0f1np1" and ring[0].nccl_ifnames == "enp1s0f1np1,enP2p1s0f1np1"
+    for rank in build(recipe("glm53"), ring[:2], Options(model_root=ROOT))["ranks"]:
+        assert rank["env"]["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1,enP2p1s0f1np1"
+        assert rank["env"]["GLOO_SOCKET_IFNAME"] == rank["env"]["TP_SOCKET_IFNAME"] == "enp1s0f1np1"
+    for rank in build(recipe("glm53-atlas"), ring[:2], Options(model_root=ROOT))["ranks"]:
+        assert rank["env"]["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1,enP2p1s0f1np1"
+        assert rank["env"]["GLOO_SOCKET_IFNAME"] == "enp1s0f1np1"

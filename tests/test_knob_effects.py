@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
+from tests.conftest import PROJECT
 from tests.role_render import plays, render, role_vars, task, template
 
 CKPT_SOURCE = {"checkpoint_tool": "/usr/local/lib/sparkplay/sparkplay-ckpt", "checkpoint_revision": "c0ffee",
@@ -174,3 +176,61 @@ def test_the_minimum_release_is_compared_with_the_nodes_own(minimum: dict, passe
     variables.update(render(check["vars"], variables))
     held = [render("{{ " + condition + " }}", variables) for condition in check["ansible.builtin.assert"]["that"]]
     assert all(held) is passes
+
+
+TWINS = ["enp1s0f1np1", "enP2p1s0f1np1"]
+
+
+def fabric_vars(nodes: int, me: str, **knobs: Any) -> dict[str, Any]:
+    """The fabric role's variables on `me`, with the preflight's address map and routes rendered from the
+    real task file for `nodes` ranks."""
+    hostvars = {f"spark{r}": {"sparkplay_rank": r} for r in range(nodes)}
+    variables = role_vars("fabric", inventory_hostname=me, groups={"sparkplay_nodes": list(hostvars)},
+                          hostvars=hostvars, sparkplay_rank=int(me[-1]),
+                          sparkplay_fabric={"twins": TWINS, "hcas": [], "gid_index": None}, **knobs)  # fmt: skip
+    addresses = task("roles/fabric/tasks/preflight.yml", "Fabric | Work out this node's cable addresses and its peers'")
+    variables["fabric_address_map"] = render(addresses["ansible.builtin.set_fact"]["fabric_address_map"], variables)
+    routes = task("roles/fabric/tasks/preflight.yml", "Fabric | Work out the routes to peers off this node's links")
+    for name, value in routes["ansible.builtin.set_fact"].items():
+        variables[name] = render(value, variables)
+    return variables
+
+
+RING3 = {"fabric_topology": "ring", "fabric_subnets": ["192.168.100.0/24", "192.168.101.0/24", "192.168.102.0/24"]}
+
+
+def test_a_ring_addresses_every_link_and_routes_the_peers_off_a_nodes_links() -> None:
+    variables = fabric_vars(3, "spark0", **RING3)
+    assert variables["fabric_address_map"] == {"spark0": ["192.168.100.10/24", "192.168.102.10/24"],
+                                               "spark1": ["192.168.101.11/24", "192.168.100.11/24"],
+                                               "spark2": ["192.168.102.12/24", "192.168.101.12/24"]}  # fmt: skip
+    twins = yaml.safe_load(template("roles/fabric/templates/netplan.yaml.j2", variables))["network"]["ethernets"]
+    # rank 1's own-link address is its second twin's; its first twin's is one hop on, through rank 1
+    assert twins[TWINS[0]]["routes"] == [{"to": "192.168.101.11/32", "via": "192.168.100.11"}]
+    assert twins[TWINS[1]]["routes"] == [{"to": "192.168.101.12/32", "via": "192.168.102.12"}]
+    env = template("roles/fabric/templates/fabric.env.j2", variables).splitlines()
+    assert f"NCCL_SOCKET_IFNAME={TWINS[0]},{TWINS[1]}" in env and f"GLOO_SOCKET_IFNAME={TWINS[0]}" in env
+    assert variables["fabric_relays"] is False  # three nodes are all neighbours
+
+
+def test_behind_a_switch_there_are_no_routes_and_nccl_uses_the_first_twin() -> None:
+    variables = fabric_vars(3, "spark0")
+    twins = yaml.safe_load(template("roles/fabric/templates/netplan.yaml.j2", variables))["network"]["ethernets"]
+    assert all("routes" not in twin for twin in twins.values()) and variables["fabric_routes"] == []
+    assert f"NCCL_SOCKET_IFNAME={TWINS[0]}" in template("roles/fabric/templates/fabric.env.j2", variables)
+
+
+def test_a_ring_of_four_relays_through_the_nodes_between_and_they_forward() -> None:
+    ring4 = {"fabric_topology": "ring", "fabric_subnets": [f"10.9.{link}.0/24" for link in range(4)],
+             "fabric_forwarding_file": "/etc/sysctl.d/99-test.conf"}  # fmt: skip
+    variables = fabric_vars(4, "spark0", **ring4)
+    # rank 2 is two hops from rank 0: every one of its addresses goes through rank 1, over link 0
+    assert {r["to"]: r["via"] for r in variables["fabric_routes"] if r["peer"] == "spark2"} == {
+        "10.9.2.12/32": "10.9.0.11", "10.9.1.12/32": "10.9.0.11"}  # fmt: skip
+    assert variables["fabric_relays"] is True
+    forward = task("roles/fabric/tasks/configure.yml", "Fabric | Forward for the ranks a ring routes through this node")
+    assert render(forward["ansible.builtin.copy"]["dest"], variables) == "/etc/sysctl.d/99-test.conf"
+    assert "net.ipv4.ip_forward = 1" in render(forward["ansible.builtin.copy"]["content"], variables)
+    managed = yaml.safe_load((PROJECT / "roles" / "fabric" / "vars" / "main.yml").read_text())["fabric_managed_files"]
+    assert render(managed, variables)[-1] == "/etc/sysctl.d/99-test.conf"  # probed before, recorded after
+    assert fabric_vars(4, "spark2", **ring4)["fabric_relays"] is False  # nobody's way passes through rank 2

@@ -92,6 +92,8 @@ EFFECT_TESTS: dict[str, dict[str, str]] = {
         "sparkplay_offline": "test_offline_lists_what_would_be_downloaded_and_stops_before_any_change",
     },
     "test_knob_effects.py": {
+        "fabric_topology": "test_a_ring_addresses_every_link_and_routes_the_peers_off_a_nodes_links",
+        "fabric_forwarding_file": "test_a_ring_of_four_relays_through_the_nodes_between_and_they_forward",
         "nvidia_stack_driver_packages": "test_the_package_lists_are_what_apt_installs",
         "preflight_min_versions": "test_the_minimum_release_is_compared_with_the_nodes_own",
         "nvidia_stack_cuda_packages": "test_the_package_lists_are_what_apt_installs",

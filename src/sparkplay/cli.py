@@ -65,13 +65,20 @@ def root(
 @reports_errors
 def lab_up(
     nodes: Annotated[int, typer.Option("--nodes", "-n", help="How many nodes (1-8); 2 is a Spark pair.")] = 2,
+    topology: Annotated[
+        str,
+        typer.Option(
+            "--topology", help="switch (a direct cable for 2 nodes) or ring (3+ nodes, each twin to another neighbour)."
+        ),
+    ] = "switch",
     project: ProjectOpt = None,
 ) -> None:
     """Build the node image if needed, start the nodes, wire the cable, write inventory/lab."""
     lab_manager.validate_nodes(nodes)  # before looking for a project or an engine
+    lab_manager.validate_topology(nodes, topology)
     root_dir = project_dir(project)
     started = time.monotonic()
-    report = lab_manager.up(nodes, root_dir, say=lambda line: out.print(f"[dim]{line}[/dim]"))
+    report = lab_manager.up(nodes, root_dir, topology=topology, say=lambda line: out.print(f"[dim]{line}[/dim]"))
     elapsed = time.monotonic() - started
     if report.changes:
         for change in report.changes:

@@ -126,7 +126,7 @@ def plan(ctx: Context) -> dict[str, Any]:
             "MASTER_PORT": str(MASTER_PORT),
             "MODEL_PATH": model_in_container,
             "SERVED_MODEL_NAME": model["served_name"] or recipe["name"],
-            "NCCL_SOCKET_IFNAME": node.ifname,
+            "NCCL_SOCKET_IFNAME": node.nccl_ifnames,
             "GLOO_SOCKET_IFNAME": node.ifname,
             "HF_HUB_OFFLINE": "1",
             "SPARKGLM_PROFILE": "custom",

@@ -32,9 +32,14 @@ class Node:
     host: str
     rank: int
     address: str  # its first IPv4 on the cable (the domain-0 twin)
-    ifname: str  # the cable netdev NCCL/GLOO bootstrap over
+    ifname: str  # the cable netdev GLOO (and NCCL, unless the fabric names more) bootstraps over
     machine: str = "x86_64"  # uname -m: selects Debian's multiarch triplet
     fabric_env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def nccl_ifnames(self) -> str:
+        """NCCL's socket interfaces: in a ring both twins (each reaches another neighbour), else `ifname`."""
+        return self.fabric_env.get("NCCL_SOCKET_IFNAME") or self.ifname
 
     @classmethod
     def from_facts(cls, host: str, facts: Mapping[str, Any]) -> Node:
@@ -50,7 +55,7 @@ class Node:
             host=host,
             rank=int(facts["rank"]),
             address=addresses[0],
-            ifname=env.get("NCCL_SOCKET_IFNAME") or (twins[0] if twins else ""),
+            ifname=env.get("GLOO_SOCKET_IFNAME") or env.get("NCCL_SOCKET_IFNAME") or (twins[0] if twins else ""),
             machine=str(facts.get("machine") or "x86_64"),
             fabric_env=env,
         )

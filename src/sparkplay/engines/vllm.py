@@ -149,7 +149,7 @@ def plan(ctx: Context) -> dict[str, Any]:
             **fabric_env(dict(node.fabric_env)),
             **recipe["serve"]["env"],
             "VLLM_HOST_IP": node.address,
-            "NCCL_SOCKET_IFNAME": node.ifname,
+            "NCCL_SOCKET_IFNAME": node.nccl_ifnames,
             "GLOO_SOCKET_IFNAME": node.ifname,
             "TP_SOCKET_IFNAME": node.ifname,
         }

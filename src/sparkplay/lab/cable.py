@@ -5,7 +5,10 @@ A Spark's QSFP port shows up as two netdevs, one per PCIe domain (the
 veth pair per twin between the two network namespaces, created straight
 into them so no half-made link is ever left in the host namespace. More
 than two nodes are joined the way real Spark clusters are, through a
-switch: one host bridge per twin, each node's twin plugged into it.
+switch: one host bridge per twin, each node's twin plugged into it; or, as
+NVIDIA documents for three Sparks, in a ring: each node's first twin cabled
+straight to the next rank's second twin, so each twin reaches a different
+neighbour and no switch is involved.
 
 Links are brought up without addresses; addressing is the fabric role's job.
 """
@@ -80,8 +83,16 @@ def port_name(rank: int, twin: int) -> str:
     return f"{PORT_PREFIX}{rank}t{twin}"
 
 
-def uses_switch(nodes: int) -> bool:
-    return nodes > 2
+TOPOLOGIES = ("switch", "ring")
+
+
+def uses_switch(nodes: int, topology: str = "switch") -> bool:
+    return nodes > 2 and topology == "switch"
+
+
+def ring_links(nodes: int) -> list[tuple[int, int]]:
+    """(rank, next rank) for every cable of a ring: rank's first twin to the next rank's second twin."""
+    return [(rank, (rank + 1) % nodes) for rank in range(nodes)]
 
 
 def _direct_pair_ok(a: LinkState | None, b: LinkState | None) -> bool:
@@ -114,12 +125,31 @@ def _switch_port_ok(node_end: LinkState | None, host_end: LinkState | None, twin
     )
 
 
-def wire(pids: Sequence[int]) -> list[str]:
-    """Make the cable match `pids` (rank order); return what was changed."""
+def _wire_ring(pids: Sequence[int]) -> list[str]:
+    changes: list[str] = []
+    first, second = TWINS
+    for rank, nxt in ring_links(len(pids)):
+        a, b = read_links(pids[rank]).get(first), read_links(pids[nxt]).get(second)
+        if _direct_pair_ok(a, b):
+            continue
+        for pid, twin, have in ((pids[rank], first, a), (pids[nxt], second, b)):
+            if have is not None:  # deleting one end of a pair removes both (and a neighbour's old end)
+                _ip(["link", "del", twin], pid, check=False)
+        _ip(["link", "add", first, "netns", str(pids[rank]), "type", "veth", "peer", second, "netns", str(pids[nxt])])
+        _ip(["link", "set", first, "up"], pids[rank])
+        _ip(["link", "set", second, "up"], pids[nxt])
+        changes.append(f"cable rank{rank} {first} <-> rank{nxt} {second}")
+    return changes
+
+
+def wire(pids: Sequence[int], topology: str = "switch") -> list[str]:
+    """Make the cable match `pids` (rank order) and the topology; return what was changed."""
     changes: list[str] = []
     node_links = [read_links(pid) for pid in pids]
     if len(pids) < 2:
         return changes
+    if topology == "ring":
+        return _wire_ring(pids)
     if not uses_switch(len(pids)):
         for twin in TWINS:
             a, b = node_links[0].get(twin), node_links[1].get(twin)
@@ -198,9 +228,9 @@ def remove_switch_forwarding() -> list[str]:
     return [f"removed forwarding rule: {line}" for line in removed]
 
 
-def remove_switches(keep_for_nodes: int = 0) -> list[str]:
+def remove_switches(keep_for_nodes: int = 0, topology: str = "switch") -> list[str]:
     """Delete the lab's host bridges and ports and their forwarding rules (all, unless the lab needs them)."""
-    if uses_switch(keep_for_nodes):
+    if uses_switch(keep_for_nodes, topology):
         return []
     removed: list[str] = []
     for name in sorted(read_links()):

@@ -41,7 +41,14 @@ def paths(project: Path) -> tuple[Path, Path]:
     return lab / "hosts.yml", lab / "group_vars" / "sparkplay_nodes" / "lab.yml"
 
 
-def render(containers: list[str]) -> tuple[str, str]:
+def fabric_settings(nodes: int, topology: str) -> dict[str, object]:
+    """The fabric role's cabling settings for the lab: a ring has one subnet per link."""
+    if topology != "ring":
+        return {}
+    return {"fabric_topology": "ring", "fabric_subnets": [f"192.168.{100 + link}.0/24" for link in range(nodes)]}
+
+
+def render(containers: list[str], topology: str = "switch") -> tuple[str, str]:
     hosts = {
         "all": {
             "children": {
@@ -56,13 +63,14 @@ def render(containers: list[str]) -> tuple[str, str]:
         }
     }
     dump = lambda data: yaml.safe_dump(data, sort_keys=False, default_flow_style=None)  # noqa: E731
-    return HEADER + "---\n" + dump(hosts), HEADER + "---\n" + dump(LAB_OVERRIDES)
+    settings = {**LAB_OVERRIDES, **fabric_settings(len(containers), topology)}
+    return HEADER + "---\n" + dump(hosts), HEADER + "---\n" + dump(settings)
 
 
-def write(project: Path, containers: list[str]) -> list[str]:
+def write(project: Path, containers: list[str], topology: str = "switch") -> list[str]:
     """Write both files; return the ones that changed (relative to the project)."""
     changed = []
-    for path, content in zip(paths(project), render(containers), strict=True):
+    for path, content in zip(paths(project), render(containers, topology), strict=True):
         if atomic_write(path, content):
             changed.append(str(path.relative_to(project)))
     return changed

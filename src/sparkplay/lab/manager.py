@@ -205,15 +205,24 @@ def _pids(names: list[str]) -> list[int]:
     return [int(infos[name]["State"]["Pid"]) for name in names]
 
 
+def validate_topology(nodes: int, topology: str) -> None:
+    if topology not in cable.TOPOLOGIES:
+        raise BadInput(f"--topology {topology} is not known", f"choose one of {', '.join(cable.TOPOLOGIES)}")
+    if topology == "ring" and nodes < 3:
+        raise BadInput(f"a ring of {nodes} node(s) is a direct cable", "use --topology ring with 3 or more nodes")
+
+
 def up(
     nodes: int,
     project: Path,
     *,
+    topology: str = "switch",
     recipe: ImageRecipe | None = None,
     say: Callable[[str], None] = print,
 ) -> Report:
     """Bring the lab to `nodes` running, cabled nodes and write its inventory."""
     validate_nodes(nodes)
+    validate_topology(nodes, topology)
     dockercli.require_engine()
     cgroup_v2_root()  # fail before building anything on a host that cannot run it
     report = Report()
@@ -227,9 +236,9 @@ def up(
         _wait_systemd(names)
         cas = trust.host_cas()
         report.add(*(said for name in names if (said := trust.trust(name, cas))))
-        report.add(*cable.remove_switches(keep_for_nodes=nodes))
-        report.add(*cable.wire(_pids(names)))
-        report.add(*(f"{path} written" for path in inventory.write(paths.data_dir(project), names)))
+        report.add(*cable.remove_switches(keep_for_nodes=nodes, topology=topology))
+        report.add(*cable.wire(_pids(names), topology))
+        report.add(*(f"{path} written" for path in inventory.write(paths.data_dir(project), names, topology)))
         staged = staging.stage(names[0], paths.cache_dir(project) / "lab")
         if staged:
             report.add(staged)
