@@ -6,7 +6,9 @@ The kernel reads BF16 bit patterns, so every matrix here is made BF16 first
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import os
 
 import numpy as np
 import pytest
@@ -104,3 +106,30 @@ def test_the_converter_uses_the_kernel_and_writes_what_the_numpy_route_writes(tm
     assert json.loads((tmp_path / "plain" / overlay.RECEIPT).read_text())["route"] == "cpu-numpy"
     for shard in sorted(p.name for p in (tmp_path / "fast").glob("*.safetensors")):
         assert (tmp_path / "fast" / shard).read_bytes() == (tmp_path / "plain" / shard).read_bytes(), shard
+
+
+def test_the_team_gives_the_same_bytes_from_many_threads_at_once_and_after_a_fork():
+    """The kernel's own team of threads: matrices from several Python threads at once (one matrix at a time
+    uses the team), with more parts than rows of blocks and a growing team, and in a forked child (which has
+    none of its parent's threads and must make its own)."""
+    rng = np.random.default_rng(7)
+    raws = [to_bf16(rng.standard_normal((16 * (i + 1), 64)).astype(np.float32)) for i in range(6)]
+    want = [atlas.quantise(atlas.bf16_to_f32(raw)) for raw in raws]
+
+    def same(raw: np.ndarray, ref: atlas.Quantised, workers: int) -> bool:
+        got = kernel.quantise_bf16(raw, workers)
+        return bool(np.array_equal(got.weight, ref.weight) and np.array_equal(got.weight_scale, ref.weight_scale)
+                    and got.weight_scale_2 == ref.weight_scale_2)  # fmt: skip
+
+    with concurrent.futures.ThreadPoolExecutor(4) as threads:
+        jobs = [threads.submit(same, raw, ref, w) for w in (2, 5, 64) for raw, ref in zip(raws, want, strict=True)]
+        assert all(job.result() for job in jobs)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's exit status is the assertion
+        os._exit(0 if same(raws[-1], want[-1], 4) else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    bad = raws[0].copy()
+    bad[3, 5] = 0x7FC0  # a NaN, found by whichever member holds that row
+    with pytest.raises(atlas.QuantError, match="non-finite"):
+        kernel.quantise_bf16(bad, 8)

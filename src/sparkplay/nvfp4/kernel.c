@@ -4,14 +4,19 @@
  * the same order, unfused (build with -ffp-contract=off and without -ffast-math),
  * the E4M3 scale encoded in double as atlas.e4m3_encode does, E2M1 by thresholds
  * with ties to the smaller magnitude. Reads BF16 bit patterns directly, so a
- * tensor is never widened to float32 in memory. The caller splits rows across
- * threads (ctypes releases the GIL for the call).
+ * tensor is never widened to float32 in memory. Rows are split over a team of
+ * threads kept for the process (nvfp4_team): part i of a matrix goes to thread i
+ * in both passes, so the rows a core read for the global maximum are still in
+ * its cache when it encodes them (two passes are needed: every code depends on
+ * the maximum of the whole matrix).
  *
- * Build: cc -O3 -ffp-contract=off -fPIC -shared kernel.c -o kernel.so -lm
+ * Build: cc -O3 -ffp-contract=off -fPIC -shared kernel.c -o kernel.so -lm -lpthread
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BLOCK 16
 
@@ -118,4 +123,109 @@ void nvfp4_atlas_rows(const uint16_t *x, int64_t k, int64_t row0, int64_t row1, 
 /* 0: all finite, writing the largest |x| of rows [row0, row1) as BF16 bits; 1: a NaN or inf there. */
 int nvfp4_absmax_rows(const uint16_t *x, int64_t k, int64_t row0, int64_t row1, uint16_t *absmax_bits) {
     return nvfp4_absmax_bf16(x + row0 * k, (row1 - row0) * k, absmax_bits);
+}
+
+/* -- the team: threads made once per process, each always given the same part ---------------- */
+
+#define TEAM_MAX 512
+
+static pthread_mutex_t team_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
+static pthread_cond_t team_go = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t team_done = PTHREAD_COND_INITIALIZER;
+static int team_size = 0;
+static pid_t team_pid = 0; /* a forked child has none of its parent's threads */
+static unsigned long generation = 0;
+static unsigned long born[TEAM_MAX]; /* the generation a member was made in: it waits for the next */
+static int pending = 0;
+static struct {
+    int kind; /* 0: absmax of each part, 1: encode each part */
+    const uint16_t *x;
+    int64_t n, k;
+    int parts;
+    float scale2;
+    uint8_t *packed, *scales;
+    uint16_t tops[TEAM_MAX];
+    int bad[TEAM_MAX];
+} job;
+
+static void run_part(int i) {
+    int64_t row0 = job.n * i / job.parts, row1 = job.n * (i + 1) / job.parts;
+    if (job.kind == 0)
+        job.bad[i] = nvfp4_absmax_rows(job.x, job.k, row0, row1, &job.tops[i]);
+    else
+        nvfp4_atlas_rows(job.x, job.k, row0, row1, job.scale2, job.packed, job.scales);
+}
+
+static void *team_member(void *arg) {
+    int i = (int)(intptr_t)arg;
+    pthread_mutex_lock(&team_lock);
+    unsigned long seen = born[i];
+    for (;;) {
+        while (generation == seen) pthread_cond_wait(&team_go, &team_lock);
+        seen = generation;
+        int mine = i < job.parts;
+        pthread_mutex_unlock(&team_lock);
+        if (mine) run_part(i);
+        pthread_mutex_lock(&team_lock);
+        if (--pending == 0) pthread_cond_broadcast(&team_done);
+    }
+    return NULL;
+}
+
+/* Run `kind` over `parts` row ranges of an [n, k] matrix on the team (grown to `parts` threads).
+ * kind 0 writes the largest |x| as BF16 bits to *absmax_bits and returns 1 on a NaN or inf;
+ * kind 1 encodes with `scale2`. Returns -1 when threads cannot be made (the caller falls back). */
+int nvfp4_team(int kind, const uint16_t *x, int64_t n, int64_t k, int parts, float scale2, uint8_t *packed,
+               uint8_t *scales, uint16_t *absmax_bits) {
+    if (parts < 1 || parts > TEAM_MAX) return -1;
+    if (team_pid != getpid()) {
+        /* first use, or a forked child: none of the team exists here, and the locks and conditions may
+         * hold the parent's waiters (a broadcast would wait for them), so they start afresh */
+        pthread_mutex_t fresh_lock = PTHREAD_MUTEX_INITIALIZER;
+        pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
+        memcpy(&team_lock, &fresh_lock, sizeof fresh_lock);
+        memcpy(&job_lock, &fresh_lock, sizeof fresh_lock);
+        memcpy(&team_go, &fresh_cond, sizeof fresh_cond);
+        memcpy(&team_done, &fresh_cond, sizeof fresh_cond);
+        team_size = 0;
+        team_pid = getpid();
+    }
+    pthread_mutex_lock(&job_lock);
+    pthread_mutex_lock(&team_lock);
+    while (team_size < parts) {
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        born[team_size] = generation;
+        int failed = pthread_create(&thread, &attr, team_member, (void *)(intptr_t)team_size);
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+        team_size++;
+    }
+    if (team_size < parts) parts = team_size;
+    if (parts < 1) {
+        pthread_mutex_unlock(&team_lock);
+        pthread_mutex_unlock(&job_lock);
+        return -1;
+    }
+    job.kind = kind; job.x = x; job.n = n; job.k = k; job.parts = parts; job.scale2 = scale2;
+    job.packed = packed; job.scales = scales;
+    pending = team_size;
+    generation++;
+    pthread_cond_broadcast(&team_go);
+    while (pending) pthread_cond_wait(&team_done, &team_lock);
+    pthread_mutex_unlock(&team_lock);
+    int bad = 0;
+    if (kind == 0) {
+        uint16_t best = 0;
+        for (int i = 0; i < parts; i++) {
+            bad |= job.bad[i];
+            best = job.tops[i] > best ? job.tops[i] : best;
+        }
+        *absmax_bits = best;
+    }
+    pthread_mutex_unlock(&job_lock);
+    return bad;
 }
