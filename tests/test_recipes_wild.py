@@ -322,12 +322,18 @@ def test_a_three_node_recipe_on_a_pair_says_so():
         plan_of(doc, 2)
 
 
-def test_apply_refuses_a_three_node_recipe_on_a_pair_and_writes_nothing(tmp_path):
+def apply_project(tmp_path: Path) -> tuple[Path, Path]:
+    """A bare project (no playbooks run) and a copy of the sample inventory, for `apply`."""
     project = tmp_path / "project"
     (project / "playbooks").mkdir(parents=True)
     (project / "ansible.cfg").write_text("[defaults]\n")
     inventory = tmp_path / "inv"
     shutil.copytree(PROJECT / "inventory" / "sample", inventory)
+    return project, inventory
+
+
+def test_apply_refuses_a_three_node_recipe_on_a_pair_and_writes_nothing(tmp_path):
+    project, inventory = apply_project(tmp_path)
     before = sorted(p for p in inventory.rglob("*"))
     assert (
         run_cli(
@@ -607,11 +613,7 @@ def test_env_as_a_list_of_assignments(tmp_path):
 
 
 def test_apply_asks_when_the_chosen_recipe_changed_since_it_was_applied(tmp_path):
-    project = tmp_path / "project"
-    (project / "playbooks").mkdir(parents=True)
-    (project / "ansible.cfg").write_text("[defaults]\n")
-    inventory = tmp_path / "inv"
-    shutil.copytree(PROJECT / "inventory" / "sample", inventory)
+    project, inventory = apply_project(tmp_path)
     source = tmp_path / "site.json"
     source.write_text(json.dumps({"title": "t", "command": "vllm serve o/m -tp 2 --max-model-len 8192",
                                   "image": "v/v:1"}))  # fmt: skip
