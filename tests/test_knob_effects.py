@@ -234,3 +234,14 @@ def test_a_ring_of_four_relays_through_the_nodes_between_and_they_forward() -> N
     managed = yaml.safe_load((PROJECT / "roles" / "fabric" / "vars" / "main.yml").read_text())["fabric_managed_files"]
     assert render(managed, variables)[-1] == "/etc/sysctl.d/99-test.conf"  # probed before, recorded after
     assert fabric_vars(4, "spark2", **ring4)["fabric_relays"] is False  # nobody's way passes through rank 2
+
+
+@pytest.mark.parametrize(("nodes", "subnets", "holds"), [(2, 2, False), (3, 2, False), (3, 3, True), (4, 4, True)])
+def test_the_preflight_refuses_a_ring_of_two_or_with_a_subnet_count_other_than_the_links(nodes, subnets, holds):
+    name = "Fabric | Check a ring has three or more nodes and a subnet per link"
+    check = task("roles/fabric/tasks/preflight.yml", name)
+    ranks = [f"spark{r}" for r in range(nodes)]
+    variables = role_vars("fabric", groups={"sparkplay_nodes": ranks}, fabric_topology="ring",
+                          fabric_subnets=[f"10.9.{i}.0/24" for i in range(subnets)])  # fmt: skip
+    held = [render("{{ " + condition + " }}", variables) for condition in check["ansible.builtin.assert"]["that"]]
+    assert all(held) is holds

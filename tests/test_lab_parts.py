@@ -12,7 +12,7 @@ from sparkplay.errors import BadInput, ExitCode
 from sparkplay.fsutil import atomic_write
 from sparkplay.lab import cable, inventory
 from sparkplay.lab.image import ImageRecipe
-from sparkplay.lab.manager import validate_nodes
+from sparkplay.lab.manager import validate_nodes, validate_topology
 
 
 def test_image_tag_is_stable_and_follows_the_recipe():
@@ -118,3 +118,26 @@ def test_switch_port_check():
 def test_switch_only_beyond_two_nodes():
     assert [cable.uses_switch(n) for n in (1, 2, 3, 8)] == [False, False, True, True]
     assert max(len(cable.port_name(7, 1)), len(cable.switch_name(1))) <= 15  # IFNAMSIZ
+
+
+def test_a_ring_cables_each_rank_to_the_next_and_needs_three_nodes():
+    assert cable.ring_links(3) == [(0, 1), (1, 2), (2, 0)]
+    assert [cable.uses_switch(n, "ring") for n in (3, 8)] == [False, False]  # straight cables, no switch
+    for nodes, topology, says in ((2, "ring", "use --topology ring with 3 or more nodes"),
+                                  (4, "mesh", "choose one of switch, ring")):  # fmt: skip
+        with pytest.raises(BadInput) as err:
+            validate_topology(nodes, topology)
+        assert err.value.exit_code == ExitCode.BAD_INPUT and says in str(err.value)
+    validate_topology(3, "ring")
+    validate_topology(2, "switch")
+
+
+def test_a_ring_inventory_names_the_topology_and_one_subnet_per_link(tmp_path):
+    inventory.write(tmp_path, ["n0", "n1", "n2", "n3"], "ring")
+    overrides = yaml.safe_load(inventory.paths(tmp_path)[1].read_text())
+    assert overrides["fabric_topology"] == "ring"
+    assert overrides["fabric_subnets"] == [f"192.168.{100 + link}.0/24" for link in range(4)]
+    assert inventory.write(tmp_path, ["n0", "n1", "n2", "n3"], "switch") == [
+        "inventory/lab/group_vars/sparkplay_nodes/lab.yml"
+    ]
+    assert "fabric_topology" not in yaml.safe_load(inventory.paths(tmp_path)[1].read_text())
