@@ -83,9 +83,6 @@ def port_name(rank: int, twin: int) -> str:
     return f"{PORT_PREFIX}{rank}t{twin}"
 
 
-TOPOLOGIES = ("switch", "ring")
-
-
 def uses_switch(nodes: int, topology: str = "switch") -> bool:
     return nodes > 2 and topology == "switch"
 
@@ -145,11 +142,11 @@ def _wire_ring(pids: Sequence[int]) -> list[str]:
 def wire(pids: Sequence[int], topology: str = "switch") -> list[str]:
     """Make the cable match `pids` (rank order) and the topology; return what was changed."""
     changes: list[str] = []
-    node_links = [read_links(pid) for pid in pids]
     if len(pids) < 2:
         return changes
     if topology == "ring":
         return _wire_ring(pids)
+    node_links = [read_links(pid) for pid in pids]
     if not uses_switch(len(pids)):
         for twin in TWINS:
             a, b = node_links[0].get(twin), node_links[1].get(twin)

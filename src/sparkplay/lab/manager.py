@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkplay import paths
+from sparkplay import fabric, paths
 from sparkplay.errors import BadInput, MissingPrerequisite, SparkplayError
 from sparkplay.lab import cable, dockercli, inventory, staging, trust
 from sparkplay.lab.image import ImageRecipe, ensure_image
@@ -206,8 +206,8 @@ def _pids(names: list[str]) -> list[int]:
 
 
 def validate_topology(nodes: int, topology: str) -> None:
-    if topology not in cable.TOPOLOGIES:
-        raise BadInput(f"--topology {topology} is not known", f"choose one of {', '.join(cable.TOPOLOGIES)}")
+    if topology not in fabric.TOPOLOGIES:
+        raise BadInput(f"--topology {topology} is not known", f"choose one of {', '.join(fabric.TOPOLOGIES)}")
     if topology == "ring" and nodes < 3:
         raise BadInput(f"a ring of {nodes} node(s) is a direct cable", "use --topology ring with 3 or more nodes")
 

@@ -179,6 +179,7 @@ static void *team_member(void *arg) {
 int nvfp4_team(int kind, const uint16_t *x, int64_t n, int64_t k, int parts, float scale2, uint8_t *packed,
                uint8_t *scales, uint16_t *absmax_bits) {
     if (parts < 1 || parts > TEAM_MAX) return -1;
+    /* unlocked: callers serialise their calls (kernel.py's _TEAM lock) */
     if (team_pid != getpid()) {
         /* first use, or a forked child: none of the team exists here, and the locks and conditions may
          * hold the parent's waiters (a broadcast would wait for them), so they start afresh */

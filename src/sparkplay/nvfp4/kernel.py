@@ -133,7 +133,7 @@ def quantise_bf16(raw: npt.NDArray[np.uint16], workers: int = 1, *, team: bool =
 
     `workers` > 1 splits the rows over the kernel's team (the shared pool where threads cannot be made,
     or with team=False, the benchmark's comparison), for the global maximum as for the codes; ctypes
-    releases the GIL for each call.
+    releases the GIL for each call. Callers must not be threads of that pool.
     """
     lib = library()
     if lib is None:
