@@ -245,3 +245,20 @@ def test_the_preflight_refuses_a_ring_of_two_or_with_a_subnet_count_other_than_t
                           fabric_subnets=[f"10.9.{i}.0/24" for i in range(subnets)])  # fmt: skip
     held = [render("{{ " + condition + " }}", variables) for condition in check["ansible.builtin.assert"]["that"]]
     assert all(held) is holds
+
+
+@pytest.mark.parametrize(
+    ("subnets", "says"),
+    [
+        (["192.168.100.0/24", "192.168.101.0/24"], ""),
+        (["192.168.100.0/24", "192.168.100.0/24"], "192.168.100.0/24 and 192.168.100.0/24 overlap"),
+        (["10.0.0.0/16", "10.0.5.0/24"], "10.0.0.0/16 and 10.0.5.0/24 overlap"),
+        (["192.168.100.0/24", "192.168.101.7/24"], "'192.168.101.7/24' is not a subnet"),
+        (["192.168.100.0/24", "eth0"], "'eth0' is not a subnet"),
+    ],
+)
+def test_the_preflight_names_a_subnet_that_is_none_or_overlaps_another(subnets, says):
+    check = task("roles/fabric/tasks/preflight.yml", "Fabric | Check each subnet is one, apart from the others")
+    variables = role_vars("fabric", fabric_subnets=subnets)
+    problem = render(check["vars"]["fabric_subnet_problem"], variables)
+    assert (problem == "") if not says else (says in problem)

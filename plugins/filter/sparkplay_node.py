@@ -7,7 +7,7 @@ from typing import Any
 
 from sparkplay.checkpoints import checkpoint_dir, fabric_env, offline_model, overlay_dir, progress_line, sources
 from sparkplay.doctor import collect, command_result, doctor_table, ib_write_bw_gbps
-from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan, relays, routes
+from sparkplay.fabric import address_map, address_of, peer_addresses, ping_plan, relays, routes, subnet_problem
 from sparkplay.hostfacts import (
     cma_problem,
     docker_daemon_merge,
@@ -38,6 +38,7 @@ class FilterModule:
             "sparkplay_fabric_peer_addresses": peer_addresses,
             "sparkplay_fabric_routes": routes,
             "sparkplay_fabric_relays": relays,
+            "sparkplay_fabric_subnet_problem": subnet_problem,
             "sparkplay_cidr_address": address_of,
             "sparkplay_free_bytes_for": free_bytes_for,
             "sparkplay_path_and_parents": path_and_parents,

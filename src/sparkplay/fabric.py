@@ -32,6 +32,25 @@ def twin_addresses(subnets: Sequence[str], rank: int, offset: int = 10, count: i
 TOPOLOGIES = ("switch", "ring")
 
 
+def subnet_problem(subnets: Sequence[Any]) -> str:
+    """Why `fabric_subnets` cannot address the cable ('' when it can): each entry a subnet, none overlapping
+    another (two twins, or two ring links, on one subnet make the kernel's route choice a coin toss)."""
+    networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for entry in subnets:
+        try:
+            network = ipaddress.ip_network(str(entry), strict=True)
+        except ValueError:
+            return f"fabric_subnets entry {entry!r} is not a subnet such as 192.168.100.0/24"
+        clash = next((other for other in networks if network.overlaps(other)), None)
+        if clash is not None:
+            return (
+                f"fabric_subnets {clash} and {network} overlap: each twin (each link in a ring) needs a subnet "
+                "of its own"
+            )
+        networks.append(network)
+    return ""
+
+
 def node_subnets(subnets: Sequence[str], rank: int, nodes: int, topology: str = "switch") -> list[str]:
     """The subnets a node's twins sit in, twin order."""
     if topology == "switch":
