@@ -62,7 +62,9 @@ def test_atlas_plan_holds_every_seed_flag_and_the_per_rank_additions() -> None:
     assert [r["role"] for r in deployment["ranks"]] == ["leader", "worker"]
     for rank in deployment["ranks"]:
         r = rank["rank"]
-        assert rank["argv"] == seed  # the seed command exactly: serve MODEL FLAGS...
+        # the seed command exactly (serve MODEL FLAGS...), then where this rank's API listens: the plan owns it
+        assert rank["argv"] == [*seed, "--host", "127.0.0.1", "--port", str(8893 + r)]
+        assert rank["listen"] == [{"address": "127.0.0.1", "port": 8893 + r}]
         assert contains_run(rank["exec"], seed)
         env = rank["env"]
         assert env["NODE_RANK"] == str(r)

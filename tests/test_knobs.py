@@ -129,6 +129,9 @@ EFFECT_TESTS: dict[str, dict[str, str]] = {
     "test_engines.py": {
         "serve_knobs": "test_a_knob_the_engine_would_not_read_is_refused",
     },
+    "test_boundary.py": {
+        "serve_allow": "test_the_allow_list_the_inventory_gives_reaches_the_plan_and_the_unit_through_ansible",
+    },
 }
 TABLES = {
     "DIFF_KNOBS": "test_knobs_lab.py::test_every_file_knob_changes_its_file_in_a_check_mode_diff_and_nothing_changes",

@@ -19,7 +19,7 @@ from sparkplay.hostfacts import (
     path_and_parents,
     pcie_warnings,
 )
-from sparkplay.managed import foreign_report
+from sparkplay.managed import foreign_report, reset_removable
 from sparkplay.nodetools import app, package_files, path_of
 
 
@@ -27,6 +27,7 @@ class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "sparkplay_foreign_report": foreign_report,
+            "sparkplay_reset_removable": reset_removable,
             "sparkplay_doctor_command": command_result,
             "sparkplay_offline_model": offline_model,
             "sparkplay_netplan_conflicts": netplan_conflicts,

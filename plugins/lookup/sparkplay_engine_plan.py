@@ -14,6 +14,7 @@ from typing import Any
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
+from sparkplay.boundary import check_allow
 from sparkplay.engines.plan import Node, Options, build
 from sparkplay.errors import SparkplayError
 
@@ -59,6 +60,11 @@ options:
     description: The docker client the units run (docker runtime).
     type: str
     default: /usr/bin/docker
+  allow:
+    description: The privileged requests the inventory allows by name (serve_allow; sparkplay.boundary).
+    type: list
+    elements: str
+    default: []
 """
 
 
@@ -77,6 +83,7 @@ class LookupModule(LookupBase):
                     health_timeout_s=self.get_option("health_timeout") or None,
                     state_dir=self.get_option("state_dir"),
                     docker=self.get_option("docker"),
+                    allow=check_allow(self.get_option("allow") or []),
                 )
                 results.append(build(recipe, nodes, options))
             except SparkplayError as exc:

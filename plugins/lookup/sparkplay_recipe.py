@@ -15,6 +15,7 @@ from typing import Any
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
+from sparkplay import boundary
 from sparkplay.errors import SparkplayError
 from sparkplay.recipes import catalog
 from sparkplay.recipes.apply import pin_image
@@ -35,6 +36,20 @@ options:
         the recipe is served with the pinned reference.
     type: dict
     default: {}
+  allow:
+    description:
+      - The privileged requests the inventory allows by name (serve_allow). Given, the recipe passes the recipe
+        boundary (sparkplay.boundary) here, before any host is touched, or the lookup fails naming the request.
+    type: list
+    elements: str
+  knobs:
+    description: The inventory's own knob settings (they are the user's choice, not the recipe's request).
+    type: dict
+    default: {}
+  bind:
+    description: The inventory's API address (empty - the recipe's).
+    type: str
+    default: ''
 """
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -51,6 +66,10 @@ class LookupModule(LookupBase):
                 )
             try:
                 doc = catalog.load_for_use(catalog.catalog_dir(PROJECT), name)
+                if kwargs.get("allow") is not None:
+                    boundary.confine(doc)
+                    allow = boundary.check_allow(kwargs["allow"])
+                    boundary.enforce(doc, allow, kwargs.get("knobs") or {}, kwargs.get("bind") or None)
                 results.append(pin_image(doc, kwargs.get("image_pins") or {}))
             except SparkplayError as exc:
                 raise AnsibleLookupError(str(exc)) from None

@@ -7,6 +7,7 @@ through the module sparkplay_managed_files.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -14,3 +15,15 @@ from typing import Any
 def foreign_report(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
     """'host: path' for every foreign file noted on any of `hosts`."""
     return [f"{host}: {path}" for host in hosts for path in hostvars[host].get("managed_files_foreign") or []]
+
+
+def reset_removable(entries: Iterable[Mapping[str, Any]], keep: Iterable[str]) -> list[Mapping[str, Any]]:
+    """The entries of sparkplay's state folder that reset may remove: none that is, or holds, a folder to
+    keep (the model root), compared after normalising (`/models/`, `//models` and `/models/.` are one)."""
+    kept = [posixpath.normpath("/" + str(k).lstrip("/")) for k in keep if str(k)]
+    removable = []
+    for entry in entries:
+        path = posixpath.normpath("/" + str(entry["path"]).lstrip("/"))
+        if not any(path == k or k.startswith(path.rstrip("/") + "/") for k in kept):
+            removable.append(entry)
+    return removable

@@ -11,11 +11,11 @@ prefix cache) are validated here. Facts: docs/serving.md.
 from __future__ import annotations
 
 import json
-import posixpath
+from collections.abc import Sequence
 from typing import Any
 
-from sparkplay import checkpoints
-from sparkplay.engines.context import Context, fabric_env
+from sparkplay import boundary, checkpoints
+from sparkplay.engines.context import Context, engine_args, fabric_env
 from sparkplay.errors import BadInput
 
 MASTER_PORT = 29510
@@ -23,6 +23,8 @@ PROFILE_SCHEMA = "sparkglm.atlas-install-profile/v1"
 PROFILE_IN_CONTAINER = "/opt/atlas/profiles/custom.json"
 CUDA_CACHE = "/atlas-cuda-cache"
 PREFIX_CACHE = "/prefix-cache"
+# stated by the recipe's own fields (serve.bind/port) and per rank: sparkplay sets them, once
+REPLACED = ("--host", "--port")
 MEMORY_RANGE = (0.80, 0.95)
 PREFIX_GB_RANGE = (16, 100)
 CONTAINER_OPTIONS = [
@@ -32,7 +34,7 @@ CONTAINER_OPTIONS = [
 ]  # fmt: skip
 
 
-def check_knobs(knobs: dict[str, Any]) -> None:
+def check_knobs(knobs: dict[str, Any], ours: Sequence[str] = ()) -> None:
     low, high = MEMORY_RANGE
     memory = knobs.get("gpu_memory_utilization")
     if memory is not None and not low <= float(memory) <= high:
@@ -43,8 +45,7 @@ def check_knobs(knobs: dict[str, Any]) -> None:
     directory, size = knobs.get("prefix_cache_dir"), knobs.get("prefix_cache_gb")
     if directory is None:
         return
-    if not posixpath.isabs(str(directory)) or ".." in str(directory).split("/"):
-        raise BadInput(f"prefix_cache_dir {directory!r} is not an absolute path", "give an absolute folder")
+    boundary.check_host_folder(directory, "prefix_cache_dir", ours)
     low_gb, high_gb = PREFIX_GB_RANGE
     if size is None or not low_gb <= int(size) <= high_gb:
         raise BadInput(
@@ -74,7 +75,9 @@ def profile_env(recipe_env: dict[str, str], knobs: dict[str, Any]) -> dict[str, 
 
 def plan(ctx: Context) -> dict[str, Any]:
     recipe, knobs = ctx.recipe, ctx.knobs
-    check_knobs(knobs)
+    state = ctx.options.state_dir.rstrip("/")
+    check_knobs(knobs, [ctx.model_root, state])
+    args = engine_args(recipe["serve"]["args"], REPLACED, (), "atlas")
     model = recipe["model"]
     target = ctx.checkpoint_dir("target")
     drafter = ctx.checkpoint_dir("drafter")
@@ -84,12 +87,11 @@ def plan(ctx: Context) -> dict[str, Any]:
     # the NVFP4 MTP overlay is what GLM's checkpoint lacks; other models are served from the checkpoint itself
     overlay_dir = checkpoints.overlay_dir(ctx.model_root, overlay["mount"]) if overlay else None
     model_in_container = overlay["mount"] if overlay else target
-    state = ctx.options.state_dir.rstrip("/")
     profile_path = "/etc/sparkplay/atlas-profile.json"
     profile = {
         "schema": PROFILE_SCHEMA,
         "environment": profile_env(dict(recipe["serve"]["env"]), knobs),
-        "server_argv": list(recipe["serve"]["args"]),
+        "server_argv": args,
     }
     # same absolute paths as on the host (the overlay's links point there), plus the
     # container paths the recipe's own flags name
@@ -110,7 +112,7 @@ def plan(ctx: Context) -> dict[str, Any]:
             mounts.insert(2, {"source": drafter, "target": drafter_mount, "readonly": True})
     directories = [f"{state}/atlas-cuda-cache"]
     if knobs.get("prefix_cache_dir"):
-        directory = str(knobs["prefix_cache_dir"]).rstrip("/")
+        directory = boundary.check_host_folder(knobs["prefix_cache_dir"], "prefix_cache_dir", [])
         mounts.append({"source": directory, "target": PREFIX_CACHE, "readonly": False})
         directories += [directory, f"{directory}/kv", f"{directory}/ssm"]
     options = list(CONTAINER_OPTIONS)
@@ -143,7 +145,16 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "host": node.host,
                 "role": "leader" if node.rank == 0 else "worker",
                 # the seed's own command: `serve MODEL FLAGS...`, MODEL being the overlay's container path
-                "argv": ["serve", model.get("path") or model_in_container, *recipe["serve"]["args"]],
+                # rank r's API on port + r, where the plan says it listens (the recipe's --host/--port dropped)
+                "argv": [
+                    "serve",
+                    model.get("path") or model_in_container,
+                    *args,
+                    "--host",
+                    ctx.bind,
+                    "--port",
+                    str(ctx.port + node.rank),
+                ],
                 "env": env,
                 "mounts": mounts,
                 "container_options": options,

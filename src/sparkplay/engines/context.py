@@ -72,6 +72,9 @@ class Options:
     state_dir: str = "/var/lib/sparkplay"
     health_timeout_s: int | None = None
     docker: str = "/usr/bin/docker"  # the client systemd runs for the docker runtime
+    # the privileged requests the inventory allows (serve_allow); None: a rehearsal at import, which checks
+    # everything else and shows the requests instead of refusing them
+    allow: frozenset[str] | None = frozenset()
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sparkplay.engines import atlas, llamacpp, vllm
+from sparkplay import boundary
+from sparkplay.engines import atlas, llamacpp, systemd, vllm
 from sparkplay.engines.context import Context, Node, Options, environment
 from sparkplay.errors import BadInput
 from sparkplay.recipes import imageref, model
@@ -26,6 +27,9 @@ UNIT = "sparkplay-serve"
 CONTAINER = "sparkplay-serve"
 DOCKER = "/usr/bin/docker"
 ENV_FILE = "/etc/sparkplay/serve.env"
+CONFIG_DIR = "/etc/sparkplay"  # the engine's own files the plan writes (Atlas profile): a container may read them
+# a native engine runs as this system user, its home under the state folder
+ENGINE_USER = "sparkplay-engine"
 SMOKE_PROMPT = "What is 17*23?"
 
 
@@ -86,17 +90,27 @@ def check_nodes(nodes: Sequence[Node], wanted: int | None) -> tuple[Node, ...]:
 
 def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) -> dict[str, Any]:
     """The launch plan for every rank; raises BadInput naming what to fix."""
+    boundary.confine(recipe)
     ctx = Context(recipe, check_nodes(nodes, recipe["topology"]["nodes"]), options)
+    allowed = boundary.enforce(recipe, options.allow, options.knobs, options.bind) if options.allow is not None else []
     engine = recipe["engine"]["name"]
     check_knobs(engine, ctx.knobs, options.knobs)
     deployment = ADAPTERS[engine](ctx)
     runtime = recipe["engine"]["runtime"]
+    state = options.state_dir.rstrip("/") or "/"
+    ours = [ctx.model_root, state]
+    home = f"{state}/engine"
     for rank_plan in deployment["ranks"]:
         rank_plan["address"] = ctx.nodes[rank_plan["rank"]].address
         rank_plan["env"] = environment(rank_plan["env"])
         if runtime == "docker":
+            cache = ctx.knobs.get("prefix_cache_dir")
+            boundary.confine_mounts(rank_plan["mounts"], [*ours, CONFIG_DIR, *([cache] if cache else [])],
+                                    rank_plan["rank"])  # fmt: skip
             rank_plan["exec"] = docker_exec(rank_plan, recipe["engine"]["image"], options.docker)
         else:
+            # the program is the adapter's; what follows comes from the recipe and stays in our folders
+            boundary.confine_args(rank_plan["argv"][1:], ours, f"rank {rank_plan['rank']}'s engine argument")
             rank_plan["exec"] = list(rank_plan["argv"])
     url = f"http://{_client_address(ctx.bind)}:{ctx.port}"
     return {
@@ -111,6 +125,11 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "served_name": recipe["model"]["served_name"] or recipe["name"],
         "unit": f"{UNIT}.service",
         "env_file": ENV_FILE,
+        # native: the engine's own user and systemd sandbox; docker: the client needs root's socket
+        "user": ENGINE_USER if runtime == "native" else None,
+        "home": home if runtime == "native" else None,
+        "sandbox": systemd.sandbox(ENGINE_USER, home, [ctx.model_root]) if runtime == "native" else [],
+        "privileged": allowed,
         "api": {"bind": ctx.bind, "port": ctx.port, "url": url},
         "health": {
             "timeout_s": int(options.health_timeout_s or recipe["serve"].get("health_timeout_s") or 900),
@@ -146,7 +165,7 @@ def stand_in_nodes(count: int) -> list[Node]:
 def rehearse(recipe: Mapping[str, Any], model_root: str) -> None:
     """Build the recipe's plan for its own node count on stand-in nodes: what the recipe alone decides
     (parallelism against nodes, flags sparkplay owns, paths, knobs) fails here, before anything is kept."""
-    build(recipe, stand_in_nodes(int(recipe["topology"]["nodes"] or 1)), Options(model_root=model_root))
+    build(recipe, stand_in_nodes(int(recipe["topology"]["nodes"] or 1)), Options(model_root=model_root, allow=None))
 
 
 def _client_address(bind: str) -> str:

@@ -33,6 +33,56 @@ def exec_line(argv: Sequence[str]) -> str:
     return " ".join([program, *(quote(a) for a in rest)])
 
 
+# systemd.exec(5) settings for an engine that runs on the host (the native runtime): its own unprivileged
+# user, no privilege to gain, the system read-only but for its home, no capabilities, the kernel's knobs out
+# of reach. Devices stay visible (a GPU engine opens /dev/nvidia*), and memory may be writable and
+# executable (torch and triton compile kernels at run time).
+SANDBOX = (
+    "NoNewPrivileges=yes",
+    "ProtectSystem=strict",
+    "PrivateTmp=yes",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectClock=yes",
+    "ProtectHostname=yes",
+    "ProtectProc=invisible",
+    "RestrictSUIDSGID=yes",
+    "RestrictRealtime=yes",
+    "RestrictNamespaces=yes",
+    "LockPersonality=yes",
+    "CapabilityBoundingSet=",
+    "AmbientCapabilities=",
+    "SystemCallArchitectures=native",
+    "SystemCallFilter=@system-service",
+    "SystemCallErrorNumber=EPERM",
+    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+    "UMask=0027",
+)
+HOMES = ("/home", "/root", "/run/user")
+
+
+def sandbox(user: str, home: str, readable: Sequence[str]) -> list[str]:
+    """The [Service] lines that run a native engine as `user` in its sandbox, writing only `home`.
+
+    `readable`: the folders it reads (the model root); a home folder among them keeps /home readable.
+    """
+    for path in (home, *readable):
+        if any(c.isspace() or c in "\"'\\%$" for c in path):
+            raise BadInput(f"the path {path!r} has characters systemd would read", "use a plain path")
+    in_homes = any(p == h or p.startswith(h + "/") for p in readable for h in HOMES)
+    return [
+        f"User={user}",
+        f"Group={user}",
+        f"WorkingDirectory={home}",
+        f"Environment=HOME={home}",
+        *SANDBOX,
+        f"ProtectHome={'read-only' if in_homes else 'yes'}",
+        f"ReadWritePaths={home}",
+    ]
+
+
 def env_file(env: Mapping[str, str]) -> str:
     """KEY=VALUE lines, readable by both systemd's EnvironmentFile= and docker's --env-file.
 

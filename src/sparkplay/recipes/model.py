@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from sparkplay import boundary
 from sparkplay.errors import BadInput
 from sparkplay.recipes import imageref
 
@@ -71,7 +72,7 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
     found = [Problem("(schema)", message, "fix the recipe file") for message in schema_errors(doc)]
     if found:
         return found
-    engine, model, serve = doc["engine"], doc["model"], doc["serve"]
+    engine, model = doc["engine"], doc["model"]
     if engine["runtime"] == "docker" and not engine["image"] and not engine.get("image_dir"):
         found.append(Problem("engine.image", "no container image is known", "set engine.image in the recipe"))
     image = engine.get("image")
@@ -120,12 +121,13 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
         found.append(
             Problem("knobs.gpu_memory_utilization", f"{memory} is outside {low}-{high}", f"choose {low} to {high}")
         )
-    if serve["bind"] not in ("127.0.0.1", "localhost", "::1"):
+    # shown, never refused here: the inventory may allow them (serve_allow); the plan refuses the others
+    for request in boundary.requests(doc):
         found.append(
             Problem(
-                "serve.bind",
-                f"the API would listen on {serve['bind']}, beyond this machine, with no authentication",
-                "keep 127.0.0.1 unless you mean it",
+                request.key,
+                f"privileged request: {request.what}",
+                f"it runs only where the inventory allows it (serve_allow: [{request.name!r}])",
                 "warning",
             )
         )

@@ -1,0 +1,275 @@
+"""The recipe boundary: what a recipe may ask of the hosts it runs on, decided in one place.
+
+A recipe comes from anywhere and sparkplay applies it as root, so nothing in
+it reaches a host except through this module. Everything a recipe can say
+that touches a host is one of three things:
+
+- confined: a path inside sparkplay's own folders (the model root, the state
+  folder), normalised, with no `..`; `confine()` refuses anything else;
+- refused: names that could only be an attack (a checkpoint id with `..`, a
+  system folder as a cache, a host path in a native engine's flags);
+- a privileged request (`requests()`): a host bind, an added capability, a
+  Debian package the engine does not need, an environment name that changes
+  how programs load code, an API beyond loopback. It is shown at import and
+  before `up`, and runs only when the inventory allows it by name
+  (`serve_allow`); `enforce()` refuses it otherwise. A recipe cannot grant
+  itself anything: the allow list and the inventory's own settings are the
+  only sources of permission, and a value the inventory sets itself is the
+  user's choice, not the recipe's request.
+
+It is applied at import and again whenever a plan is computed (a recipe file
+can be edited after import). docs/security.md has the threat model.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sparkplay.errors import BadInput
+
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+# glibc's list of variables ld.so ignores for setuid programs (elf/dl-unsecvars.h, read 2.40), because
+# each changes what code or data a program loads
+GLIBC_UNSECURE = frozenset({
+    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE",
+    "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR",
+})  # fmt: skip
+# what the shells, interpreters and TLS stacks the engines run read to load code or trust
+LOADER_NAMES = GLIBC_UNSECURE | frozenset({
+    "PATH", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH", "PROMPT_COMMAND",
+    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
+    "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+    # torch/triton run or load compiled code from these places
+    "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
+    "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "TORCHINDUCTOR_CACHE_DIR", "VLLM_PLUGINS",
+})  # fmt: skip
+# every name with these prefixes: the dynamic loader (ld.so(8): LD_*), Python (python(1): PYTHONPATH,
+# PYTHONSTARTUP, PYTHONHOME, PYTHONWARNINGS imports a category's module ...), Perl, Ruby, Node, bash's
+# exported functions, macOS's loader
+LOADER_PREFIXES = ("LD_", "PYTHON", "PERL", "RUBY", "NODE_", "BASH_FUNC_", "DYLD_")
+# Python's variables that only tune the interpreter and load nothing
+PYTHON_PLAIN = frozenset({
+    "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONFAULTHANDLER", "PYTHONIOENCODING",
+    "PYTHONUTF8", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "PYTHONOPTIMIZE",
+})  # fmt: skip
+
+# knobs whose effect reaches past the engine's own folders
+PRIVILEGED_KNOBS = {
+    "prefix_cache_dir": "bind-mounts the host folder {value} read-write into the engine's container",
+    "display_carveout": "adds the SYS_ADMIN capability to the engine's container",
+}
+
+# Debian packages an engine's native runtime needs (what its adapter runs): a recipe's others are requests
+NATIVE_PACKAGES = {
+    "llamacpp": re.compile(r"^(llama\.cpp(-tools(-extra)?)?|libggml0(-backend-[a-z0-9]+)?|libllama0|libmtmd0)$"),
+}
+
+# Hugging Face's rule for repo ids (huggingface_hub validate_repo_id): [\w.-] parts, no '--' or '..', 96 long
+_REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# folders a disk cache must never be, or be inside: the system's own, and the home folders
+SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/dev", "/proc",
+                "/sys", "/run", "/var/run", "/var/lib/dpkg", "/var/lib/apt", "/var/log", "/var/spool", "/root",
+                "/snap")  # fmt: skip
+SYSTEM_FOLDERS = frozenset({"/", "/tmp", "/var", "/var/tmp", "/var/lib", "/var/cache", "/home", "/opt", "/srv",  # noqa: S108
+                            "/mnt", "/media", "/usr/local"})  # fmt: skip
+_SHM = re.compile(r"^[0-9]{1,6}(\.[0-9]+)?[bkmgt]?b?$", re.IGNORECASE)
+_IMAGE_DIR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$")
+
+
+@dataclass(frozen=True)
+class Request:
+    """A privileged request: `name` is what `serve_allow` lists to allow it."""
+
+    name: str
+    key: str  # the recipe field that asks
+    what: str  # what it does to a host, one line
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.what} (privileged: runs only with serve_allow: [{self.name}] in the inventory)"
+
+
+def loads_code(name: str) -> bool:
+    """Whether an environment name changes how programs load code, libraries or trust."""
+    if name in LOADER_NAMES:
+        return True
+    if name.startswith("PYTHON"):
+        return name not in PYTHON_PLAIN
+    return name.startswith(LOADER_PREFIXES)
+
+
+def requests(recipe: Mapping[str, Any]) -> list[Request]:
+    """Every privileged request the recipe makes, in a stable order."""
+    engine, serve = recipe["engine"], recipe["serve"]
+    found: list[Request] = []
+    knobs = recipe.get("knobs") or {}
+    for knob, what in PRIVILEGED_KNOBS.items():
+        if knobs.get(knob) not in (None, False, 0, ""):
+            found.append(Request(knob, f"knobs.{knob}", what.format(value=knobs[knob])))
+    if engine["runtime"] == "native":
+        needed = NATIVE_PACKAGES.get(engine["name"])
+        for package in engine.get("packages") or []:
+            if needed is None or not needed.match(str(package)):
+                found.append(
+                    Request(
+                        f"package:{package}",
+                        "engine.packages",
+                        f"installs the Debian package {package} as root (the {engine['name']} engine does not need it)",
+                    )
+                )
+    for name in sorted(serve.get("env") or {}):
+        if loads_code(name):
+            found.append(
+                Request(f"env:{name}", f"serve.env.{name}", "sets a variable that changes what code the engine loads")
+            )
+    if str(serve.get("bind") or "127.0.0.1") not in LOOPBACK:
+        found.append(
+            Request("bind", "serve.bind", f"the API listens on {serve['bind']}, beyond the leader, unauthenticated")
+        )
+    return found
+
+
+def effective(recipe: Mapping[str, Any], inventory_knobs: Mapping[str, Any], bind: str | None) -> list[Request]:
+    """The requests that still come from the recipe once the inventory's own settings are applied: a knob
+    the inventory sets (even to null) and an API address it chooses are the user's, not the recipe's."""
+    return [
+        r
+        for r in requests(recipe)
+        if not (r.name in PRIVILEGED_KNOBS and r.name in inventory_knobs) and not (r.name == "bind" and bind)
+    ]
+
+
+def enforce(
+    recipe: Mapping[str, Any], allow: Collection[str], inventory_knobs: Mapping[str, Any], bind: str | None
+) -> list[str]:
+    """Refuse the first privileged request the inventory does not allow; return the names allowed and used."""
+    used = []
+    for request in effective(recipe, inventory_knobs, bind):
+        if request.name not in allow:
+            raise BadInput(
+                f"recipe {recipe['name']}: {request.key} {request.what}: a privileged request the inventory "
+                "does not allow",
+                f"if you trust the recipe, add {request.name!r} to serve_allow in the inventory; "
+                "otherwise remove it from the recipe",
+            )
+        used.append(request.name)
+    return used
+
+
+def check_allow(allow: Iterable[Any]) -> frozenset[str]:
+    """The inventory's serve_allow, each entry one a recipe could request."""
+    names = []
+    for entry in allow:
+        text = str(entry)
+        known = (
+            text in PRIVILEGED_KNOBS
+            or text == "bind"
+            or (text.startswith("package:") and len(text) > 8)
+            or (text.startswith("env:") and loads_code(text[4:]))
+        )
+        if not known:
+            raise BadInput(
+                f"serve_allow names {text!r}, which is no privileged request",
+                f"use {', '.join(sorted(PRIVILEGED_KNOBS))}, bind, package:NAME or env:NAME (a loader variable)",
+            )
+        names.append(text)
+    return frozenset(names)
+
+
+def check_repo(repo: Any, key: str) -> str:
+    """A Hugging Face repo id (org/name) that can only name a folder under the model root."""
+    text = str(repo)
+    parts = text.split("/")
+    if (
+        len(parts) != 2
+        or len(text) > 96
+        or not all(_REPO_PART.fullmatch(p) for p in parts)
+        or ".." in text
+        or "--" in text
+        or any(p.endswith(".") for p in parts)
+    ):
+        raise BadInput(
+            f"{key} {text!r} is not a Hugging Face repo id",
+            "give org/name: letters, digits, '-', '_' and '.', no '..' or '--', at most 96 characters",
+        )
+    return text
+
+
+def inside(path: str, folders: Iterable[str]) -> bool:
+    """Whether an absolute path, normalised, is one of `folders` or beneath one."""
+    norm = posixpath.normpath(path)
+    normed = [posixpath.normpath(f) for f in folders]
+    return any(norm == f or norm.startswith(f.rstrip("/") + "/") for f in normed)
+
+
+def check_host_folder(value: Any, key: str, ours: Iterable[str]) -> str:
+    """A host folder the user names for the engine to write (the disk prefix cache): absolute, plain, and
+    neither a system folder, a home, nor inside sparkplay's own folders (the engine would write there)."""
+    text = str(value)
+    if not text.startswith("/") or ".." in text.split("/") or "\n" in text or "//" in text:
+        raise BadInput(f"{key} {text!r} is not an absolute path", f"give {key} an absolute folder without '..'")
+    norm = posixpath.normpath(text)
+    ours = list(ours)
+    overlaps = inside(norm, ours) or any(inside(o, [norm]) for o in ours)
+    if norm in SYSTEM_FOLDERS or inside(norm, SYSTEM_TREES) or overlaps:
+        raise BadInput(
+            f"{key} {text!r} is a system or sparkplay folder",
+            f"give {key} a folder of its own on a local disk, e.g. /nvme/sparkplay-prefix-cache",
+        )
+    return norm
+
+
+def confine_args(args: Iterable[str], folders: Iterable[str], what: str) -> None:
+    """A native engine runs on the host: every path its flags name stays inside sparkplay's folders."""
+    folders = list(folders)
+    previous = ""
+    for arg in args:
+        value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+        shown = " ".join(w for w in (previous if previous.startswith("-") and value == arg else "", arg) if w)
+        if ".." in value.split("/"):
+            raise BadInput(f"{what} {shown!r} climbs out of its folder ('..')", "give a path without '..'")
+        if value.startswith(("/", "~")) and (value.startswith("~") or not inside(value, folders)):
+            raise BadInput(
+                f"{what} {shown!r} names a host path outside sparkplay's folders ({', '.join(folders)})",
+                "remove the flag, or name a file inside the model root",
+            )
+        previous = arg
+
+
+def confine(recipe: Mapping[str, Any]) -> None:
+    """Refuse what a recipe can only ask as an attack; every check names the field and the fix."""
+    model, engine, serve = recipe["model"], recipe["engine"], recipe["serve"]
+    if model.get("repo"):
+        check_repo(model["repo"], "model.repo")
+    for i, ckpt in enumerate(model.get("checkpoints") or []):
+        check_repo(ckpt["repo"], f"model.checkpoints[{i}].repo")
+    image_dir = engine.get("image_dir")
+    if image_dir and (not _IMAGE_DIR.match(str(image_dir)) or ".." in str(image_dir).split("/")):
+        raise BadInput(
+            f"engine.image_dir {image_dir!r} is not a folder name under the image build root",
+            "give a relative folder name (letters, digits, '.', '_', '-'), no '..'",
+        )
+    shm = serve.get("shm_size")
+    if shm is not None and not _SHM.match(str(shm)):
+        raise BadInput(f"serve.shm_size {shm!r} is not a size", "give a size such as 32g")
+    if engine["runtime"] == "native":  # the engine's own argv is confined once planned (plan.build)
+        for name, value in (serve.get("env") or {}).items():
+            if ".." in str(value).split("/"):
+                raise BadInput(f"serve.env.{name} {value!r} climbs out of its folder ('..')", "give it without '..'")
+
+
+def confine_mounts(mounts: Iterable[Mapping[str, Any]], folders: Iterable[str], rank: int) -> None:
+    """A container sees only sparkplay's folders of the host (and a folder the inventory allowed)."""
+    folders = list(folders)
+    for mount in mounts:
+        source = str(mount["source"])
+        if not source.startswith("/") or ".." in source.split("/") or not inside(source, folders):
+            raise BadInput(
+                f"rank {rank}'s container would see the host path {source}, outside sparkplay's folders",
+                "remove what asks for it from the recipe, or allow it in the inventory (serve_allow)",
+            )

@@ -1,0 +1,310 @@
+"""The recipe boundary: what a recipe may ask of a host (sparkplay.boundary), tried as an attacker would.
+
+Each attack is a recipe written to look ordinary; each is refused with one
+line naming the field and the fix, confined, or held as a privileged
+request that runs only when the inventory allows it by name. Pure: plans on
+stand-in nodes, imports from files in tmp_path.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from sparkplay import boundary
+from sparkplay.engines.plan import ENGINE_USER, Options, build, stand_in_nodes
+from sparkplay.errors import BadInput
+from sparkplay.managed import reset_removable
+from sparkplay.recipes import catalog, model
+from tests.conftest import PROJECT
+
+ROOT = "/var/lib/sparkplay/models"
+
+
+def recipe(name: str) -> dict:
+    return copy.deepcopy(catalog.load_for_use(catalog.catalog_dir(PROJECT), name))
+
+
+def plan(doc: dict, allow: frozenset[str] | None = frozenset(), **options) -> dict:
+    count = int(doc["topology"]["nodes"] or 2)
+    return build(doc, stand_in_nodes(count), Options(model_root=ROOT, allow=allow, **options))
+
+
+def refused(doc: dict, *words: str, **options) -> str:
+    with pytest.raises(BadInput) as caught:
+        plan(doc, **options)
+    text = str(caught.value)
+    assert "\n" not in text
+    for word in words:
+        assert word in text, text
+    return text
+
+
+def imported(tmp_path, doc: dict) -> dict:
+    path = tmp_path / "r.yml"
+    path.write_text(model.to_yaml(doc))
+    return catalog.import_source(str(path))
+
+
+# -- the seeds ask nothing privileged -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["lab-tiny", "glm53", "glm53-atlas"])
+def test_the_seed_recipes_make_no_privileged_request_and_plan_with_nothing_allowed(name):
+    doc = recipe(name)
+    assert boundary.requests(doc) == []
+    assert plan(doc)["privileged"] == []
+
+
+# -- knobs that reach the host ------------------------------------------------------------------
+
+
+def test_a_recipe_that_binds_etc_as_its_prefix_cache_is_refused_and_even_allowed_etc_stays_out(tmp_path):
+    doc = recipe("glm53-atlas")
+    doc["knobs"].update(prefix_cache_dir="/etc", prefix_cache_gb=32)
+    refused(doc, "knobs.prefix_cache_dir", "serve_allow", "'prefix_cache_dir'")
+    refused(doc, "system or sparkplay folder", allow=frozenset({"prefix_cache_dir"}))
+    # the import shows it as a request (the rehearsal refuses /etc itself)
+    with pytest.raises(BadInput, match="system or sparkplay folder"):
+        imported(tmp_path, doc)
+
+
+@pytest.mark.parametrize(
+    "folder",
+    ["/", "/tmp", "/tmp/", "/var/tmp", "/etc/cron.d", "/usr/lib", "/root/.ssh", "/home", "/var/lib/sparkplay",
+     "/var/lib/sparkplay/models/x", "/var/lib", "/run/user/0", "/boot", "/proc/self", "/nvme/../etc", "rel/dir",
+     "/var/./lib"],
+)  # fmt: skip
+def test_no_system_or_sparkplay_folder_is_a_prefix_cache_even_from_the_inventory(folder):
+    doc = recipe("glm53-atlas")
+    with pytest.raises(BadInput):
+        plan(doc, knobs={"prefix_cache_dir": folder, "prefix_cache_gb": 32})
+
+
+def test_a_prefix_cache_the_inventory_names_needs_no_allow_and_one_the_recipe_names_does():
+    doc = recipe("glm53-atlas")
+    mine = plan(doc, knobs={"prefix_cache_dir": "/nvme/cache/", "prefix_cache_gb": 32})
+    assert {"source": "/nvme/cache", "target": "/prefix-cache", "readonly": False} in mine["ranks"][0]["mounts"]
+    assert mine["privileged"] == []
+    doc["knobs"].update(prefix_cache_dir="/nvme/cache", prefix_cache_gb=32)
+    refused(doc, "bind-mounts the host folder /nvme/cache")
+    assert plan(doc, allow=frozenset({"prefix_cache_dir"}))["privileged"] == ["prefix_cache_dir"]
+    # the inventory setting it back to null takes the recipe's request away
+    assert plan(doc, knobs={"prefix_cache_dir": None})["privileged"] == []
+
+
+def test_the_display_carveout_capability_is_the_inventorys_to_give():
+    doc = recipe("glm53-atlas")
+    doc["knobs"]["display_carveout"] = True
+    refused(doc, "SYS_ADMIN", "'display_carveout'")
+    allowed = plan(doc, allow=frozenset({"display_carveout"}))
+    assert "SYS_ADMIN" in allowed["ranks"][0]["container_options"]
+    assert "SYS_ADMIN" in plan(recipe("glm53-atlas"), knobs={"display_carveout": True})["ranks"][0]["exec"]
+
+
+# -- what a native engine runs on the host ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONWARNINGS", "PYTHONHOME",
+     "GCONV_PATH", "GLIBC_TUNABLES", "BASH_ENV", "PATH", "NODE_OPTIONS", "PERL5OPT", "TRITON_PTXAS_PATH",
+     "SSL_CERT_FILE", "OPENSSL_CONF", "JAVA_TOOL_OPTIONS"],
+)  # fmt: skip
+def test_an_env_name_that_changes_what_code_loads_is_a_request(name):
+    doc = recipe("lab-tiny")
+    doc["serve"]["env"][name] = f"{ROOT}/evil--payload/libx.so"
+    refused(doc, f"serve.env.{name}", f"'env:{name}'")
+    assert plan(doc, allow=frozenset({f"env:{name}"}))["privileged"] == [f"env:{name}"]
+
+
+@pytest.mark.parametrize("name", ["PYTHONUNBUFFERED", "PYTHONHASHSEED", "OMP_NUM_THREADS", "GGML_RPC_DEBUG"])
+def test_plain_tuning_variables_are_not_requests(name):
+    doc = recipe("lab-tiny")
+    doc["serve"]["env"][name] = "1"
+    assert plan(doc)["ranks"][0]["env"][name] == "1"
+
+
+def test_the_ld_preload_from_a_mirrored_extra_checkpoint_attack_is_refused_and_shown_at_import(tmp_path, capsys):
+    doc = recipe("lab-tiny")
+    doc["model"]["checkpoints"] = [{"role": "extra", "repo": "helpful/kernels", "revision": "a" * 40}]
+    doc["serve"]["env"]["LD_PRELOAD"] = f"{ROOT}/helpful--kernels/libfast.so"
+    doc["name"] = "tiny-fast"
+    saved = imported(tmp_path, doc)  # importable: the inventory may allow it
+    warnings = [str(p) for p in model.problems(saved) if "privileged" in p.message]
+    assert warnings == [
+        "warning: serve.env.LD_PRELOAD: privileged request: sets a variable that changes what code the engine "
+        "loads; it runs only where the inventory allows it (serve_allow: ['env:LD_PRELOAD'])"
+    ]
+    refused(saved, "LD_PRELOAD")
+
+
+def test_packages_the_engine_does_not_need_are_requests():
+    doc = recipe("lab-tiny")
+    doc["engine"]["packages"] = [*doc["engine"]["packages"], "libggml0-backend-vulkan", "netcat-openbsd"]
+    refused(doc, "netcat-openbsd", "'package:netcat-openbsd'")
+    assert plan(doc, allow=frozenset({"package:netcat-openbsd"}))["packages"][-1] == "netcat-openbsd"
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--log-file", "/etc/cron.d/sparkplay"], ["--log-file=/etc/cron.d/x"], ["--slot-save-path", "../../etc"],
+     ["--lora", f"{ROOT}/../../../root/.ssh/id_ed25519"], ["--chat-template-file", "~/.bashrc"],
+     ["--mmproj", "/home/user/mmproj.gguf"]],
+)  # fmt: skip
+def test_a_native_engine_flag_naming_a_host_path_outside_sparkplays_folders_is_refused(flags):
+    doc = recipe("lab-tiny")
+    doc["serve"]["args"] += flags
+    refused(doc, flags[0].split("=")[0])
+    with pytest.raises(BadInput):  # at import too: the rehearsal plans the recipe
+        plan(doc, allow=None)
+
+
+def test_a_native_engine_flag_inside_the_model_root_is_kept():
+    doc = recipe("lab-tiny")
+    doc["serve"]["args"] += ["--mmproj", f"{ROOT}/lab-tiny/mmproj.gguf"]
+    assert f"{ROOT}/lab-tiny/mmproj.gguf" in plan(doc)["ranks"][0]["argv"]
+
+
+def test_a_native_engine_runs_as_its_own_user_in_a_sandbox():
+    deployment = plan(recipe("lab-tiny"))
+    assert deployment["user"] == ENGINE_USER
+    lines = deployment["sandbox"]
+    for line in (f"User={ENGINE_USER}", "NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes",
+                 "ProtectHome=yes", "CapabilityBoundingSet=", "ReadWritePaths=/var/lib/sparkplay/engine"):  # fmt: skip
+        assert line in lines
+    docker = plan(recipe("glm53"))
+    assert docker["user"] is None and docker["sandbox"] == []
+    # a model root under /home stays readable to it
+    home = build(recipe("lab-tiny"), stand_in_nodes(2), Options(model_root="/home/me/models"))
+    assert "ProtectHome=read-only" in home["sandbox"]
+
+
+# -- names that could only be an attack -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("repo", ["org/..", "../etc", "org/../../etc", "org/name/../x", "org--x/y", "/etc/x", "org/",
+                                  "a/b/c", "org/.hidden.", "o rg/x", "org/x\n"])  # fmt: skip
+def test_a_checkpoint_id_that_is_no_hub_id_is_refused(tmp_path, repo):
+    doc = recipe("glm53")
+    doc["model"]["checkpoints"][0]["repo"] = repo
+    refused(doc, "model.checkpoints[0].repo")
+    with pytest.raises(BadInput, match="repo"):
+        imported(tmp_path, doc)
+
+
+def test_an_image_folder_or_shared_memory_size_that_is_more_than_it_says_is_refused():
+    doc = recipe("glm53")
+    doc["engine"]["image_dir"] = "../../etc"
+    refused(doc, "engine.image_dir")
+    doc = recipe("glm53")
+    doc["serve"]["shm_size"] = "32g --privileged"
+    refused(doc, "serve.shm_size")
+
+
+def test_a_container_never_sees_a_host_path_outside_sparkplays_folders():
+    with pytest.raises(BadInput, match="outside sparkplay's folders"):
+        boundary.confine_mounts([{"source": "/etc", "target": "/x"}], [ROOT], 0)
+    with pytest.raises(BadInput):
+        boundary.confine_mounts([{"source": f"{ROOT}/../../../etc", "target": "/x"}], [ROOT], 0)
+    boundary.confine_mounts([{"source": f"{ROOT}/a", "target": "/x"}], [ROOT], 0)
+
+
+# -- the API address ----------------------------------------------------------------------------
+
+
+def test_atlas_owns_host_and_port_whatever_the_recipe_says():
+    doc = recipe("glm53-atlas")
+    doc["serve"]["args"] += ["--host", "0.0.0.0", "--port=8893"]  # noqa: S104 - the attack under test
+    deployment = plan(doc)
+    for rank in deployment["ranks"]:
+        argv = rank["argv"]
+        assert "0.0.0.0" not in argv and "--port=8893" not in argv  # noqa: S104
+        assert argv[-4:] == ["--host", "127.0.0.1", "--port", str(8893 + rank["rank"])]
+        assert rank["listen"] == [{"address": "127.0.0.1", "port": 8893 + rank["rank"]}]
+
+
+def test_an_api_beyond_loopback_is_the_inventorys_choice():
+    doc = recipe("lab-tiny")
+    doc["serve"]["bind"] = "192.0.2.7"
+    refused(doc, "serve.bind", "'bind'")
+    assert plan(doc, bind="10.0.0.5")["api"]["bind"] == "10.0.0.5"
+    assert plan(doc, allow=frozenset({"bind"}))["api"]["bind"] == "192.0.2.7"
+
+
+# -- a recipe cannot grant itself anything --------------------------------------------------------
+
+
+def test_a_recipe_cannot_allow_its_own_requests(tmp_path):
+    doc = recipe("lab-tiny")
+    doc["serve"]["env"]["LD_PRELOAD"] = "/x.so"
+    doc["extra"] = {"serve_allow": ["env:LD_PRELOAD"], "sparkplay_knobs": {"x": 1}}
+    doc["name"] = "grants-itself"
+    saved = imported(tmp_path, doc)
+    refused(saved, "LD_PRELOAD")
+    # nor through its knobs: the schema knows no such knob
+    doc["knobs"] = {"serve_allow": ["env:LD_PRELOAD"]}
+    assert model.schema_errors(doc)
+
+
+@pytest.mark.parametrize("entry", ["everything", "*", "env:OMP_NUM_THREADS", "package:", "prefix_cache"])
+def test_an_allow_list_entry_that_is_no_request_is_refused(entry):
+    with pytest.raises(BadInput, match="serve_allow"):
+        boundary.check_allow([entry])
+
+
+def test_the_allow_list_the_inventory_gives_reaches_the_plan_and_the_unit_through_ansible():
+    from tests.role_render import render, role_vars, task, template
+
+    doc = recipe("lab-tiny")
+    doc["serve"]["env"]["LD_PRELOAD"] = "/x.so"
+    hosts = [n.host for n in stand_in_nodes(2)]
+    facts = {
+        n.host: {"serve_node_facts": {"rank": n.rank, "fabric_env": dict(n.fabric_env)}} for n in stand_in_nodes(2)
+    }
+    compute = task("roles/serve/tasks/preflight.yml", "Serve | Compute the launch plan for every rank")
+    expr = compute["ansible.builtin.set_fact"]["serve_plan"]
+
+    def serve_plan(serve_allow: list[str]) -> dict:
+        variables = role_vars("serve", sparkplay_recipe_plan=doc, ansible_play_hosts_all=hosts, hostvars=facts,
+                              sparkplay_model_root=ROOT, serve_allow=serve_allow)  # fmt: skip
+        return render(expr, variables)
+
+    with pytest.raises(Exception, match="LD_PRELOAD"):
+        serve_plan([])
+    deployment = serve_plan(["env:LD_PRELOAD"])
+    assert deployment["privileged"] == ["env:LD_PRELOAD"]
+    # the serve role's unit carries the sandbox the plan computed
+    variables = role_vars(
+        "serve", serve_plan=deployment, serve_rank=deployment["ranks"][0], ansible_managed="x", serve_timeout=120
+    )
+    unit = template("roles/serve/templates/sparkplay-serve.service.j2", variables)
+    service = unit.split("[Service]", 1)[1]
+    for line in deployment["sandbox"]:
+        assert f"\n{line}\n" in service
+    assert f"\nUser={ENGINE_USER}\n" in service
+
+
+# -- reset keeps the checkpoints, however the root is written -------------------------------------
+
+
+@pytest.mark.parametrize("root", ["/var/lib/sparkplay/models", "/var/lib/sparkplay/models/",
+                                  "/var/lib/sparkplay//models", "/var/lib/sparkplay/models/.",
+                                  "/var/lib/sparkplay/x/../models"])  # fmt: skip
+def test_reset_never_removes_the_model_root_or_a_folder_holding_it(root):
+    entries = [{"path": "/var/lib/sparkplay/models"}, {"path": "/var/lib/sparkplay/engine"},
+               {"path": "/var/lib/sparkplay/watchdog.json"}]  # fmt: skip
+    kept = [e["path"] for e in reset_removable(entries, [root])]
+    assert kept == ["/var/lib/sparkplay/engine", "/var/lib/sparkplay/watchdog.json"]
+    deep = [{"path": "/var/lib/sparkplay/data"}, {"path": "/var/lib/sparkplay/cache"}]
+    assert [e["path"] for e in reset_removable(deep, ["/var/lib/sparkplay/data/models/"])] == [
+        "/var/lib/sparkplay/cache"
+    ]
+
+
+def test_the_sample_inventory_documents_serve_allow():
+    text = (PROJECT / "inventory/sample/group_vars/sparkplay_nodes/main.yml").read_text()
+    assert "# serve_allow: []" in text
+    assert yaml.safe_load((PROJECT / "roles/serve/defaults/main.yml").read_text())["serve_allow"] == []
