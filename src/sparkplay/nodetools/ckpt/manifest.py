@@ -18,17 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from .common import META, Failure, canonical, sha256_fd
-from .paths import Refused, check_link, check_rel
+from .paths import Refused, check_link, check_rel, resolve
 
 FORMAT = 2
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def walk(root: Path) -> list[tuple[str, os.stat_result]]:
-    """Every non-folder entry under root with its lstat, sorted; links are listed, never followed."""
-    found: list[tuple[str, os.stat_result]] = []
+    """Every non-folder entry under root with its lstat, sorted; links are listed, never followed.
 
-    def visit(folder: Path, rel: str) -> None:
+    Iterative: a tree any depth deep (a peer could make one thousands of folders deep) is walked without
+    recursion."""
+    found: list[tuple[str, os.stat_result]] = []
+    pending: list[tuple[Path, str]] = [(root, "")]
+    while pending:
+        folder, rel = pending.pop()
         with os.scandir(folder) as it:
             for entry in it:
                 if not rel and entry.name == META:
@@ -36,11 +40,9 @@ def walk(root: Path) -> list[tuple[str, os.stat_result]]:
                 path = f"{rel}{entry.name}"
                 st = entry.stat(follow_symlinks=False)
                 if stat.S_ISDIR(st.st_mode):
-                    visit(Path(entry.path), f"{path}/")
+                    pending.append((Path(entry.path), f"{path}/"))
                 else:
                     found.append((path, st))
-
-    visit(root, "")
     return sorted(found, key=lambda item: item[0])
 
 
@@ -164,6 +166,12 @@ def validate(manifest: Any, where: str, wanted: str | None = None) -> dict[str, 
     clash = seen & folders
     if clash:
         raise Failure(f"{where}: {sorted(clash)[0]!r} is both an entry and a folder")
+    links = {e["path"]: e["target"] for e in manifest["files"] if e["type"] == "symlink"}
+    for rel in links:
+        try:
+            resolve(rel, links)
+        except Refused as exc:
+            raise Failure(f"{where}: {exc}") from None
     digest = digest_of(manifest["files"])
     if manifest.get("digest") != digest:
         raise Failure(f"{where}: its digest field does not match its entries (edited or damaged); refusing it")

@@ -8,6 +8,7 @@ stops the write instead of leading it elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
@@ -66,6 +67,77 @@ def check_link(rel: str, target: object) -> str:
     return target
 
 
+def open_tree(path: os.PathLike[str] | str, create: bool) -> int:
+    """An fd for the folder `path`, opened from `/` one component at a time without following links
+    (a link the user put on the way, such as a model root on another disk, is resolved once, first).
+
+    Run as root, every folder on the way must be root's and writable by no one else unless sticky: a
+    local user who could rename entries in one could swap a folder under root's writes.
+    """
+    real = os.path.realpath(path)
+    fd = os.open("/", DIR_FLAGS)
+    try:
+        done = ""
+        for name in [p for p in real.split("/") if p]:
+            try:
+                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise Refused(real, f"{done}/{name} changed into a link or a file while it was opened") from None
+                raise
+            os.close(fd)
+            fd, done = nxt, f"{done}/{name}"
+            st = os.fstat(fd)
+            others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
+            if os.geteuid() == 0 and (st.st_uid != 0 or others):
+                raise Refused(real, f"{done} is writable by a user other than root: a local user could swap "
+                                    "folders under sparkplay's writes; fix its owner or mode")  # fmt: skip
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+MAX_HOPS = 40  # the kernel's limit of links followed in one lookup (MAXSYMLINKS)
+
+
+def resolve(rel: str, links: dict[str, str]) -> str:
+    """Where `rel` leads in a tree whose links are `links` (path -> target), resolved as the kernel does:
+    component by component, a link replaced by its target where it stands, `..` taken after that, so a
+    chain of in-tree links that climbs out is seen (`a/b -> ..` then `x -> a/b/../..`). Refused when it
+    leaves the tree, enters META or loops."""
+    pending = rel.split("/")
+    stack: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not stack:
+                raise Refused(rel, "a chain of links leads out of the folder")
+            stack.pop()
+            continue
+        here = "/".join([*stack, part])
+        if here in links:
+            hops += 1
+            target = links[here]
+            if hops > MAX_HOPS or target.startswith("/"):
+                raise Refused(rel, "links loop or lead out of the folder")
+            pending = target.split("/") + pending  # relative to the folder holding the link
+            continue
+        stack.append(part)
+    if not stack or stack[0] == META:
+        raise Refused(rel, "a chain of links leads to the folder itself or into sparkplay's bookkeeping")
+    return "/".join(stack)
+
+
 def open_parent(root_fd: int, parts: tuple[str, ...], create: bool) -> int:
     """An fd for the folder holding parts[-1], each component opened beneath the last without following links."""
     fd = os.dup(root_fd)
@@ -76,7 +148,9 @@ def open_parent(root_fd: int, parts: tuple[str, ...], create: bool) -> int:
             except FileNotFoundError:
                 if not create:
                     raise
-                os.mkdir(name, 0o755, dir_fd=fd)
+                # another stream may make it meanwhile: then open what is there, still without following links
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
                 nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -61,9 +62,20 @@ def send_entries(
             send(encode({"path": entry["path"], "symlink": entry["target"]}))
             _answer(reader, where)
             continue
-        fd = os.open(root / entry["path"], os.O_RDONLY | os.O_CLOEXEC)
+        # never through a link swapped in (an in-tree one the manifest lists is sent as a link; one it
+        # resolved out of the tree on purpose is via_link), and a FIFO or device opened without blocking
+        follow = 0 if entry.get("via_link") else os.O_NOFOLLOW
+        try:
+            fd = os.open(root / entry["path"], os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | follow)
+        except OSError as exc:
+            raise Failure(f"rank 0's {entry['path']} cannot be opened as the file its manifest lists ({exc.strerror})"
+                          "; run again") from None  # fmt: skip
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Failure(
+                    f"rank 0's {entry['path']} is no longer a regular file; run again once nothing changes it"
+                )
             if st.st_size != entry["size"]:
                 raise Failure(f"rank 0's {entry['path']} changed since its manifest was made; run again")
             send(encode({"path": entry["path"], "size": st.st_size, "mode": st.st_mode & 0o777,

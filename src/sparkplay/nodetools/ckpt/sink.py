@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .paths import Refused, check_link, check_rel, clear_for, open_parent
+from .paths import Refused, check_link, check_rel, clear_for, open_parent, open_tree, resolve
 from .protocol import read_frame
 
 MAX_FILE = 4 << 40  # 4 TiB: more than any one file of a checkpoint
@@ -37,11 +37,11 @@ class Sink:
     """Writes what one or more streams send beneath `dest` (threads may share one Sink)."""
 
     def __init__(self, dest: Path, on_bytes: Callable[[int], None] | None = None) -> None:
-        dest.mkdir(parents=True, exist_ok=True)
         self.dest = dest
-        self.fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.fd = open_tree(dest, create=True)
         self.files = self.bytes = 0
         self.lock = threading.Lock()
+        self.links: dict[str, str] = {}  # the links this sink made: every chain through them stays inside
         self.on_bytes = on_bytes or (lambda _: None)
 
     def close(self) -> None:
@@ -70,6 +70,11 @@ class Sink:
         rel = req.get("path")
         parts = check_rel(rel)
         target = check_link(str(rel), req.get("symlink"))
+        with self.lock:  # a link can reroute the chains of links sent before it: each is resolved again
+            links = {**self.links, str(rel): target}
+            for path in links:
+                resolve(path, links)
+            self.links = links
         parent = open_parent(self.fd, parts, create=True)
         try:
             clear_for(parent, parts[-1], str(rel), keep_regular=False)

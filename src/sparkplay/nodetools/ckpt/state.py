@@ -18,7 +18,7 @@ from typing import Any
 
 from . import manifest as mf
 from .common import MANIFEST, MARKER, Failure, sha256_fd, write_json
-from .paths import Refused, check_rel, lstat_at, open_parent
+from .paths import Refused, check_rel, lstat_at, open_parent, open_tree
 
 
 class Tree:
@@ -26,7 +26,7 @@ class Tree:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.fd = open_tree(root, create=False)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -89,6 +89,9 @@ def verify(root: Path, manifest: dict[str, Any], full: bool, jobs: int = 0) -> d
     with Tree(root) as tree, concurrent.futures.ThreadPoolExecutor(max_workers=jobs or _jobs()) as pool:
         results = list(pool.map(lambda e: tree.check(e, full), entries))
     bad = {e["path"]: why for e, (why, _) in zip(entries, results, strict=True) if why}
+    listed = {e["path"] for e in entries}
+    # a tree holding what rank 0 does not list is not rank 0's tree (status refuses it too)
+    bad |= {rel: "not in the manifest" for rel, _ in mf.walk(root) if rel not in listed}
     snapshot = {e["path"]: st for e, (why, st) in zip(entries, results, strict=True) if st is not None and not why}
     return {"ok": not bad, "mode": "full" if full else "sizes", "checked": len(entries),
             "bytes_hashed": sum(e.get("size", 0) for e in entries) if full else 0, "bad": bad,
@@ -138,7 +141,7 @@ def prepare(root: Path, text: str, wanted: str) -> dict[str, Any]:
     if status(root, None, None)["complete"]:
         old = {e["path"]: e.get("sha256") for e in mf.load(root / MANIFEST)["files"]}
         restart = [e["path"] for e in manifest["files"] if e["type"] == "file" and old.get(e["path"]) != e["sha256"]]
-    root.mkdir(parents=True, exist_ok=True)
+    os.close(open_tree(root, create=True))  # made, and every folder on the way root's alone
     drop_marker(root)
     write_json(root / MANIFEST, manifest)
     return {**need(root, manifest), "restart": restart}
