@@ -308,3 +308,36 @@ def test_the_sample_inventory_documents_serve_allow():
     text = (PROJECT / "inventory/sample/group_vars/sparkplay_nodes/main.yml").read_text()
     assert "# serve_allow: []" in text
     assert yaml.safe_load((PROJECT / "roles/serve/defaults/main.yml").read_text())["serve_allow"] == []
+
+
+# -- a recipe URL cannot aim sparkplay at this machine or a private network -----------------------
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["https://127.0.0.1/r.json", "https://localhost/r.json", "https://10.0.0.8/r.json", "https://192.168.1.1/r.json",
+     "https://169.254.169.254/latest/meta-data", "https://[::1]/r.json", "https://[::ffff:127.0.0.1]/r.json",
+     "http://127.0.0.1:9931/v1/models", "https://0.0.0.0/r.json"],
+)  # fmt: skip
+def test_a_public_recipe_url_may_not_redirect_inward_or_to_another_scheme(target):
+    import urllib.request
+
+    from sparkplay.recipes import fetch
+
+    handler = fetch._Redirects("https://recipes.example/r.json")
+    request = urllib.request.Request("https://recipes.example/r.json")
+    with pytest.raises(BadInput) as caught:
+        handler.redirect_request(request, None, 302, "Found", {}, target)
+    assert "redirects to" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_url_the_user_names_on_loopback_may_redirect_on_loopback():
+    import urllib.request
+
+    from sparkplay.recipes import fetch
+
+    handler = fetch._Redirects("http://127.0.0.1:8000/a.json")
+    request = urllib.request.Request("http://127.0.0.1:8000/a.json")
+    assert handler.redirect_request(request, None, 302, "Found", {}, "http://127.0.0.1:8000/b.json") is not None
+    with pytest.raises(BadInput, match="another scheme"):
+        handler.redirect_request(request, None, 302, "Found", {}, "https://127.0.0.1:8000/b.json")

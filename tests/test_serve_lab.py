@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkplay.engines.systemd import sandbox
 from tests.conftest import PROJECT, run_cli
 from tests.test_lab import in_node
 from tests.test_provision_lab import playbook, recap
@@ -139,6 +140,52 @@ def test_plan_on_the_served_lab_reports_no_changes():
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     assert "plan: no changes on any host" in proc.stdout
     assert "would be backed up and replaced" not in proc.stdout
+
+
+def test_the_engine_runs_unprivileged_in_its_sandbox():
+    """Both ranks' engines (llama-server, ggml-rpc-server) run as sparkplay-engine with no capabilities, no
+    way to gain privileges and a seccomp filter; systemd-analyze scores the unit, and the same unit without
+    the sandbox lines, on the node itself (docs/security.md)."""
+    for rank in (0, 1):
+        pid = unit(rank, "MainPID")["MainPID"]
+        fields = dict(line.split(":", 1) for line in in_node(rank, "cat", f"/proc/{pid}/status").stdout.splitlines())
+        user = in_node(rank, "id", "-u", "sparkplay-engine").stdout.strip()
+        assert fields["Uid"].split() == [user] * 4
+        assert int(fields["CapEff"], 16) == 0 and int(fields["CapBnd"], 16) == 0
+        assert fields["NoNewPrivs"].strip() == "1" and fields["Seccomp"].strip() == "2"
+    unit_file = in_node(0, "cat", f"/etc/systemd/system/{UNIT}").stdout
+    bare = "\n".join(line for line in unit_file.splitlines() if not re.match(SANDBOX_LINE, line))
+    in_node(0, "sh", "-c", f"mkdir -p /tmp/bare && cat > /tmp/bare/{UNIT} <<'EOF'\n{bare}\nEOF")
+    scores = {}
+    for name, path in (("before", f"/tmp/bare/{UNIT}"), ("after", f"/etc/systemd/system/{UNIT}")):
+        out = in_node(0, "systemd-analyze", "security", "--offline=true", "--no-pager", path).stdout
+        scores[name] = float(re.search(r"Overall exposure level for \S+: ([\d.]+)", out).group(1))
+    print(f"systemd-analyze security exposure of {UNIT}: before {scores['before']}, after {scores['after']}")
+    assert scores["after"] < 3.0 < scores["before"]
+
+
+# the lines the plan's sandbox adds (sparkplay.engines.systemd), by their key
+SANDBOX_LINE = "^(" + "|".join(sorted({line.split("=", 1)[0] for line in sandbox("u", "/h", [])})) + ")="
+
+
+def test_a_privileged_request_stops_the_run_before_anything_changes():
+    """A recipe that preloads a library into the engine is refused by serve.yml, one line naming the request
+    and serve_allow, before any node changes: the served engines and their files stay as they were."""
+    doc = yaml.safe_load((PROJECT / "recipes" / "lab-tiny.yml").read_text())
+    doc["name"] = "lab-tiny-preload"
+    doc["serve"]["env"]["LD_PRELOAD"] = "/var/lib/sparkplay/models/lab-tiny/lab-tiny.gguf"
+    path = PROJECT / "recipes" / "lab-tiny-preload.yml"
+    before = [(unit(r, "MainPID")["MainPID"], in_node(r, "cat", "/etc/sparkplay/serve.env").stdout) for r in (0, 1)]
+    try:
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        proc = playbook("serve.yml", "-e", "recipe=lab-tiny-preload")
+    finally:
+        path.unlink()
+    assert proc.returncode != 0
+    assert "serve.env.LD_PRELOAD" in proc.stdout and "add 'env:LD_PRELOAD' to serve_allow" in proc.stdout
+    assert "PLAY [Serve" not in proc.stdout  # stopped while loading the recipe, before any node was touched
+    after = [(unit(r, "MainPID")["MainPID"], in_node(r, "cat", "/etc/sparkplay/serve.env").stdout) for r in (0, 1)]
+    assert after == before
 
 
 IMPORTED = {"lab-tiny-site.json": "lab-tiny-site", "lab-tiny.toml": "lab-tiny-toml",

@@ -2,8 +2,11 @@
 
 A recipe URL comes from the internet, so the fetch is careful: connect and
 total timeouts, a 1 MiB cap read incrementally (a lying Content-Length does
-not matter), at most 3 redirects and none to a plain-HTTP remote host, and
-a JSON object required. Errors are one line naming the problem and the fix.
+not matter), at most 3 redirects, each keeping the scheme and never leading
+to a loopback, link-local, private or reserved address unless the user named
+such a URL first (a public recipe page cannot aim sparkplay at the
+machine's own services or a cloud's metadata address), and a JSON object
+required. Errors are one line naming the problem and the fix.
 """
 
 from __future__ import annotations
@@ -66,11 +69,44 @@ def check_url(url: str) -> None:
     raise BadInput(f"refusing to fetch {url!r}", "use an https:// URL (plain http only for 127.0.0.1 or localhost)")
 
 
+def internal(host: str | None) -> bool:
+    """Whether `host` is, or resolves to, an address of this machine or a private network."""
+    if not host:
+        return False
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return False  # it cannot be reached either
+    for text in addresses:
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+        mapped = getattr(address, "ipv4_mapped", None) or address
+        if (mapped.is_loopback or mapped.is_private or mapped.is_link_local or mapped.is_reserved
+                or mapped.is_multicast or mapped.is_unspecified):  # fmt: skip
+            return True
+    return False
+
+
 class _Redirects(urllib.request.HTTPRedirectHandler):
     max_redirections = MAX_REDIRECTS
 
+    def __init__(self, origin: str) -> None:
+        super().__init__()
+        self.origin = urlsplit(origin)
+        self.origin_internal = internal(self.origin.hostname)
+
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN202
         check_url(newurl)  # a redirect may not downgrade to plain http on the internet
+        new = urlsplit(newurl)
+        if new.scheme != self.origin.scheme:
+            raise BadInput(
+                f"{self.origin.geturl()} redirects to {newurl!r}, another scheme",
+                "give the final https:// URL yourself if you trust it",
+            )
+        if internal(new.hostname) and not self.origin_internal:
+            raise BadInput(
+                f"{self.origin.geturl()} redirects to {newurl!r}, an address on this machine or a private network",
+                "give that URL yourself if you mean it",
+            )
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
@@ -125,7 +161,7 @@ def fetch(
     connect_timeout = connect_timeout or _timeout("SPARKPLAY_FETCH_CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S)
     total_timeout = total_timeout or _timeout("SPARKPLAY_FETCH_TOTAL_TIMEOUT_S", TOTAL_TIMEOUT_S)
     check_url(url)
-    opener = urllib.request.build_opener(_Redirects())
+    opener = urllib.request.build_opener(_Redirects(url))
     request = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": "sparkplay"})  # noqa: S310
     deadline = time.monotonic() + total_timeout
     late = FetchError(f"{url} took longer than {total_timeout:.0f} s", "try again later")
