@@ -13,6 +13,7 @@ import io
 import json
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -95,21 +96,44 @@ def test_a_manifest_with_a_link_chain_out_of_the_tree_is_refused():
         mf.validate(doc, "rank 0's manifest")
 
 
+def remove_deep(root: Path) -> None:
+    """Remove a chain of `d` folders bottom-up without recursion (shutil.rmtree recurses before 3.12, and
+    pytest's clean-up of old temporary folders would die in it)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    fds = [fd]
+    while "d" in os.listdir(fd):  # noqa: PTH208 - by descriptor: the path is too deep to name
+        fd = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        fds.append(fd)
+    while fds:
+        fd = fds.pop()
+        for name in os.listdir(fd):  # noqa: PTH208
+            if name != "d":
+                os.unlink(name, dir_fd=fd)
+        if fds:
+            os.rmdir("d", dir_fd=fds[-1])
+        os.close(fd)
+    root.rmdir()
+
+
 def test_a_tree_deeper_than_the_recursion_limit_is_walked(tmp_path):
     root = tmp_path / "deep"
     root.mkdir()
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    for _ in range(1500):  # 3000 bytes of path: within PATH_MAX, past Python's 1000 frames
-        os.mkdir("d", dir_fd=fd)
-        nxt = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    try:
+        for _ in range(1500):  # 3000 bytes of path: within PATH_MAX, past Python's 1000 frames
+            os.mkdir("d", dir_fd=fd)
+            nxt = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        leaf = os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(leaf, b"leaf")
+        os.close(leaf)
         os.close(fd)
-        fd = nxt
-    leaf = os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
-    os.write(leaf, b"leaf")
-    os.close(leaf)
-    os.close(fd)
-    [(rel, _)] = mf.walk(root)
-    assert rel == "d/" * 1500 + "f"
+        [(rel, _)] = mf.walk(root)
+        assert rel == "d/" * 1500 + "f"
+    finally:
+        remove_deep(root)
+    assert not root.exists()
 
 
 def test_verify_and_mark_refuse_a_tree_holding_files_the_manifest_does_not_list(tmp_path):

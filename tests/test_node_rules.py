@@ -253,3 +253,28 @@ def test_an_nccl_development_build_is_named_with_the_fix(version, flagged):
     if flagged:
         assert f"image nvcr.io/x:1 has NCCL {version}, not a release tag" in problem
         assert "use an image or package built on an NCCL release" in problem
+
+
+@pytest.mark.parametrize(
+    ("line", "secret"),
+    [("Dec 02 10:00:01 spark vllm[9]: started with HF_TOKEN=abc123secret ok", "abc123secret"),
+     ("args: serve /m --api-key s3cr3t-key --port 8000", "s3cr3t-key"),
+     ('curl -H "Authorization: Bearer eyJabc.def" http://127.0.0.1:8000', "eyJabc.def"),
+     ('{"hf_token": "tok-123", "max_tokens": 16}', "tok-123"),
+     ("retrying: password=hunter2; user=me", "hunter2"),
+     ("env: SPARKPLAY_MIRROR_SECRET=1f2e3d4c NCCL_DEBUG=INFO", "1f2e3d4c"),
+     ("llama-server --hf-token=hf_short -m x.gguf", "hf_short")],
+)  # fmt: skip
+def test_the_bundle_redacts_a_secret_in_the_middle_of_a_line(line, secret):
+    from sparkplay.doctor import redact
+
+    cleaned = redact({"journal": line})["journal"]
+    assert secret not in cleaned and "<redacted>" in cleaned
+    assert cleaned.split("<redacted>")[0] == line.split(secret)[0]  # the line around it is kept
+
+
+def test_the_bundle_keeps_counts_and_words_that_only_look_like_secrets():
+    from sparkplay.doctor import redact
+
+    for line in ("usage: max_tokens=16 prompt_tokens=3 tokenizer=/m/tokenizer.json", "the token was refused"):
+        assert redact({"journal": line})["journal"] == line

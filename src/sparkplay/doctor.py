@@ -135,6 +135,12 @@ def ib_write_bw_gbps(output: str) -> float | None:
 
 OUTPUT_LIMIT = 20_000  # characters of one command's output kept in the bundle
 SECRET_KEY = re.compile(r"(token|secret|passw|private|api[_-]?key|credential)", re.IGNORECASE)
+SECRET_IN_TEXT = (
+    re.compile(r"(?i)((?:--)?[A-Za-z0-9_.-]*(?:token(?![a-z])|secret|passw(?:or)?d?(?![a-z])|api[_-]?key|credential)"
+               r"[A-Za-z0-9_]*[\"']?[ \t]*[=:][ \t]*[\"']?)(?!<redacted>)[^\s\"',;}]+"),
+    re.compile(r"(?i)(--[a-z-]*(?:token|secret|password|api-key)[a-z-]*[ \t]+)(?!<redacted>)(?!-)\S+"),
+    re.compile(r"(?i)(\bbearer[ \t]+)(?!<redacted>)[^\s\"']+"),
+)  # fmt: skip
 SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,})\b")
 REDACTED = "<redacted>"
 
@@ -166,9 +172,11 @@ def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
             text = SECRET_VALUE.sub(REDACTED, item)
             for secret in known:
                 text = text.replace(secret, REDACTED)
-            # KEY=VALUE lines (env files, journals) whose key looks secret
-            return re.sub(r"(?m)^(\s*[A-Za-z_]*(?:TOKEN|SECRET|PASSW\w*|API_?KEY)[A-Za-z_]*\s*[=:]\s*).+$",
-                          rf"\1{REDACTED}", text)  # fmt: skip
+            # anywhere in a line (env files, journals, argv, JSON): KEY=VALUE or KEY: VALUE whose key looks
+            # secret, a secret-looking flag's value, a bearer token
+            for pattern in SECRET_IN_TEXT:
+                text = pattern.sub(rf"\1{REDACTED}", text)
+            return text
         return item
 
     return clean(value)
