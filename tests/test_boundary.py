@@ -341,3 +341,11 @@ def test_a_url_the_user_names_on_loopback_may_redirect_on_loopback():
     assert handler.redirect_request(request, None, 302, "Found", {}, "http://127.0.0.1:8000/b.json") is not None
     with pytest.raises(BadInput, match="another scheme"):
         handler.redirect_request(request, None, 302, "Found", {}, "https://127.0.0.1:8000/b.json")
+
+
+def test_the_engines_0600_environment_is_never_printed_as_a_diff():
+    from tests.role_render import task
+
+    write = task("roles/serve/tasks/configure.yml", "Serve | Write this rank's environment (0600)")
+    assert write["ansible.builtin.copy"]["mode"] == "0600"
+    assert write["diff"] is False
