@@ -349,3 +349,21 @@ def test_the_engines_0600_environment_is_never_printed_as_a_diff():
     write = task("roles/serve/tasks/configure.yml", "Serve | Write this rank's environment (0600)")
     assert write["ansible.builtin.copy"]["mode"] == "0600"
     assert write["diff"] is False
+
+
+def test_playbooks_check_the_boundary_when_the_recipe_loads_and_doctor_does_not():
+    from tests.role_render import plays, render
+
+    [play] = plays("playbooks/recipe.yml", "localhost")
+    load = next(t for t in play["tasks"] if t["name"] == "Recipe | Load the recipe")
+    expr = load["ansible.builtin.set_fact"]["sparkplay_recipe_doc"]
+
+    def loaded(**extra: object) -> dict:
+        node = {"serve_allow": ["no-such-request"]}
+        return render(expr, {"sparkplay_recipe_name": "lab-tiny", "sparkplay_first_node": node, **extra})
+
+    with pytest.raises(Exception, match="serve_allow names 'no-such-request'"):
+        loaded()  # the inventory's serve_allow reached the boundary
+    assert loaded(sparkplay_recipe_boundary=False)["name"] == "lab-tiny"
+    doctor = yaml.safe_load((PROJECT / "playbooks/doctor.yml").read_text())
+    assert next(p for p in doctor if p["name"] == "Doctor | Recipe")["vars"]["sparkplay_recipe_boundary"] is False
