@@ -242,7 +242,13 @@ def test_environment_names_and_values_cannot_bend_the_env_file() -> None:
     doc["serve"]["env"] = {"OK": "fine\nEVIL=1"}
     with pytest.raises(BadInput, match="spans lines"):
         build(doc, nodes(), Options(model_root=ROOT))
-    assert env_file({"B": "2", "A": "x y"}) == "A=x y\nB=2\n"
+    assert env_file({"B": "2", "A": "x y"}) == "A=x y\nB=2\n"  # docker's --env-file: verbatim
+    # systemd's EnvironmentFile=: quoted, with what its parser unescapes escaped (checked by systemd itself
+    # on the lab: tests/test_serve_lab.py)
+    tricky = {"Q": 'say "hi"', "B": "a\\b\\", "S": " lead and trail ", "D": "$HOME ${X} `id`", "E": "", "H": "#x"}
+    assert env_file(tricky, "native") == (
+        'B="a\\\\b\\\\"\nD="\\$HOME \\${X} \\`id\\`"\nE=""\nH="#x"\nQ="say \\"hi\\""\nS=" lead and trail "\n'
+    )
 
 
 # -- systemd -------------------------------------------------------------------

@@ -278,3 +278,22 @@ def test_the_bundle_keeps_counts_and_words_that_only_look_like_secrets():
 
     for line in ("usage: max_tokens=16 prompt_tokens=3 tokenizer=/m/tokenizer.json", "the token was refused"):
         assert redact({"journal": line})["journal"] == line
+
+
+def test_reset_keeps_what_the_user_changed_since_sparkplay_wrote_it(tmp_path):
+    """A file edited after sparkplay wrote it is named by `edited`; reset, once asked, keeps its current
+    bytes beside it (a name reset never removes) before putting it back."""
+    conf = tmp_path / "90-sparkplay-memlock.conf"
+    conf.write_text("* - memlock unlimited\n")
+    registry = sparkplay_managed.recorded({str(conf): sparkplay_managed.state(str(conf))}, {})
+    regfile = tmp_path / "managed-files.json"
+    sparkplay_managed.write_registry(str(regfile), registry)
+    assert sparkplay_managed.edited(registry) == []
+    conf.write_text("* - memlock unlimited\n# my tweak\n")
+    assert sparkplay_managed.edited(registry) == [str(conf)]
+    done = sparkplay_managed.reset(str(regfile), registry)
+    [copy] = [p for p in tmp_path.iterdir() if ".sparkplay-edited-" in p.name]
+    assert copy.read_text().endswith("# my tweak\n") and copy.name.endswith("~")
+    assert done == [f"kept the edited {conf} as {copy}", f"remove {conf}"]
+    assert not conf.exists()
+    assert not sparkplay_managed.BACKUP.fullmatch(copy.name[len(conf.name) :])  # not taken for Ansible's backup

@@ -121,6 +121,23 @@ def test_second_run_changes_nothing_and_asks_nothing():
     assert all(t["changed"] == 0 and t["failed"] == 0 for t in totals.values()), totals
 
 
+def test_skipping_the_nvidia_stacks_other_steps_does_not_skip_the_daemon_json_question():
+    """`--skip-tags nvidia_stack_install,nvidia_stack_run` skips the role's preflight, and with it the probe
+    there: the guard in the step that writes daemon.json looks at it itself."""
+    theirs = '{"data-root": "/srv/docker"}'
+    in_node(0, "sh", "-c", 'mkdir -p /etc/docker && printf %s "$1" > /etc/docker/daemon.json', "_", theirs)
+    before = [node_state(r) for r in (0, 1)]
+    try:
+        proc = playbook("provision.yml", "-e", "nvidia_stack_configure_docker=true",
+                        "--skip-tags", "nvidia_stack_install,nvidia_stack_run")  # fmt: skip
+        assert proc.returncode != 0, proc.stdout[-3000:]
+        assert "not written by sparkplay: sparkplay-lab-rank0: /etc/docker/daemon.json" in proc.stdout
+        assert in_node(0, "cat", "/etc/docker/daemon.json").stdout == theirs
+        assert [node_state(r) for r in (0, 1)] == before
+    finally:
+        in_node(0, "rm", "-rf", "/etc/docker")
+
+
 def test_a_file_edited_after_sparkplay_wrote_it_is_asked_about_again():
     in_node(0, "sh", "-c", "echo '# my tweak' >> /etc/security/limits.d/90-sparkplay-memlock.conf")
     proc = playbook("provision.yml")
@@ -179,7 +196,15 @@ def test_another_netplan_file_configuring_a_twin_is_named_before_anything_change
 
 def test_reset_puts_every_file_back_and_a_second_reset_changes_nothing():
     """Real: `sparkplay reset` through the CLI on both nodes. Rank 1's netplan file was the user's before
-    sparkplay replaced it (confirmed, backed up): it comes back byte for byte; what sparkplay created goes."""
+    sparkplay replaced it (confirmed, backed up): it comes back byte for byte; what sparkplay created goes.
+    Rank 0's limits file was edited after sparkplay wrote it (above): the playbook alone names it and changes
+    nothing; the CLI, confirmed, keeps the edited bytes beside it."""
+    limits = "/etc/security/limits.d/90-sparkplay-memlock.conf"
+    before = [node_state(r) for r in (0, 1)]
+    refused = playbook("reset.yml")
+    assert refused.returncode != 0, refused.stdout[-3000:]
+    assert f"These files changed since sparkplay wrote them: {limits}" in refused.stdout
+    assert [node_state(r) for r in (0, 1)] == before and "# my tweak" in in_node(0, "cat", limits).stdout
     proc = run_cli("reset", "-i", "inventory/lab", "--yes", timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     assert in_node(1, "cat", NETPLAN).stdout == USER_NETPLAN
@@ -193,6 +218,8 @@ def test_reset_puts_every_file_back_and_a_second_reset_changes_nothing():
         keys = in_node(rank, "sh", "-c", "cat /root/.ssh/authorized_keys 2>/dev/null || true").stdout
         assert "sparkplay peer" not in keys
     assert in_node(0, "test", "-e", NETPLAN, check=False).returncode == 1  # sparkplay created it there
+    kept = in_node(0, "sh", "-c", f"cat {limits}.sparkplay-edited-*~").stdout
+    assert "# my tweak" in kept
     again = run_cli("reset", "-i", "inventory/lab", "--yes", timeout=900)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr
     assert "nothing of sparkplay's is left on any node" in again.stdout

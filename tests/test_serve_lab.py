@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkplay.engines.systemd import sandbox
+from sparkplay.engines.systemd import env_file, sandbox
 from tests.conftest import PROJECT, run_cli
 from tests.test_lab import in_node
 from tests.test_provision_lab import playbook, recap
@@ -186,6 +186,19 @@ def test_a_privileged_request_stops_the_run_before_anything_changes():
     assert "PLAY [Serve" not in proc.stdout  # stopped while loading the recipe, before any node was touched
     after = [(unit(r, "MainPID")["MainPID"], in_node(r, "cat", "/etc/sparkplay/serve.env").stdout) for r in (0, 1)]
     assert after == before
+
+
+def test_systemd_reads_back_exactly_the_environment_a_native_env_file_holds():
+    """systemd's own parser (EnvironmentFile= of a transient unit) gives back each value as written, quotes,
+    backslashes, a trailing backslash, dollars and outer spaces included."""
+    tricky = {"Q": 'say "hi" it\'s', "B": "a\\b\\", "S": "  lead and trail ", "D": "$HOME ${X} `id` %h",
+              "E": "", "H": "#not a comment", "J": '{"k": [1, "v"]}', "U": "caf\u00e9"}  # fmt: skip
+    text = env_file(tricky, "native")
+    in_node(0, "sh", "-c", f"cat > /run/sparkplay-env-test.env <<'EOF'\n{text}EOF")
+    out = in_node(0, "systemd-run", "--quiet", "--wait", "--pipe", "-p", "EnvironmentFile=/run/sparkplay-env-test.env",
+                  "/usr/bin/env", "-0").stdout  # fmt: skip
+    seen = dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+    assert {k: seen.get(k) for k in tricky} == tricky
 
 
 IMPORTED = {"lab-tiny-site.json": "lab-tiny-site", "lab-tiny.toml": "lab-tiny-toml",

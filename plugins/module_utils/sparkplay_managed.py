@@ -5,7 +5,9 @@ for every file it wrote, the sha256 of what it wrote and, when the file was
 someone else's before sparkplay first replaced it (confirmed), the backup
 that holds those earlier bytes. A file that exists and whose content is not
 what sparkplay last wrote there is someone else's: replacing it needs
-confirmation. `reset` puts every file back as it was before sparkplay.
+confirmation. `reset` puts every file back as it was before sparkplay; a file
+changed since sparkplay wrote it (the user's later edits) is named first, and
+put back only when confirmed, its current bytes kept beside it.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import tempfile
+import time
 
 # Ansible's `backup: true` names: PATH.PID.YYYY-MM-DD@HH:MM:SS~
 BACKUP = re.compile(r"\.\d+\.\d{4}-\d{2}-\d{2}@\d{2}:\d{2}:\d{2}~")
@@ -105,11 +109,40 @@ def reset_plan(registry: dict) -> list:
     return plan
 
 
+EDITED = ".sparkplay-edited-"  # PATH.sparkplay-edited-YYYYmmddTHHMMSS~: not one of Ansible's backups
+
+
+def edited(registry: dict) -> list:
+    """The files sparkplay wrote that hold other bytes now (someone changed them since)."""
+    found = []
+    for path, entry in sorted(registry.items()):
+        if os.path.isfile(path) and not os.path.islink(path) and sha256_file(path) != entry.get("sha256"):
+            found.append(path)
+    return found
+
+
+def keep_copy(path: str) -> str:
+    """The file's current bytes (and mode) beside it, under a name reset never removes."""
+    copy = f"{path}{EDITED}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}~"
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".sparkplay-keep.")
+    with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
+        shutil.copyfileobj(src, out)
+        out.flush()
+        os.fsync(out.fileno())
+    os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+    os.replace(tmp, copy)
+    return copy
+
+
 def reset(registry_path: str, registry: dict) -> list:
     """Every file sparkplay wrote put back as before: a replaced file gets its earlier bytes (and mode) again,
-    one sparkplay created is removed; sparkplay's backups of it go; the registry goes last."""
+    one sparkplay created is removed; sparkplay's backups of it go; the registry goes last. A file changed
+    since sparkplay wrote it keeps its current bytes in a copy beside it first (the caller asked)."""
     done = []
+    changed = set(edited(registry))
     for path, action, original in reset_plan(registry):
+        if path in changed:
+            done.append(f"kept the edited {path} as {keep_copy(path)}")
         if action == "restore":
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".sparkplay-restore.")
             with os.fdopen(fd, "wb") as out, open(original, "rb") as src:

@@ -24,6 +24,13 @@ options:
     description: The registry of the files sparkplay wrote on this node (path to sha256, JSON).
     type: path
     default: /etc/sparkplay/managed-files.json
+  confirm:
+    description:
+      - reset only. A file changed since sparkplay wrote it is put back only when this is true (its current
+        bytes are kept beside it as PATH.sparkplay-edited-TIME~); otherwise reset fails naming the files,
+        having changed nothing.
+    type: bool
+    default: false
   state:
     description: probe or record.
     type: str
@@ -45,6 +52,10 @@ actions:
   description: What reset did (or would do, in check mode), one line per file.
   returned: when state is reset
   type: list
+edited:
+  description: Files changed since sparkplay wrote them (reset).
+  returned: when state is reset
+  type: list
 """
 
 # Ansible modules put their documentation before the imports.
@@ -52,6 +63,7 @@ from pathlib import Path  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import (  # noqa: E402
+    edited,
     foreign,
     load_registry,
     recorded,
@@ -68,17 +80,29 @@ def main() -> None:
             "paths": {"type": "list", "elements": "path", "default": []},
             "registry": {"type": "path", "default": "/etc/sparkplay/managed-files.json"},
             "state": {"type": "str", "choices": ["probe", "record", "reset"], "default": "probe"},
+            "confirm": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     registry = load_registry(module.params["registry"])
     if module.params["state"] == "reset":
         plan = reset_plan(registry)
-        actions = [f"{action} {path}" + (f" from {original}" if original else "") for path, action, original in plan]
+        changed_since = edited(registry)
+        actions = [f"{action} {path}" + (f" from {original}" if original else "")
+                   + (" (edited since sparkplay wrote it: its current bytes are kept beside it)"
+                      if path in changed_since else "")
+                   for path, action, original in plan]  # fmt: skip
         changed = bool(plan) or Path(module.params["registry"]).exists()
+        if changed_since and not module.params["confirm"] and not module.check_mode:
+            module.fail_json(
+                msg=f"These files changed since sparkplay wrote them: {', '.join(changed_since)}. Nothing was "
+                "changed. To keep a copy of each beside it and put it back, run again with "
+                "-e sparkplay_confirm_overwrite=true (sparkplay reset asks first).",
+                edited=changed_since,
+            )
         if changed and not module.check_mode:
             actions = reset(module.params["registry"], registry)
-        module.exit_json(changed=changed, foreign=[], registry={}, actions=actions)
+        module.exit_json(changed=changed, foreign=[], registry={}, actions=actions, edited=changed_since)
     states = {path: state(path) for path in module.params["paths"]}
     if module.params["state"] == "probe":
         module.exit_json(changed=False, foreign=foreign(states, registry), registry=registry)

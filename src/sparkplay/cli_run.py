@@ -365,7 +365,8 @@ def reset(
     models = " and DELETE the checkpoints and overlays" if purge_models else " (checkpoints and overlays kept)"
     ask(f"Reset every node as listed above{models}?", yes, "no terminal to ask on: nothing was changed",
         "pass --yes to reset")  # fmt: skip
-    finish(run(root, "reset.yml", hosts, "reset", verbose=verbose, **extra), "reset")
+    # confirmed above, the plan's edited files included: each keeps a copy of its current bytes beside it
+    finish(run(root, "reset.yml", hosts, "reset", verbose=verbose, **extra, sparkplay_confirm_overwrite=True), "reset")
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")

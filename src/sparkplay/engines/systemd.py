@@ -83,14 +83,22 @@ def sandbox(user: str, home: str, readable: Sequence[str]) -> list[str]:
     ]
 
 
-def env_file(env: Mapping[str, str]) -> str:
-    """KEY=VALUE lines, readable by both systemd's EnvironmentFile= and docker's --env-file.
+def env_file(env: Mapping[str, str], runtime: str = "docker") -> str:
+    """KEY=VALUE lines that the reader of this runtime's env file takes back as exactly `env`.
 
-    docker takes the value verbatim, systemd would strip quotes, so values are
-    written bare; plan.environment() already refused names and values that
-    could break a line.
+    docker's --env-file takes a value verbatim to the end of its line, so it is written bare; systemd's
+    EnvironmentFile= (native) strips quotes, drops backslashes, trims whitespace and joins a line ending in
+    a backslash to the next, so there every value is double-quoted with the four characters its parser
+    unescapes there (`"`, `\\`, backquote, `$`) escaped. plan.environment() already refused names and values
+    that could break a line (a newline, a NUL), which neither reader can carry.
     """
+    if runtime == "native":
+        return "".join(f'{key}="{_systemd_escaped(value)}"\n' for key, value in sorted(env.items()))
     return "".join(f"{key}={value}\n" for key, value in sorted(env.items()))
+
+
+def _systemd_escaped(value: str) -> str:
+    return "".join(f"\\{c}" if c in '"\\`$' else c for c in value)
 
 
 def status_rows(
