@@ -201,6 +201,45 @@ def test_systemd_reads_back_exactly_the_environment_a_native_env_file_holds():
     assert {k: seen.get(k) for k in tricky} == tricky
 
 
+# a fake OpenAI API: healthy, lists lab-tiny, answers every completion with "391"
+FAKE_API = """
+import http.server, json
+class Fake(http.server.BaseHTTPRequestHandler):
+    def reply(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        self.reply({"data": [{"id": "lab-tiny"}]} if self.path.startswith("/v1/models") else {"status": "ok"})
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.reply({"choices": [{"message": {"content": "391"}}], "usage": {"completion_tokens": 1}})
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", 9931), Fake).serve_forever()
+"""
+
+
+def test_a_fake_api_bound_first_on_the_port_is_named_and_never_taken_for_the_model():
+    """A local user's server that binds the API's port while the engine is down answers health, models and
+    completions: the serve role's wait names it (PID, program) instead of calling the model ready."""
+    in_node(0, "systemctl", "stop", "sparkplay-serve-watchdog.service", "sparkplay-serve-watch.service", UNIT)
+    in_node(0, "sh", "-c", f"cat > /tmp/fake_api.py <<'EOF'\n{FAKE_API}\nEOF")
+    in_node(0, "systemd-run", "--unit", "squatter", "--uid", "nobody", "/usr/bin/python3", "/tmp/fake_api.py")
+    try:
+        assert wait_for(lambda: ask(timeout=2), 30) is not None  # the fake answers like a model
+        proc = playbook("serve.yml", "-e", "recipe=lab-tiny")
+        assert proc.returncode != 0, proc.stdout[-3000:]
+        assert re.search(r"port 9931 is held by PID \d+ \(python3\), not by sparkplay-serve\.service", proc.stdout)
+    finally:
+        in_node(0, "systemctl", "stop", "squatter", check=False)
+    proc = playbook("serve.yml", "-e", "recipe=lab-tiny")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert ask() is not None
+
+
 IMPORTED = {"lab-tiny-site.json": "lab-tiny-site", "lab-tiny.toml": "lab-tiny-toml",
             "lab-tiny-sparkrun.yaml": "lab-tiny-sparkrun"}  # fmt: skip
 

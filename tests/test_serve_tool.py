@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -145,10 +146,13 @@ def watchdog(tmp_path: Path, monkeypatch, engine: _Engine, **overrides) -> tuple
     calls: list = []
     monkeypatch.setattr(tool, "unit_show", lambda unit, *props, peer=None: {"InvocationID": "one"})
     monkeypatch.setattr(tool.subprocess, "run", lambda argv, **kw: calls.append(list(argv)))
+    # the engine here is this test's own server, in no unit: who holds its port is tested on its own below
+    monkeypatch.setattr(tool, "port_holder_problem", lambda *a, **kw: None)
     namespace = dict(url=engine.url, model="m", unit="sparkplay-serve.service", workers=["10.0.0.2", "10.0.0.3"],
                      interval=0.01, failures=2, grace=0, max_restarts=1, window=3600, probe_timeout=0.5,
                      restart_timeout=1, prompt="p", max_tokens=1, state=str(tmp_path / "watchdog.json"),
-                     pause=str(tmp_path / "pause"), metrics_port=0, metrics_bind="127.0.0.1")  # fmt: skip
+                     pause=str(tmp_path / "pause"), metrics_port=0, metrics_bind="127.0.0.1",
+                     container=None)  # fmt: skip
     namespace.update(overrides)
     return tool.Watchdog(argparse.Namespace(**namespace)), calls
 
@@ -201,3 +205,59 @@ def test_the_watchdog_gives_a_new_start_its_grace(tmp_path, monkeypatch):
     for _ in range(3):
         dog.step()
     assert dog.state["status"] == "starting" and not calls  # never answered yet, within its grace
+
+
+# -- who holds the API's port: the processes and sockets of this machine, for real ----------------------
+
+
+def own_cgroup_part() -> str | None:
+    """A name in this process's cgroup paths (as the unit's name is in an engine's), None at the root."""
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    parts = [p for line in lines for p in line.split(":", 2)[-1].split("/") if p]
+    return parts[-1] if parts else None
+
+
+def test_a_port_another_process_bound_first_is_named_and_the_units_own_is_not():
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    port = squatter.getsockname()[1]
+    try:
+        url = f"http://127.0.0.1:{port}"
+        problem = tool.port_holder_problem(url, "sparkplay-serve.service")
+        assert problem is not None and f"port {port} is held by PID {os.getpid()}" in problem
+        assert "not by sparkplay-serve.service" in problem and "serve_port" in problem
+        # the same socket, held by a process of the unit's own cgroup (this one's, named as the unit)
+        if own_cgroup_part():
+            assert tool.port_holder_problem(url, own_cgroup_part()) is None
+    finally:
+        squatter.close()
+    assert tool.port_holder_problem(url, "sparkplay-serve.service") is None  # nothing listens: the probe says so
+
+
+def test_the_watchdog_counts_an_answer_from_a_squatter_as_no_answer(tmp_path, monkeypatch):
+    engine = _Engine()  # answers every probe, but it is this test's process, not the unit's
+    dog, _ = watchdog(tmp_path, monkeypatch, engine)
+    monkeypatch.setattr(tool, "port_holder_problem", lambda url, unit, container=None: "port is held by PID 1 (x)")
+    assert dog.healthy() is False
+    assert dog.state["port_problem"] == "port is held by PID 1 (x)" and dog.state["probe_failures"] == 1
+
+
+def test_a_taken_metrics_port_leaves_the_watchdog_watching_without_counters(tmp_path, monkeypatch):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        dog, _ = watchdog(tmp_path, monkeypatch, _Engine(), metrics_port=taken.getsockname()[1])
+        assert dog.metrics is None and "Address already in use" in dog.state["metrics_problem"]
+        dog.step()
+        assert dog.state["status"] == "ok"
+    finally:
+        taken.close()
+
+
+def test_the_watcher_reads_only_the_engines_own_connections():
+    worker = "192.168.100.11:50052"
+    theirs = HEADER + row("0B64A8C0:C384", "08").replace("     0        0 1", "  1000        0 1")
+    assert tool.lost_peers(tool.connection_states([worker], theirs, uid=993)) == []  # another user's socket
+    assert tool.lost_peers(tool.connection_states([worker], theirs, uid=1000)) == [worker]

@@ -121,6 +121,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "image": recipe["engine"]["image"] if runtime == "docker" else None,
         "image_dir": recipe["engine"].get("image_dir") if runtime == "docker" else None,
         "docker": options.docker if runtime == "docker" else None,
+        "container": CONTAINER if runtime == "docker" else None,
         "packages": list(recipe["engine"].get("packages") or []) if runtime == "native" else [],
         "served_name": recipe["model"]["served_name"] or recipe["name"],
         "unit": f"{UNIT}.service",

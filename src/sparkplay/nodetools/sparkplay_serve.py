@@ -15,9 +15,11 @@ sparkplay-serve ready --url URL --model NAME --timeout S --unit U [--peer HOST .
     temperature-0 completion, while watching this rank's unit and each
     peer's (over the peer ssh trust): a failed unit stops the wait. Prints
     one JSON object; on failure it holds every rank's last journal lines.
-    Exit 0 ready, 4 a unit failed, 5 timed out.
+    Only an API served by the unit counts: a port held by another process
+    (one that bound it first) is named and never taken for the model.
+    Exit 0 ready, 4 a unit failed, 5 timed out, 6 another process holds the port.
 sparkplay-serve watchdog --url URL --model NAME --unit U [--worker ADDR ...] [--interval S] [--failures K]
-        [--grace S] [--max-restarts R] [--window S] [--metrics-port P]
+        [--grace S] [--max-restarts R] [--window S] [--metrics-port P] [--container NAME]
     Runs as a unit on the leader. A real completion (a few tokens at
     temperature 0) every interval; K failed probes in a row restart every
     rank in order (stop the leader and the workers, start the workers, then
@@ -59,12 +61,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 JOURNAL_LINES = 40
-TCP_ESTABLISHED, TCP_CLOSE_WAIT = "01", "08"
+TCP_ESTABLISHED, TCP_CLOSE_WAIT, TCP_LISTEN = "01", "08", "0A"
+PROC = Path("/proc")
 
 
 def _endpoint(text: str) -> tuple[str, int]:
@@ -124,15 +129,27 @@ def _hex_endpoint(endpoint: str) -> str:
     return f"{int.from_bytes(packed, 'little'):08X}:{port:04X}"
 
 
-def connection_states(endpoints: list[str], tcp_table: str) -> dict[str, set[str]]:
-    """For each endpoint, the TCP states of the sockets in this netns whose remote end is it."""
+def connection_states(endpoints: list[str], tcp_table: str, uid: int | None = None) -> dict[str, set[str]]:
+    """For each endpoint, the TCP states of the sockets in this netns whose remote end is it (only those of
+    `uid`, the engine's user, when given: another user's half-closed socket says nothing of the engine)."""
     wanted = {_hex_endpoint(e): e for e in endpoints}
     states: dict[str, set[str]] = {e: set() for e in endpoints}
     for line in tcp_table.splitlines()[1:]:
         fields = line.split()
-        if len(fields) > 3 and fields[2] in wanted:
+        if len(fields) > 7 and fields[2] in wanted and (uid is None or fields[7] == str(uid)):
             states[wanted[fields[2]]].add(fields[3])
     return states
+
+
+def main_uid(unit: str) -> int | None:
+    """The user the unit's main process runs as, or None while it has none."""
+    pid = unit_show(unit, "MainPID").get("MainPID", "0")
+    try:
+        status = (PROC / pid / "status").read_text() if pid not in ("", "0") else ""
+    except OSError:
+        return None
+    uid = next((line.split()[1] for line in status.splitlines() if line.startswith("Uid:")), None)
+    return int(uid) if uid is not None else None
 
 
 def unit_show(unit: str, *props: str, peer: str | None = None) -> dict[str, str]:
@@ -154,11 +171,75 @@ def cmd_watch(args: argparse.Namespace) -> int:
         time.sleep(args.interval)
         if unit_show(args.unit, "ActiveState").get("ActiveState") != "active":
             continue
-        lost = lost_peers(connection_states(args.peers, Path("/proc/net/tcp").read_text(encoding="ascii")))
+        table = (PROC / "net" / "tcp").read_text(encoding="ascii")
+        lost = lost_peers(connection_states(args.peers, table, main_uid(args.unit)))
         if lost:
             print(f"{', '.join(lost)} went away: restarting {args.unit} so it reconnects", flush=True)
             subprocess.run(["systemctl", "restart", "--no-block", args.unit], check=False)
             time.sleep(args.interval * 3)
+
+
+# -- who holds the API's port --------------------------------------------------
+
+
+def listening_inodes(port: int, tables: Iterable[str]) -> set[str]:
+    """The socket inodes listening on `port` in /proc/net/tcp and tcp6 tables."""
+    found = set()
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(fields[9])
+    return found
+
+
+def socket_holders(inodes: set[str], proc: Path = PROC) -> dict[int, str]:
+    """pid -> cgroup of every process holding one of the sockets."""
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    holders: dict[int, str] = {}
+    for entry in proc.iterdir() if wanted else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(str(fd.readlink()) in wanted for fd in (entry / "fd").iterdir()):
+                holders[int(entry.name)] = (entry / "cgroup").read_text()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return holders
+
+
+def container_id(name: str | None) -> str | None:
+    if not name:
+        return None
+    argv = ["docker", "inspect", "--format", "{{.Id}}", name]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def port_holder_problem(url: str, unit: str, container: str | None = None, proc: Path = PROC) -> str | None:
+    """Why the API port is not the unit's (a process of another cgroup holds it), or None. A native engine
+    is in the unit's cgroup; a container's processes are in its own scope, named by its ID."""
+    port = urlsplit(url).port
+    if port is None:
+        return None
+    tables = []
+    for name in ("tcp", "tcp6"):
+        try:
+            tables.append((proc / "net" / name).read_text(encoding="ascii"))
+        except OSError:
+            continue
+    ident = container_id(container)
+    marks = {unit, *((f"docker-{ident}.scope", ident) if ident else ())}
+    for pid, cgroup in sorted(socket_holders(listening_inodes(port, tables), proc).items()):
+        parts = {part for line in cgroup.splitlines() for part in line.split(":", 2)[-1].split("/")}
+        if not parts & marks:
+            try:
+                name = (proc / str(pid) / "comm").read_text().strip()
+            except OSError:
+                name = "?"
+            return (f"port {port} is held by PID {pid} ({name}), not by {unit}: another process bound it first; "
+                    "stop it, or serve on another port (serve_port)")  # fmt: skip
+    return None
 
 
 # -- readiness ----------------------------------------------------------------
@@ -242,6 +323,10 @@ def cmd_ready(args: argparse.Namespace) -> int:
     started = time.monotonic()
     stage, result = "health", {}
     while True:
+        # first: an engine that cannot bind its port fails too, but the process holding it is the news
+        squatted = port_holder_problem(args.url, args.unit, args.container)
+        if squatted:
+            return _report(args, ranks, 6, squatted, stage, started)
         for name, peer in ranks:
             why = unit_failed(unit_show(args.unit, *props, peer=peer), before[name])
             if why:
@@ -290,7 +375,12 @@ class Watchdog:
         previous = _read_json(args.state)
         if isinstance(previous, dict) and previous.get("stood_down"):  # a stand-down outlives a watchdog restart
             self.state.update({k: previous.get(k, self.state[k]) for k in self.state})
-        self.metrics = _metrics(args.metrics_port, args.metrics_bind)
+        try:
+            self.metrics = _metrics(args.metrics_port, args.metrics_bind)
+        except OSError as exc:  # the port taken (by anyone): watch without counters rather than crash-loop
+            self.metrics = None
+            self.state["metrics_problem"] = f"metrics port {args.metrics_bind}:{args.metrics_port}: {exc.strerror}"
+            print(self.state["metrics_problem"], flush=True)
 
     def save(self) -> None:
         self.state["updated"] = time.time()
@@ -302,6 +392,13 @@ class Watchdog:
             m["failures_in_a_row"].set(self.state["failures_in_a_row"])
 
     def healthy(self) -> bool:
+        squatted = port_holder_problem(self.args.url, self.args.unit, self.args.container)
+        self.state["port_problem"] = squatted
+        if squatted:  # an answer from another process proves nothing about the engine
+            print(squatted, flush=True)
+            self.state["probes"] += 1
+            self.state["probe_failures"] += 1
+            return False
         answer = completion(self.args.url, self.args.model, self.args.prompt, self.args.max_tokens,
                             timeout=self.args.probe_timeout)  # fmt: skip
         self.state["probes"] += 1
@@ -604,6 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt", default="What is 17*23?")
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--progress")
+    p.add_argument("--container", help="the docker runtime's container (its processes hold the API's port)")
     p.set_defaults(func=cmd_ready)
     p = sub.add_parser("watchdog")
     p.add_argument("--url", required=True)
@@ -623,6 +721,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pause", default="/etc/sparkplay/watchdog.pause")
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--metrics-bind", default="127.0.0.1")
+    p.add_argument("--container", help="the docker runtime's container (its processes hold the API's port)")
     p.set_defaults(func=cmd_watchdog)
     p = sub.add_parser("bench")
     p.add_argument("--url", required=True)
