@@ -367,3 +367,24 @@ def test_playbooks_check_the_boundary_when_the_recipe_loads_and_doctor_does_not(
     assert loaded(sparkplay_recipe_boundary=False)["name"] == "lab-tiny"
     doctor = yaml.safe_load((PROJECT / "playbooks/doctor.yml").read_text())
     assert next(p for p in doctor if p["name"] == "Doctor | Recipe")["vars"]["sparkplay_recipe_boundary"] is False
+
+
+# -- the bench's own install ----------------------------------------------------------------------
+
+
+def test_the_bench_installs_llama_benchy_by_hash_as_the_unprivileged_user():
+    import re
+
+    lock = (PROJECT / "playbooks" / "files" / "llama-benchy.lock").read_text()
+    blocks = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)((?: \\\n\s+--hash=sha256:[0-9a-f]{64})+)", lock, re.M)
+    pinned = {name.lower() for name, _, _ in blocks}
+    assert "llama-benchy" in pinned and {"transformers", "tokenizers", "numpy", "aiohttp"} <= pinned
+    assert len(blocks) == len(re.findall(r"^[A-Za-z0-9_.-]+==", lock, re.M))  # every requirement has hashes
+    assert "--index-url" not in lock and "--find-links" not in lock and "file://" not in lock
+    plays = yaml.safe_load((PROJECT / "playbooks" / "bench.yml").read_text())
+    tasks = {t["name"]: t for p in plays for b in p.get("tasks", []) for t in b.get("block", [b])}
+    install = tasks["Bench | Install llama-benchy with every hash checked, as the bench user"]
+    argv = install["ansible.builtin.command"]["argv"]
+    assert argv[:4] == ["runuser", "-u", "{{ bench_user }}", "--"] and "--require-hashes" in argv
+    run = tasks["Bench | Run the invariance check and llama-benchy, as the bench user"]
+    assert "['runuser', '-u', bench_user, '--'," in run["ansible.builtin.command"]["argv"]

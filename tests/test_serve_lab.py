@@ -309,6 +309,9 @@ def test_bench_measures_across_both_ranks_and_checks_the_output_is_batch_invaria
     check = doc["invariance"]
     assert check["identical"] and check["levels"] == [2, 4] and check["unit"] == "token", check
     assert "invariance: 4 prompts gave the same tokens alone and at concurrency 2, 4" in proc.stdout
+    # installed from the hash-pinned lock by the unprivileged user, under the state folder reset empties
+    owner = in_node(0, "stat", "-c", "%U", "/var/lib/sparkplay/bench/venv/bin/llama-benchy").stdout.strip()
+    assert owner == "sparkplay-engine"
     # against itself: every rate's ratio is printed
     again = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile), "--corpus", str(corpus),
                     "--results", str(results), "--compare", str(kept[0]), timeout=1200)  # fmt: skip
