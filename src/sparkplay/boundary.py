@@ -230,7 +230,8 @@ def confine_args(args: Iterable[str], folders: Iterable[str], what: str) -> None
     previous = ""
     for arg in args:
         value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
-        shown = " ".join(w for w in (previous if previous.startswith("-") and value == arg else "", arg) if w)
+        flag = previous if previous.startswith("-") and value == arg else ""  # the flag this value belongs to
+        shown = f"{flag} {arg}".strip()
         if ".." in value.split("/"):
             raise BadInput(f"{what} {shown!r} climbs out of its folder ('..')", "give a path without '..'")
         if value.startswith(("/", "~")) and (value.startswith("~") or not inside(value, folders)):
