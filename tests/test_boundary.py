@@ -9,6 +9,7 @@ stand-in nodes, imports from files in tmp_path.
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import yaml
@@ -388,3 +389,20 @@ def test_the_bench_installs_llama_benchy_by_hash_as_the_unprivileged_user():
     assert argv[:4] == ["runuser", "-u", "{{ bench_user }}", "--"] and "--require-hashes" in argv
     run = tasks["Bench | Run the invariance check and llama-benchy, as the bench user"]
     assert "['runuser', '-u', bench_user, '--'," in run["ansible.builtin.command"]["argv"]
+
+
+# -- an API key never sits on a command line -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "variable"), [("lab-tiny", "LLAMA_API_KEY"), ("glm53", "VLLM_API_KEY")])
+def test_an_api_key_flag_travels_in_the_0600_env_file_not_the_unit(name, variable):
+    doc = recipe(name)
+    doc["serve"]["args"] += ["--api-key", "sk-local-secret-1234"]
+    deployment = plan(doc)
+    leader = deployment["ranks"][0]
+    assert "sk-local-secret-1234" not in json.dumps([r["argv"] for r in deployment["ranks"]])
+    assert "sk-local-secret-1234" not in json.dumps([r["exec"] for r in deployment["ranks"]])
+    assert leader["env"][variable] == "sk-local-secret-1234" and deployment["api"]["key_env"] == variable
+    doc = recipe("glm53-atlas")
+    doc["serve"]["args"] += ["--api-key=sk-local-secret-1234"]
+    refused(doc, "--api-key", "world-readable")

@@ -261,3 +261,33 @@ def test_the_watcher_reads_only_the_engines_own_connections():
     theirs = HEADER + row("0B64A8C0:C384", "08").replace("     0        0 1", "  1000        0 1")
     assert tool.lost_peers(tool.connection_states([worker], theirs, uid=993)) == []  # another user's socket
     assert tool.lost_peers(tool.connection_states([worker], theirs, uid=1000)) == [worker]
+
+
+def test_the_api_key_is_read_from_the_env_file_and_sent_as_a_bearer_token(tmp_path, monkeypatch):
+    from sparkplay.engines.systemd import env_file
+
+    key = 'sk-"quoted"\\back$slash'
+    for runtime in ("native", "docker"):
+        path = tmp_path / f"{runtime}.env"
+        path.write_text(env_file({"A": "1", "VLLM_API_KEY": key}, runtime))
+        assert tool.env_file_value(str(path), "VLLM_API_KEY", runtime == "native") == key
+    seen: list[str | None] = []
+
+    class Recorder:
+        def __init__(self, request, timeout):
+            seen.append(request.get_header("Authorization"))
+
+        def __enter__(self):
+            raise OSError("no server")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(tool.urllib.request, "urlopen", Recorder)
+    tool.use_api_key(argparse.Namespace(api_key_env="VLLM_API_KEY", env_file=str(tmp_path / "native.env"),
+                                        env_format="native"))  # fmt: skip
+    try:
+        assert tool.http_json("http://127.0.0.1:1/v1/models") == (0, None)
+        assert seen == [f"Bearer {key}"]
+    finally:
+        tool.API_KEY.clear()

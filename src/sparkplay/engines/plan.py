@@ -21,7 +21,7 @@ from sparkplay import boundary
 from sparkplay.engines import atlas, llamacpp, systemd, vllm
 from sparkplay.engines.context import Context, Node, Options, environment
 from sparkplay.errors import BadInput
-from sparkplay.recipes import imageref, model
+from sparkplay.recipes import cmdline, imageref, model
 
 UNIT = "sparkplay-serve"
 CONTAINER = "sparkplay-serve"
@@ -30,6 +30,27 @@ ENV_FILE = "/etc/sparkplay/serve.env"
 CONFIG_DIR = "/etc/sparkplay"  # the engine's own files the plan writes (Atlas profile): a container may read them
 # a native engine runs as this system user, its home under the state folder
 ENGINE_USER = "sparkplay-engine"
+# the variable each engine reads its API key from (vLLM's envs, llama.cpp's common args): a key given as
+# a flag would sit in a world-readable unit and in `ps`, so it travels in the 0600 env file instead
+API_KEY_ENV = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
+
+
+def api_key_to_env(engine: str, rank_plan: dict[str, Any]) -> str | None:
+    """Move an `--api-key` flag of this rank into the engine's own variable; the variable's name, if any."""
+    name = API_KEY_ENV.get(engine)
+    key = cmdline.flag_value(rank_plan["argv"], "--api-key")
+    if key is not None:
+        if name is None:
+            raise BadInput(
+                f"the recipe gives {engine} --api-key on the command line, where it would sit in a world-readable "
+                "unit and in ps",
+                "remove it; sparkplay knows no variable this engine reads its key from",
+            )
+        rank_plan["argv"] = cmdline.without_flags(rank_plan["argv"], "--api-key")
+        rank_plan["env"][name] = key
+    return name if name and rank_plan["env"].get(name) else None
+
+
 SMOKE_PROMPT = "What is 17*23?"
 
 
@@ -100,8 +121,12 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
     state = options.state_dir.rstrip("/") or "/"
     ours = [ctx.model_root, state]
     home = f"{state}/engine"
+    api_key_env = None
     for rank_plan in deployment["ranks"]:
         rank_plan["address"] = ctx.nodes[rank_plan["rank"]].address
+        rank_plan["env"] = dict(rank_plan["env"])
+        found = api_key_to_env(engine, rank_plan)
+        api_key_env = found if rank_plan["role"] == "leader" else api_key_env
         rank_plan["env"] = environment(rank_plan["env"])
         if runtime == "docker":
             cache = ctx.knobs.get("prefix_cache_dir")
@@ -131,7 +156,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "home": home if runtime == "native" else None,
         "sandbox": systemd.sandbox(ENGINE_USER, home, [ctx.model_root]) if runtime == "native" else [],
         "privileged": allowed,
-        "api": {"bind": ctx.bind, "port": ctx.port, "url": url},
+        "api": {"bind": ctx.bind, "port": ctx.port, "url": url, "key_env": api_key_env},
         "health": {
             "timeout_s": int(options.health_timeout_s or recipe["serve"].get("health_timeout_s") or 900),
             "prompt": SMOKE_PROMPT,

@@ -245,9 +245,40 @@ def port_holder_problem(url: str, unit: str, container: str | None = None, proc:
 # -- readiness ----------------------------------------------------------------
 
 
+# the API's key, when the engine has one: read from the 0600 env file (never an argument of this tool)
+API_KEY: list[str] = []
+
+
+def env_file_value(path: str, name: str, native: bool) -> str | None:
+    """`name`'s value in an env file sparkplay wrote: systemd's quoted form (native) or docker's bare one."""
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key == name:
+            if native and len(value) >= 2 and value[0] == value[-1] == '"':
+                out, escaped = [], False
+                for c in value[1:-1]:
+                    if escaped or c != "\\":
+                        out.append(c)
+                        escaped = False
+                    else:
+                        escaped = True
+                return "".join(out)
+            return value
+    return None
+
+
+def use_api_key(args: argparse.Namespace) -> None:
+    if getattr(args, "api_key_env", None):
+        key = env_file_value(args.env_file, args.api_key_env, args.env_format == "native")
+        API_KEY[:] = [key] if key else []
+
+
 def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})  # noqa: S310
+    headers = {"Content-Type": "application/json"}
+    if API_KEY:
+        headers["Authorization"] = f"Bearer {API_KEY[0]}"
+    request = urllib.request.Request(url, data=data, headers=headers)  # noqa: S310
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - our own API URL
             text = response.read().decode("utf-8", "replace")
@@ -317,6 +348,7 @@ def unit_failed(state: dict[str, str], restarts_before: int) -> str | None:
 
 
 def cmd_ready(args: argparse.Namespace) -> int:
+    use_api_key(args)
     ranks: list[tuple[str, str | None]] = [("rank 0", None)] + [(f"rank {i + 1}", p) for i, p in enumerate(args.peers)]
     props = ("ActiveState", "SubState", "NRestarts", "Result")
     before = {name: int(unit_show(args.unit, *props, peer=peer).get("NRestarts", "0") or 0) for name, peer in ranks}
@@ -528,10 +560,12 @@ def _metrics(port: int, bind: str) -> dict[str, Any] | None:
 
 
 def cmd_watchdog(args: argparse.Namespace) -> int:
+    use_api_key(args)
     return Watchdog(args).run()
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    use_api_key(args)
     print(json.dumps(probe(args.url, args.model)))
     return 0
 
@@ -746,6 +780,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file")
     p.add_argument("name")
     p.set_defaults(func=cmd_verify_unit)
+    for name in ("ready", "watchdog", "probe"):
+        p = sub.choices[name]
+        p.add_argument("--api-key-env", help="the variable in --env-file that holds the API's key")
+        p.add_argument("--env-file", default="/etc/sparkplay/serve.env")
+        p.add_argument("--env-format", choices=["native", "docker"], default="docker")
     args = parser.parse_args(argv)
     return int(args.func(args))
 
