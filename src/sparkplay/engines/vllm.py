@@ -130,7 +130,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         "--network", "host", "--ipc", "host", "--gpus", "all",
         "--shm-size", recipe["serve"].get("shm_size") or "32g",
         "--ulimit", "memlock=-1", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK",
-        "--stop-timeout", "60",
+        "--security-opt", "no-new-privileges=true", "--stop-timeout", "60",
     ]  # fmt: skip
     api = ["--host", ctx.bind, "--port", str(ctx.port)]
     ranks = []
