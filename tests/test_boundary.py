@@ -406,3 +406,13 @@ def test_an_api_key_flag_travels_in_the_0600_env_file_not_the_unit(name, variabl
     doc = recipe("glm53-atlas")
     doc["serve"]["args"] += ["--api-key=sk-local-secret-1234"]
     refused(doc, "--api-key", "world-readable")
+
+
+def test_the_ray_head_runs_without_the_dashboards_job_api():
+    from sparkplay.engines import vllm
+
+    doc = recipe("glm53")
+    doc["serve"]["distributed_backend"] = "ray"
+    deployment = plan(doc)
+    head = deployment["ranks"][0]["argv"]
+    assert head[0] == "-c" and "--include-dashboard=false" in head[1] and head[1] == vllm.RAY_HEAD

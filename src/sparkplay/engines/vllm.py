@@ -33,9 +33,11 @@ OWNED = (
     "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank",
 )  # fmt: skip
 BACKENDS = ("mp", "ray")
-# Ray head, then the server with the rest of argv ("$@"): no argument is ever re-split by the shell
+# Ray head, then the server with the rest of argv ("$@"): no argument is ever re-split by the shell. No
+# dashboard: its job API runs any code a caller submits, with no authentication (a local user's way to root)
 RAY_HEAD = (
-    'ray start --head --node-ip-address="$VLLM_HOST_IP" --port="$1" --disable-usage-stats && shift && exec vllm "$@"'
+    'ray start --head --node-ip-address="$VLLM_HOST_IP" --port="$1" --disable-usage-stats --include-dashboard=false'
+    ' && shift && exec vllm "$@"'
 )
 RAY_WORKER = 'exec ray start --block --address="$1" --node-ip-address="$VLLM_HOST_IP" --disable-usage-stats'
 
