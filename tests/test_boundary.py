@@ -413,6 +413,7 @@ def test_the_ray_head_runs_without_the_dashboards_job_api():
 
     doc = recipe("glm53")
     doc["serve"]["distributed_backend"] = "ray"
+    doc["serve"]["args"] = [a.replace("mp", "ray") if a in ("mp",) else a for a in doc["serve"]["args"]]
     deployment = plan(doc)
     head = deployment["ranks"][0]["argv"]
     assert head[0] == "-c" and "--include-dashboard=false" in head[1] and head[1] == vllm.RAY_HEAD
