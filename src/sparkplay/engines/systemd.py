@@ -59,6 +59,8 @@ SANDBOX = (
     "SystemCallErrorNumber=EPERM",
     "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
     "UMask=0027",
+    # RDMA registers (locks) the engine's buffers: root could by CAP_IPC_LOCK, the engine's user needs the limit
+    "LimitMEMLOCK=infinity",
 )
 HOMES = ("/home", "/root", "/run/user")
 
