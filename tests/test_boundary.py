@@ -417,3 +417,10 @@ def test_the_ray_head_runs_without_the_dashboards_job_api():
     deployment = plan(doc)
     head = deployment["ranks"][0]["argv"]
     assert head[0] == "-c" and "--include-dashboard=false" in head[1] and head[1] == vllm.RAY_HEAD
+
+
+@pytest.mark.parametrize("package", ["--allow-unauthenticated", "llama.cpp; rm -rf /", "Foo", "a", "pkg=1.0", "x\n"])
+def test_a_package_that_is_no_debian_package_name_is_refused(package):
+    doc = recipe("lab-tiny")
+    doc["engine"]["packages"] = [*doc["engine"]["packages"], package]
+    refused(doc, "engine.packages", "not a Debian package name")

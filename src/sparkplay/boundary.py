@@ -78,6 +78,8 @@ SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/l
                 "/snap")  # fmt: skip
 SYSTEM_FOLDERS = frozenset({"/", "/tmp", "/var", "/var/tmp", "/var/lib", "/var/cache", "/home", "/opt", "/srv",  # noqa: S108
                             "/mnt", "/media", "/usr/local"})  # fmt: skip
+# Debian policy 5.6.1: lower-case letters, digits, '+', '-', '.'; at least two long, starting alphanumeric
+_DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _SHM = re.compile(r"^[0-9]{1,6}(\.[0-9]+)?[bkmgt]?b?$", re.IGNORECASE)
 _IMAGE_DIR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$")
 
@@ -255,6 +257,12 @@ def confine(recipe: Mapping[str, Any]) -> None:
             f"engine.image_dir {image_dir!r} is not a folder name under the image build root",
             "give a relative folder name (letters, digits, '.', '_', '-'), no '..'",
         )
+    for package in engine.get("packages") or []:
+        if not _DEB_PACKAGE.fullmatch(str(package)):
+            raise BadInput(
+                f"engine.packages {package!r} is not a Debian package name",
+                "give package names only (lower-case letters, digits, '+', '-', '.')",
+            )
     shm = serve.get("shm_size")
     if shm is not None and not _SHM.match(str(shm)):
         raise BadInput(f"serve.shm_size {shm!r} is not a size", "give a size such as 32g")
