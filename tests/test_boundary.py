@@ -424,3 +424,25 @@ def test_a_package_that_is_no_debian_package_name_is_refused(package):
     doc = recipe("lab-tiny")
     doc["engine"]["packages"] = [*doc["engine"]["packages"], package]
     refused(doc, "engine.packages", "not a Debian package name")
+
+
+# -- the engines' inter-rank ports answer the cable only ------------------------------------------
+
+
+def test_each_ranks_inter_rank_ports_are_guarded_to_the_cable_addresses():
+    from sparkplay.engines import firewall
+
+    vllm = plan(recipe("glm53"))
+    leader, worker = vllm["ranks"]
+    assert leader["peer_ports"] == [29501] and worker["peer_ports"] == [] and worker["firewall"] == ""
+    rules = leader["firewall"]
+    assert "tcp dport { 29501 } ip saddr { 192.0.2.10, 192.0.2.11, 198.51.100.10, 198.51.100.11 } accept" in rules
+    assert rules.index('iif "lo" accept') < rules.index("accept\n    tcp dport { 29501 } drop")
+    assert rules.splitlines()[1:3] == ["table inet sparkplay", "delete table inet sparkplay"]  # loads again
+    assert vllm["firewall"] == {"unit": firewall.UNIT, "file": firewall.FILE, "table": "sparkplay", "nft": firewall.NFT}
+    atlas = plan(recipe("glm53-atlas"))
+    assert [r["peer_ports"] for r in atlas["ranks"]] == [[29510], []]
+    tiny = plan(recipe("lab-tiny"))
+    assert [r["peer_ports"] for r in tiny["ranks"]] == [[], [50052]]
+    with pytest.raises(BadInput, match="not an address"):
+        firewall.cable_addresses([{"SPARKPLAY_FABRIC_ADDRESSES": "192.0.2.1,} drop; {"}])

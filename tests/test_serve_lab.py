@@ -201,6 +201,21 @@ def test_systemd_reads_back_exactly_the_environment_a_native_env_file_holds():
     assert {k: seen.get(k) for k in tricky} == tricky
 
 
+def test_the_inter_rank_port_answers_the_cable_and_nothing_else():
+    """Rank 1's RPC port (unauthenticated) sits behind sparkplay's nftables table: reached over the cable
+    (the model answers), dropped when reached at the node's other address (the lab's docker network),
+    where a port sparkplay does not guard is refused at once as before."""
+    rules = in_node(1, "nft", "list", "table", "inet", "sparkplay").stdout
+    assert "tcp dport 50052 ip saddr { 192.168.100.10, 192.168.100.11, 192.168.101.10, 192.168.101.11 } accept" in rules
+    other = in_node(1, "sh", "-c", "ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1").stdout.strip()
+    probe = "timeout 3 bash -c '</dev/tcp/{}/{}'"
+    dropped = in_node(0, "bash", "-c", probe.format(other, 50052), check=False)
+    refused = in_node(0, "bash", "-c", probe.format(other, 50059), check=False)
+    assert dropped.returncode == 124, dropped  # no answer at all: the table dropped it
+    assert refused.returncode == 1, refused  # an unguarded closed port still says no at once
+    assert ask() is not None
+
+
 # a fake OpenAI API: healthy, lists lab-tiny, answers every completion with "391"
 FAKE_API = """
 import http.server, json

@@ -161,6 +161,8 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "files": [{"path": profile_path, "content": json.dumps(profile, indent=2) + "\n", "mode": "0644"}],
                 # rank r serves its API on port + r; only the leader's is the deployment's
                 "listen": [{"address": ctx.bind, "port": ctx.port + node.rank}],
+                # rank 0's TCPStore listens on every address: the peer firewall guards it
+                "peer_ports": [MASTER_PORT] if node.rank == 0 else [],
                 "wait_for": [],
             }
         )

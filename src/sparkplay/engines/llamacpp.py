@@ -50,6 +50,8 @@ def plan(ctx: Context) -> dict[str, Any]:
             "argv": [rpc_server(node.machine), "-H", node.address, "-p", str(RPC_PORT)],
             "env": env,
             "listen": [{"address": node.address, "port": RPC_PORT}],
+            # bound to the cable already; guarded too (an address can be reached over another interface)
+            "peer_ports": [RPC_PORT],
             "wait_for": [],
         }
         for node in workers
@@ -67,6 +69,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         "argv": leader_argv,
         "env": env,
         "listen": [{"address": ctx.bind, "port": ctx.port}],
+        "peer_ports": [],
         "wait_for": endpoints,
     }
     for rank_plan in (leader, *ranks):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sparkplay import boundary
-from sparkplay.engines import atlas, llamacpp, systemd, vllm
+from sparkplay.engines import atlas, firewall, llamacpp, systemd, vllm
 from sparkplay.engines.context import Context, Node, Options, environment
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, imageref, model
@@ -165,6 +165,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "directories": deployment.get("directories", []),
         "requires": deployment.get("requires", []),
         "parallel": deployment.get("parallel"),
+        "firewall": firewall.plan_for(deployment["ranks"], [n.fabric_env for n in ctx.nodes]),
         "ranks": deployment["ranks"],
     }
 

@@ -156,6 +156,8 @@ def plan(ctx: Context) -> dict[str, Any]:
             "TP_SOCKET_IFNAME": node.ifname,
         }
         listen = [{"address": ctx.bind, "port": ctx.port}] if leader else []
+        # what the other ranks reach on this one, listening on every address: the peer firewall guards it
+        peer_ports = ([RAY_PORT] if backend == "ray" else [DP_RPC_PORT] if dp > 1 else [MASTER_PORT]) if leader else []
         if backend == "ray" and leader:
             listen.append({"address": node.address, "port": RAY_PORT})
         ranks.append(
@@ -169,6 +171,7 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "container_options": [*options, "--entrypoint", entry],
                 "files": [],
                 "listen": listen,
+                "peer_ports": peer_ports,
                 # mp: headless workers connect to the leader; ray: a worker joins the head once it answers
                 "wait_for": [f"{ctx.leader.address}:{RAY_PORT}"] if backend == "ray" and not leader else [],
             }
