@@ -286,6 +286,10 @@ def test_the_allow_list_the_inventory_gives_reaches_the_plan_and_the_unit_throug
     for line in deployment["sandbox"]:
         assert f"\n{line}\n" in service
     assert f"\nUser={ENGINE_USER}\n" in service
+    assert "sparkplay-peer-firewall" not in unit  # the leader listens for no peer
+    variables["serve_rank"] = deployment["ranks"][1]  # the worker's RPC port is guarded, before it starts
+    worker = template("roles/serve/templates/sparkplay-serve.service.j2", variables)
+    assert "\nWants=sparkplay-peer-firewall.service\nAfter=sparkplay-peer-firewall.service\n" in worker
 
 
 # -- reset keeps the checkpoints, however the root is written -------------------------------------
