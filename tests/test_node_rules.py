@@ -297,3 +297,13 @@ def test_reset_keeps_what_the_user_changed_since_sparkplay_wrote_it(tmp_path):
     assert done == [f"kept the edited {conf} as {copy}", f"remove {conf}"]
     assert not conf.exists()
     assert not sparkplay_managed.BACKUP.fullmatch(copy.name[len(conf.name) :])  # not taken for Ansible's backup
+
+
+def test_listener_cgroups_say_something_only_where_the_kernel_names_them():
+    from sparkplay.hostfacts import listener_cgroups
+
+    v2 = "LISTEN 0 512 127.0.0.1:9931 0.0.0.0:* cgroup:/system.slice/sparkplay-serve.service\n"
+    assert listener_cgroups(v2) == ["/system.slice/sparkplay-serve.service"]
+    assert listener_cgroups("LISTEN 0 512 127.0.0.1:9931 0.0.0.0:* cgroup:/\n") is None  # cgroup v1: root only
+    assert listener_cgroups("LISTEN 0 512 127.0.0.1:9931 0.0.0.0:*\n") is None  # an ss without --cgroup
+    assert listener_cgroups("") is None

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import gguf  # the reader llama.cpp's own tools use
+import pytest
 import yaml
 
 from sparkplay.lab import tiny_gguf
@@ -291,3 +292,22 @@ def test_the_api_key_is_read_from_the_env_file_and_sent_as_a_bearer_token(tmp_pa
         assert seen == [f"Bearer {key}"]
     finally:
         tool.API_KEY.clear()
+
+
+def test_the_kernels_socket_cgroups_decide_where_they_name_one(monkeypatch):
+    """Where `ss --cgroup` names each listener's cgroup (cgroup v2), that decides, no /proc fds read (root in
+    a container cannot read another user's); a cgroup of `/` says nothing and the open files decide."""
+    rows = {"ours": [("/system.slice/sparkplay-serve.service", "LISTEN ...")],
+            "theirs": [("/system.slice/squatter.service", "LISTEN ..."),
+                       ("/system.slice/sparkplay-serve.service", "LISTEN ...")],
+            "container": [("/system.slice/docker-abc123.scope", "LISTEN ...")]}  # fmt: skip
+    monkeypatch.setattr(tool, "socket_holders", lambda *a: pytest.fail("the open files were read"))
+    monkeypatch.setattr(tool, "container_id", lambda name: "abc123" if name else None)
+    for case, listed in rows.items():
+        monkeypatch.setattr(tool, "ss_listeners", lambda port, listed=listed: listed)
+        problem = tool.port_holder_problem("http://127.0.0.1:9931", "sparkplay-serve.service",
+                                           "sparkplay-serve" if case == "container" else None)  # fmt: skip
+        if case == "theirs":
+            assert problem and "port 9931 is held by /system.slice/squatter.service" in problem
+        else:
+            assert problem is None, case

@@ -69,6 +69,20 @@ def listener_pids(ss_output: str) -> list[int]:
     return sorted({int(pid) for pid in SS_PID.findall(ss_output)})
 
 
+SS_CGROUP = re.compile(r"\bcgroup:(\S+)")
+
+
+def listener_cgroups(ss_output: str) -> list[str] | None:
+    """Each listening socket's cgroup in `ss -Htln --cgroup` output (the kernel's socket diagnostics: no
+    reading of other users' /proc fds, which root lacks without CAP_SYS_PTRACE); None where the kernel
+    gives none that says anything (cgroup v1: `/`)."""
+    found = [m.group(1) for line in ss_output.splitlines() if (m := SS_CGROUP.search(line))]
+    lines = [line for line in ss_output.splitlines() if line.strip()]
+    if not lines or len(found) != len(lines) or all(c == "/" for c in found):
+        return None
+    return found
+
+
 def nvidia_arch(machine: str) -> str:
     """NVIDIA's repository architecture: aarch64 servers (a Spark) are 'sbsa'."""
     return {"aarch64": "sbsa", "arm64": "sbsa", "x86_64": "x86_64", "amd64": "x86_64"}.get(machine, machine)

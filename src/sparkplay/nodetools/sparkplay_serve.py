@@ -51,6 +51,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -216,11 +217,53 @@ def container_id(name: str | None) -> str | None:
     return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
+def ss_listeners(port: int) -> list[tuple[str | None, str]] | None:
+    """(cgroup, line) of each socket listening on `port`, from the kernel's socket diagnostics (`ss
+    --cgroup`: no reading of other users' /proc fds, which root cannot do without CAP_SYS_PTRACE, as in a
+    container); None where ss is missing."""
+    try:
+        out = subprocess.run(["ss", "-Htln", "--cgroup", f"sport = :{port}"], capture_output=True, text=True,
+                             timeout=30, check=False).stdout  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rows = []
+    for line in out.splitlines():
+        if line.strip():
+            found = SS_CGROUP.search(line)
+            rows.append((found.group(1) if found else None, line.strip()))
+    return rows
+
+
+SS_CGROUP = re.compile(r"\bcgroup:(\S+)")
+
+
+def _named(cgroup: str) -> str:
+    """`PID n (program) of CGROUP` for a cgroup holding one process, else the cgroup alone."""
+    try:
+        pids = Path(f"/sys/fs/cgroup{cgroup}/cgroup.procs").read_text().split()
+        if len(pids) == 1:
+            return f"PID {pids[0]} ({(PROC / pids[0] / 'comm').read_text().strip()}) of {cgroup}"
+    except OSError:
+        pass
+    return cgroup
+
+
 def port_holder_problem(url: str, unit: str, container: str | None = None, proc: Path = PROC) -> str | None:
     """Why the API port is not the unit's (a process of another cgroup holds it), or None. A native engine
-    is in the unit's cgroup; a container's processes are in its own scope, named by its ID."""
+    is in the unit's cgroup; a container's processes are in its own scope, named by its ID. The kernel's
+    socket diagnostics say which cgroup holds the socket; without them (cgroup v1, no ss) the processes'
+    open files do."""
     port = urlsplit(url).port
     if port is None:
+        return None
+    ident = container_id(container)
+    marks = {unit, *((f"docker-{ident}.scope", ident) if ident else ())}
+    advice = "another process bound it first; stop it, or serve on another port (serve_port)"
+    rows = ss_listeners(port)
+    if rows and all(cgroup not in (None, "/") for cgroup, _ in rows):
+        for cgroup, _ in rows:
+            if not set(str(cgroup).split("/")) & marks:
+                return f"port {port} is held by {_named(str(cgroup))}, not by {unit}: {advice}"
         return None
     tables = []
     for name in ("tcp", "tcp6"):
@@ -228,8 +271,6 @@ def port_holder_problem(url: str, unit: str, container: str | None = None, proc:
             tables.append((proc / "net" / name).read_text(encoding="ascii"))
         except OSError:
             continue
-    ident = container_id(container)
-    marks = {unit, *((f"docker-{ident}.scope", ident) if ident else ())}
     for pid, cgroup in sorted(socket_holders(listening_inodes(port, tables), proc).items()):
         parts = {part for line in cgroup.splitlines() for part in line.split(":", 2)[-1].split("/")}
         if not parts & marks:
@@ -237,8 +278,7 @@ def port_holder_problem(url: str, unit: str, container: str | None = None, proc:
                 name = (proc / str(pid) / "comm").read_text().strip()
             except OSError:
                 name = "?"
-            return (f"port {port} is held by PID {pid} ({name}), not by {unit}: another process bound it first; "
-                    "stop it, or serve on another port (serve_port)")  # fmt: skip
+            return f"port {port} is held by PID {pid} ({name}), not by {unit}: {advice}"
     return None
 
 
