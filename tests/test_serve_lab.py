@@ -247,7 +247,8 @@ def test_a_fake_api_bound_first_on_the_port_is_named_and_never_taken_for_the_mod
         assert wait_for(lambda: ask(timeout=2), 30) is not None  # the fake answers like a model
         proc = playbook("serve.yml", "-e", "recipe=lab-tiny")
         assert proc.returncode != 0, proc.stdout[-3000:]
-        assert re.search(r"port 9931 is held by PID \d+ \(python3\), not by sparkplay-serve\.service", proc.stdout)
+        held = r"port 9931 is held by PID \d+ \(python3\) of \S*/squatter\.service, not by sparkplay-serve\.service"
+        assert re.search(held, proc.stdout), proc.stdout[-3000:]
     finally:
         in_node(0, "systemctl", "stop", "squatter", check=False)
     proc = playbook("serve.yml", "-e", "recipe=lab-tiny")
