@@ -185,3 +185,41 @@ def test_rank_0_never_sends_a_source_swapped_for_a_fifo_or_a_link(tmp_path, swap
         send_entries(io.BytesIO(), sent.append, lambda fd, pos, n: n, manifest["files"], root, False, lambda n: None,
                      "rank 1")  # fmt: skip
     assert not any(b"root:x" in chunk for chunk in sent) and sent == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a local user is made with setpriv, as root")
+def test_a_link_a_local_user_plants_on_the_way_never_aims_roots_writes(tmp_path):
+    """Real: `nobody` (through setpriv) puts `models -> ../secret` in a sticky folder anyone may write (as
+    /tmp is); root's receiver asked to write beneath `shared/models/ckpt` refuses to follow that link."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(dir="/tmp"))  # beneath /tmp: a local user can walk there
+    base.chmod(0o755)
+    try:
+        _planted_link_is_refused(base)
+    finally:
+        shutil.rmtree(base)
+
+
+def _planted_link_is_refused(tmp_path: Path) -> None:
+    import subprocess
+
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "ln", "-s", str(secret),
+                    str(shared / "models")], check=True)  # fmt: skip
+    assert (shared / "models").lstat().st_uid == 65534
+    with pytest.raises(Refused, match="link another user made"):
+        Sink(shared / "models" / "ckpt")
+    assert list(secret.iterdir()) == []
+    # root's own link in a folder only root can change is followed (a model root on another disk)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (tmp_path / "root-link").symlink_to(disk)
+    sink = Sink(tmp_path / "root-link" / "ckpt")
+    sink.close()
+    assert (disk / "ckpt").is_dir()

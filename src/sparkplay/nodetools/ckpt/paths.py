@@ -67,13 +67,53 @@ def check_link(rel: str, target: object) -> str:
     return target
 
 
+def _unsafe(st: os.stat_result) -> bool:
+    """Not root's, or writable by others without the sticky bit (they could rename what it holds)."""
+    others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
+    return st.st_uid != 0 or bool(others)
+
+
+def _check_links_on_the_way(path: str) -> None:
+    """As root: every link met on the way to `path`, resolved as the kernel does, is root's, in a folder only
+    root can change (a local user's link in a folder they can write, `shared/models -> /etc`, would aim
+    root's writes anywhere)."""
+    pending = [p for p in path.split("/") if p]
+    done: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            done = done[:-1]
+            continue
+        here = "/" + "/".join([*done, part])
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return  # made below, beneath folders already checked
+        if not stat.S_ISLNK(st.st_mode):
+            done.append(part)
+            continue
+        hops += 1
+        if hops > MAX_HOPS or st.st_uid != 0 or _unsafe(os.lstat("/" + "/".join(done))):
+            raise Refused(here, "is a link another user made or could replace (or links loop); sparkplay "
+                                "follows only root's")  # fmt: skip
+        target = os.readlink(here)  # noqa: PTH115 - a string path, as the walk holds it
+        done = [] if target.startswith("/") else done
+        pending = [p for p in target.split("/") if p] + pending
+
+
 def open_tree(path: os.PathLike[str] | str, create: bool) -> int:
     """An fd for the folder `path`, opened from `/` one component at a time without following links
-    (a link the user put on the way, such as a model root on another disk, is resolved once, first).
+    (a link the user put on the way, such as a model root on another disk, is resolved once, first, and
+    must be root's).
 
     Run as root, every folder on the way must be root's and writable by no one else unless sticky: a
     local user who could rename entries in one could swap a folder under root's writes.
     """
+    if os.geteuid() == 0:
+        _check_links_on_the_way(os.fspath(path))
     real = os.path.realpath(path)
     fd = os.open("/", DIR_FLAGS)
     try:
@@ -93,9 +133,7 @@ def open_tree(path: os.PathLike[str] | str, create: bool) -> int:
                 raise
             os.close(fd)
             fd, done = nxt, f"{done}/{name}"
-            st = os.fstat(fd)
-            others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
-            if os.geteuid() == 0 and (st.st_uid != 0 or others):
+            if os.geteuid() == 0 and _unsafe(os.fstat(fd)):
                 raise Refused(real, f"{done} is writable by a user other than root: a local user could swap "
                                     "folders under sparkplay's writes; fix its owner or mode")  # fmt: skip
         return fd
