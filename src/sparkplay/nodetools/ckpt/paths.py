@@ -67,6 +67,28 @@ def check_link(rel: str, target: object) -> str:
     return target
 
 
+class NotAFolder(Exception):
+    """A component that is a link or not a folder."""
+
+
+def open_dir_at(fd: int, name: str, create: bool) -> int:
+    """The folder `name` beneath `fd`, never through a link; made first when missing and `create` (another
+    stream may make it meanwhile: then what is there is opened, still without following links)."""
+    try:
+        try:
+            return os.open(name, DIR_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            if not create:
+                raise
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=fd)
+            return os.open(name, DIR_FLAGS, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NotAFolder(name) from None
+        raise
+
+
 def _unsafe(st: os.stat_result) -> bool:
     """Not root's, or writable by others without the sticky bit (they could rename what it holds)."""
     others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
@@ -120,17 +142,9 @@ def open_tree(path: os.PathLike[str] | str, create: bool) -> int:
         done = ""
         for name in [p for p in real.split("/") if p]:
             try:
-                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o755, dir_fd=fd)
-                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise Refused(real, f"{done}/{name} changed into a link or a file while it was opened") from None
-                raise
+                nxt = open_dir_at(fd, name, create)
+            except NotAFolder:
+                raise Refused(real, f"{done}/{name} changed into a link or a file while it was opened") from None
             os.close(fd)
             fd, done = nxt, f"{done}/{name}"
             if os.geteuid() == 0 and _unsafe(os.fstat(fd)):
@@ -182,18 +196,9 @@ def open_parent(root_fd: int, parts: tuple[str, ...], create: bool) -> int:
     try:
         for i, name in enumerate(parts[:-1]):
             try:
-                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise
-                # another stream may make it meanwhile: then open what is there, still without following links
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o755, dir_fd=fd)
-                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise Refused("/".join(parts), f"{'/'.join(parts[: i + 1])} is a link or not a folder") from None
-                raise
+                nxt = open_dir_at(fd, name, create)
+            except NotAFolder:
+                raise Refused("/".join(parts), f"{'/'.join(parts[: i + 1])} is a link or not a folder") from None
             os.close(fd)
             fd = nxt
         return fd
