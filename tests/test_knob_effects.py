@@ -112,8 +112,8 @@ def test_the_smoke_length_and_wait_interval_reach_the_wait() -> None:
     wait = task("roles/serve/tasks/run.yml", "Serve | Wait until the model answers")
     follow = task("roles/serve/tasks/run.yml", "Serve | Follow the wait")
     given = {"serve_tool": "/t", "serve_timeout": 300, "serve_peers": [],
-             "serve_plan": {"api": {"url": "http://127.0.0.1:1"}, "served_name": "m", "unit": "u",
-                            "health": {"prompt": "p"}}}  # fmt: skip
+             "serve_plan": {"api": {"url": "http://127.0.0.1:1", "key_env": None}, "served_name": "m",
+                            "unit": "u", "container": None, "health": {"prompt": "p"}}}  # fmt: skip
     variables = role_vars("serve", **given, serve_smoke_max_tokens=3, serve_wait_interval=7)
     argv = render(wait["ansible.builtin.command"]["argv"], variables)
     assert flag(argv, "--max-tokens") == "3" and flag(argv, "--interval") == "7"
