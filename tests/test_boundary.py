@@ -392,7 +392,40 @@ def test_the_bench_installs_llama_benchy_by_hash_as_the_unprivileged_user():
     argv = install["ansible.builtin.command"]["argv"]
     assert argv[:4] == ["runuser", "-u", "{{ bench_user }}", "--"] and "--require-hashes" in argv
     run = tasks["Bench | Run the invariance check and llama-benchy, as the bench user"]
-    assert "['runuser', '-u', bench_user, '--'," in run["ansible.builtin.command"]["argv"]
+    assert "'bench', '--as-user', bench_user," in run["ansible.builtin.command"]["argv"]
+
+
+def _bench_and_status_argv(record: dict) -> tuple[list[str], list[str]]:
+    from tests.role_render import plays, render, role_vars, task
+
+    run = task("playbooks/bench.yml", "Bench | Run the invariance check and llama-benchy")
+    (play,) = plays("playbooks/bench.yml", "sparkplay_nodes")
+    variables = role_vars(**{**play["vars"], **run["vars"], "bench_user": "sparkplay-engine", "bench_home": "/h"},
+                          bench_served=record, sparkplay_deployment={"paths": {"tools": {"serve": "/t"}}},
+                          bench_model_tokenizer={})  # fmt: skip
+    bench = render(run["ansible.builtin.command"]["argv"], variables)
+    look = task("playbooks/status.yml", "Status | Ask the leader's API for health and its models")
+    status = render(look["ansible.builtin.command"]["argv"], role_vars(status_record=record))
+    return bench, status
+
+
+def test_status_and_bench_reach_an_api_with_a_key_through_the_env_file_never_the_command_line():
+    """The serve record names the key's variable and env file; bench and status hand the serve tool those,
+    and it reads the key as root on the node (tests/test_serve_tool.py), so no key passes through Ansible."""
+    record = {"api_url": "http://127.0.0.1:8000", "served_name": "m", "runtime": "native", "tool": "/t",
+              "api_key_env": "VLLM_API_KEY", "env_file": "/etc/sparkplay/serve.env"}  # fmt: skip
+    bench, status = _bench_and_status_argv(record)
+    for argv in (bench, status):
+        assert argv[0] == "/t"
+        at = argv.index("--api-key-env")
+        assert argv[at : at + 6] == ["--api-key-env", "VLLM_API_KEY", "--env-file", "/etc/sparkplay/serve.env",
+                                     "--env-format", "native"]  # fmt: skip
+    assert bench[1:6] == ["bench", "--as-user", "sparkplay-engine", "--home", "/h"]
+    # no key: no key arguments; a record older than the `tool` field finds the serve tool where it lands
+    del record["api_key_env"], record["tool"]
+    bench, status = _bench_and_status_argv(record)
+    assert "--api-key-env" not in bench + status
+    assert status[:2] == ["/usr/local/lib/sparkplay/sparkplay-serve", "probe"]
 
 
 # -- an API key never sits on a command line -----------------------------------------------------

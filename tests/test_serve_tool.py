@@ -311,3 +311,54 @@ def test_the_kernels_socket_cgroups_decide_where_they_name_one(monkeypatch):
             assert problem and "port 9931 is held by /system.slice/squatter.service" in problem
         else:
             assert problem is None, case
+
+
+# a stand-in for llama-benchy: a console script (found through its distribution's entry points, as the launcher
+# finds the real one) that records the arguments it parsed and what `ps` shows of its command line
+FAKE_BENCHY = """
+import json, sys
+def main():
+    with open(sys.argv[sys.argv.index("--out") + 1], "w") as out:
+        cmdline = open("/proc/self/cmdline", "rb").read().split(b"\\0")
+        json.dump({"argv": sys.argv, "cmdline": [part.decode() for part in cmdline if part]}, out)
+    return 0
+"""
+
+
+def test_llama_benchy_gets_the_api_key_in_its_arguments_but_never_on_its_command_line(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    (site / "fakebenchy-1.0.dist-info").mkdir(parents=True)
+    (site / "fakebenchy-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: fakebenchy\nVersion: 1.0\n")  # fmt: skip
+    (site / "fakebenchy-1.0.dist-info" / "entry_points.txt").write_text(
+        "[console_scripts]\nllama-benchy = fakebenchy:main\n")  # fmt: skip
+    (site / "fakebenchy.py").write_text(FAKE_BENCHY)
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to(sys.executable)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    out = tmp_path / "seen.json"
+    key = "sk-secret 'quoted' $x"
+    try:
+        tool.API_KEY[:] = [key]
+        argv, env = tool.benchy_argv(str(venv_bin / "llama-benchy"), ["--model", "m", "--out", str(out)])
+    finally:
+        tool.API_KEY.clear()
+    assert key not in json.dumps(argv) and env[tool.BENCHY_KEY_ENV] == key
+    subprocess.run(argv, env=env, check=True, timeout=60)
+    seen = json.loads(out.read_text())
+    assert seen["argv"][1:3] == ["--api-key", key] and seen["argv"][0].endswith("llama-benchy")
+    assert key not in json.dumps(seen["cmdline"])  # what every local user reads in the process table
+    # without a key the program runs as it is
+    assert tool.benchy_argv("/v/bin/llama-benchy", ["--model", "m"])[0] == ["/v/bin/llama-benchy", "--model", "m"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+def test_the_bench_drops_root_for_good_after_reading_the_key():
+    code = ("import os; from sparkplay.nodetools.sparkplay_serve import drop_to; drop_to('nobody', '/nonexistent');"
+            "print(os.getuid(), os.geteuid(), os.getgroups(), os.environ['HOME'])")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 2)
+    import pwd
+
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert out[:2] == [str(nobody), str(nobody)] and out[2].strip() == "[] /nonexistent"

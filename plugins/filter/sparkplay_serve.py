@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sparkplay.deployment import TOOLS
 from sparkplay.engines.plan import ENGINE_USER
 from sparkplay.engines.systemd import env_file, exec_line, plan_digest, plan_problems, status_rows, status_table
 from sparkplay.hostfacts import prefix_cache_problems
@@ -21,9 +22,15 @@ class FilterModule:
             "sparkplay_serve_plan_problems": plan_problems,
             "sparkplay_prefix_cache_problems": prefix_cache_problems,
             "sparkplay_engine_user": engine_user,
+            "sparkplay_serve_tool": serve_tool,
         }
 
 
 def engine_user(_: Any = None) -> str:
     """The system user native engines run as (sparkplay.engines.plan), for playbooks without a plan (reset)."""
     return ENGINE_USER
+
+
+def serve_tool(_: Any = None) -> str:
+    """Where the serve tool lives on a node (sparkplay.deployment), for a record older than its `tool` field."""
+    return TOOLS["serve"]

@@ -37,7 +37,10 @@ sparkplay-serve bench --url URL --model NAME --benchy PATH --tokenizer T --corpu
     on loopback), then a bare one-token request beside llama-benchy's own
     one-token latency (the client's overhead). Writes one JSON object to
     --out. Exit 0, 1 when llama-benchy failed, 3 when outputs differ.
-sparkplay-serve probe --url URL --model NAME
+    Started as root with --as-user, it reads the API's key (--api-key-env)
+    first, then drops to that user for everything else; llama-benchy gets
+    the key through its environment, never its command line.
+sparkplay-serve probe --url URL --model NAME [--api-key-env NAME --env-file FILE]
     One look (no completion): JSON {health, models, served}.
 sparkplay-serve verify-unit FILE NAME
     systemd-analyze verify FILE under the unit name NAME (templates land
@@ -717,20 +720,65 @@ def serve_corpus(corpus: str) -> tuple[str, http.server.ThreadingHTTPServer | No
     return f"http://127.0.0.1:{server.server_address[1]}/{path.name}", server
 
 
+def drop_to(user: str, home: str | None) -> None:
+    """Become `user` for good (groups, gid, uid), with HOME at `home`: what root read stays read, nothing more."""
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    os.setgroups([])
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+    if entry.pw_uid != 0:
+        try:
+            os.setuid(0)
+        except PermissionError:
+            pass
+        else:  # pragma: no cover - the kernel refused to drop
+            raise SystemExit(f"could not drop root for {user}")
+    os.environ["HOME"] = home or entry.pw_dir
+
+
+# llama-benchy takes its key only as --api-key, which every local user could read in the process table: a
+# small launcher puts it into the program's own argument list, in its memory, from the environment (readable
+# by the same user and root alone), then runs the console script's entry point.
+BENCHY_KEY_ENV = "SPARKPLAY_BENCH_API_KEY"
+BENCHY_LAUNCHER = """
+import os, sys
+from importlib.metadata import entry_points
+program = sys.argv.pop(1)
+(entry,) = [e for e in entry_points(group="console_scripts") if e.name == os.path.basename(program)]
+sys.argv[0] = program
+sys.argv[1:1] = ["--api-key", os.environ.pop("SPARKPLAY_BENCH_API_KEY")]
+sys.exit(entry.load()())
+"""
+
+
+def benchy_argv(benchy: str, args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """llama-benchy's command line and environment: the key, if the API has one, only in the environment."""
+    if not API_KEY:
+        return [benchy, *args], dict(os.environ)
+    python = str(Path(benchy).parent / "python")
+    return [python, "-c", BENCHY_LAUNCHER, benchy, *args], {**os.environ, BENCHY_KEY_ENV: API_KEY[0]}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    use_api_key(args)
+    if args.as_user:
+        drop_to(args.as_user, args.home)
     result: dict[str, Any] = {"url": args.url, "model": args.model, "started": time.time(),
                               "profile": {"pp": args.pp, "tg": args.tg, "depth": args.depth,
                                           "concurrency": args.concurrency, "runs": args.runs}}  # fmt: skip
     result["invariance"] = invariance(args.url, args.model, args.concurrency, args.invariance_tokens, args.timeout)
     book_url, server = serve_corpus(args.corpus)
     report = Path(args.out).with_suffix(".benchy.json")
-    argv = [args.benchy, "--base-url", f"{args.url}/v1", "--model", args.model, "--tokenizer", args.tokenizer,
+    argv, env = benchy_argv(args.benchy, [
+            "--base-url", f"{args.url}/v1", "--model", args.model, "--tokenizer", args.tokenizer,
             "--book-url", book_url, "--pp", *map(str, args.pp), "--tg", *map(str, args.tg),
             "--depth", *map(str, args.depth), "--concurrency", *map(str, args.concurrency),
             "--runs", str(args.runs), "--latency-mode", "generation", "--skip-coherence",
-            "--format", "json", "--save-result", str(report)]  # fmt: skip
+            "--format", "json", "--save-result", str(report)])  # fmt: skip
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=args.timeout * 10)
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=args.timeout * 10)
     finally:
         if server:
             server.shutdown()
@@ -811,6 +859,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--invariance-tokens", type=int, default=48)
     p.add_argument("--timeout", type=float, default=600, help="seconds per request")
+    p.add_argument("--as-user", help="started as root: read the key, then run as this user")
+    p.add_argument("--home", help="HOME for --as-user")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("probe")
     p.add_argument("--url", required=True)
@@ -820,7 +870,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file")
     p.add_argument("name")
     p.set_defaults(func=cmd_verify_unit)
-    for name in ("ready", "watchdog", "probe"):
+    for name in ("ready", "watchdog", "probe", "bench"):
         p = sub.choices[name]
         p.add_argument("--api-key-env", help="the variable in --env-file that holds the API's key")
         p.add_argument("--env-file", default="/etc/sparkplay/serve.env")
