@@ -8,6 +8,7 @@ stand-in nodes, imports from files in tmp_path.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 
@@ -17,7 +18,7 @@ import yaml
 from sparkplay import boundary
 from sparkplay.engines.plan import ENGINE_USER, Options, build, stand_in_nodes
 from sparkplay.errors import BadInput
-from sparkplay.managed import reset_removable
+from sparkplay.managed import reset_removable, reset_state_dirs
 from sparkplay.recipes import catalog, model
 from tests.conftest import PROJECT
 
@@ -309,6 +310,20 @@ def test_reset_never_removes_the_model_root_or_a_folder_holding_it(root):
     ]
 
 
+def test_reset_empties_the_state_folder_the_serve_role_used_and_never_a_system_folder():
+    """serve_state_dir moved the state folder: reset reads where from each rank's serve record (before the
+    record itself goes) and empties that one too; a record naming a system folder is not followed."""
+    from tests.role_render import render, role_vars, task
+
+    assert reset_state_dirs(["/srv/sparkplay/", None, "relative", "/", "/etc/x", "/var/lib", "/var/lib/sparkplay/."],
+                            "/var/lib/sparkplay") == ["/var/lib/sparkplay", "/srv/sparkplay"]  # fmt: skip
+    note = task("playbooks/reset.yml", "Reset | Note sparkplay's state folders")
+    record = base64.b64encode(json.dumps({"state_dir": "/srv/sparkplay"}).encode()).decode()
+    for content, want in ((record, ["/var/lib/sparkplay", "/srv/sparkplay"]), (None, ["/var/lib/sparkplay"])):
+        given = {"reset_record": {"content": content} if content else {}, "reset_state_dir": "/var/lib/sparkplay"}
+        assert render(note["ansible.builtin.set_fact"]["reset_state_dirs"], role_vars(**given)) == want
+
+
 def test_the_sample_inventory_documents_serve_allow():
     text = (PROJECT / "inventory/sample/group_vars/sparkplay_nodes/main.yml").read_text()
     assert "# serve_allow: []" in text
@@ -392,7 +407,7 @@ def test_the_bench_installs_llama_benchy_by_hash_as_the_unprivileged_user():
     argv = install["ansible.builtin.command"]["argv"]
     assert argv[:4] == ["runuser", "-u", "{{ bench_user }}", "--"] and "--require-hashes" in argv
     run = tasks["Bench | Run the invariance check and llama-benchy, as the bench user"]
-    assert "'bench', '--as-user', bench_user," in run["ansible.builtin.command"]["argv"]
+    assert "'--as-user', bench_user," in run["ansible.builtin.command"]["argv"]
 
 
 def _bench_and_status_argv(record: dict) -> tuple[list[str], list[str]]:
@@ -401,7 +416,7 @@ def _bench_and_status_argv(record: dict) -> tuple[list[str], list[str]]:
     run = task("playbooks/bench.yml", "Bench | Run the invariance check and llama-benchy")
     (play,) = plays("playbooks/bench.yml", "sparkplay_nodes")
     variables = role_vars(**{**play["vars"], **run["vars"], "bench_user": "sparkplay-engine", "bench_home": "/h"},
-                          bench_served=record, sparkplay_deployment={"paths": {"tools": {"serve": "/t"}}},
+                          bench_served=record, sparkplay_deployment={"paths": {"tools": {"serve": "/d"}}},
                           bench_model_tokenizer={})  # fmt: skip
     bench = render(run["ansible.builtin.command"]["argv"], variables)
     look = task("playbooks/status.yml", "Status | Ask the leader's API for health and its models")
@@ -425,7 +440,14 @@ def test_status_and_bench_reach_an_api_with_a_key_through_the_env_file_never_the
     del record["api_key_env"], record["tool"]
     bench, status = _bench_and_status_argv(record)
     assert "--api-key-env" not in bench + status
-    assert status[:2] == ["/usr/local/lib/sparkplay/sparkplay-serve", "probe"]
+    assert status[:2] == ["/usr/local/lib/sparkplay/sparkplay-serve", "probe"] and bench[0] == "/d"
+
+
+def test_bench_runs_the_serve_tool_the_serve_role_installed():
+    """serve_tool moves the tool; the record says where it went, and the bench runs that one."""
+    record = {"api_url": "http://127.0.0.1:8000", "served_name": "m", "runtime": "native", "tool": "/opt/x/serve"}
+    bench, status = _bench_and_status_argv(record)
+    assert bench[0] == status[0] == "/opt/x/serve"
 
 
 # -- an API key never sits on a command line -----------------------------------------------------

@@ -20,7 +20,7 @@ from sparkplay.hostfacts import (
     path_and_parents,
     pcie_warnings,
 )
-from sparkplay.managed import foreign_report, reset_removable
+from sparkplay.managed import foreign_report, reset_removable, reset_state_dirs
 from sparkplay.nodetools import app, package_files, path_of
 
 
@@ -29,6 +29,7 @@ class FilterModule:
         return {
             "sparkplay_foreign_report": foreign_report,
             "sparkplay_reset_removable": reset_removable,
+            "sparkplay_reset_state_dirs": reset_state_dirs,
             "sparkplay_doctor_command": command_result,
             "sparkplay_offline_model": offline_model,
             "sparkplay_netplan_conflicts": netplan_conflicts,

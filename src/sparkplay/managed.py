@@ -11,6 +11,8 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sparkplay.boundary import SYSTEM_FOLDERS, SYSTEM_TREES, inside
+
 
 def foreign_report(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
     """'host: path' for every foreign file noted on any of `hosts`."""
@@ -27,3 +29,16 @@ def reset_removable(entries: Iterable[Mapping[str, Any]], keep: Iterable[str]) -
         if not any(path == k or k.startswith(path.rstrip("/") + "/") for k in kept):
             removable.append(entry)
     return removable
+
+
+def reset_state_dirs(recorded: Iterable[Any], default: str) -> list[str]:
+    """The state folders reset empties: the default and each one a rank's serve record names (serve_state_dir
+    moved it), normalised, never a system folder or one inside the system's trees, whoever wrote it."""
+    found: list[str] = []
+    for path in [default, *recorded]:
+        if not isinstance(path, str) or not path.startswith("/"):
+            continue
+        norm = posixpath.normpath("/" + path.lstrip("/"))
+        if norm not in SYSTEM_FOLDERS and not inside(norm, SYSTEM_TREES) and norm not in found:
+            found.append(norm)
+    return found
