@@ -6,6 +6,7 @@ pair's fabric.env would hold them (cable addresses, twins, NCCL settings).
 
 from __future__ import annotations
 
+import copy
 import json
 import tomllib
 
@@ -380,3 +381,29 @@ def test_in_a_ring_nccl_gets_both_twins_and_the_one_interface_variables_the_firs
     for rank in build(recipe("glm53-atlas"), ring[:2], Options(model_root=ROOT))["ranks"]:
         assert rank["env"]["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1,enP2p1s0f1np1"
         assert rank["env"]["GLOO_SOCKET_IFNAME"] == "enp1s0f1np1"
+
+
+# -- the context length is one thing: the recipe's field, and the engine's flag written from it ------------
+
+
+@pytest.mark.parametrize(("name", "flag"), [("glm53", "--max-model-len"), ("glm53-atlas", "--max-seq-len"),
+                                            ("lab-tiny", "-c")])  # fmt: skip
+def test_the_engines_context_flag_is_written_from_context_length(name: str, flag: str) -> None:
+    from sparkplay.recipes import model
+
+    doc = copy.deepcopy(recipe(name))
+    args = doc["serve"]["args"]
+    stated = cmdline.flag_value(args, *cmdline.CONTEXT_FLAGS[doc["engine"]["name"]])
+    assert stated is not None and int(stated) == doc["context_length"]  # the seeds state both, alike
+    # the flag left out: the plan writes it from the field, on the rank that parses it
+    doc["serve"]["args"] = cmdline.without_flags(args, *cmdline.CONTEXT_FLAGS[doc["engine"]["name"]])
+    doc["context_length"] = 4096
+    leader = build(doc, nodes(int(doc["topology"]["nodes"] or 2)), Options(model_root="/m"))["ranks"][0]["argv"]
+    written = cmdline.flag_value(leader, *cmdline.CONTEXT_FLAGS[doc["engine"]["name"]])
+    assert written == "4096", leader
+    # both stated and different: refused at plan and by the recipe's own check, naming both values
+    doc["serve"]["args"] = [*doc["serve"]["args"], flag, "8192"]
+    with pytest.raises(BadInput, match=r"context_length is 4096 but the engine's flag \S+ says 8192"):
+        build(doc, nodes(int(doc["topology"]["nodes"] or 2)), Options(model_root="/m"))
+    assert any(p.key == "context_length" and p.severity == "error" and "8192" in p.message
+               for p in model.problems(doc))  # fmt: skip

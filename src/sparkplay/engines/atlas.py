@@ -77,7 +77,7 @@ def plan(ctx: Context) -> dict[str, Any]:
     recipe, knobs = ctx.recipe, ctx.knobs
     state = ctx.options.state_dir.rstrip("/")
     check_knobs(knobs, [ctx.model_root, state])
-    args = engine_args(recipe["serve"]["args"], REPLACED, (), "atlas")
+    args = engine_args(recipe, REPLACED, (), "atlas")
     model = recipe["model"]
     target = ctx.checkpoint_dir("target")
     drafter = ctx.checkpoint_dir("drafter")

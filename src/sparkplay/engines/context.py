@@ -120,14 +120,20 @@ class Context:
         return joined
 
 
-def engine_args(args: Sequence[str], replaced: Sequence[str], owned: Sequence[str], engine: str) -> list[str]:
-    """The recipe's flags verbatim, minus the ones sparkplay sets again itself.
+def engine_args(recipe: Mapping[str, Any], replaced: Sequence[str], owned: Sequence[str], engine: str) -> list[str]:
+    """The recipe's flags verbatim, minus the ones sparkplay sets again itself, with its context length.
 
     `replaced` flags hold what the recipe already states elsewhere (model
     path, port, bind), so sparkplay drops them and adds the effective value
     once; `owned` flags only sparkplay can know (ranks, peers), so a recipe
-    that sets one is refused.
+    that sets one is refused. The context length is the recipe's field: the
+    engine's flag is written from it where the flags leave it out, and a
+    recipe whose flag says otherwise is refused naming both.
     """
+    mismatch = cmdline.context_mismatch(engine, recipe["serve"]["args"], recipe.get("context_length"))
+    if mismatch:
+        raise BadInput(mismatch, "make them the same in the recipe (or drop the flag)")
+    args = cmdline.with_context(engine, recipe["serve"]["args"], recipe.get("context_length"))
     for flag in owned:
         if cmdline.has_flag(args, flag):
             raise BadInput(

@@ -33,7 +33,7 @@ def rpc_server(machine: str) -> str:
 
 def plan(ctx: Context) -> dict[str, Any]:
     recipe = ctx.recipe
-    args = engine_args(recipe["serve"]["args"], REPLACED, OWNED, "llamacpp")
+    args = engine_args(recipe, REPLACED, OWNED, "llamacpp")
     path = recipe["model"].get("path")
     if not path:
         raise BadInput("the llamacpp recipe names no model file", "set model.path (a GGUF file under the model root)")

@@ -90,7 +90,7 @@ def local_models(args: list[str], ctx: Context) -> list[str]:
 
 def plan(ctx: Context) -> dict[str, Any]:
     recipe = ctx.recipe
-    args = local_models(engine_args(recipe["serve"]["args"], REPLACED, OWNED, "vllm"), ctx)
+    args = local_models(engine_args(recipe, REPLACED, OWNED, "vllm"), ctx)
     model = ctx.checkpoint_dir("target")
     if model is None:
         raise BadInput("the vllm recipe has no target checkpoint", "set model.checkpoints (role: target)")

@@ -22,6 +22,28 @@ ENGINES_HELP = (
 )
 
 
+# Each engine's flags for the context length; the first is the one sparkplay writes where a recipe's
+# flags do not state it (the recipe's context_length field is the source of truth for both).
+CONTEXT_FLAGS = {"vllm": ("--max-model-len",), "atlas": ("--max-seq-len",), "llamacpp": ("--ctx-size", "-c")}
+
+
+def context_mismatch(engine: str, args: Sequence[str], length: int | None) -> str | None:
+    """Why the flags and the context_length field disagree (None: they agree, or one is unstated)."""
+    flags = CONTEXT_FLAGS.get(engine, ())
+    stated = flag_value(args, *flags)
+    if length is None or stated is None or not stated.strip().isdigit() or int(stated) == length:
+        return None
+    return f"context_length is {length} but the engine's flag {flags[0]} says {stated}"
+
+
+def with_context(engine: str, args: Sequence[str], length: int | None) -> list[str]:
+    """The engine's flags with the context length stated: the field's value, where the flags leave it out."""
+    flags = CONTEXT_FLAGS.get(engine, ())
+    if length is None or not flags or flag_value(args, *flags) is not None:
+        return list(args)
+    return [*args, flags[0], str(length)]
+
+
 @dataclass
 class Command:
     """A parsed engine command line."""

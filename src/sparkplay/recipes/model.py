@@ -22,7 +22,7 @@ import yaml
 
 from sparkplay import boundary
 from sparkplay.errors import BadInput
-from sparkplay.recipes import imageref
+from sparkplay.recipes import cmdline, imageref
 
 SCHEMA_ID = "sparkplay.recipe/v1"
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -90,6 +90,10 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
     if engine["name"] == "llamacpp" and not model.get("path"):
         found.append(Problem("model.path", "no GGUF file is named", "set model.path (the GGUF file under the model "
                              "root, e.g. Qwen3-1.7B-Q8_0.gguf)"))  # fmt: skip
+    mismatch = cmdline.context_mismatch(engine["name"], doc["serve"]["args"], doc["context_length"])
+    if mismatch:
+        found.append(Problem("context_length", mismatch, "make them the same (or drop the flag: sparkplay writes "
+                             "it from context_length)"))  # fmt: skip
     if doc["context_length"] is None:
         found.append(Problem("context_length", "the context length is not stated: the engine uses the model's own "
                              "maximum", "set context_length (and the engine's flag) to choose", "warning"))  # fmt: skip

@@ -136,7 +136,7 @@ def _derive_from_flags(raw: RawRecipe) -> dict[str, Any]:
     if raw.engine == "atlas":
         world = _int(flag(a, "--world-size"), "--world-size")
         return {
-            "context_length": _int(flag(a, "--max-seq-len"), "--max-seq-len"),
+            "context_length": _int(flag(a, *cmdline.CONTEXT_FLAGS["atlas"]), "--max-seq-len"),
             "tensor_parallel": _int(flag(a, "--tp-size"), "--tp-size"),
             "pipeline_parallel": _int(flag(a, "--pp-size"), "--pp-size"),
             "expert_parallel": _int(flag(a, "--ep-size"), "--ep-size"),
@@ -150,7 +150,7 @@ def _derive_from_flags(raw: RawRecipe) -> dict[str, Any]:
     if raw.engine == "vllm":
         tp = _int(flag(a, "--tensor-parallel-size", "-tp"), "--tensor-parallel-size")
         return {
-            "context_length": _int(flag(a, "--max-model-len"), "--max-model-len"),
+            "context_length": _int(flag(a, *cmdline.CONTEXT_FLAGS["vllm"]), "--max-model-len"),
             "tensor_parallel": tp,
             "pipeline_parallel": _int(flag(a, "--pipeline-parallel-size", "-pp"), "--pipeline-parallel-size"),
             # vLLM's expert parallelism spans the tensor- and data-parallel groups together
@@ -165,7 +165,7 @@ def _derive_from_flags(raw: RawRecipe) -> dict[str, Any]:
         }
     rpc = flag(a, "--rpc")
     return {
-        "context_length": _int(flag(a, "-c", "--ctx-size"), "--ctx-size"),
+        "context_length": _int(flag(a, *cmdline.CONTEXT_FLAGS["llamacpp"]), "--ctx-size"),
         "tensor_parallel": None,
         "pipeline_parallel": None,
         "expert_parallel": None,
