@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 
 import pytest
 import yaml
@@ -75,3 +77,48 @@ def test_plan_json_prints_the_deployment_from_the_inventory(tmp_path):
     got = json.loads(proc.stdout)
     assert got["leader"] == "spark-a" and got["overlay"]["output"] == "/srv/models/atlas-overlay"
     assert got["paths"]["model_root"] == "/srv/models"
+
+
+SHOW = """
+- name: Load it as every entry playbook does
+  ansible.builtin.import_playbook: {project}/playbooks/recipe.yml
+- name: Show what the run derived
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Show
+      ansible.builtin.debug:
+        msg: "DEPLOYMENT={{{{ sparkplay_deployment_doc | to_json }}}}"
+"""
+
+
+def test_a_run_takes_rank_0s_settings_and_the_inventorys_api_address_everywhere(tmp_path):
+    """The host listed first is rank 1: the run still takes the leader's (rank 0's) settings; serve_port and
+    serve_bind reach the deployment (which the preflight port check and the summary read), plan --json too."""
+    inventory = tmp_path / "inv"
+    (inventory / "host_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparkplay_nodes": {"hosts": {
+        "spark-b": {"sparkplay_rank": 1}, "spark-a": {"sparkplay_rank": 0}}}}}}, sort_keys=False))  # fmt: skip
+    (inventory / "host_vars" / "spark-a.yml").write_text(
+        "sparkplay_model_root: /srv/leader\nserve_port: 9100\nserve_bind: 10.1.2.3\n")  # fmt: skip
+    (inventory / "host_vars" / "spark-b.yml").write_text("sparkplay_model_root: /srv/worker\nserve_port: 9200\n")
+    (tmp_path / "show.yml").write_text(SHOW.format(project=PROJECT))
+    argv = ["ansible-playbook", "-i", str(inventory), str(tmp_path / "show.yml"), "-e", "recipe=lab-tiny"]
+    proc = subprocess.run(argv, cwd=PROJECT, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    got = json.loads(re.search(r'"DEPLOYMENT=(.*)"\n', proc.stdout).group(1).replace('\\"', '"'))
+    assert got["leader"] == "spark-a" and got["paths"]["model_root"] == "/srv/leader"
+    assert got["api"] == {"bind": "10.1.2.3", "port": 9100}
+    assert "API 10.1.2.3:9100" in proc.stdout  # the summary says where it will listen
+    planned = json.loads(run_cli("plan", "lab-tiny", "-i", str(inventory), "--json").stdout)
+    assert planned["api"] == got["api"] and planned["paths"]["model_root"] == "/srv/leader"
+    # nothing set: the recipe's own address
+    assert deployment.compute(recipe("lab-tiny"), {"a": 0})["api"] == {"bind": "127.0.0.1", "port": 9931}
+
+
+def test_the_preflight_port_check_looks_at_the_port_the_engine_will_listen_on():
+    from tests.role_render import render, role_vars, task
+
+    look = task("roles/preflight/tasks/recipe.yml", "Preflight | See who listens on the recipe's port")
+    given = role_vars("preflight", sparkplay_deployment={"api": {"bind": "127.0.0.1", "port": 9100}})
+    assert render(look["ansible.builtin.command"]["argv"], given)[-1] == "sport = :9100"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from sparkplay.deployment import leader_of
+from sparkplay.errors import BadInput
 from sparkplay.topology import rank_layout_problems
 
 
@@ -13,6 +15,17 @@ def _layout_problems(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[
     return rank_layout_problems({host: hostvars[host].get("sparkplay_rank") for host in hosts})
 
 
+def _leader_host(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> str | None:
+    """`groups['sparkplay_nodes'] | sparkplay_leader_host(hostvars)`: rank 0's host (the leader rule), whose
+    view of the inventory's settings a run takes; with a broken layout the first host, for the deployment's
+    own check to name what is wrong."""
+    hosts = list(hosts)
+    try:
+        return leader_of({host: hostvars[host].get("sparkplay_rank") for host in hosts})
+    except BadInput:
+        return hosts[0] if hosts else None
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"sparkplay_rank_layout_problems": _layout_problems}
+        return {"sparkplay_rank_layout_problems": _layout_problems, "sparkplay_leader_host": _leader_host}

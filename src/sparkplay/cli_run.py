@@ -26,6 +26,7 @@ from sparkplay import doctor as doctor_mod
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import InventoryOpt, ProjectOpt, confirm, err, inventory_of, out, reports_errors
 from sparkplay.cli_display import RunDisplay, print_summary
+from sparkplay.engines.context import api_address
 from sparkplay.engines.plan import UNIT
 from sparkplay.engines.systemd import plan_problems
 from sparkplay.errors import BadInput, Declined, ExitCode
@@ -181,7 +182,8 @@ def plan(
         lead = next((h for h in hosts if h.rank == 0), hosts[0]).vars
         doc = apply_mod.pin_image(doc, lead.get("sparkplay_image_pins") or {})
         computed = deployment.compute(
-            doc, {h.name: h.rank for h in hosts}, {k: lead.get(k) for k in deployment.DEFAULTS},
+            doc, {h.name: h.rank for h in hosts},
+            {k: lead.get(k) for k in (*deployment.DEFAULTS, *deployment.API_SETTINGS)},
             lead.get("checkpoint_staged") or [], lead.get("sparkplay_checkpoint_lock") or {},
         )  # fmt: skip
         sys.stdout.write(json.dumps(computed, indent=2) + "\n")
@@ -394,9 +396,7 @@ def metrics(
     def target(bind: str, port: int) -> str:
         return f"{'127.0.0.1' if bind in LOOPBACK else address}:{port}"
 
-    api = target(
-        str(settings.get("serve_bind") or doc["serve"]["bind"]), int(settings.get("serve_port") or doc["serve"]["port"])
-    )
+    api = target(*api_address(doc["serve"], settings.get("serve_bind"), settings.get("serve_port")))
     watchdog = target(str(settings.get("serve_watchdog_metrics_bind") or "127.0.0.1"),
                       int(settings.get("serve_watchdog_metrics_port") or 9899))  # fmt: skip
     labels = {"recipe": name, "engine": doc["engine"]["name"], "host": leader.name}

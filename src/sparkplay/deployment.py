@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparkplay import __version__, checkpoints, topology
+from sparkplay.engines.context import api_address
 from sparkplay.engines.plan import ENV_FILE, UNIT
 from sparkplay.errors import BadInput
 
@@ -31,6 +32,8 @@ DEFAULTS: dict[str, Any] = {
     "sparkplay_serve_record": "/etc/sparkplay/serve.json",
     "sparkplay_docker": "/usr/bin/docker",
 }
+# The inventory's API address (the serve role's serve_bind / serve_port): empty or 0 keeps the recipe's.
+API_SETTINGS = ("serve_bind", "serve_port")
 TOOLS = {"checkpoint": "/usr/local/lib/sparkplay/sparkplay-ckpt", "serve": "/usr/local/lib/sparkplay/sparkplay-serve"}
 OVERLAY_EXPECT = 864  # MTP expert matrices of GLM-5.x (layer 45: 288 experts x gate/up/down)
 
@@ -53,6 +56,13 @@ def check_node_count(recipe: Mapping[str, Any] | None, count: int) -> None:
             f"in {GROUP}",
             f"list {wanted} hosts in {GROUP}, or choose a recipe written for {count}",
         )
+
+
+def _api(recipe: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    if not recipe.get("serve"):
+        return None
+    bind, port = api_address(recipe["serve"], settings.get("serve_bind"), settings.get("serve_port"))
+    return {"bind": bind, "port": port}
 
 
 def compute(
@@ -107,7 +117,5 @@ def compute(
         }
         if engine
         else None,
-        "api": {"bind": (recipe.get("serve") or {}).get("bind"), "port": (recipe.get("serve") or {}).get("port")}
-        if recipe
-        else None,
+        "api": _api(recipe, merged),
     }

@@ -61,6 +61,11 @@ class Node:
         )
 
 
+def api_address(serve: Mapping[str, Any], bind: Any = None, port: Any = None) -> tuple[str, int]:
+    """Where the API listens: the inventory's serve_bind / serve_port where set, else the recipe's."""
+    return str(bind or serve["bind"]), int(port or serve["port"])
+
+
 @dataclass(frozen=True)
 class Options:
     """What the inventory decides rather than the recipe."""
@@ -91,11 +96,11 @@ class Context:
 
     @property
     def bind(self) -> str:
-        return self.options.bind or self.recipe["serve"]["bind"]
+        return api_address(self.recipe["serve"], self.options.bind, self.options.port)[0]
 
     @property
     def port(self) -> int:
-        return int(self.options.port or self.recipe["serve"]["port"])
+        return api_address(self.recipe["serve"], self.options.bind, self.options.port)[1]
 
     @property
     def knobs(self) -> dict[str, Any]:
