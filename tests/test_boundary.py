@@ -380,7 +380,7 @@ def test_playbooks_check_the_boundary_when_the_recipe_loads_and_doctor_does_not(
 
     def loaded(**extra: object) -> dict:
         node = {"serve_allow": ["no-such-request"]}
-        return render(expr, {"sparkplay_recipe_name": "lab-tiny", "sparkplay_first_node": node, **extra})
+        return render(expr, {"sparkplay_recipe_name": "lab-tiny", "sparkplay_leader_node": node, **extra})
 
     with pytest.raises(Exception, match="serve_allow names 'no-such-request'"):
         loaded()  # the inventory's serve_allow reached the boundary
