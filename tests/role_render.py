@@ -34,11 +34,13 @@ def _trusted(value: Any) -> Any:
 
 
 def role_vars(*roles: str, **overrides: Any) -> dict[str, Any]:
-    """The defaults of `roles` (the project-wide `sparkplay` role's first), then `overrides`."""
+    """The defaults and vars of `roles` (the project-wide `sparkplay` role's first), then `overrides`."""
     found: dict[str, Any] = {}
     for role in ("sparkplay", *roles):
-        path = PROJECT / "roles" / role / "defaults" / "main.yml"
-        found.update(_LOADER.load_from_file(str(path)) or {})
+        for part in ("defaults", "vars"):
+            path = PROJECT / "roles" / role / part / "main.yml"
+            if path.exists():
+                found.update(_LOADER.load_from_file(str(path)) or {})
     found.update(overrides)
     return found
 

@@ -262,3 +262,16 @@ def test_the_preflight_names_a_subnet_that_is_none_or_overlaps_another(subnets, 
     variables = role_vars("fabric", fabric_subnets=subnets)
     problem = render(check["vars"]["fabric_subnet_problem"], variables)
     assert (problem == "") if not says else (says in problem)
+
+
+def test_the_fabric_env_file_has_one_setting_for_every_role():
+    """fabric_env_file was a fabric-only knob: moved, it left the checkpoint and serve roles reading the old
+    path. It is now the role's own name for sparkplay_fabric_env_file (role vars, which no inventory beats)."""
+    import yaml
+
+    fabric = PROJECT / "roles" / "fabric"
+    specs = yaml.safe_load((fabric / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert "fabric_env_file" not in specs
+    assert "fabric_env_file" not in (yaml.safe_load((fabric / "defaults" / "main.yml").read_text()) or {})
+    role_vars_file = yaml.safe_load((fabric / "vars" / "main.yml").read_text())
+    assert render(role_vars_file["fabric_env_file"], {"sparkplay_fabric_env_file": "/srv/f.env"}) == "/srv/f.env"
