@@ -15,7 +15,7 @@ import json
 import pytest
 import yaml
 
-from sparkplay import boundary
+from sparkplay import boundary, importing
 from sparkplay.engines.plan import ENGINE_USER, Options, build, stand_in_nodes
 from sparkplay.errors import BadInput
 from sparkplay.managed import reset_removable, reset_state_dirs
@@ -47,7 +47,7 @@ def refused(doc: dict, *words: str, **options) -> str:
 def imported(tmp_path, doc: dict) -> dict:
     path = tmp_path / "r.yml"
     path.write_text(model.to_yaml(doc))
-    return catalog.import_source(str(path))
+    return importing.import_source(str(path))
 
 
 # -- the seeds ask nothing privileged -------------------------------------------------------------

@@ -78,3 +78,41 @@ def test_the_walk_finds_a_late_import_circle(tmp_path):
         "pkg.b": imports_of(tmp_path / "b.py", "pkg.b", known),
     }
     assert find_circle(graph) == ["pkg.a", "pkg.b", "pkg.a"]
+
+
+# The package's layers, lowest first: a module imports only from its own layer or below ("no import back up").
+# A subpackage is one unit (sparkplay.recipes, sparkplay.engines, ...); a top-level module is its own.
+LAYERS = [
+    {"sparkplay", "sparkplay.errors"},
+    {"sparkplay.fsutil", "sparkplay.paths", "sparkplay.topology", "sparkplay.fabric", "sparkplay.boundary",
+     "sparkplay.checkpoints", "sparkplay.hostfacts", "sparkplay.runner", "sparkplay.bench", "sparkplay.nvfp4",
+     "sparkplay.nodetools"},
+    {"sparkplay.managed", "sparkplay.inventory", "sparkplay.recipes"},  # formats: read and normalise, never plan
+    {"sparkplay.engines"},  # the per-rank launch plans
+    {"sparkplay.deployment"},  # the run's plan, from the engines'
+    {"sparkplay.importing", "sparkplay.doctor", "sparkplay.lab"},
+    {"sparkplay.cli_common", "sparkplay.cli_display"},
+    {"sparkplay.cli_run", "sparkplay.cli_recipes", "sparkplay.cli_overlay", "sparkplay.cli_bench"},
+    {"sparkplay.cli"},
+    {"sparkplay.__main__"},
+]  # fmt: skip
+
+
+def unit_of(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_every_import_goes_down_the_layers():
+    graph = package_graph()
+    layer = {unit: i for i, units in enumerate(LAYERS) for unit in units}
+    units = {unit_of(name) for name in graph}
+    assert units == set(layer), (
+        f"units without a layer: {sorted(units - set(layer))}; gone: {sorted(set(layer) - units)}"
+    )
+    upward = sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        for target in targets
+        if layer[unit_of(target)] > layer[unit_of(name)]
+    )
+    assert upward == [], "imports back up: " + "; ".join(upward)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkplay import importing
 from sparkplay.errors import BadInput
 from sparkplay.recipes import catalog, cmdline, fetch, model
 from sparkplay.recipes.diff import semantic_diff
@@ -614,7 +615,7 @@ def test_a_failed_write_leaves_the_old_recipe_whole(project, tmp_path, monkeypat
     cat = project / "recipes"
     assert cli(project, "recipe", "import", str(TOML)).returncode == 0
     old = (cat / "glm53.yml").read_text()
-    doc = catalog.import_source(str(_changed_toml(tmp_path)))
+    doc = importing.import_source(str(_changed_toml(tmp_path)))
 
     def disk_full(fd: int) -> None:
         raise OSError(28, "No space left on device")

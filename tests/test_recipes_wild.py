@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkplay import importing
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput
 from sparkplay.recipes import apply as apply_mod
@@ -31,7 +32,7 @@ SPARKRUN = PROJECT / "tests" / "fixtures" / "sparkrun"
 
 
 def imported(path: Path | str, *sets: str) -> dict:
-    return catalog.import_source(str(path), None, sets)
+    return importing.import_source(str(path), None, sets)
 
 
 def notes(doc: dict, how: str) -> dict[str, str]:

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from sparkplay import importing
 from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, inventory_of, out, reports_errors
 from sparkplay.cli_common import confirm as ask_terminal
 from sparkplay.errors import BadInput, Declined, ExitCode
@@ -73,7 +74,7 @@ def recipe_import(
     a sparkrun recipe YAML or a sparkplay recipe YAML.
     """
     root = project_dir(project)
-    doc = catalog.import_source(source, name, sets or ())
+    doc = importing.import_source(source, name, sets or ())
     result = catalog.save(catalog.catalog_dir(root), doc, make_confirm(yes))
 
     def shown(path: Path) -> Path:  # a checkout's recipes/ as before; an installed sparkplay's in full

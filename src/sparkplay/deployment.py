@@ -47,17 +47,6 @@ def leader_of(ranks: Mapping[str, Any]) -> str:
     return next(host for host, rank in ranks.items() if rank == 0)
 
 
-def check_node_count(recipe: Mapping[str, Any] | None, count: int) -> None:
-    """A recipe written for N nodes runs on exactly N (one GPU per Spark): say so before anything runs."""
-    wanted = ((recipe or {}).get("topology") or {}).get("nodes")
-    if wanted is not None and wanted != count:
-        raise BadInput(
-            f"recipe {recipe.get('name') if recipe else None} runs on {wanted} node(s) but the inventory has {count} "
-            f"in {GROUP}",
-            f"list {wanted} hosts in {GROUP}, or choose a recipe written for {count}",
-        )
-
-
 def _api(recipe: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any] | None:
     if not recipe.get("serve"):
         return None
@@ -75,7 +64,7 @@ def compute(
     """The deployment as plain data (JSON-safe): raises BadInput naming what to fix."""
     merged = {**DEFAULTS, **{k: v for k, v in (settings or {}).items() if v is not None}}
     leader = leader_of(ranks)
-    check_node_count(recipe, len(ranks))
+    topology.check_node_count(recipe, len(ranks), GROUP)
     nodes = [{"host": host, "rank": int(rank), "role": "leader" if rank == 0 else "worker"}
              for host, rank in sorted(ranks.items(), key=lambda item: item[1])]  # fmt: skip
     root = checkpoints.absolute(merged["sparkplay_model_root"], "sparkplay_model_root")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sparkplay.errors import BadInput
+
 
 def rank_layout_problems(ranks: Mapping[str, Any]) -> list[str]:
     """Why a host -> sparkplay_rank mapping is not a valid layout (empty if it is).
@@ -44,3 +46,14 @@ def rank_layout_problems(ranks: Mapping[str, Any]) -> list[str]:
                 f"ranks must be contiguous from 0 to {len(ranks) - 1}; missing {', '.join(map(str, missing))}"
             )
     return problems
+
+
+def check_node_count(recipe: Mapping[str, Any] | None, count: int, group: str = "sparkplay_nodes") -> None:
+    """A recipe written for N nodes runs on exactly N (one GPU per Spark): say so before anything runs."""
+    wanted = ((recipe or {}).get("topology") or {}).get("nodes")
+    if wanted is not None and wanted != count:
+        raise BadInput(
+            f"recipe {recipe.get('name') if recipe else None} runs on {wanted} node(s) but the inventory has {count} "
+            f"in {group}",
+            f"list {wanted} hosts in {group}, or choose a recipe written for {count}",
+        )

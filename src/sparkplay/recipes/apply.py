@@ -16,8 +16,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-from sparkplay import deployment
 from sparkplay import inventory as inventory_mod
+from sparkplay import topology
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
 from sparkplay.recipes import catalog, imageref, model, registry
@@ -169,4 +169,4 @@ def _check_nodes(recipe: dict[str, Any], inventory: Path) -> None:
         nodes = inventory_mod.hosts(hosts_path)
     except BadInput:
         return
-    deployment.check_node_count(recipe, len(nodes))
+    topology.check_node_count(recipe, len(nodes))

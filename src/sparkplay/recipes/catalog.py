@@ -14,8 +14,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from sparkplay import deployment, paths
-from sparkplay.engines import plan
+from sparkplay import paths
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
 from sparkplay.recipes import fetch, launcher, model, sparkrun, webjson
@@ -54,8 +53,8 @@ def recipe_path(catalog: Path, name: str) -> Path:
     return own
 
 
-def import_source(source: str, name: str | None = None, sets: Sequence[str] = ()) -> dict[str, Any]:
-    """Read SOURCE (an https URL or a file) into a normalised, schema-valid recipe that can be deployed.
+def read_source(source: str, name: str | None = None, sets: Sequence[str] = ()) -> dict[str, Any]:
+    """Read SOURCE (an https URL or a file) into a normalised, schema-valid recipe with every field known.
 
     The importer is chosen by the content, never by the file name: a JSON
     object is a recipe website's, TOML is the launcher's recipe.toml, YAML
@@ -102,10 +101,6 @@ def import_source(source: str, name: str | None = None, sets: Sequence[str] = ()
             f"{source}: {first.key} cannot be determined from the recipe: {first.message}{more}",
             f"{first.fix}, or import with --set {first.key}=VALUE",
         )
-    try:  # what the recipe alone decides must plan: an import that could never start is no import
-        plan.rehearse(doc, deployment.DEFAULTS["sparkplay_model_root"])
-    except BadInput as exc:
-        raise BadInput(f"{source}: the recipe cannot be planned as written: {exc.problem}", exc.fix) from None
     return doc
 
 
