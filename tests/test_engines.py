@@ -119,7 +119,8 @@ def test_atlas_plan_holds_every_seed_flag_and_the_per_rank_additions() -> None:
 def test_atlas_knobs_are_validated_and_applied() -> None:
     doc = recipe("glm53-atlas")
     for bad, says in (
-        ({"gpu_memory_utilization": 0.97}, "outside 0.8-0.95"),
+        ({"gpu_memory_utilization": 1.2}, "not a fraction of the GPU"),
+        ({"gpu_memory_utilization": 0}, "not a fraction of the GPU"),
         ({"prefix_cache_dir": "relative/dir", "prefix_cache_gb": 32}, "not an absolute path"),
         ({"prefix_cache_dir": "/nvme/cache", "prefix_cache_gb": 8}, "outside 16-100"),
         ({"prefix_cache_dir": "/nvme/cache", "prefix_cache_gb": 101}, "outside 16-100"),

@@ -533,8 +533,8 @@ def test_apply_records_the_choice_and_asks_before_replacing(inventory):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["glm53", "--set", "gpu_memory_utilization=0.99"], "greater than the maximum of 0.95"),
-        (["glm53-atlas", "--set", "gpu_memory_utilization=0.7"], "0.7 is outside 0.8-0.95"),
+        (["glm53", "--set", "gpu_memory_utilization=1.5"], "greater than the maximum of 1"),
+        (["glm53-atlas", "--set", "gpu_memory_utilization=0"], "less than or equal to the minimum of 0"),
         (["glm53", "--set", "nonsense=1"], "is not KNOB=VALUE with a known knob"),
         (["glm53", "--set", "kv_shard=maybe"], "is not of type 'boolean'"),
         (["nope"], "unknown recipe 'nope'"),

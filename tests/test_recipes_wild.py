@@ -254,6 +254,8 @@ def test_golden_pipeline_parallel_plan_over_three_nodes():
     leader, w1, w2 = deployment["ranks"]
     assert leader["argv"] == [
         "serve", target, "-tp", "1", "-pp", "3", "--max-model-len", "16384", "--speculative-config", spec,
+        # vLLM would serve the model as its argument, the repo id: sparkplay serves a path, so it names it
+        "--served-model-name", "meta-llama/Llama-3.3-70B-Instruct",
         "--nnodes", "3", "--node-rank", "0", "--master-addr", "192.168.100.10", "--master-port", "29501",
         "--host", "127.0.0.1", "--port", "8000",
     ]  # fmt: skip

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkplay import boundary, checkpoints
-from sparkplay.engines.context import Context, engine_args, fabric_env
+from sparkplay.engines.context import Context, engine_args, fabric_env, served_name
 from sparkplay.errors import BadInput
 
 MASTER_PORT = 29510
@@ -25,7 +25,6 @@ CUDA_CACHE = "/atlas-cuda-cache"
 PREFIX_CACHE = "/prefix-cache"
 # stated by the recipe's own fields (serve.bind/port) and per rank: sparkplay sets them, once
 REPLACED = ("--host", "--port")
-MEMORY_RANGE = (0.80, 0.95)
 PREFIX_GB_RANGE = (16, 100)
 CONTAINER_OPTIONS = [
     "--network", "host", "--ipc", "host", "--shm-size", "32g", "--memory", "114g",
@@ -35,10 +34,13 @@ CONTAINER_OPTIONS = [
 
 
 def check_knobs(knobs: dict[str, Any], ours: Sequence[str] = ()) -> None:
-    low, high = MEMORY_RANGE
+    # the engines' own range, a fraction of the GPU's memory (vLLM: above 0, at most 1); small models on a
+    # shared node use small fractions, so sparkplay narrows it no further
     memory = knobs.get("gpu_memory_utilization")
-    if memory is not None and not low <= float(memory) <= high:
-        raise BadInput(f"gpu_memory_utilization {memory} is outside {low}-{high}", f"choose {low} to {high}")
+    if memory is not None and not 0 < float(memory) <= 1:
+        raise BadInput(
+            f"gpu_memory_utilization {memory} is not a fraction of the GPU's memory", "choose above 0, up to 1"
+        )
     for flag in ("kv_shard", "display_carveout", "fabric_siblings"):
         if knobs.get(flag) not in (None, True, False, 0, 1):
             raise BadInput(f"knob {flag} must be true or false, got {knobs[flag]!r}", f"set {flag} to true or false")
@@ -127,7 +129,7 @@ def plan(ctx: Context) -> dict[str, Any]:
             "MASTER_ADDR": ctx.leader.address,
             "MASTER_PORT": str(MASTER_PORT),
             "MODEL_PATH": model_in_container,
-            "SERVED_MODEL_NAME": model["served_name"] or recipe["name"],
+            "SERVED_MODEL_NAME": served_name(recipe),
             "NCCL_SOCKET_IFNAME": node.nccl_ifnames,
             "GLOO_SOCKET_IFNAME": node.ifname,
             "HF_HUB_OFFLINE": "1",

@@ -148,6 +148,19 @@ def engine_args(recipe: Mapping[str, Any], replaced: Sequence[str], owned: Seque
     return cmdline.without_flags(args, *replaced)
 
 
+def served_name(recipe: Mapping[str, Any]) -> str:
+    """The name the API serves the model under: the recipe's, else the recipe's own name."""
+    return str(recipe["model"]["served_name"] or recipe["name"])
+
+
+def with_served_name(args: Sequence[str], recipe: Mapping[str, Any], *flags: str) -> list[str]:
+    """The engine's flags naming the served model where the recipe's leave it out: sparkplay serves the
+    checkpoint from its own path, which the engine would otherwise take for the model's name."""
+    if cmdline.has_flag(args, *flags):
+        return list(args)
+    return [*args, flags[0], served_name(recipe)]
+
+
 def environment(*layers: Mapping[str, Any]) -> dict[str, str]:
     """Later layers win; names and values checked so an env file cannot be bent by a value."""
     env: dict[str, str] = {}

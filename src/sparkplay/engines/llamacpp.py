@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkplay.engines.context import Context, engine_args
+from sparkplay.engines.context import Context, engine_args, with_served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
@@ -33,7 +33,7 @@ def rpc_server(machine: str) -> str:
 
 def plan(ctx: Context) -> dict[str, Any]:
     recipe = ctx.recipe
-    args = engine_args(recipe, REPLACED, OWNED, "llamacpp")
+    args = with_served_name(engine_args(recipe, REPLACED, OWNED, "llamacpp"), recipe, "--alias", "-a")
     path = recipe["model"].get("path")
     if not path:
         raise BadInput("the llamacpp recipe names no model file", "set model.path (a GGUF file under the model root)")

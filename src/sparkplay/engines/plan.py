@@ -19,7 +19,7 @@ from typing import Any
 
 from sparkplay import boundary
 from sparkplay.engines import atlas, firewall, llamacpp, systemd, vllm
-from sparkplay.engines.context import Context, Node, Options, environment
+from sparkplay.engines.context import Context, Node, Options, environment, served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, imageref, model
 
@@ -148,7 +148,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "docker": options.docker if runtime == "docker" else None,
         "container": CONTAINER if runtime == "docker" else None,
         "packages": list(recipe["engine"].get("packages") or []) if runtime == "native" else [],
-        "served_name": recipe["model"]["served_name"] or recipe["name"],
+        "served_name": served_name(recipe),
         "unit": f"{UNIT}.service",
         "env_file": ENV_FILE,
         # native: the engine's own user and systemd sandbox; docker: the client needs root's socket

@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from sparkplay import checkpoints
-from sparkplay.engines.context import Context, Node, engine_args, fabric_env
+from sparkplay.engines.context import Context, Node, engine_args, fabric_env, with_served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 from sparkplay.recipes.normalise import draft_source
@@ -90,7 +90,9 @@ def local_models(args: list[str], ctx: Context) -> list[str]:
 
 def plan(ctx: Context) -> dict[str, Any]:
     recipe = ctx.recipe
-    args = local_models(engine_args(recipe, REPLACED, OWNED, "vllm"), ctx)
+    args = with_served_name(
+        local_models(engine_args(recipe, REPLACED, OWNED, "vllm"), ctx), recipe, "--served-model-name"
+    )
     model = ctx.checkpoint_dir("target")
     if model is None:
         raise BadInput("the vllm recipe has no target checkpoint", "set model.checkpoints (role: target)")

@@ -26,7 +26,6 @@ from sparkplay.recipes import cmdline, imageref
 
 SCHEMA_ID = "sparkplay.recipe/v1"
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-ATLAS_MEMORY_RANGE = (0.80, 0.95)
 
 
 @cache
@@ -119,12 +118,6 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
                     "warning",
                 )
             )
-    memory = doc.get("knobs", {}).get("gpu_memory_utilization")
-    low, high = ATLAS_MEMORY_RANGE
-    if engine["name"] == "atlas" and memory is not None and not low <= memory <= high:
-        found.append(
-            Problem("knobs.gpu_memory_utilization", f"{memory} is outside {low}-{high}", f"choose {low} to {high}")
-        )
     # shown, never refused here: the inventory may allow them (serve_allow); the plan refuses the others
     for request in boundary.requests(doc):
         found.append(

@@ -255,7 +255,18 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     model_is_repo = raw.model is not None and raw.engine != "llamacpp" and REPO_PATTERN.match(raw.model) is not None
     hub = cmdline.flag_value(raw.args, "-hf", "--hf-repo") if raw.engine == "llamacpp" else None
     repo = raw.model if model_is_repo else raw.repo or (hub.split(":", 1)[0] if hub else None)
+    if raw.model and not model_is_repo and raw.engine != "llamacpp":
+        repo = _served_path_repo(raw, repo)
     served = derived["served_name"]
+    if served is None and raw.engine == "vllm" and raw.model:
+        # what vLLM itself serves the model as without --served-model-name: its model argument, as written
+        served = raw.model
+        raw.note(
+            "model.served_name",
+            "derived",
+            f"no --served-model-name: vLLM serves the model as its model "
+            f"argument, {served!r}; sparkplay names it so (it serves the checkpoint from its own path)",
+        )
     tp = _pick(raw, "topology.tensor_parallel", raw.tensor_parallel, derived["tensor_parallel"], 1, "engine flags")
     pp = _pick(raw, "topology.pipeline_parallel", raw.pipeline_parallel, derived["pipeline_parallel"], 1, "flags")
     nodes = raw.nodes if raw.nodes is not None else derived["nodes"]
@@ -385,6 +396,25 @@ def draft_source(draft: str) -> tuple[str, str | None] | None:
     if match := HF_CACHE_PATH.search(draft):
         return f"{match.group(1)}/{match.group(2)}", match.group(3)
     return None
+
+
+def _served_path_repo(raw: RawRecipe, repo: str | None) -> str | None:
+    """The repository behind a command that serves a local path: a hub-cache snapshot path names (and pins)
+    it, else the recipe's own model field does. Either way the import says so: sparkplay serves that
+    repository's checkpoint, mirrored to every rank, at its own path."""
+    snapshot = HF_CACHE_PATH.search(raw.model or "")
+    if snapshot:
+        repo, commit = f"{snapshot.group(1)}/{snapshot.group(2)}", snapshot.group(3)
+        if raw.revision not in (None, commit):
+            raise BadInput(f"the command serves {repo} at commit {commit} but the recipe pins {raw.revision}",
+                           "make them the same")  # fmt: skip
+        raw.revision = commit
+        raw.note("model.repo", "derived", f"the command serves the hub-cache snapshot {raw.model}: {repo} at that "
+                 "commit, downloaded and mirrored by sparkplay and served from the model root")  # fmt: skip
+    elif repo:
+        raw.note("model.repo", "derived", f"the command serves the local path {raw.model}; the recipe names the "
+                 f"model {repo}, which sparkplay downloads, mirrors and serves from the model root")  # fmt: skip
+    return repo
 
 
 def _add_other_models(raw: RawRecipe, doc: dict[str, Any]) -> None:
