@@ -12,6 +12,7 @@ cannot honour. No host is involved; the plans are pure functions.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +25,7 @@ from sparkplay import importing
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput
 from sparkplay.recipes import apply as apply_mod
-from sparkplay.recipes import catalog, model
+from sparkplay.recipes import catalog, cmdline, model
 from tests.conftest import PROJECT, run_cli
 from tests.test_engines import ROOT, contains_run, nodes
 
@@ -114,7 +115,7 @@ BASE = {"recipe_version": "2", "model": "Org/M", "runtime": "vllm", "container":
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        ({"recipe_version": "3"}, "recipe_version 3 is newer than sparkplay reads"),
+        ({"recipe_version": "5"}, "recipe_version 5 is newer than sparkplay reads"),
         ({"runtime": "sglang"}, "sparkrun runtime sglang has no sparkplay engine"),
         ({"runtime": "tgi"}, "unknown sparkrun runtime 'tgi'"),
         ({"min_nodes": 3, "max_nodes": 2}, "min_nodes 3 is more than max_nodes 2"),
@@ -634,3 +635,98 @@ def test_apply_asks_when_the_chosen_recipe_changed_since_it_was_applied(tmp_path
     changed = run_cli("apply", "mine", "-i", str(inventory), "--project-dir", str(project), "--dry-run")
     assert changed.returncode == 0 and "recipe mine: its content changed since it was applied" in changed.stdout
     assert "comments" not in changed.stdout
+
+
+# -- the registries' grammar, as their owners apply it ---------------------------------------------------------
+
+
+def test_eugrs_version_1_template_is_str_format_so_doubled_braces_are_literal_json():
+    """eugr's run-recipe.py fills the command with str.format: `{{...}}` is JSON with single braces. The image
+    it builds itself (build-and-copy.sh) is said to be built, never taken for a published image."""
+    doc = imported(SPARKRUN / "eugr-v1-escaped-braces.yaml")
+    args = doc["serve"]["args"]
+    assert json.loads(cmdline.flag_value(args, "--compilation-config")) == {
+        "cudagraph_mode": "FULL_AND_PIECEWISE", "custom_ops": ["all"]}  # fmt: skip
+    assert json.loads(cmdline.flag_value(args, "--default-chat-template-kwargs")) == {"thinking": True}
+    assert doc["speculative"] == {"method": "mtp", "num_tokens": 3, "draft_model": None}
+    assert doc["context_length"] == 65536 and doc["topology"]["nodes"] == 2 and doc["topology"]["tensor_parallel"] == 2
+    assert doc["knobs"] == {"gpu_memory_utilization": 0.8}
+    assert "build it under that tag on every node" in notes(doc, "ignored")["engine.image"]
+    assert "Dockerfile.mxfp4" in notes(doc, "ignored")["engine.image"]
+    assert doc["serve"]["bind"] == "127.0.0.1" and "serve.bind" in notes(doc, "narrowed")
+    # the engine is told the name it would have served the model under (sparkplay serves it from a path)
+    leader = plan_of(doc, 2)["ranks"][0]["argv"]
+    assert contains_run(leader, ["--served-model-name", "example-org/gemma-like-26b-it"])
+
+
+@pytest.mark.parametrize(
+    ("template", "values", "expected"),
+    [
+        ("--c '{{\"a\": {n}}}'", {"n": 1}, "--c '{\"a\": 1}'"),  # doubled braces, a field inside
+        ("-x {v!r} {w:>3}", {"v": "s", "w": 7}, "-x 's'   7"),  # conversions and specs, as str.format
+        ("--flag {on}", {"on": True}, "--flag True"),  # str.format's own rendering of a boolean
+    ],
+)
+def test_the_version_1_template_follows_str_format(template, values, expected):
+    from sparkplay.recipes.sparkrun import expand
+
+    assert expand(template, values, "w", "1") == expected
+
+
+@pytest.mark.parametrize(
+    ("template", "says"),
+    [
+        ("--c '{\"a\": 1}'", "is not a plain name"),  # JSON left unescaped: str.format fails on it too
+        ("--c '{'", "not valid for str.format"),  # a single brace
+        ("--x {model.__class__}", "is not a plain name"),  # no attribute lookups from a downloaded file
+        ("--x {nope}", "the command uses {nope}, which defaults does not define"),
+    ],
+)
+def test_a_version_1_template_str_format_cannot_fill_is_refused_naming_why(template, says):
+    from sparkplay.recipes.sparkrun import expand
+
+    with pytest.raises(BadInput, match=re.escape(says)):
+        expand(template, {"model": "o/m"}, "w", "1")
+
+
+def test_sparkruns_own_placeholders_take_any_key_and_leave_json_alone():
+    """sparkrun (vpd's arg_substitute): the shortest `{...}`, key stripped of braces, filled where defined,
+    repeatedly; hyphens in a key are fine; JSON and doubled braces are not placeholders there."""
+    from sparkplay.recipes.sparkrun import expand
+
+    values = {"max-model-len": 8192, "a.b": "x", "nested": "{max-model-len}"}
+    assert expand("--l {max-model-len} {a.b} {nested}", values, "w") == "--l 8192 x 8192"
+    assert expand("""-j '{"t": 0.6}' -k '{{"m": 1}}'""", values, "w") == """-j '{"t": 0.6}' -k '{{"m": 1}}'"""
+    with pytest.raises(BadInput, match=re.escape("uses {max-len}")):
+        expand("--l {max-len}", values, "w")
+
+
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_sparkrun_versions_2_to_4_read_alike(version, tmp_path):
+    text = (SPARKRUN / "sparkrun-v3-hyphen-path.yaml").read_text().replace('recipe_version: "3"',
+                                                                          f'recipe_version: "{version}"')  # fmt: skip
+    path = tmp_path / "embedder.yaml"
+    path.write_text(text)
+    doc = imported(path)
+    # a placeholder with a hyphen is filled; a small memory fraction (a shared node) is the engine's to take
+    assert doc["context_length"] == 8192 and doc["knobs"] == {"gpu_memory_utilization": 0.3}
+    # the command serves a local path: the recipe's `model` is the repository, served under the path's name
+    assert doc["model"]["repo"] == "example-org/embedder-8b"
+    assert doc["model"]["served_name"] == "/models/embedder"
+    assert "serves the local path /models/embedder" in notes(doc, "derived")["model.repo"]
+    assert json.loads(cmdline.flag_value(doc["serve"]["args"], "--override-generation-config")) == {"temperature": 0.0}
+    leader = plan_of(doc, 1)["ranks"][0]["argv"]
+    assert leader[1] == f"{ROOT}/example-org--embedder-8b"
+    assert contains_run(leader, ["--served-model-name", "/models/embedder"])
+
+
+def test_a_hub_cache_snapshot_path_names_and_pins_the_repository(tmp_path):
+    doc = imported(SPARKRUN / "sparkrun-v4-hf-snapshot.yaml")
+    assert doc["model"]["repo"] == "example-org/coder-30b"
+    assert doc["model"]["revision"] == "0123456789abcdef0123456789abcdef01234567"
+    assert doc["model"]["checkpoints"][0]["revision"] == doc["model"]["revision"]
+    assert doc["model"]["served_name"] == "coder"
+    path = tmp_path / "pinned-otherwise.yaml"
+    path.write_text((SPARKRUN / "sparkrun-v4-hf-snapshot.yaml").read_text() + "model_revision: fedcba9876543210\n")
+    with pytest.raises(BadInput, match="at commit 0123456789abcdef0123456789abcdef01234567 but the recipe pins"):
+        imported(path)

@@ -1,4 +1,4 @@
-"""Importer for sparkrun recipes (the YAML of spark-arena's recipe registries, `recipe_version` 1 and 2).
+"""Importer for sparkrun recipes (the YAML of spark-arena's recipe registries, `recipe_version` 1 to 4).
 
 The format (sparkrun's "Recipe Format" page): `model`, `model_revision`,
 `runtime`, `container`, `min_nodes`/`max_nodes` (or the older `mode`,
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import string
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,7 +30,9 @@ from sparkplay.recipes import cmdline
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.normalise import RawRecipe
 
-VERSIONS = ("1", "2")
+# sparkrun reads every version the same way but version 1, eugr's own format (run-recipe.py), whose command
+# template is Python's str.format: `{{` and `}}` are literal braces there. Versions 2-4 are sparkrun's.
+VERSIONS = ("1", "2", "3", "4")
 # sparkrun runtime -> (sparkplay engine, vLLM distributed back end)
 RUNTIMES: dict[str, tuple[str, str | None]] = {
     "vllm": ("vllm", None),
@@ -63,7 +66,11 @@ NOT_HONOURED_WHY = {
     "pre_exec": "{value}: sparkplay runs no commands in the container before the engine",
 }
 
-PLACEHOLDER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# sparkrun's placeholder (vpd's arg_substitute): the shortest `{...}`, its key the text inside with braces
+# stripped; a key the values hold is replaced, any other `{...}` (JSON, shell) is left as it is
+PLACEHOLDER = re.compile(r"\{(.*?)\}")
+# a placeholder that names nothing is a hole in the command: a key-like name (hyphens and dots too)
+HOLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 SHELL_VARIABLE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -128,26 +135,67 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
-def expand(template: str, values: dict[str, Any], where: str) -> str:
-    """`{key}` placeholders filled from `values`, repeatedly (a value may hold another placeholder).
+def expand(template: str, values: dict[str, Any], where: str, version: str = "2") -> str:
+    """The command template filled from `values` by the rules of the tool that owns the version.
 
-    `${VAR}` is the shell's, not a placeholder, and is left as it is. A
+    Version 1 (eugr's run-recipe.py): Python's str.format, once: `{name}` is
+    replaced, `{{` and `}}` are literal braces. Versions 2-4 (sparkrun):
+    every `{...}` whose key (braces stripped) is a value is replaced, again
+    until nothing changes (a value may hold another placeholder); JSON and
+    anything else in braces stay as they are. Either way a key-like
     placeholder nothing defines is an error naming it: a command with a hole
     in it cannot be run.
     """
+    if version == "1":
+        return _str_format(template, values, where)
     text = template
     for _ in range(8):
-        missing = sorted({m.group(1) for m in PLACEHOLDER.finditer(text) if m.group(1) not in values})
-        if missing:
-            raise BadInput(
-                f"{where}: the command uses {{{missing[0]}}}, which defaults does not define",
-                f"add {missing[0]} to the recipe's defaults",
-            )
-        expanded = PLACEHOLDER.sub(lambda m: _scalar(values[m.group(1)]), text)
+        holes = sorted(
+            {
+                k
+                for m in PLACEHOLDER.finditer(text)
+                if HOLE.match(k := m.group(0).strip("{}"))
+                and values.get(k) is None
+                and not text[: m.start()].endswith("$")
+            }
+        )  # ${VAR}: the shell's
+        if holes:
+            raise _hole(holes[0], where)
+        expanded = PLACEHOLDER.sub(
+            lambda m: str(values[k]) if values.get(k := m.group(0).strip("{}")) is not None else m.group(0), text
+        )
         if expanded == text:
             return text
         text = expanded
     raise BadInput(f"{where}: the command's placeholders refer to each other in a loop", "fix the defaults")
+
+
+def _hole(name: str, where: str) -> BadInput:
+    return BadInput(f"{where}: the command uses {{{name}}}, which defaults does not define",
+                    f"add {name} to the recipe's defaults")  # fmt: skip
+
+
+def _str_format(template: str, values: dict[str, Any], where: str) -> str:
+    """Python's str.format over plain names only (no attribute or index lookups from a downloaded file)."""
+    out: list[str] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:  # a single brace: str.format refuses it, so eugr's runner does too
+        raise BadInput(f"{where}: the command template is not valid for str.format ({exc})",
+                       "write literal braces as {{ and }}") from None  # fmt: skip
+    for literal, field_name, spec, conversion in parsed:
+        out.append(literal)
+        if field_name is None:
+            continue
+        if not HOLE.match(field_name) or "." in field_name:
+            raise BadInput(f"{where}: the command's placeholder {{{field_name}}} is not a plain name",
+                           "use {name} with a name from defaults")  # fmt: skip
+        if field_name not in values:
+            raise _hole(field_name, where)
+        value = values[field_name]
+        value = repr(value) if conversion == "r" else ascii(value) if conversion == "a" else value
+        out.append(format(value, spec or ""))
+    return "".join(out)
 
 
 def _flags(defaults: dict[str, Any], table: dict[str, str], generic: bool) -> tuple[list[str], list[str]]:
@@ -216,7 +264,7 @@ def _checkpoints(data: dict[str, Any], model: str | None, where: str) -> list[di
 
 
 def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where: str) -> RawRecipe:
-    version = str(data.get("recipe_version", "1"))
+    version = str(data.get("recipe_version", data.get("sparkrun_version", "2")))
     if version not in VERSIONS:
         raise BadInput(
             f"{where}: sparkrun recipe_version {version} is newer than sparkplay reads ({', '.join(VERSIONS)})",
@@ -245,7 +293,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
 
     values: dict[str, Any] = {**defaults, "model": model or ""}
     if command_text:
-        parsed = _parse_command(expand(command_text, values, where), where)
+        parsed = _parse_command(expand(command_text, values, where, version), where)
         if parsed.engine != engine:
             raise BadInput(
                 f"{where}: runtime {runtime} but the command starts {parsed.engine}'s server", "make them agree"
@@ -315,7 +363,8 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         extra={**unknown, **({"sparkrun_not_honoured": not_honoured} if not_honoured else {})},
     )
     raw.revision = _text(data, "model_revision", where)
-    raw.repo = model_repo if engine == "llamacpp" else None
+    # a command serving a local path: the recipe's `model` is the repository behind it (normalise says so)
+    raw.repo = model_repo if engine == "llamacpp" else model
     raw.quant = quant_variant
     raw.checkpoints = _checkpoints(data, model, where)
     if generated:
@@ -328,10 +377,26 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
     for key, value in not_honoured.items():
         raw.note(f"extra.sparkrun_not_honoured.{key}", "ignored", NOT_HONOURED_WHY.get(key, "").format(value=value)
                  or f"sparkrun's {key} has no sparkplay equivalent")  # fmt: skip
+    if raw.image and _built_locally(data, version, runtime):
+        args = " ".join(map(str, data.get("build_args") or []))
+        raw.note("engine.image", "ignored", f"{raw.image} is built by the recipe's launcher (eugr's build-and-copy.sh"
+                 f"{', build_args ' + args if args else ''}), not pulled from a registry: build it under that tag on "
+                 "every node first, or --set engine.image to a published image")  # fmt: skip
     served = cmdline.flag_value(raw.args, "--served-model-name", "--alias", "-a")
     stem = PurePosixPath(urlsplit(where).path).stem  # sparkrun names a recipe by its file
     raw.name = name or slugify(_text(data, "name", where) or stem or served or title)
     return raw
+
+
+def _built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
+    """Whether the recipe's image is one its launcher builds (sparkrun's eugr builder signals: a version 1
+    recipe, build_args or mods for vLLM, eugr's nightly image, or a builder named outright)."""
+    if data.get("builder"):
+        return True
+    image = str(data.get("container") or "")
+    vllm = runtime.startswith("vllm")
+    return vllm and (version == "1" or bool(data.get("build_args") or data.get("mods"))
+                     or image.startswith("ghcr.io/spark-arena/dgx-vllm-eugr-nightly"))  # fmt: skip
 
 
 def _parse_command(text: str, where: str) -> cmdline.Command:
