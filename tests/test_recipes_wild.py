@@ -121,7 +121,10 @@ BASE = {"recipe_version": "2", "model": "Org/M", "runtime": "vllm", "container":
         ({"min_nodes": 3, "max_nodes": 2}, "min_nodes 3 is more than max_nodes 2"),
         ({"max_nodes": 0}, "max_nodes must be a whole number of nodes"),
         ({"command": "vllm serve {model} --port {port} --x {nope}"}, "the command uses {nope}, which defaults"),
-        ({"command": "export A=1; vllm serve {model}"}, "the command is a shell script"),
+        ({"command": "cd /work; vllm serve {model}"}, "the command is a shell script"),
+        ({"command": "vllm serve {model} > /tmp/log"}, "the command is a shell script"),
+        ({"command": "export A=$HOME; vllm serve {model}"}, "the command is a shell script"),
+        ({"command": "taskset -p 3 vllm serve {model}"}, "under taskset -p, which sparkplay does not read"),
         ({"command": "vllm serve {model} && echo done"}, "the command is a shell script"),
         ({"command": "llama-server -m x.gguf"}, "runtime vllm but the command starts llamacpp's server"),
         ({"defaults": {"a": "{b}", "b": "{a}"}, "command": "vllm serve {a}"}, "placeholders refer to each other"),
@@ -730,3 +733,26 @@ def test_a_hub_cache_snapshot_path_names_and_pins_the_repository(tmp_path):
     path.write_text((SPARKRUN / "sparkrun-v4-hf-snapshot.yaml").read_text() + "model_revision: fedcba9876543210\n")
     with pytest.raises(BadInput, match="at commit 0123456789abcdef0123456789abcdef01234567 but the recipe pins"):
         imported(path)
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "pinning"),
+    [
+        ("export VLLM_X=1 HF_HUB_OFFLINE=1; exec vllm serve {model} --port {port}",
+         {"VLLM_X": "1", "HF_HUB_OFFLINE": "1"}, None),
+        ("export VLLM_X=1 &&\nNCCL_DEBUG=WARN\nvllm serve {model} --port {port}", {"VLLM_X": "1", "NCCL_DEBUG": "WARN"},
+         None),
+        ("taskset -c 0-9 vllm serve {model} --port {port}", {}, "taskset -c 0-9"),
+        ("numactl --cpunodebind=0 -m 0 vllm serve {model} --port {port}", {}, "numactl --cpunodebind=0 -m 0"),
+    ],
+)  # fmt: skip
+def test_an_exported_preamble_is_the_environment_and_cpu_pinning_is_named(tmp_path, command, env, pinning):
+    path = tmp_path / "pre.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "command": command}))
+    doc = imported(path)
+    assert {k: doc["serve"]["env"].get(k) for k in env} == env
+    assert doc["model"]["repo"] == BASE["model"] and doc["serve"]["port"] == 8000
+    if pinning:
+        assert f"under `{pinning}`" in notes(doc, "ignored")["serve.args"]
+    else:
+        assert "serve.args" not in notes(doc, "ignored")

@@ -52,6 +52,96 @@ class Command:
     model: str | None
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    # a CPU-pinning program the command ran the engine under (taskset, numactl), as written
+    pinning: list[str] = field(default_factory=list)
+
+
+# CPU pinning in front of the engine: the program, its options that take a value, and (taskset) the one
+# positional mask or list before the command
+_PINNING = {
+    "taskset": ({"-c", "--cpu-list", "-a", "--all-tasks"}, set(), True),
+    "numactl": ({"-l", "--localalloc", "-a", "--all"},
+                {"-N", "--cpunodebind", "-m", "--membind", "-C", "--physcpubind", "-i", "--interleave",
+                 "-p", "--preferred"}, False),
+}  # fmt: skip
+
+
+def _strip_pinning(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """(the pinning words, the command after them); no pinning program: ([], tokens)."""
+    program = tokens[0].rsplit("/", 1)[-1] if tokens else ""
+    if program not in _PINNING:
+        return [], tokens
+    switches, valued, positional = _PINNING[program]
+    i = 1
+    while i < len(tokens) and tokens[i].startswith("-"):
+        name = tokens[i].split("=", 1)[0]
+        if name == "--":
+            i += 1
+            break
+        if name not in switches and name not in valued:
+            raise BadInput(f"the command runs the engine under {program} {tokens[i]}, which sparkplay does not read",
+                           f"remove the {program} prefix from the recipe's command")  # fmt: skip
+        i += 2 if name in valued and "=" not in tokens[i] else 1
+    i += 1 if positional else 0
+    if i >= len(tokens):
+        raise BadInput(f"the command is only {program}, with no engine after it", "give the engine's command line")
+    return tokens[:i], tokens[i:]
+
+
+# Shell words that make a command more than one engine command line
+_SHELL_OPERATORS = {"|", "||", "&", "|&", "<", ">", ">>", "<<", "<&", ">&", "&>", "(", ")"}
+
+
+def split_preamble(text: str) -> tuple[dict[str, str], str]:
+    """A launcher's command as (the environment it exports first, the engine command line).
+
+    Accepted, as a shell would run them: `export A=1 B=2` statements (or bare
+    assignments) before the command, joined by newlines, `;` or `&&`, and an
+    `exec` in front of it. Anything else a shell would do (a pipe, a
+    redirect, a second program, a value the shell would expand) is refused:
+    sparkplay starts the engine itself and carries no script.
+    """
+    joined = re.sub(r"\\\r?\n", " ", text)
+    statements: list[list[str]] = []
+    for line in joined.splitlines():
+        if not line.strip() or line.strip().startswith("#"):
+            continue
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|<>()")
+        lexer.whitespace_split = True
+        try:
+            words = list(lexer)
+        except ValueError as exc:
+            raise BadInput(f"the recipe's command line cannot be split into arguments ({exc})",
+                           "fix the unbalanced quotes in its command") from None  # fmt: skip
+        current: list[str] = []
+        for word in words:
+            if word in (";", "&&"):
+                statements.append(current)
+                current = []
+            elif word in _SHELL_OPERATORS or set(word) <= set(";&|<>()"):
+                raise _script(f"it uses the shell's {word!r}")
+            else:
+                current.append(word)
+        statements.append(current)
+    statements = [s for s in statements if s]
+    if not statements:
+        raise BadInput("the recipe's command line is empty", "the recipe must give the engine's serve command")
+    env: dict[str, str] = {}
+    for statement in statements[:-1]:
+        words = statement[1:] if statement[:1] == ["export"] else statement
+        if not words or not all(ENV_ASSIGNMENT.match(w) and "$" not in w and "`" not in w for w in words):
+            raise _script(f"{shlex.join(statement)!r} runs before the engine")
+        env.update(dict(w.split("=", 1) for w in words))
+    command = statements[-1][1:] if statements[-1][:1] == ["exec"] else statements[-1]
+    return env, shlex.join(command)
+
+
+def _script(why: str) -> BadInput:
+    return BadInput(
+        f"the command is a shell script, not one engine command line: {why}",
+        "sparkplay starts the engine itself: reduce the command to the engine's own line (exported settings "
+        "before it are fine), or leave command out and set the flags in defaults",
+    )
 
 
 def tokenise(text: str) -> list[str]:
@@ -73,24 +163,25 @@ def parse(text: str) -> Command:
     while tokens and (match := ENV_ASSIGNMENT.match(tokens[0])):
         env[match.group(1)] = match.group(2)
         tokens.pop(0)
+    pinning, tokens = _strip_pinning(tokens)
     if not tokens:
         raise BadInput("the recipe's command line is empty", "the recipe must give the engine's serve command")
     program = tokens[0].rsplit("/", 1)[-1]
     rest = tokens[1:]
     if program == "vllm" and rest[:1] == ["serve"]:
         model, args = _split_model(rest[1:])
-        return Command("vllm", model, args, env)
+        return Command("vllm", model, args, env, pinning)
     if program in ("python", "python3") and rest[:2] == ["-m", "vllm.entrypoints.openai.api_server"]:
         args = rest[2:]
-        return Command("vllm", flag_value(args, "--model"), args, env)
+        return Command("vllm", flag_value(args, "--model"), args, env, pinning)
     if program == "serve" and any(t == "--kernel-target" or t.startswith("--kernel-target=") for t in rest):
         model, args = _split_model(rest)
-        return Command("atlas", model, args, env)
+        return Command("atlas", model, args, env, pinning)
     if program == "spark" and rest[:1] == ["serve"]:  # Atlas's own launcher, as sparkrun's atlas runtime calls it
         model, args = _split_model(rest[1:])
-        return Command("atlas", model, args, env)
+        return Command("atlas", model, args, env, pinning)
     if program == "llama-server":
-        return Command("llamacpp", flag_value(rest, "-m", "--model"), rest, env)
+        return Command("llamacpp", flag_value(rest, "-m", "--model"), rest, env, pinning)
     raise BadInput(f"unknown engine in the recipe's command line ({tokens[0]!r})", ENGINES_HELP)
 
 

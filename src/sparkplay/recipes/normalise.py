@@ -63,6 +63,7 @@ class RawRecipe:
     quant: str | None = None
     health_timeout_s: int | None = None
     checkpoints: list[dict[str, Any]] = field(default_factory=list)  # other models: {repo, revision}
+    pinning: list[str] = field(default_factory=list)  # a CPU-pinning prefix of the command (taskset, numactl)
     provenance: list[dict[str, str]] = field(default_factory=list)
 
     def note(self, key: str, how: str, detail: str) -> None:
@@ -257,6 +258,9 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     repo = raw.model if model_is_repo else raw.repo or (hub.split(":", 1)[0] if hub else None)
     if raw.model and not model_is_repo and raw.engine != "llamacpp":
         repo = _served_path_repo(raw, repo)
+    if raw.pinning:
+        raw.note("serve.args", "ignored", f"the command ran the engine under `{' '.join(raw.pinning)}`: sparkplay "
+                 "starts the engine itself, one per node, without CPU pinning")  # fmt: skip
     served = derived["served_name"]
     if served is None and raw.engine == "vllm" and raw.model:
         # what vLLM itself serves the model as without --served-model-name: its model argument, as written

@@ -353,6 +353,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         model=parsed.model,
         args=parsed.args,
         env={**parsed.env, **env},
+        pinning=parsed.pinning,
         image=_text(data, "container", where) if engine != "llamacpp" else None,
         nodes=nodes,
         tensor_parallel=tp,
@@ -400,19 +401,12 @@ def _built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
 
 
 def _parse_command(text: str, where: str) -> cmdline.Command:
-    """The engine command line the template renders to; a shell script is refused, not half-read."""
-    joined = re.sub(r"\\\r?\n", " ", text).strip().removeprefix("exec ")
+    """The engine command line the template renders to, with what it exports first as its environment; a
+    shell script is refused, not half-read."""
     try:
-        words = list(shlex.shlex(joined, posix=True, punctuation_chars=True))
-    except ValueError:
-        words = []  # unbalanced quotes: cmdline.parse says so
-    if "\n" in joined or any(w in (";", "&&", "||", "|", "&") for w in words):
-        raise BadInput(
-            f"{where}: the command is a shell script, not one engine command line",
-            "sparkplay starts the engine itself: reduce the command to the engine's own line "
-            "(e.g. vllm serve {model} --flags), or leave command out and set the flags in defaults",
-        )
-    try:
-        return cmdline.parse(joined)
+        exported, line = cmdline.split_preamble(text)
+        parsed = cmdline.parse(line)
     except BadInput as exc:
         raise BadInput(f"{where}: {exc.problem}", exc.fix) from None
+    parsed.env = {**exported, **parsed.env}
+    return parsed

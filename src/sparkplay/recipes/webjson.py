@@ -270,6 +270,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
         engine=parsed.engine,
         model=parsed.model,
         args=parsed.args,
+        pinning=parsed.pinning,
         notes=notes if isinstance(notes, str) else None,
         extra={k: v for k, v in data.items() if k not in KNOWN_FIELDS and k != command_field},
     )
