@@ -756,3 +756,29 @@ def test_an_exported_preamble_is_the_environment_and_cpu_pinning_is_named(tmp_pa
         assert f"under `{pinning}`" in notes(doc, "ignored")["serve.args"]
     else:
         assert "serve.args" not in notes(doc, "ignored")
+
+
+@pytest.mark.parametrize(
+    ("config", "method"),
+    [
+        ({"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}, "eagle3"),
+        ({"model": "yuhuili/EAGLE-LLaMA3-Instruct-8B", "num_speculative_tokens": 3}, "eagle"),
+        ({"model": "Org/small-draft", "num_speculative_tokens": 4}, "auto"),  # the draft's own config decides
+    ],
+)
+def test_a_speculative_config_without_a_method_is_read_as_vllm_detects_it(tmp_path, config, method):
+    path = tmp_path / "spec.yaml"
+    command = f"vllm serve {{model}} --port {{port}} --speculative-config '{json.dumps(config)}'"
+    path.write_text(yaml.safe_dump({**BASE, "command": command}))
+    doc = imported(path)
+    assert doc["speculative"] == {"method": method, "num_tokens": config["num_speculative_tokens"],
+                                  "draft_model": config["model"]}  # fmt: skip
+    assert config["model"] in [c["repo"] for c in doc["model"]["checkpoints"]]
+    assert "names no method" in notes(doc, "derived")["speculative.method"]
+    planned = json.loads(cmdline.flag_value(plan_of(doc, 1)["ranks"][0]["argv"], "--speculative-config"))
+    assert "method" not in planned and planned["model"].startswith(ROOT + "/")  # as written, from the mirror
+    path.write_text(
+        yaml.safe_dump({**BASE, "command": command.replace(json.dumps(config), '{"num_speculative_tokens": 2}')})
+    )
+    with pytest.raises(BadInput, match="neither a method nor a draft model: vLLM refuses it too"):
+        imported(path)

@@ -111,11 +111,16 @@ def _speculative(raw: RawRecipe) -> dict[str, Any] | None:
         text = cmdline.flag_value(args, "--speculative-config")
         if text is not None:
             config = json.loads(text)
-            if not isinstance(config, dict) or "method" not in config:
-                raise BadInput("--speculative-config has no method", "give it a JSON object with a method")
+            if not isinstance(config, dict):
+                raise BadInput("--speculative-config is not a JSON object", "give it a JSON object")
             tokens = config.get("num_speculative_tokens")
+            method = config.get("method")
+            if method is None:
+                method = _vllm_speculative_method(config)
+                raw.note("speculative.method", "derived", f"--speculative-config names no method: vLLM detects it "
+                         f"from the draft model ({method})")  # fmt: skip
             return {
-                "method": str(config["method"]),
+                "method": str(method),
                 "num_tokens": tokens if isinstance(tokens, int) else None,
                 "draft_model": config.get("model"),
             }
@@ -128,6 +133,23 @@ def _speculative(raw: RawRecipe) -> dict[str, Any] | None:
                 "draft_model": draft,
             }
     return None
+
+
+def _vllm_speculative_method(config: dict[str, Any]) -> str:
+    """What vLLM's SpeculativeConfig makes of a config without a method (its own detection, current vLLM): an
+    EAGLE head by its name ("eagle3-" then "eagle-"), else the draft model's config decides at start
+    ("auto": medusa, MLP speculator, MTP or a plain draft model); no draft model at all is refused, as vLLM
+    refuses it."""
+    draft = config.get("model")
+    if not isinstance(draft, str) or not draft:
+        raise BadInput("--speculative-config has neither a method nor a draft model: vLLM refuses it too",
+                       "give it a method (e.g. ngram, mtp) or a draft model")  # fmt: skip
+    name = draft.lower()
+    if "eagle3-" in name:
+        return "eagle3"
+    if "eagle-" in name:
+        return "eagle"
+    return "auto"
 
 
 def _derive_from_flags(raw: RawRecipe) -> dict[str, Any]:
