@@ -782,3 +782,21 @@ def test_a_speculative_config_without_a_method_is_read_as_vllm_detects_it(tmp_pa
     )
     with pytest.raises(BadInput, match="neither a method nor a draft model: vLLM refuses it too"):
         imported(path)
+
+
+@pytest.mark.parametrize(
+    ("defaults", "method", "tokens"),
+    [({"speculative": True}, "mtp", None), ({"speculative": True, "num_drafts": 2}, "mtp", 2),
+     ({"ngram_speculative": True}, "ngram", None), ({"speculative": False}, None, None)],
+)  # fmt: skip
+def test_atlas_speculative_switches_show_in_the_recipe(tmp_path, defaults, method, tokens):
+    """An Atlas recipe's `speculative: true` is a switch the engine gets; `show` and `diff` read it too."""
+    path = tmp_path / "atlas.yaml"
+    path.write_text(yaml.safe_dump({"recipe_version": "2", "model": "Org/M-FP8", "runtime": "atlas",
+                                    "container": "avarok/atlas-gb10:2026.11", "max_nodes": 1,
+                                    "defaults": {"port": 8888, "max_model_len": 65536, **defaults}}))  # fmt: skip
+    doc = imported(path)
+    if method is None:
+        assert doc["speculative"] is None and "--speculative" not in doc["serve"]["args"]
+    else:
+        assert doc["speculative"] == {"method": method, "num_tokens": tokens, "draft_model": None}

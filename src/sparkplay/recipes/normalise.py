@@ -107,6 +107,11 @@ def _speculative(raw: RawRecipe) -> dict[str, Any] | None:
             "num_tokens": _int(cmdline.flag_value(args, "--dflash-gamma"), "--dflash-gamma"),
             "draft_model": cmdline.flag_value(args, "--draft-model"),
         }
+    # Atlas's own switches: the checkpoint's MTP head (--speculative), n-grams, or the model drafting itself
+    for switch, method in (("--speculative", "mtp"), ("--ngram-speculative", "ngram"), ("--self-speculative", "self")):
+        if raw.engine == "atlas" and cmdline.has_flag(args, switch):
+            return {"method": method, "num_tokens": _int(cmdline.flag_value(args, "--num-drafts"), "--num-drafts"),
+                    "draft_model": None}  # fmt: skip
     if raw.engine == "vllm":
         text = cmdline.flag_value(args, "--speculative-config")
         if text is not None:
