@@ -559,7 +559,10 @@ def test_apply_refuses_an_incomplete_recipe_naming_the_key(inventory, tmp_path):
     unknown = tmp_path / "unknown.json"
     unknown.write_text(json.dumps({"title": "Other", "command": "serve /models/x --kernel-target=other --tp-size=2"}))
     args = ("recipe", "import", str(unknown), "--name", "other", "--project-dir", str(project))
-    assert run_cli(*args, "--set", "engine.image=ghcr.io/o/atlas:1", "--set", "model.repo=o/x").returncode == 0
+    assert (
+        run_cli(*args, "--set", "engine.image=ghcr.io/enntity/atlas-sparkglm:1", "--set", "model.repo=o/x").returncode
+        == 0
+    )
     saved = project / "recipes" / "other.yml"
     doc = yaml.safe_load(saved.read_text())
     doc["engine"]["image"] = None

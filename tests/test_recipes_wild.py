@@ -800,3 +800,57 @@ def test_atlas_speculative_switches_show_in_the_recipe(tmp_path, defaults, metho
         assert doc["speculative"] is None and "--speculative" not in doc["serve"]["args"]
     else:
         assert doc["speculative"] == {"method": method, "num_tokens": tokens, "draft_model": None}
+
+
+# -- Atlas: the image family decides how ranks start ------------------------------------------------------------
+
+
+def test_the_atlas_gb10_family_starts_every_rank_with_rank_flags_and_reads_the_mirror_as_a_hub_cache():
+    doc = imported(SPARKRUN / "atlas-gb10-ep2.yaml")
+    assert doc["topology"]["nodes"] == 2 and doc["model"]["served_name"] == "moe-230b"
+    assert "fabric_siblings" not in doc["knobs"]  # the SparkGLM profile's knobs are not this family's
+    deployment = plan_of(doc, 2)
+    leader, worker = deployment["ranks"]
+    for rank in (leader, worker):
+        assert contains_run(rank["container_options"], ["--entrypoint", "spark"])
+        assert rank["argv"][:2] == ["serve", "example-org/moe-230b-nvfp4"]
+        assert rank["argv"][-8:] == ["--rank", str(rank["rank"]), "--world-size", "2", "--master-addr",
+                                     "192.168.100.10", "--master-port", "29500"]  # fmt: skip
+        assert rank["env"]["HF_HUB_OFFLINE"] == "1" and rank["env"]["HF_HOME"] == "/sparkplay-hf"
+        snapshot = next(m for m in rank["mounts"] if "/snapshots/" in m["target"])
+        assert snapshot == {
+            "source": f"{ROOT}/example-org--moe-230b-nvfp4",
+            "readonly": True,
+            "target": "/sparkplay-hf/hub/models--example-org--moe-230b-nvfp4/snapshots/sparkplay-mirror",
+        }
+    # only rank 0 serves HTTP, on the port the plan says; the other binds none (sparkrun's --port 0)
+    assert contains_run(leader["argv"], ["--host", "127.0.0.1", "--port", "8888"]) and leader["listen"]
+    assert contains_run(worker["argv"], ["--port", "0"]) and worker["listen"] == []
+    assert "--host" not in worker["argv"]
+    assert leader["peer_ports"] == [29500] and worker["peer_ports"] == []
+    assert leader["files"] == [{"path": "/etc/sparkplay/atlas-hf-refs/example-org--moe-230b-nvfp4",
+                                "content": "sparkplay-mirror", "mode": "0644"}]  # fmt: skip
+
+
+def test_an_atlas_gb10_recipe_without_a_served_name_answers_under_its_model_and_solo_has_no_rank_flags():
+    doc = imported(SPARKRUN / "qwen35-atlas-solo.yaml")
+    assert doc["model"]["served_name"] == "Sehyo/Qwen3.5-35B-A3B-NVFP4"
+    (leader,) = plan_of(doc, 1)["ranks"]
+    assert contains_run(leader["argv"], ["--model-name", "Sehyo/Qwen3.5-35B-A3B-NVFP4"])
+    assert "--rank" not in leader["argv"]
+    drafts = [m["target"] for m in leader["mounts"] if "qwen3.5-35b-a3b-nvfp4-draft" in m["target"]]
+    assert len(drafts) == 2  # the draft model is a cache entry too (snapshot and ref)
+
+
+@pytest.mark.parametrize(
+    ("image", "knobs", "says"),
+    [
+        ("ghcr.io/other/atlas:1", {}, "is no Atlas image family sparkplay knows"),
+        ("avarok/atlas-gb10:2026.11", {"kv_shard": True}, "knob kv_shard is read by the SparkGLM Atlas images"),
+    ],
+)
+def test_an_atlas_image_of_no_known_family_or_a_profile_knob_elsewhere_is_refused(image, knobs, says):
+    doc = imported(SPARKRUN / "atlas-gb10-ep2.yaml")
+    doc["engine"]["image"] = image
+    with pytest.raises(BadInput, match=says):
+        build(doc, nodes(2), Options(model_root=ROOT, knobs=knobs))

@@ -1,4 +1,11 @@
-"""Atlas (the SparkGLM RC4.x stack): one container per rank, rank 1 first.
+"""Atlas: the image family decides the launch convention; the SparkGLM RC4.x stack is planned here.
+
+Two families are known, told apart by the image's repository: SparkGLM's
+(below) and the public avarok/atlas-gb10 images (`engines/atlas_gb10.py`:
+rank flags, `spark serve`). An Atlas image of neither family is refused by
+name: their conventions differ, and a guess would start the wrong one.
+
+SparkGLM: one container per rank, rank 1 first.
 
 The image's entrypoint drops every ambient ATLAS_* variable and applies a
 named profile, so the recipe's ATLAS_* settings reach the engine through a
@@ -15,8 +22,25 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkplay import boundary, checkpoints
+from sparkplay.engines import atlas_gb10
 from sparkplay.engines.context import Context, engine_args, fabric_env, served_name
 from sparkplay.errors import BadInput
+from sparkplay.recipes.known import ATLAS_FAMILIES, atlas_family
+
+
+def family(recipe: Any) -> str:
+    """The Atlas image family of a recipe, from its image's repository; another image is refused by name."""
+    image = str(recipe["engine"].get("image") or "")
+    found = atlas_family(image)
+    if found:
+        return found
+    known = ", ".join(r for repositories in ATLAS_FAMILIES.values() for r in repositories)
+    raise BadInput(
+        f"engine.image {image!r} is no Atlas image family sparkplay knows ({known}): each starts its "
+        "ranks its own way, and sparkplay does not guess",
+        "--set engine.image to an image of one of them",
+    )
+
 
 MASTER_PORT = 29510
 PROFILE_SCHEMA = "sparkglm.atlas-install-profile/v1"
@@ -76,6 +100,8 @@ def profile_env(recipe_env: dict[str, str], knobs: dict[str, Any]) -> dict[str, 
 
 
 def plan(ctx: Context) -> dict[str, Any]:
+    if family(ctx.recipe) == "gb10":
+        return atlas_gb10.plan(ctx)
     recipe, knobs = ctx.recipe, ctx.knobs
     state = ctx.options.state_dir.rstrip("/")
     check_knobs(knobs, [ctx.model_root, state])

@@ -50,3 +50,19 @@ def floating(text: str) -> bool:
     """No tag, or `latest`: the image can change under the same recipe."""
     found = REFERENCE.match(text)
     return bool(found and not found.group("digest") and found.group("tag") in (None, "latest"))
+
+
+def repository(text: str) -> str | None:
+    """The reference's name without tag or digest, Docker Hub's implicit `docker.io/` (and `library/`) made
+    plain, so one image family reads the same however a recipe writes it."""
+    found = REFERENCE.match(text)
+    if not found or not is_reference(text):
+        return None
+    domain, path = found.group("domain"), found.group("path")
+    hub = domain is None or domain in ("docker.io", "index.docker.io", "registry-1.docker.io")
+    looks_like_host = domain and ("." in domain or ":" in domain or domain == "localhost" or domain.startswith("["))
+    if domain and not looks_like_host:  # `org/name`: the first component is a path, not a domain
+        return f"{domain}/{path}"
+    if hub:
+        return path.removeprefix("library/")
+    return f"{domain}/{path}"

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkplay.recipes import imageref
+
 
 @dataclass(frozen=True)
 class EngineDefaults:
@@ -26,6 +28,17 @@ class EngineDefaults:
     # settings a recipe's prose names that are really a knob's doing: they
     # leave serve.env and the knob governs them (docs/serving.md, Atlas knobs)
     knob_env: dict[str, str] = field(default_factory=dict)
+
+
+# Atlas's image families, by image repository: each starts its ranks its own way (engines/atlas.py,
+# engines/atlas_gb10.py); the SparkGLM images alone read the knobs below through their profile
+ATLAS_FAMILIES = {"sparkglm": ("ghcr.io/enntity/atlas-sparkglm",), "gb10": ("avarok/atlas-gb10",)}
+
+
+def atlas_family(image: str | None) -> str | None:
+    """The Atlas image family of an image reference (None: none sparkplay knows)."""
+    found = imageref.repository(image or "")
+    return next((name for name, repositories in ATLAS_FAMILIES.items() if found in repositories), None)
 
 
 ENGINES: dict[str, EngineDefaults] = {

@@ -173,7 +173,8 @@ def _derive_from_flags(raw: RawRecipe) -> dict[str, Any]:
             "gpu_memory_utilization": _float(flag(a, "--gpu-memory-utilization"), "--gpu-memory-utilization"),
             "port": _int(flag(a, "--port"), "--port"),
             "bind": flag(a, "--host"),
-            "served_name": flag(a, "--served-model-name"),
+            # SparkGLM's --served-model-name, the atlas-gb10 images' --model-name
+            "served_name": flag(a, "--served-model-name", "--model-name"),
         }
     if raw.engine == "vllm":
         tp = _int(flag(a, "--tensor-parallel-size", "-tp"), "--tensor-parallel-size")
@@ -289,13 +290,14 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         raw.note("serve.args", "ignored", f"the command ran the engine under `{' '.join(raw.pinning)}`: sparkplay "
                  "starts the engine itself, one per node, without CPU pinning")  # fmt: skip
     served = derived["served_name"]
-    if served is None and raw.engine == "vllm" and raw.model:
-        # what vLLM itself serves the model as without --served-model-name: its model argument, as written
+    gb10 = raw.engine == "atlas" and known.atlas_family(raw.image) == "gb10"
+    if served is None and (raw.engine == "vllm" or gb10) and raw.model:
+        # what the engine serves the model as without a name flag: its model argument, as written
         served = raw.model
         raw.note(
             "model.served_name",
             "derived",
-            f"no --served-model-name: vLLM serves the model as its model "
+            f"no served-name flag: the engine serves the model as its model "
             f"argument, {served!r}; sparkplay names it so (it serves the checkpoint from its own path)",
         )
     tp = _pick(raw, "topology.tensor_parallel", raw.tensor_parallel, derived["tensor_parallel"], 1, "engine flags")
@@ -376,13 +378,15 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         "provenance": [],
         "extra": dict(raw.extra),
     }
-    for key, knob in engine_defaults.knob_env.items():
+    # the SparkGLM Atlas images' profile knobs: no other image (another Atlas family) reads them
+    profile = raw.engine != "atlas" or known.atlas_family(doc["engine"]["image"]) in (None, "sparkglm")
+    for key, knob in engine_defaults.knob_env.items() if profile else ():
         if key in doc["serve"]["env"]:
             value = doc["serve"]["env"].pop(key)
             if knob in ("fabric_siblings", "display_carveout", "kv_shard"):
                 doc["knobs"][knob] = value == "1"
             raw.note("serve.env", "derived", f"{key} moved to the {knob} knob, which governs it")
-    for knob, default in engine_defaults.knobs.items():
+    for knob, default in engine_defaults.knobs.items() if profile else ():
         doc["knobs"].setdefault(knob, default)
     if derived["gpu_memory_utilization"] is not None:
         doc["knobs"].setdefault("gpu_memory_utilization", derived["gpu_memory_utilization"])
