@@ -465,6 +465,9 @@ def test_an_api_key_flag_travels_in_the_0600_env_file_not_the_unit(name, variabl
     doc = recipe("glm53-atlas")
     doc["serve"]["args"] += ["--api-key=sk-local-secret-1234"]
     refused(doc, "--api-key", "world-readable")
+    doc = recipe("glm53-atlas")
+    doc["serve"]["args"] += ["--auth-token", "sk-local-secret-1234"]  # Atlas's own name for it
+    refused(doc, "--auth-token", "world-readable")
 
 
 def test_the_ray_head_runs_without_the_dashboards_job_api():

@@ -35,14 +35,19 @@ ENGINE_USER = "sparkplay-engine"
 API_KEY_ENV = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
 
 
+# the flags an API's key is given by (Atlas's own is --auth-token, sparkrun's atlas runtime says)
+KEY_FLAGS = ("--api-key", "--auth-token")
+
+
 def api_key_to_env(engine: str, rank_plan: dict[str, Any]) -> str | None:
-    """Move an `--api-key` flag of this rank into the engine's own variable; the variable's name, if any."""
+    """Move an API key flag of this rank into the engine's own variable; the variable's name, if any."""
     name = API_KEY_ENV.get(engine)
-    key = cmdline.flag_value(rank_plan["argv"], "--api-key")
-    if key is not None:
-        if name is None:
+    given = next((flag for flag in KEY_FLAGS if cmdline.has_flag(rank_plan["argv"], flag)), None)
+    key = cmdline.flag_value(rank_plan["argv"], given) if given else None
+    if given is not None:
+        if name is None or key is None or given != "--api-key":
             raise BadInput(
-                f"the recipe gives {engine} --api-key on the command line, where it would sit in a world-readable "
+                f"the recipe gives {engine} {given} on the command line, where it would sit in a world-readable "
                 "unit and in ps",
                 "remove it; sparkplay knows no variable this engine reads its key from",
             )
