@@ -116,7 +116,7 @@ BASE = {"recipe_version": "2", "model": "Org/M", "runtime": "vllm", "container":
     ("change", "says"),
     [
         ({"recipe_version": "5"}, "recipe_version 5 is newer than sparkplay reads"),
-        ({"runtime": "sglang"}, "sparkrun runtime sglang has no sparkplay engine"),
+        ({"runtime": "trtllm"}, "sparkrun runtime trtllm has no sparkplay engine"),
         ({"runtime": "tgi"}, "unknown sparkrun runtime 'tgi'"),
         ({"min_nodes": 3, "max_nodes": 2}, "min_nodes 3 is more than max_nodes 2"),
         ({"max_nodes": 0}, "max_nodes must be a whole number of nodes"),
@@ -442,7 +442,7 @@ def test_apply_offline_keeps_the_earlier_pin_and_warns(tmp_path):
     [
         ({"title": "no command here", "notes": "run it as you like"}, "has no command line"),
         ({"command": "vllm serve 'o/m"}, "cannot be split into arguments"),
-        ({"command": "sglang serve o/m"}, "unknown engine"),
+        ({"command": "trtllm-serve o/m"}, "unknown engine"),
         ({"command": "vllm serve o/m", "image": "--privileged"}, "engine.image cannot be determined"),
         ({"command": "vllm serve o/m --speculative-config '{bad'", "image": "v/v:1"}, "is not valid JSON"),
         ({"command": "vllm serve o/m --max-model-len lots", "image": "v/v:1"}, "non-integer value"),
@@ -854,3 +854,62 @@ def test_an_atlas_image_of_no_known_family_or_a_profile_knob_elsewhere_is_refuse
     doc["engine"]["image"] = image
     with pytest.raises(BadInput, match=says):
         build(doc, nodes(2), Options(model_root=ROOT, knobs=knobs))
+
+
+# -- SGLang ----------------------------------------------------------------------------------------------------
+
+
+def test_golden_sglang_plan_over_two_nodes():
+    """Every rank runs the same launch_server line with --nnodes/--node-rank/--dist-init-addr; rank 0 alone
+    answers the API; the model is the mirrored checkpoint, served under the name SGLang would give it."""
+    doc = imported(SPARKRUN / "sglang-2node-tp2.yaml")
+    assert doc["engine"]["name"] == "sglang" and doc["engine"]["image"] == "scitrera/dgx-spark-sglang:0.5.9"
+    assert doc["topology"]["nodes"] == 2 and doc["topology"]["tensor_parallel"] == 2
+    assert doc["context_length"] == 32768 and doc["knobs"] == {"gpu_memory_utilization": 0.8}
+    assert doc["model"]["served_name"] == "example-org/moe-120b-nvfp4"
+    deployment = plan_of(doc, 2)
+    target = f"{ROOT}/example-org--moe-120b-nvfp4"
+    leader, worker = deployment["ranks"]
+    common = ["-m", "sglang.launch_server", "--model-path", target, "--mem-fraction-static", "0.8",
+              "--context-length", "32768", "--tp", "2", "--cuda-graph-bs", "1", "2", "4", "8", "--trust-remote-code",
+              "--served-model-name", "example-org/moe-120b-nvfp4"]  # fmt: skip
+    assert leader["argv"] == [*common, "--host", "127.0.0.1", "--port", "8000", "--nnodes", "2", "--node-rank", "0",
+                              "--dist-init-addr", "192.168.100.10:25000"]  # fmt: skip
+    assert worker["argv"] == [*common, "--host", "127.0.0.1", "--port", "8000", "--nnodes", "2", "--node-rank", "1",
+                              "--dist-init-addr", "192.168.100.10:25000"]  # fmt: skip
+    assert contains_run(leader["container_options"], ["--entrypoint", "python3"])
+    assert leader["listen"] == [{"address": "127.0.0.1", "port": 8000}] and worker["listen"] == []
+    assert leader["peer_ports"] == [25000] and worker["peer_ports"] == []
+    assert leader["env"]["HF_HUB_OFFLINE"] == "1" and leader["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert deployment["parallel"] == {"tensor": 2, "pipeline": 1, "data": 1, "backend": "sglang"}
+    assert {r["path"] for r in deployment["requires"]} == {target}
+    assert "extra.sparkrun_not_honoured.executor_config" in notes(doc, "ignored")
+
+
+def test_golden_sglang_plan_on_one_node_from_defaults_with_a_mirrored_draft():
+    doc = imported(SPARKRUN / "sglang-solo-defaults.yaml")
+    assert doc["speculative"] is None  # no algorithm named: SGLang speculates only when told to
+    assert any(c["repo"] == "example-org/dense-8b-eagle3" for c in doc["model"]["checkpoints"])
+    (leader,) = plan_of(doc, 1)["ranks"]
+    assert leader["argv"][:4] == ["-m", "sglang.launch_server", "--model-path", f"{ROOT}/example-org--dense-8b"]
+    assert contains_run(leader["argv"], ["--speculative-draft-model-path", f"{ROOT}/example-org--dense-8b-eagle3"])
+    assert contains_run(leader["argv"], ["--mem-fraction-static", "0.5"])
+    assert contains_run(leader["argv"], ["--served-model-name", "dense"]) and "--nnodes" not in leader["argv"]
+    doc["knobs"]["gpu_memory_utilization"] = 0.3  # the knob sets SGLang's own fraction, in place
+    (leader,) = plan_of(doc, 1)["ranks"]
+    assert cmdline.flag_value(leader["argv"], "--mem-fraction-static") == "0.3"
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (["--nnodes", "3"], "set --nnodes, which sparkplay sets per rank"),
+        (["--tp-size", "4"], "tensor 4 x pipeline 1 = 4 GPUs) does not match the 2 node(s)"),
+        (["--api-key", "sk-1"], "--api-key on the command line"),
+    ],
+)
+def test_an_sglang_recipe_sparkplay_cannot_start_as_written_is_refused(change, says):
+    doc = imported(SPARKRUN / "sglang-2node-tp2.yaml")
+    doc["serve"]["args"] = [a for a in doc["serve"]["args"] if a not in ("--tp", "2")] + change
+    with pytest.raises(BadInput, match=re.escape(says)):
+        plan_of(doc, 2)

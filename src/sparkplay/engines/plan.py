@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sparkplay import boundary
-from sparkplay.engines import atlas, firewall, llamacpp, systemd, vllm
+from sparkplay.engines import atlas, firewall, llamacpp, sglang, systemd, vllm
 from sparkplay.engines.context import Context, Node, Options, environment, served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, imageref, model
@@ -75,12 +75,18 @@ def docker_exec(rank_plan: Mapping[str, Any], image: str, docker: str = DOCKER) 
 Adapter = Callable[[Context], dict[str, Any]]
 
 # the registry: a recipe's engine.name -> its adapter
-ADAPTERS: dict[str, Adapter] = {"atlas": atlas.plan, "vllm": vllm.plan, "llamacpp": llamacpp.plan}
+ADAPTERS: dict[str, Adapter] = {
+    "atlas": atlas.plan,
+    "vllm": vllm.plan,
+    "llamacpp": llamacpp.plan,
+    "sglang": sglang.plan,
+}
 # the knobs each engine's adapter reads (None: every knob the schema names); a knob set for an engine
 # that does not read it would change nothing, so it is refused
 KNOBS_READ: dict[str, frozenset[str] | None] = {
     "atlas": None,
     "vllm": frozenset({"gpu_memory_utilization"}),
+    "sglang": frozenset({"gpu_memory_utilization"}),  # its --mem-fraction-static
     "llamacpp": frozenset(),
 }
 

@@ -17,14 +17,17 @@ from sparkplay.errors import BadInput
 
 ENV_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 ENGINES_HELP = (
-    "sparkplay knows atlas (serve MODEL --kernel-target=..., or spark serve MODEL), vllm (vllm serve MODEL) "
-    "and llama.cpp (llama-server)"
+    "sparkplay knows atlas (serve MODEL --kernel-target=..., or spark serve MODEL), vllm (vllm serve MODEL), "
+    "sglang (python3 -m sglang.launch_server --model-path MODEL, or sglang serve) and llama.cpp (llama-server)"
 )
 
 
 # Each engine's flags for the context length; the first is the one sparkplay writes where a recipe's
 # flags do not state it (the recipe's context_length field is the source of truth for both).
-CONTEXT_FLAGS = {"vllm": ("--max-model-len",), "atlas": ("--max-seq-len",), "llamacpp": ("--ctx-size", "-c")}
+CONTEXT_FLAGS = {
+    "vllm": ("--max-model-len",), "atlas": ("--max-seq-len",), "llamacpp": ("--ctx-size", "-c"),
+    "sglang": ("--context-length",),
+}  # fmt: skip
 
 
 def context_mismatch(engine: str, args: Sequence[str], length: int | None) -> str | None:
@@ -180,6 +183,11 @@ def parse(text: str) -> Command:
     if program == "spark" and rest[:1] == ["serve"]:  # Atlas's own launcher, as sparkrun's atlas runtime calls it
         model, args = _split_model(rest[1:])
         return Command("atlas", model, args, env, pinning)
+    if (program in ("python", "python3") and rest[:2] == ["-m", "sglang.launch_server"]) or (
+        program == "sglang" and rest[:1] == ["serve"]
+    ):
+        args = rest[2:] if program != "sglang" else rest[1:]
+        return Command("sglang", flag_value(args, "--model-path", "--model"), args, env, pinning)
     if program == "llama-server":
         return Command("llamacpp", flag_value(rest, "-m", "--model"), rest, env, pinning)
     raise BadInput(f"unknown engine in the recipe's command line ({tokens[0]!r})", ENGINES_HELP)

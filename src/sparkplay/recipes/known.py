@@ -75,6 +75,8 @@ ENGINES: dict[str, EngineDefaults] = {
             ),
         },
     ),
+    # SGLang's launch_server default port; a first boot compiles CUDA graphs
+    "sglang": EngineDefaults(runtime="docker", port=30000, health_timeout_s=1800),
     # vLLM's OpenAI server default port; first boots can autotune for an hour,
     # recipes raise this through VLLM_ENGINE_READY_TIMEOUT_S.
     "vllm": EngineDefaults(runtime="docker", port=8000, health_timeout_s=1800),

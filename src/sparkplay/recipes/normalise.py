@@ -129,6 +129,14 @@ def _speculative(raw: RawRecipe) -> dict[str, Any] | None:
                 "num_tokens": tokens if isinstance(tokens, int) else None,
                 "draft_model": config.get("model"),
             }
+    if raw.engine == "sglang":
+        algorithm = cmdline.flag_value(args, "--speculative-algorithm", "--speculative-algo")
+        if algorithm is not None:
+            return {
+                "method": algorithm.lower(),
+                "num_tokens": _int(cmdline.flag_value(args, "--speculative-num-steps"), "--speculative-num-steps"),
+                "draft_model": cmdline.flag_value(args, "--speculative-draft-model-path", "--speculative-draft-model"),
+            }
     if raw.engine == "llamacpp":
         draft = cmdline.flag_value(args, "-md", "--model-draft")
         if draft is not None:
@@ -188,6 +196,18 @@ def _derive_from_flags(raw: RawRecipe) -> dict[str, Any]:
             else None,
             "nodes": _int(flag(a, "--nnodes"), "--nnodes"),
             "gpu_memory_utilization": _float(flag(a, "--gpu-memory-utilization"), "--gpu-memory-utilization"),
+            "port": _int(flag(a, "--port"), "--port"),
+            "bind": flag(a, "--host"),
+            "served_name": flag(a, "--served-model-name"),
+        }
+    if raw.engine == "sglang":
+        return {
+            "context_length": _int(flag(a, *cmdline.CONTEXT_FLAGS["sglang"]), "--context-length"),
+            "tensor_parallel": _int(flag(a, "--tp-size", "--tensor-parallel-size", "--tp"), "--tp-size"),
+            "pipeline_parallel": _int(flag(a, "--pp-size", "--pipeline-parallel-size", "--pp"), "--pp-size"),
+            "expert_parallel": _int(flag(a, "--ep-size", "--expert-parallel-size", "--ep"), "--ep-size"),
+            "nodes": _int(flag(a, "--nnodes"), "--nnodes"),
+            "gpu_memory_utilization": _float(flag(a, "--mem-fraction-static"), "--mem-fraction-static"),
             "port": _int(flag(a, "--port"), "--port"),
             "bind": flag(a, "--host"),
             "served_name": flag(a, "--served-model-name"),
@@ -291,7 +311,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
                  "starts the engine itself, one per node, without CPU pinning")  # fmt: skip
     served = derived["served_name"]
     gb10 = raw.engine == "atlas" and known.atlas_family(raw.image) == "gb10"
-    if served is None and (raw.engine == "vllm" or gb10) and raw.model:
+    if served is None and (raw.engine in ("vllm", "sglang") or gb10) and raw.model:
         # what the engine serves the model as without a name flag: its model argument, as written
         served = raw.model
         raw.note(
@@ -467,6 +487,12 @@ def _add_other_models(raw: RawRecipe, doc: dict[str, Any]) -> None:
         elif not any(c["repo"] == source[0] for c in ckpts):
             ckpts.append(_checkpoint("drafter", source[0], source[1] or pins.get(source[0])))
             raw.note("model.checkpoints", "derived", f"the draft model {source[0]} named in the engine flags")
+    unused = cmdline.flag_value(raw.args, "--speculative-draft-model-path", "--speculative-draft-model")
+    source = draft_source(unused) if raw.engine == "sglang" and doc["speculative"] is None and unused else None
+    if source and not any(c["repo"] == source[0] for c in ckpts):  # mirrored as sparkrun syncs it, though unused
+        ckpts.append(_checkpoint("extra", source[0], source[1] or pins.get(source[0])))
+        raw.note("model.checkpoints", "derived", f"the draft model {source[0]} is named, but SGLang speculates "
+                 "only with --speculative-algorithm: mirrored, not used")  # fmt: skip
     for other in raw.checkpoints:
         if not any(c["repo"] == other["repo"] for c in ckpts):
             ckpts.append(_checkpoint("extra", other["repo"], other.get("revision")))

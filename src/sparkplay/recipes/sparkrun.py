@@ -42,10 +42,12 @@ RUNTIMES: dict[str, tuple[str, str | None]] = {
     "llama.cpp": ("llamacpp", None),
     "llamacpp": ("llamacpp", None),
     "atlas": ("atlas", None),
+    "sglang": ("sglang", None),
 }
-NOT_SUPPORTED = ("sglang", "trtllm")
+NOT_SUPPORTED = ("trtllm",)
 # a command's first word -> runtime, when `runtime` is left out (sparkrun's own detection)
-COMMAND_HINTS = (("vllm", "vllm"), ("llama-server", "llama-cpp"), ("serve", "atlas"), ("spark", "atlas"))
+COMMAND_HINTS = (("vllm", "vllm"), ("llama-server", "llama-cpp"), ("serve", "atlas"), ("spark", "atlas"),
+                 ("sglang", "sglang"), ("python3", "sglang"), ("python", "sglang"))  # fmt: skip
 
 READ = {
     "recipe_version", "name", "model", "model_revision", "runtime", "container", "min_nodes", "max_nodes",
@@ -84,6 +86,17 @@ VLLM_FLAGS = {
 LLAMACPP_FLAGS = {
     "port": "--port", "host": "--host", "max_model_len": "--ctx-size", "served_model_name": "--alias",
     "n_gpu_layers": "--n-gpu-layers", "parallel": "--parallel", "threads": "--threads",
+}  # fmt: skip
+# sparkrun's SGLang runtime's flag map (a True boolean a switch)
+SGLANG_FLAGS = {
+    "port": "--port", "host": "--host", "tensor_parallel": "--tp-size", "pipeline_parallel": "--pp-size",
+    "gpu_memory_utilization": "--mem-fraction-static", "max_model_len": "--context-length",
+    "max_num_seqs": "--max-running-requests", "served_model_name": "--served-model-name", "dtype": "--dtype",
+    "quantization": "--quantization", "trust_remote_code": "--trust-remote-code",
+    "chunked_prefill": "--chunked-prefill-size", "kv_cache_dtype": "--kv-cache-dtype",
+    "tokenizer_path": "--tokenizer-path", "speculative_draft_model_path": "--speculative-draft-model-path",
+    "speculative_draft_model": "--speculative-draft-model-path", "api_key": "--api-key",
+    "enable_torch_compile": "--enable-torch-compile", "disable_radix_cache": "--disable-radix-cache",
 }  # fmt: skip
 # sparkrun's Atlas runtime (the avarok/atlas-gb10 images): its flag map, switches listed below
 ATLAS_FLAGS = {
@@ -234,6 +247,9 @@ def _generated_command(engine: str, model: str, defaults: dict[str, Any]) -> tup
     if engine == "llamacpp":
         args, unmapped = _flags(defaults, LLAMACPP_FLAGS, generic=False)
         return ["llama-server", *args], unmapped
+    if engine == "sglang":
+        args, unmapped = _flags(defaults, SGLANG_FLAGS, generic=False)
+        return ["python3", "-m", "sglang.launch_server", "--model-path", model, *args], unmapped
     args, unmapped = _flags(defaults, ATLAS_FLAGS, generic=False)
     return ["spark", "serve", model, *args], unmapped
 

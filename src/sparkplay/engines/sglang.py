@@ -1,0 +1,124 @@
+"""SGLang: one container per rank, `python3 -m sglang.launch_server`, its own multi-node start.
+
+Every rank runs the same server line with `--nnodes N --node-rank r
+--dist-init-addr LEADER:25000` (sparkrun's SGLang runtime's convention and
+init port); rank 0 serves the OpenAI API, the others run their share of the
+model only. One GPU per Spark: tensor x pipeline parallel must equal the
+node count (data and expert parallel live inside those groups in SGLang).
+The recipe's flags pass through; the model path, the API address and the
+ranks are sparkplay's. Facts: docs/serving.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkplay import checkpoints
+from sparkplay.engines.context import Context, engine_args, fabric_env, with_served_name
+from sparkplay.errors import BadInput
+from sparkplay.recipes import cmdline
+from sparkplay.recipes.normalise import draft_source
+
+INIT_PORT = 25000
+# stated by the recipe's own fields (the model, serve.bind/port): set once, effective values
+REPLACED = ("--model-path", "--model", "--host", "--port")
+# only sparkplay knows the ranks
+OWNED = ("--nnodes", "--node-rank", "--dist-init-addr")
+DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
+TP_FLAGS = ("--tp-size", "--tensor-parallel-size", "--tp")
+PP_FLAGS = ("--pp-size", "--pipeline-parallel-size", "--pp")
+
+
+def _size(args: list[str], stated: int | None, flags: tuple[str, ...]) -> int:
+    value = cmdline.flag_value(args, *flags)
+    if value is None:
+        return int(stated or 1)
+    if not value.isdigit() or int(value) < 1:
+        raise BadInput(f"{flags[0]} {value!r} is not a whole number", f"give {flags[0]} a number of GPUs")
+    return int(value)
+
+
+def _mirrored_draft(args: list[str], ctx: Context) -> list[str]:
+    """The draft model's flag pointed at its mirrored checkpoint, when it names one (hub id or cache path)."""
+    value = cmdline.flag_value(args, *DRAFT_FLAGS)
+    source = draft_source(value or "")
+    mirrored = {c["repo"] for c in ctx.recipe["model"].get("checkpoints") or []}
+    if source is None or source[0] not in mirrored:
+        return args
+    flag = next(f for f in DRAFT_FLAGS if cmdline.has_flag(args, f))
+    return cmdline.with_flag(args, flag, checkpoints.checkpoint_dir(ctx.model_root, source[0]))
+
+
+def plan(ctx: Context) -> dict[str, Any]:
+    recipe = ctx.recipe
+    args = with_served_name(engine_args(recipe, REPLACED, OWNED, "sglang"), recipe, "--served-model-name")
+    args = _mirrored_draft(args, ctx)
+    model = ctx.checkpoint_dir("target")
+    if model is None:
+        raise BadInput("the sglang recipe has no target checkpoint", "set model.checkpoints (role: target)")
+    tp = _size(args, recipe["topology"]["tensor_parallel"], TP_FLAGS)
+    pp = _size(args, recipe["topology"]["pipeline_parallel"], PP_FLAGS)
+    count = len(ctx.nodes)
+    if tp * pp != count:
+        raise BadInput(
+            f"SGLang's parallelism (tensor {tp} x pipeline {pp} = {tp * pp} GPUs) does not match the {count} "
+            "node(s), one GPU each",
+            "make tensor x pipeline parallel equal the node count (recipe flags or topology)",
+        )
+    memory = ctx.knobs.get("gpu_memory_utilization")
+    if memory is not None:  # SGLang's name for the same fraction
+        args = cmdline.with_flag(args, "--mem-fraction-static", str(memory))
+    if not cmdline.has_flag(args, *TP_FLAGS):
+        args += ["--tp-size", str(tp)]
+    if pp > 1 and not cmdline.has_flag(args, *PP_FLAGS):
+        args += ["--pp-size", str(pp)]
+    state = ctx.options.state_dir.rstrip("/")
+    mounts = [
+        {"source": ctx.model_root, "target": ctx.model_root, "readonly": True},
+        {"source": f"{state}/cache/sglang", "target": "/root/.cache/sglang", "readonly": False},
+    ]
+    options = [
+        "--network", "host", "--ipc", "host", "--gpus", "all",
+        "--shm-size", recipe["serve"].get("shm_size") or "32g",
+        "--ulimit", "memlock=-1", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK",
+        "--security-opt", "no-new-privileges=true", "--stop-timeout", "60", "--entrypoint", "python3",
+    ]  # fmt: skip
+    ranks = []
+    for node in ctx.nodes:
+        leader = node.rank == 0
+        cluster = ["--nnodes", str(count), "--node-rank", str(node.rank),
+                   "--dist-init-addr", f"{ctx.leader.address}:{INIT_PORT}"] if count > 1 else []  # fmt: skip
+        env = {
+            **fabric_env(dict(node.fabric_env)),
+            **recipe["serve"]["env"],
+            "HF_HUB_OFFLINE": "1",
+            "NCCL_SOCKET_IFNAME": node.nccl_ifnames,
+            "GLOO_SOCKET_IFNAME": node.ifname,
+            "NCCL_CUMEM_ENABLE": "0",  # sparkrun's SGLang cluster setting
+        }
+        ranks.append(
+            {
+                "rank": node.rank,
+                "host": node.host,
+                "role": "leader" if leader else "worker",
+                "argv": ["-m", "sglang.launch_server", "--model-path", model, *args,
+                         "--host", ctx.bind if leader else "127.0.0.1", "--port", str(ctx.port), *cluster],
+                "env": env,
+                "mounts": mounts,
+                "container_options": list(options),
+                "files": [],
+                "listen": [{"address": ctx.bind, "port": ctx.port}] if leader else [],
+                # rank 0's torch distributed store answers on every address: the peer firewall guards it
+                "peer_ports": [INIT_PORT] if leader and count > 1 else [],
+                "wait_for": [],
+            }
+        )  # fmt: skip
+    return {
+        "ranks": ranks,
+        "leader_follows_workers": False,
+        "directories": [f"{state}/cache/sglang"],
+        "requires": [{"host": n.host, "path": checkpoints.checkpoint_dir(ctx.model_root, c["repo"]),
+                      "what": f"the {c['role']} checkpoint {c['repo']}"}
+                     for n in ctx.nodes for c in recipe["model"].get("checkpoints") or []],
+        "parallel": {"tensor": tp, "pipeline": pp, "data": 1, "backend": "sglang"},
+    }  # fmt: skip
