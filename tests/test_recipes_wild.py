@@ -445,7 +445,7 @@ def test_apply_offline_keeps_the_earlier_pin_and_warns(tmp_path):
         ({"command": "trtllm-serve o/m"}, "unknown engine"),
         ({"command": "vllm serve o/m", "image": "--privileged"}, "engine.image cannot be determined"),
         ({"command": "vllm serve o/m --speculative-config '{bad'", "image": "v/v:1"}, "is not valid JSON"),
-        ({"command": "vllm serve o/m --max-model-len lots", "image": "v/v:1"}, "non-integer value"),
+        ({"command": "vllm serve o/m --max-model-len lots", "image": "v/v:1"}, "value the engine does not read"),
     ],
 )
 def test_bad_website_recipes_name_the_file_and_write_nothing(tmp_path, data, says):
@@ -913,3 +913,23 @@ def test_an_sglang_recipe_sparkplay_cannot_start_as_written_is_refused(change, s
     doc["serve"]["args"] = [a for a in doc["serve"]["args"] if a not in ("--tp", "2")] + change
     with pytest.raises(BadInput, match=re.escape(says)):
         plan_of(doc, 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "length"),
+    [("32768", 32768), ("32k", 32000), ("32K", 32768), ("25.6k", 25600), ("1M", 1048576), ("auto", None),
+     ("-1", None)],
+)  # fmt: skip
+def test_vllms_context_flag_is_read_by_vllms_own_grammar(tmp_path, text, length):
+    """vLLM reads --max-model-len as a human-readable integer, or auto/-1 (as long as memory allows)."""
+    path = tmp_path / "ctx.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "command": f"vllm serve {{model}} --port {{port}} --max-model-len {text}"}))
+    doc = imported(path)
+    assert doc["context_length"] == length
+    if length is None:
+        assert "sizes the context to the memory" in notes(doc, "derived")["context_length"]
+        assert cmdline.flag_value(plan_of(doc, 1)["ranks"][0]["argv"], "--max-model-len") == text  # as written
+    for bad in ("32.5K", "lots"):
+        path.write_text(yaml.safe_dump({**BASE, "command": f"vllm serve {{model}} --max-model-len {bad}"}))
+        with pytest.raises(BadInput, match="--max-model-len has a value the engine does not read"):
+            imported(path)

@@ -30,11 +30,37 @@ CONTEXT_FLAGS = {
 }  # fmt: skip
 
 
+# vLLM's human-readable integers (its arg_utils): decimal k/m/g/t, binary K/M/G/T (no decimals), and
+# -1 or auto for "as long as the memory allows"
+_HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT])$")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def context_value(engine: str, text: str) -> int | None:
+    """The context length an engine reads from its flag's text; None where the engine sizes it itself (vLLM's
+    auto). A text the engine would refuse is refused, naming the flag."""
+    flag = CONTEXT_FLAGS.get(engine, ("the context flag",))[0]
+    value = text.strip()
+    if engine == "vllm":
+        if value == "-1" or value.lower() == "auto":
+            return None
+        if match := _HUMAN_INT.match(value):
+            number, suffix = match.groups()
+            if suffix in _DECIMAL:
+                return int(float(number) * _DECIMAL[suffix])
+            if number.isdigit():
+                return int(number) * _BINARY[suffix]
+    if value.isdigit():
+        return int(value)
+    raise BadInput(f"{flag} has a value the engine does not read: {text!r}", f"give {flag} a whole number of tokens")
+
+
 def context_mismatch(engine: str, args: Sequence[str], length: int | None) -> str | None:
     """Why the flags and the context_length field disagree (None: they agree, or one is unstated)."""
     flags = CONTEXT_FLAGS.get(engine, ())
     stated = flag_value(args, *flags)
-    if length is None or stated is None or not stated.strip().isdigit() or int(stated) == length:
+    if length is None or stated is None or context_value(engine, stated) == length:
         return None
     return f"context_length is {length} but the engine's flag {flags[0]} says {stated}"
 

@@ -79,6 +79,18 @@ def _int(value: str | None, flag: str) -> int | None:
         raise BadInput(f"{flag} has a non-integer value {value!r}", f"give {flag} a whole number") from None
 
 
+def _context(raw: RawRecipe, engine: str) -> int | None:
+    """The context length the engine's flag states, by the engine's own grammar; auto says so."""
+    text = cmdline.flag_value(raw.args, *cmdline.CONTEXT_FLAGS[engine])
+    if text is None:
+        return None
+    value = cmdline.context_value(engine, text)
+    if value is None:
+        raw.note("context_length", "derived", f"{cmdline.CONTEXT_FLAGS[engine][0]} {text}: the engine sizes the "
+                 "context to the memory it has at start, so the recipe states no length")  # fmt: skip
+    return value
+
+
 def _float(value: str | None, flag: str) -> float | None:
     if value is None:
         return None
@@ -187,7 +199,7 @@ def _derive_from_flags(raw: RawRecipe) -> dict[str, Any]:
     if raw.engine == "vllm":
         tp = _int(flag(a, "--tensor-parallel-size", "-tp"), "--tensor-parallel-size")
         return {
-            "context_length": _int(flag(a, *cmdline.CONTEXT_FLAGS["vllm"]), "--max-model-len"),
+            "context_length": _context(raw, "vllm"),
             "tensor_parallel": tp,
             "pipeline_parallel": _int(flag(a, "--pipeline-parallel-size", "-pp"), "--pipeline-parallel-size"),
             # vLLM's expert parallelism spans the tensor- and data-parallel groups together
