@@ -11,6 +11,7 @@ cannot honour. No host is involved; the plans are pure functions.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -933,3 +934,21 @@ def test_vllms_context_flag_is_read_by_vllms_own_grammar(tmp_path, text, length)
         path.write_text(yaml.safe_dump({**BASE, "command": f"vllm serve {{model}} --max-model-len {bad}"}))
         with pytest.raises(BadInput, match="--max-model-len has a value the engine does not read"):
             imported(path)
+
+
+def test_every_served_name_is_kept_and_shown(tmp_path):
+    """vLLM's --served-model-name takes several names and answers to each: the recipe keeps them all, and a
+    changed second name shows in the diff."""
+    from sparkplay.recipes.diff import semantic_diff
+
+    path = tmp_path / "names.yaml"
+    command = "vllm serve {model} --served-model-name coder coder-latest gpt-4o-mini --port {port}"
+    path.write_text(yaml.safe_dump({**BASE, "command": command}))
+    doc = imported(path)
+    assert doc["model"]["served_name"] == "coder"
+    assert doc["model"]["served_aliases"] == ["coder-latest", "gpt-4o-mini"]
+    leader = plan_of(doc, 1)["ranks"][0]["argv"]
+    assert contains_run(leader, ["--served-model-name", "coder", "coder-latest", "gpt-4o-mini"])
+    changed = copy.deepcopy(doc)
+    changed["model"]["served_aliases"] = ["coder-latest"]
+    assert any("served_aliases" in line for line in semantic_diff(doc, changed))

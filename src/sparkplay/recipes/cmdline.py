@@ -8,6 +8,7 @@ downstream ever hands them to a shell.
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 from collections.abc import Sequence
@@ -234,6 +235,17 @@ def flag_value(args: Sequence[str], *names: str) -> str | None:
                 found = args[i + 1]
             elif token.startswith(name + "="):
                 found = token[len(name) + 1 :]
+    return found
+
+
+def flag_values(args: Sequence[str], *names: str) -> list[str]:
+    """Every value the last of `names` was given (`--f a b c`, as an nargs="+" option reads it)."""
+    found: list[str] = []
+    for i, token in enumerate(args):
+        if token in names:
+            found = list(itertools.takewhile(lambda t: not _is_flag(t), args[i + 1 :]))
+        elif token.split("=", 1)[0] in names and "=" in token:
+            found = [token.split("=", 1)[1]]
     return found
 
 

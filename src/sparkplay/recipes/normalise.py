@@ -91,6 +91,12 @@ def _context(raw: RawRecipe, engine: str) -> int | None:
     return value
 
 
+def _aliases(raw: RawRecipe) -> list[str]:
+    if raw.engine not in ("vllm", "sglang"):
+        return []
+    return cmdline.flag_values(raw.args, "--served-model-name")[1:]
+
+
 def _float(value: str | None, flag: str) -> float | None:
     if value is None:
         return None
@@ -383,6 +389,8 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "revision": raw.revision,
             "quant": quant_match.group(1).lower() if quant_match else None,
             "served_name": served,
+            # vLLM and SGLang answer to every name --served-model-name lists (the first is the model's own)
+            **({"served_aliases": aliases} if (aliases := _aliases(raw)) else {}),
             "path": None if model_is_repo else _model_file(raw, repo),
             "checkpoints": [],
             "overlay": None,
