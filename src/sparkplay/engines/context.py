@@ -148,6 +148,16 @@ def engine_args(recipe: Mapping[str, Any], replaced: Sequence[str], owned: Seque
     return cmdline.without_flags(args, *replaced)
 
 
+def gpu_container_options(shm_size: str | None) -> list[str]:
+    """What a GPU engine's container on a Spark is given (vLLM's and SGLang's alike): the host's network and
+    IPC, the GPU and the RDMA devices with the memory lock registration needs, no way to gain privileges."""
+    return [
+        "--network", "host", "--ipc", "host", "--gpus", "all", "--shm-size", shm_size or "32g",
+        "--ulimit", "memlock=-1", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK",
+        "--security-opt", "no-new-privileges=true", "--stop-timeout", "60",
+    ]  # fmt: skip
+
+
 def served_name(recipe: Mapping[str, Any]) -> str:
     """The name the API serves the model under: the recipe's, else the recipe's own name."""
     return str(recipe["model"]["served_name"] or recipe["name"])

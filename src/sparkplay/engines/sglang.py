@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkplay import checkpoints
-from sparkplay.engines.context import Context, engine_args, fabric_env, with_served_name
+from sparkplay.engines.context import Context, engine_args, fabric_env, gpu_container_options, with_served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 from sparkplay.recipes.normalise import draft_source
@@ -77,12 +77,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         {"source": ctx.model_root, "target": ctx.model_root, "readonly": True},
         {"source": f"{state}/cache/sglang", "target": "/root/.cache/sglang", "readonly": False},
     ]
-    options = [
-        "--network", "host", "--ipc", "host", "--gpus", "all",
-        "--shm-size", recipe["serve"].get("shm_size") or "32g",
-        "--ulimit", "memlock=-1", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK",
-        "--security-opt", "no-new-privileges=true", "--stop-timeout", "60", "--entrypoint", "python3",
-    ]  # fmt: skip
+    options = [*gpu_container_options(recipe["serve"].get("shm_size")), "--entrypoint", "python3"]
     ranks = []
     for node in ctx.nodes:
         leader = node.rank == 0

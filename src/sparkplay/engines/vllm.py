@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from sparkplay import checkpoints
-from sparkplay.engines.context import Context, Node, engine_args, fabric_env, with_served_name
+from sparkplay.engines.context import Context, Node, engine_args, fabric_env, gpu_container_options, with_served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 from sparkplay.recipes.normalise import draft_source
@@ -130,12 +130,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         # autotuned kernels persist here: the hour-long first boot is paid once
         {"source": f"{state}/cache/vllm", "target": "/root/.cache/vllm", "readonly": False},
     ]
-    options = [
-        "--network", "host", "--ipc", "host", "--gpus", "all",
-        "--shm-size", recipe["serve"].get("shm_size") or "32g",
-        "--ulimit", "memlock=-1", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK",
-        "--security-opt", "no-new-privileges=true", "--stop-timeout", "60",
-    ]  # fmt: skip
+    options = gpu_container_options(recipe["serve"].get("shm_size"))
     api = ["--host", ctx.bind, "--port", str(ctx.port)]
     ranks = []
     for node in ctx.nodes:
