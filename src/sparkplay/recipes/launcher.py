@@ -9,8 +9,9 @@ from typing import Any
 
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
+from sparkplay.recipes.flags import JSON_FLAGS
 from sparkplay.recipes.model import slugify
-from sparkplay.recipes.normalise import JSON_FLAGS, RawRecipe
+from sparkplay.recipes.raw import RawRecipe
 
 # how long the engine may take to become healthy, in seconds, under the names launchers use
 HEALTH_KEYS = ("healthcheck_timeout", "health_timeout", "startup_timeout")

@@ -1,248 +1,28 @@
 """From what an importer read to one normalised `sparkplay.recipe/v1` document.
 
-Importers hand over a RawRecipe: the engine's flags exactly as given, the
-environment, and whatever else the source stated outright. Here the flags
-are read (never changed) to derive context, topology, memory, speculative
-decoding, port and bind; gaps are filled from sparkplay.recipes.known; and
-every derived, filled or cleaned value is noted in `provenance`.
+Importers hand over a RawRecipe (sparkplay.recipes.raw): the engine's flags
+exactly as given, the environment, and whatever else the source stated
+outright. What the flags say is read by sparkplay.recipes.flags (never
+changed); gaps are filled from sparkplay.recipes.known; and every derived,
+filled or cleaned value is noted in `provenance`.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import posixpath
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, known
+from sparkplay.recipes import cmdline, flags, known
 from sparkplay.recipes.model import SCHEMA_ID
+from sparkplay.recipes.raw import RawRecipe
 
 LOOPBACK = "127.0.0.1"
 WILDCARDS = ("0.0.0.0", "::", "[::]", "*", "")  # noqa: S104 - matched to be narrowed, never bound
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 QUANT_PATTERN = re.compile(r"(nvfp4|mxfp4|fp8|awq|gptq|int4|int8|q4_k_m|q5_k_m|q8_0|bf16|f16)", re.IGNORECASE)
-# Flags whose value is JSON text (vLLM); checked so a bad one fails at import.
-JSON_FLAGS = (
-    "--speculative-config",
-    "--compilation-config",
-    "--kv-transfer-config",
-    "--hf-overrides",
-    "--override-generation-config",
-)
-
-
-@dataclass
-class RawRecipe:
-    """What an importer read, before normalisation."""
-
-    name: str
-    title: str
-    source: dict[str, Any]
-    engine: str
-    model: str | None
-    args: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    image: str | None = None
-    image_dir: str | None = None
-    nodes: int | None = None
-    tensor_parallel: int | None = None
-    pipeline_parallel: int | None = None
-    distributed_backend: str | None = None
-    shm_size: str | None = None
-    port: int | None = None
-    bind: str | None = None
-    notes: str | None = None
-    knobs: dict[str, Any] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-    # what the source states outright about the model, beyond the command line
-    repo: str | None = None  # when the command names a file, not the repository
-    revision: str | None = None
-    quant: str | None = None
-    health_timeout_s: int | None = None
-    checkpoints: list[dict[str, Any]] = field(default_factory=list)  # other models: {repo, revision}
-    pinning: list[str] = field(default_factory=list)  # a CPU-pinning prefix of the command (taskset, numactl)
-    provenance: list[dict[str, str]] = field(default_factory=list)
-
-    def note(self, key: str, how: str, detail: str) -> None:
-        self.provenance.append({"key": key, "how": how, "detail": detail})
-
-
-def _int(value: str | None, flag: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise BadInput(f"{flag} has a non-integer value {value!r}", f"give {flag} a whole number") from None
-
-
-def _context(raw: RawRecipe, engine: str) -> int | None:
-    """The context length the engine's flag states, by the engine's own grammar; auto says so."""
-    text = cmdline.flag_value(raw.args, *cmdline.CONTEXT_FLAGS[engine])
-    if text is None:
-        return None
-    value = cmdline.context_value(engine, text)
-    if value is None:
-        raw.note("context_length", "derived", f"{cmdline.CONTEXT_FLAGS[engine][0]} {text}: the engine sizes the "
-                 "context to the memory it has at start, so the recipe states no length")  # fmt: skip
-    return value
-
-
-def _aliases(raw: RawRecipe) -> list[str]:
-    if raw.engine not in ("vllm", "sglang"):
-        return []
-    return cmdline.flag_values(raw.args, "--served-model-name")[1:]
-
-
-def _float(value: str | None, flag: str) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        raise BadInput(f"{flag} has a non-numeric value {value!r}", f"give {flag} a number") from None
-
-
-def _check_json_flags(args: list[str]) -> None:
-    for flag in JSON_FLAGS:
-        value = cmdline.flag_value(args, flag)
-        if value is None:
-            continue
-        try:
-            json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise BadInput(f"{flag} is not valid JSON ({exc.msg})", f"fix the JSON text given to {flag}") from None
-
-
-def _speculative(raw: RawRecipe) -> dict[str, Any] | None:
-    args = raw.args
-    if raw.engine == "atlas" and cmdline.has_flag(args, "--dflash", "--draft-model"):
-        return {
-            "method": "dflash" if cmdline.has_flag(args, "--dflash") else "draft",
-            "num_tokens": _int(cmdline.flag_value(args, "--dflash-gamma"), "--dflash-gamma"),
-            "draft_model": cmdline.flag_value(args, "--draft-model"),
-        }
-    # Atlas's own switches: the checkpoint's MTP head (--speculative), n-grams, or the model drafting itself
-    for switch, method in (("--speculative", "mtp"), ("--ngram-speculative", "ngram"), ("--self-speculative", "self")):
-        if raw.engine == "atlas" and cmdline.has_flag(args, switch):
-            return {"method": method, "num_tokens": _int(cmdline.flag_value(args, "--num-drafts"), "--num-drafts"),
-                    "draft_model": None}  # fmt: skip
-    if raw.engine == "vllm":
-        text = cmdline.flag_value(args, "--speculative-config")
-        if text is not None:
-            config = json.loads(text)
-            if not isinstance(config, dict):
-                raise BadInput("--speculative-config is not a JSON object", "give it a JSON object")
-            tokens = config.get("num_speculative_tokens")
-            method = config.get("method")
-            if method is None:
-                method = _vllm_speculative_method(config)
-                raw.note("speculative.method", "derived", f"--speculative-config names no method: vLLM detects it "
-                         f"from the draft model ({method})")  # fmt: skip
-            return {
-                "method": str(method),
-                "num_tokens": tokens if isinstance(tokens, int) else None,
-                "draft_model": config.get("model"),
-            }
-    if raw.engine == "sglang":
-        algorithm = cmdline.flag_value(args, "--speculative-algorithm", "--speculative-algo")
-        if algorithm is not None:
-            return {
-                "method": algorithm.lower(),
-                "num_tokens": _int(cmdline.flag_value(args, "--speculative-num-steps"), "--speculative-num-steps"),
-                "draft_model": cmdline.flag_value(args, "--speculative-draft-model-path", "--speculative-draft-model"),
-            }
-    if raw.engine == "llamacpp":
-        draft = cmdline.flag_value(args, "-md", "--model-draft")
-        if draft is not None:
-            return {
-                "method": "draft",
-                "num_tokens": _int(cmdline.flag_value(args, "--draft-max", "--draft"), "--draft-max"),
-                "draft_model": draft,
-            }
-    return None
-
-
-def _vllm_speculative_method(config: dict[str, Any]) -> str:
-    """What vLLM's SpeculativeConfig makes of a config without a method (its own detection, current vLLM): an
-    EAGLE head by its name ("eagle3-" then "eagle-"), else the draft model's config decides at start
-    ("auto": medusa, MLP speculator, MTP or a plain draft model); no draft model at all is refused, as vLLM
-    refuses it."""
-    draft = config.get("model")
-    if not isinstance(draft, str) or not draft:
-        raise BadInput("--speculative-config has neither a method nor a draft model: vLLM refuses it too",
-                       "give it a method (e.g. ngram, mtp) or a draft model")  # fmt: skip
-    name = draft.lower()
-    if "eagle3-" in name:
-        return "eagle3"
-    if "eagle-" in name:
-        return "eagle"
-    return "auto"
-
-
-def _derive_from_flags(raw: RawRecipe) -> dict[str, Any]:
-    """Context, topology, memory, port and bind as the engine's flags state them."""
-    a = raw.args
-    flag = cmdline.flag_value
-    if raw.engine == "atlas":
-        world = _int(flag(a, "--world-size"), "--world-size")
-        return {
-            "context_length": _int(flag(a, *cmdline.CONTEXT_FLAGS["atlas"]), "--max-seq-len"),
-            "tensor_parallel": _int(flag(a, "--tp-size"), "--tp-size"),
-            "pipeline_parallel": _int(flag(a, "--pp-size"), "--pp-size"),
-            "expert_parallel": _int(flag(a, "--ep-size"), "--ep-size"),
-            # one GB10 per Spark: the world is the node count
-            "nodes": world,
-            "gpu_memory_utilization": _float(flag(a, "--gpu-memory-utilization"), "--gpu-memory-utilization"),
-            "port": _int(flag(a, "--port"), "--port"),
-            "bind": flag(a, "--host"),
-            # SparkGLM's --served-model-name, the atlas-gb10 images' --model-name
-            "served_name": flag(a, "--served-model-name", "--model-name"),
-        }
-    if raw.engine == "vllm":
-        tp = _int(flag(a, "--tensor-parallel-size", "-tp"), "--tensor-parallel-size")
-        return {
-            "context_length": _context(raw, "vllm"),
-            "tensor_parallel": tp,
-            "pipeline_parallel": _int(flag(a, "--pipeline-parallel-size", "-pp"), "--pipeline-parallel-size"),
-            # vLLM's expert parallelism spans the tensor- and data-parallel groups together
-            "expert_parallel": (tp or 1) * (_int(flag(a, "--data-parallel-size", "-dp"), "--data-parallel-size") or 1)
-            if cmdline.has_flag(a, "--enable-expert-parallel", "-ep")
-            else None,
-            "nodes": _int(flag(a, "--nnodes"), "--nnodes"),
-            "gpu_memory_utilization": _float(flag(a, "--gpu-memory-utilization"), "--gpu-memory-utilization"),
-            "port": _int(flag(a, "--port"), "--port"),
-            "bind": flag(a, "--host"),
-            "served_name": flag(a, "--served-model-name"),
-        }
-    if raw.engine == "sglang":
-        return {
-            "context_length": _int(flag(a, *cmdline.CONTEXT_FLAGS["sglang"]), "--context-length"),
-            "tensor_parallel": _int(flag(a, "--tp-size", "--tensor-parallel-size", "--tp"), "--tp-size"),
-            "pipeline_parallel": _int(flag(a, "--pp-size", "--pipeline-parallel-size", "--pp"), "--pp-size"),
-            "expert_parallel": _int(flag(a, "--ep-size", "--expert-parallel-size", "--ep"), "--ep-size"),
-            "nodes": _int(flag(a, "--nnodes"), "--nnodes"),
-            "gpu_memory_utilization": _float(flag(a, "--mem-fraction-static"), "--mem-fraction-static"),
-            "port": _int(flag(a, "--port"), "--port"),
-            "bind": flag(a, "--host"),
-            "served_name": flag(a, "--served-model-name"),
-        }
-    rpc = flag(a, "--rpc")
-    return {
-        "context_length": _int(flag(a, *cmdline.CONTEXT_FLAGS["llamacpp"]), "--ctx-size"),
-        "tensor_parallel": None,
-        "pipeline_parallel": None,
-        "expert_parallel": None,
-        # llama.cpp's RPC backend: the leader plus one rank per --rpc worker
-        "nodes": 1 + len([w for w in rpc.split(",") if w]) if rpc else None,
-        "gpu_memory_utilization": None,
-        "port": _int(flag(a, "--port"), "--port"),
-        "bind": flag(a, "--host"),
-        "served_name": flag(a, "-a", "--alias"),
-    }
 
 
 def _set_path(doc: dict[str, Any], dotted: str, value: Any) -> None:
@@ -312,11 +92,11 @@ def _model_file(raw: RawRecipe, repo: str | None) -> str | None:
 
 def normalise(raw: RawRecipe) -> dict[str, Any]:
     """The normalised recipe document (not yet schema-validated)."""
-    _check_json_flags(raw.args)
+    flags.check_json_flags(raw.args)
     _check_one_line(raw)
     engine_defaults = known.ENGINES[raw.engine]
-    derived = _derive_from_flags(raw)
-    flags = cmdline.flag_map(raw.args)
+    derived = flags.derive(raw)
+    flag_map = cmdline.flag_map(raw.args)
 
     # llama.cpp's -m is always a file (org/file.gguf looks like a repository but is not one); -hf names one
     model_is_repo = raw.model is not None and raw.engine != "llamacpp" and REPO_PATTERN.match(raw.model) is not None
@@ -390,7 +170,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "quant": quant_match.group(1).lower() if quant_match else None,
             "served_name": served,
             # vLLM and SGLang answer to every name --served-model-name lists (the first is the model's own)
-            **({"served_aliases": aliases} if (aliases := _aliases(raw)) else {}),
+            **({"served_aliases": aliases} if (aliases := flags.aliases(raw)) else {}),
             "path": None if model_is_repo else _model_file(raw, repo),
             "checkpoints": [],
             "overlay": None,
@@ -411,7 +191,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "distributed_backend": raw.distributed_backend,
             "shm_size": raw.shm_size,
         },
-        "speculative": _speculative(raw),
+        "speculative": flags.speculative(raw),
         "knobs": dict(raw.knobs),
         "requirements": {"gpu_arch": None, "driver_min": None, "disk_per_node_gb": None, "memory_gb": None},
         "notes": raw.notes,
@@ -435,7 +215,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     if doc["speculative"] is not None:
         raw.note("speculative", "derived", "engine flags")
 
-    known_model = known.find_model(raw.engine, raw.model, flags)
+    known_model = known.find_model(raw.engine, raw.model, flag_map)
     if known_model is not None:
         for key, value in known_model.fills.items():
             if _get_path(doc, key) in (None, []):

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 from sparkplay.recipes.model import slugify
-from sparkplay.recipes.normalise import RawRecipe
+from sparkplay.recipes.raw import RawRecipe
 
 # sparkrun reads every version the same way but version 1, eugr's own format (run-recipe.py), whose command
 # template is Python's str.format: `{{` and `}}` are literal braces there. Versions 2-4 are sparkrun's.

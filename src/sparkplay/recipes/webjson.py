@@ -16,7 +16,7 @@ from typing import Any
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, imageref, known, model
 from sparkplay.recipes.model import slugify
-from sparkplay.recipes.normalise import RawRecipe
+from sparkplay.recipes.raw import RawRecipe
 
 SITE_API = "https://localairecipes.com/api/v1/recipes/{slug}.json"
 FIELD_NAMES: dict[str, tuple[str, ...]] = {

@@ -1,0 +1,42 @@
+"""What an importer read from a recipe source, before normalisation (sparkplay.recipes.normalise)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RawRecipe:
+    """What an importer read, before normalisation."""
+
+    name: str
+    title: str
+    source: dict[str, Any]
+    engine: str
+    model: str | None
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    image: str | None = None
+    image_dir: str | None = None
+    nodes: int | None = None
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    distributed_backend: str | None = None
+    shm_size: str | None = None
+    port: int | None = None
+    bind: str | None = None
+    notes: str | None = None
+    knobs: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    # what the source states outright about the model, beyond the command line
+    repo: str | None = None  # when the command names a file, not the repository
+    revision: str | None = None
+    quant: str | None = None
+    health_timeout_s: int | None = None
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)  # other models: {repo, revision}
+    pinning: list[str] = field(default_factory=list)  # a CPU-pinning prefix of the command (taskset, numactl)
+    provenance: list[dict[str, str]] = field(default_factory=list)
+
+    def note(self, key: str, how: str, detail: str) -> None:
+        self.provenance.append({"key": key, "how": how, "detail": detail})
