@@ -22,6 +22,7 @@ from sparkplay import bench
 from sparkplay.errors import BadInput
 from sparkplay.lab import tiny_gguf
 from sparkplay.nodetools import sparkplay_serve as tool
+from tests.conftest import PROJECT
 
 LLAMA_BENCHY_RUN = {"concurrency": 2, "context_size": 0, "prompt_size": 128, "response_size": 32,
                     "is_context_prefill_phase": False, "pp_throughput": {"mean": 900.0, "std": 1, "values": [900.0]},
@@ -179,3 +180,32 @@ def test_the_lab_models_tokenizer_reads_with_the_tokenizers_library() -> None:
     tokens, _, _ = tiny_gguf.vocabulary()
     assert tokenizer.get_vocab_size() == len(tokens)
     assert "<0x2A>" in encoded.tokens  # '*' is not among the printable tokens: byte fallback, as llama.cpp does
+
+
+def test_the_bench_command_measures_the_recipes_own_profile_unless_given_one(tmp_path: Path, monkeypatch) -> None:
+    """`sparkplay bench` hands the playbook the recipe's own profile (its source's benchmark block); a
+    --profile file wins over it. The playbook run is a stand-in here (the lab test runs the real one)."""
+    import typer
+
+    from sparkplay import cli_bench
+    from sparkplay.runner import RunResult
+
+    passed: list[dict] = []
+    recipe = {"name": "r", "bench": {"pp": [2048], "tg": [32, 128]}}
+    monkeypatch.setattr(cli_bench.catalog, "load_for_use", lambda *a: recipe)
+    monkeypatch.setattr(cli_bench.catalog, "recipe_path", lambda *a: tmp_path / "r.yml")
+    monkeypatch.setattr(cli_bench, "hosts_file", lambda inventory: tmp_path / "hosts.yml")
+    monkeypatch.setattr(cli_bench, "finish", lambda *a: None)
+
+    def stand_in(root, playbook, hosts, label, verbose=0, **extra):
+        passed.append(extra)
+        return RunResult(status="failed", rc=2)
+
+    monkeypatch.setattr(cli_bench, "run", stand_in)
+    for profile in (None, tmp_path / "p.yml"):
+        if profile:
+            profile.write_text("pp: [128]\n")
+        with pytest.raises(typer.Exit):
+            cli_bench.bench(inventory=tmp_path, recipe="r", profile=profile, results=tmp_path, project=PROJECT)
+    assert passed[0]["bench_pp"] == [2048] and passed[0]["bench_tg"] == [32, 128]
+    assert passed[1]["bench_pp"] == [128] and "bench_tg" not in passed[1]

@@ -38,11 +38,16 @@ def load_profile(path: Path) -> dict[str, Any]:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise BadInput(f"bench profile {path} cannot be read: {exc}", "give a YAML file of pp, tg, ...") from exc
+    return profile_variables(doc, f"bench profile {path}")
+
+
+def profile_variables(doc: Any, what: str) -> dict[str, Any]:
+    """A profile (a file's, or a recipe's own `bench`) as the playbook's variables, checked."""
     if not isinstance(doc, dict):
-        raise BadInput(f"bench profile {path} is not a mapping", f"write keys among {', '.join(PROFILE)}")
+        raise BadInput(f"{what} is not a mapping", f"write keys among {', '.join(PROFILE)}")
     unknown = sorted(set(doc) - set(PROFILE))
     if unknown:
-        raise BadInput(f"bench profile {path} has unknown keys {', '.join(map(str, unknown))}",
+        raise BadInput(f"{what} has unknown keys {', '.join(map(str, unknown))}",
                        f"use keys among {', '.join(PROFILE)}")  # fmt: skip
     variables: dict[str, Any] = {}
     for key, value in doc.items():
@@ -51,7 +56,7 @@ def load_profile(path: Path) -> dict[str, Any]:
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "depth" else 1)
                                  for v in values):  # fmt: skip
             kind = "a list of whole numbers" if many else "a whole number"
-            raise BadInput(f"bench profile {path}: {key} is {value!r}", f"give {key} as {kind} (at least 1)")
+            raise BadInput(f"{what}: {key} is {value!r}", f"give {key} as {kind} (at least 1)")
         variables[name] = values if many else values[0]
     return variables
 

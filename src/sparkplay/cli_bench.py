@@ -65,12 +65,16 @@ def bench(
     same alone and among concurrent requests; keep the result, print a table, draw a chart."""
     root = project_dir(project)
     name = _recipe_of(inventory, recipe)
-    catalog.load_for_use(catalog.catalog_dir(root), name)  # an unknown or invalid recipe fails before the run
+    chosen = catalog.load_for_use(catalog.catalog_dir(root), name)  # an unknown or invalid recipe fails before the run
     recipe_file = catalog.recipe_path(catalog.catalog_dir(root), name)
     earlier = bench_mod.load(compare) if compare else None  # a bad file fails before the run
     folder = (results or data_dir(root) / "results").resolve()
     extra: dict[str, Any] = {"recipe": name, "bench_fetch_to": str(folder / ".incoming")}
-    extra.update(bench_mod.load_profile(profile) if profile else {})
+    # a profile given wins; else the recipe's own (its source's benchmark block), else the playbook's defaults
+    if profile:
+        extra.update(bench_mod.load_profile(profile))
+    elif chosen.get("bench"):
+        extra.update(bench_mod.profile_variables(chosen["bench"], f"recipe {name}'s bench profile"))
     extra.update({k: str(v) for k, v in (("bench_tokenizer", tokenizer), ("bench_corpus", corpus)) if v})
     result = run(root, "bench.yml", hosts_file(inventory), f"bench {name}", verbose=verbose, **extra)
     stats = result.custom.get("sparkplay_bench")

@@ -195,6 +195,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         "knobs": dict(raw.knobs),
         "requirements": {"gpu_arch": None, "driver_min": None, "disk_per_node_gb": None, "memory_gb": None},
         "notes": raw.notes,
+        **({"bench": raw.bench} if raw.bench else {}),
         "provenance": [],
         "extra": dict(raw.extra),
     }

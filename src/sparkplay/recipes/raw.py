@@ -35,6 +35,7 @@ class RawRecipe:
     quant: str | None = None
     health_timeout_s: int | None = None
     checkpoints: list[dict[str, Any]] = field(default_factory=list)  # other models: {repo, revision}
+    bench: dict[str, Any] | None = None  # the recipe's own bench profile (pp, tg, depth, concurrency, runs)
     pinning: list[str] = field(default_factory=list)  # a CPU-pinning prefix of the command (taskset, numactl)
     provenance: list[dict[str, str]] = field(default_factory=list)
 

@@ -53,12 +53,15 @@ COMMAND_HINTS = (("vllm", "vllm"), ("llama-server", "llama-cpp"), ("serve", "atl
 READ = {
     "recipe_version", "name", "model", "model_revision", "runtime", "container", "min_nodes", "max_nodes",
     "mode", "solo_only", "cluster_only", "defaults", "env", "command", "metadata", "distribution_config",
-    "executor_config",
+    "executor_config", "benchmark",
 }  # fmt: skip
 # launcher features sparkplay has no equivalent for: reported, kept in extra
 NOT_HONOURED = (
-    "mods", "pre_exec", "post_exec", "builder", "build_args", "runtime_config", "benchmark", "docker_image_dir",
+    "mods", "pre_exec", "post_exec", "builder", "build_args", "runtime_config", "docker_image_dir",
 )  # fmt: skip
+# sparkrun's benchmark block (core/benchmark_profiles.py): its own keys; any other key is an argument
+BENCH_BLOCK_KEYS = ("framework", "args", "timeout", "schedule")
+BENCH_LISTS = ("pp", "tg", "depth", "concurrency")
 EXECUTOR_HONOURED = ("shm_size",)
 NOT_HONOURED_WHY = {
     "defaults": "{value}: the engine's flag map has no flag for these and the recipe has no command to place them",
@@ -67,6 +70,8 @@ NOT_HONOURED_WHY = {
     "--set engine.image to it",
     "executor_config": "{value}: sparkplay sets the container's options itself (docs/serving.md)",
     "pre_exec": "{value}: sparkplay runs no commands in the container before the engine",
+    "benchmark": "{value}: sparkplay's bench runs llama-benchy with pp, tg, depth, concurrency and runs from the "
+    "recipe; these are not taken",
 }
 
 # sparkrun's placeholder (vpd's arg_substitute): the shortest `{...}`, its key the text inside with braces
@@ -314,6 +319,8 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         env[str(key)] = text_value
 
     not_honoured = {k: data[k] for k in NOT_HONOURED if data.get(k) not in (None, [], {}, "")}
+    bench_profile, bench_left = _bench(data, where)
+    not_honoured.update(bench_left)
     if unmapped:  # defaults the engine's flag map has no flag for, with no command to place them
         not_honoured["defaults"] = {k: defaults[k] for k in unmapped}
     if engine == "llamacpp" and data.get("container"):
@@ -342,6 +349,9 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         extra={**unknown, **({"sparkrun_not_honoured": not_honoured} if not_honoured else {})},
     )
     raw.revision = _text(data, "model_revision", where)
+    raw.bench = bench_profile
+    if bench_profile:
+        raw.note("bench", "derived", "the recipe's benchmark block: what `sparkplay bench` measures by default")
     # a command serving a local path: the recipe's `model` is the repository behind it (normalise says so)
     raw.repo = model_repo if engine == "llamacpp" else model
     raw.quant = quant_variant
@@ -365,6 +375,34 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
     stem = PurePosixPath(urlsplit(where).path).stem  # sparkrun names a recipe by its file
     raw.name = name or slugify(_text(data, "name", where) or stem or served or title)
     return raw
+
+
+def _bench(data: dict[str, Any], where: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The recipe's llama-benchy profile from its benchmark block (explicit args, then other keys swept in,
+    as sparkrun reads it), and what sparkplay's bench does not take from it."""
+    block = data.get("benchmark")
+    if not isinstance(block, dict):
+        return None, ({"benchmark": block} if block not in (None, {}) else {})
+    args = dict(block.get("args") or {}) if isinstance(block.get("args"), dict) else {}
+    for key, value in block.items():
+        if key not in BENCH_BLOCK_KEYS and key not in args:
+            args[key] = value
+    framework = str(block.get("framework") or "llama-benchy")
+    if framework != "llama-benchy":
+        return None, {"benchmark": block}
+    profile: dict[str, Any] = {}
+    left = {k: block[k] for k in ("timeout", "schedule") if block.get(k) is not None}
+    for key, value in args.items():
+        values = value if isinstance(value, list) else [value]
+        whole = all(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "depth" else 1)
+                    for v in values)  # fmt: skip
+        if key in BENCH_LISTS and values and whole:
+            profile[key] = values
+        elif key == "runs" and not isinstance(value, list) and whole:
+            profile[key] = value
+        else:
+            left[key] = value
+    return profile or None, ({"benchmark": left} if left else {})
 
 
 def _built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
