@@ -829,7 +829,7 @@ def test_the_atlas_gb10_family_starts_every_rank_with_rank_flags_and_reads_the_m
     assert contains_run(worker["argv"], ["--port", "0"]) and worker["listen"] == []
     assert "--host" not in worker["argv"]
     assert leader["peer_ports"] == [29500] and worker["peer_ports"] == []
-    assert leader["files"] == [{"path": "/etc/sparkplay/atlas-hf-refs/example-org--moe-230b-nvfp4",
+    assert leader["files"] == [{"path": "/etc/sparkplay/atlas-hf-ref.example-org--moe-230b-nvfp4",
                                 "content": "sparkplay-mirror", "mode": "0644"}]  # fmt: skip
 
 
@@ -971,3 +971,13 @@ def test_a_benchmark_block_is_the_recipes_own_bench_profile():
     given = role_vars(**play["vars"], sparkplay_recipe_plan={**doc, "bench": None})  # no block: the defaults
     assert render(play["vars"]["bench_concurrency"], given) == [1, 2, 4, 8]
     assert int(render(play["vars"]["bench_runs"], given)) == 3
+
+
+def test_an_atlas_gb10_plan_puts_no_recipe_text_in_its_cache_paths():
+    """The hub cache a gb10 rank reads is named by sparkplay alone: a hostile pinned revision stays the
+    checkpoint tool's business (the hub checks it), never a path in a mount or a file on the host."""
+    doc = imported(SPARKRUN / "atlas-gb10-ep2.yaml")
+    doc["model"]["checkpoints"][0]["revision"] = "../../../../usr/bin"
+    leader = plan_of(doc, 2)["ranks"][0]
+    assert all(".." not in m["target"] and ".." not in m["source"] for m in leader["mounts"])
+    assert [f["content"] for f in leader["files"]] == ["sparkplay-mirror"]

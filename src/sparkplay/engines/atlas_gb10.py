@@ -41,13 +41,19 @@ def world_size(args: list[str]) -> int:
     return tp if tp == ep else tp * ep
 
 
-def _cache_mounts(ctx: Context, repo: str, revision: str | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+# the cache's name for the mirrored snapshot: sparkplay's own, never a recipe's revision text (the
+# mirror already holds the pinned revision; a ref here is only a path inside the container)
+SNAPSHOT = "sparkplay-mirror"
+
+
+def _cache_mounts(ctx: Context, repo: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Mounts that make `repo` a complete, offline Hugging Face cache entry, and the ref file they read."""
     source = checkpoints.checkpoint_dir(ctx.model_root, repo)
     org, _, name = repo.partition("/")
     entry = f"{HF_HOME}/hub/models--{org}--{name}"
-    commit = revision or "sparkplay-mirror"
-    ref = f"/etc/sparkplay/atlas-hf-refs/{org}--{name}"
+    commit = SNAPSHOT
+    # beside the other files the serve role writes (it makes no folders for them); reset removes it
+    ref = f"/etc/sparkplay/atlas-hf-ref.{org}--{name}"
     mounts = [
         {"source": source, "target": f"{entry}/snapshots/{commit}", "readonly": True},
         {"source": ref, "target": f"{entry}/refs/main", "readonly": True},
@@ -75,7 +81,7 @@ def plan(ctx: Context) -> dict[str, Any]:
     mounts: list[dict[str, Any]] = []
     files: list[dict[str, Any]] = []
     for ckpt in model.get("checkpoints") or []:  # the target and any draft model, each a cache entry
-        more, ref = _cache_mounts(ctx, ckpt["repo"], ckpt.get("revision"))
+        more, ref = _cache_mounts(ctx, ckpt["repo"])
         mounts += more
         files.append(ref)
     ranks = []
