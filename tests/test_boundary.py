@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from sparkplay import boundary, importing
+from sparkplay import deployment as deployment_mod
 from sparkplay.engines.plan import ENGINE_USER, Options, build, stand_in_nodes
 from sparkplay.errors import BadInput
 from sparkplay.managed import reset_removable, reset_state_dirs
@@ -263,16 +264,15 @@ def test_the_allow_list_the_inventory_gives_reaches_the_plan_and_the_unit_throug
     doc = recipe("lab-tiny")
     doc["serve"]["env"]["LD_PRELOAD"] = "/x.so"
     hosts = [n.host for n in stand_in_nodes(2)]
-    facts = {
-        n.host: {"serve_node_facts": {"rank": n.rank, "fabric_env": dict(n.fabric_env)}} for n in stand_in_nodes(2)
-    }
-    compute = task("roles/serve/tasks/preflight.yml", "Serve | Compute the launch plan for every rank")
-    expr = compute["ansible.builtin.set_fact"]["serve_plan"]
+    facts = {n.host: {"serve_node_facts": {"fabric_env": dict(n.fabric_env)}} for n in stand_in_nodes(2)}
+    compute = task("roles/serve/tasks/plan.yml", "Serve | Plan every rank (on the leader, with its settings)")
+    expr = compute["ansible.builtin.set_fact"]["serve_deployment"]
+    stage_one = deployment_mod.compute(doc, {h: r for r, h in enumerate(hosts)}, {"sparkplay_model_root": ROOT})
 
     def serve_plan(serve_allow: list[str]) -> dict:
         variables = role_vars("serve", sparkplay_recipe_plan=doc, ansible_play_hosts_all=hosts, hostvars=facts,
-                              sparkplay_model_root=ROOT, serve_allow=serve_allow)  # fmt: skip
-        return render(expr, variables)
+                              sparkplay_deployment=stage_one, serve_allow=serve_allow)  # fmt: skip
+        return render(expr, variables)["launch"]
 
     with pytest.raises(Exception, match="LD_PRELOAD"):
         serve_plan([])

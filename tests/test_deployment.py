@@ -72,7 +72,7 @@ def test_plan_json_prints_the_deployment_from_the_inventory(tmp_path):
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparkplay_nodes": {"hosts": {
         "spark-a": {"sparkplay_rank": 0}, "spark-b": {"sparkplay_rank": 1}}}}}}))  # fmt: skip
     (inventory / "group_vars" / "sparkplay_nodes" / "main.yml").write_text("sparkplay_model_root: /srv/models\n")
-    proc = run_cli("plan", "glm53-atlas", "-i", str(inventory), "--json")
+    proc = run_cli("plan", "glm53-atlas", "-i", str(inventory), "--json", "--without-nodes")
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert got["leader"] == "spark-a" and got["overlay"]["output"] == "/srv/models/atlas-overlay"
@@ -110,7 +110,7 @@ def test_a_run_takes_rank_0s_settings_and_the_inventorys_api_address_everywhere(
     assert got["leader"] == "spark-a" and got["paths"]["model_root"] == "/srv/leader"
     assert got["api"] == {"bind": "10.1.2.3", "port": 9100}
     assert "API 10.1.2.3:9100" in proc.stdout  # the summary says where it will listen
-    planned = json.loads(run_cli("plan", "lab-tiny", "-i", str(inventory), "--json").stdout)
+    planned = json.loads(run_cli("plan", "lab-tiny", "-i", str(inventory), "--json", "--without-nodes").stdout)
     assert planned["api"] == got["api"] and planned["paths"]["model_root"] == "/srv/leader"
     # nothing set: the recipe's own address
     assert deployment.compute(recipe("lab-tiny"), {"a": 0})["api"] == {"bind": "127.0.0.1", "port": 9931}
@@ -122,3 +122,80 @@ def test_the_preflight_port_check_looks_at_the_port_the_engine_will_listen_on():
     look = task("roles/preflight/tasks/recipe.yml", "Preflight | See who listens on the recipe's port")
     given = role_vars("preflight", sparkplay_deployment={"api": {"bind": "127.0.0.1", "port": 9100}})
     assert render(look["ansible.builtin.command"]["argv"], given)[-1] == "sport = :9100"
+
+
+# -- stage two: what each rank runs, from the ranks' facts ----------------------------------------------
+
+
+def facts_of(count: int) -> dict:
+    from sparkplay.engines.plan import stand_in_nodes
+
+    return {n.host: {"machine": "aarch64", "fabric_env": dict(n.fabric_env)} for n in stand_in_nodes(count)}
+
+
+def two_stage(name: str, settings: dict | None = None, count: int = 2) -> dict:
+    doc = recipe(name)
+    stage_one = deployment.compute(doc, {f"rank{r}": r for r in range(count)}, settings)
+    return deployment.with_launch(stage_one, doc, facts_of(count), settings)
+
+
+def test_stage_two_gives_each_rank_its_command_units_and_record():
+    got = two_stage("lab-tiny")
+    launch = got["launch"]
+    leader, worker = launch["ranks"]
+    # the leader waits for its worker's RPC port through the serve tool, then becomes the engine
+    assert leader["start"][:4] == [deployment.TOOLS["serve"], "run", "--timeout", "120"]  # the recipe's health timeout
+    assert leader["start"][leader["start"].index("--") + 1 :] == leader["exec"]
+    waits = [a for a in leader["start"] if a.startswith("--wait-for=")]
+    assert waits == [f"--wait-for={w}" for w in leader["wait_for"]]
+    assert worker["start"] == worker["exec"]  # nothing to wait for
+    # llama.cpp's leader restarts after a worker does (the watcher); the watchdog is the leader's
+    assert leader["units"] == ["sparkplay-serve.service", "sparkplay-serve-watch.service",
+                               "sparkplay-serve-watchdog.service"]  # fmt: skip
+    assert worker["units"] == ["sparkplay-serve.service", "sparkplay-peer-firewall.service"]
+    assert leader["record"]["plan_sha256"] == worker["record"]["plan_sha256"]
+    assert leader["record"]["watchdog_state"] == "/var/lib/sparkplay/watchdog.json"
+    assert worker["record"]["watchdog_unit"] is None and worker["record"]["role"] == "worker"
+    assert launch["probe"] == {"url": "http://127.0.0.1:9931", "model": launch["served_name"],
+                               "prompt": launch["health"]["prompt"], "timeout_s": 120}  # fmt: skip
+    assert got["units"]["serve"] == launch["unit"]  # one name, stage one's
+
+
+def test_the_serve_settings_reach_stage_two():
+    settings = {"serve_tool": "/opt/sp/serve", "serve_worker_wait": 45, "serve_watchdog_enabled": False,
+                "serve_state_dir": "/srv/state/", "serve_port": 9500, "serve_health_timeout": 77}  # fmt: skip
+    got = two_stage("lab-tiny", settings)
+    leader = got["launch"]["ranks"][0]
+    assert leader["start"][:4] == ["/opt/sp/serve", "run", "--timeout", "45"]
+    assert "sparkplay-serve-watchdog.service" not in leader["units"] and leader["record"]["watchdog_unit"] is None
+    assert leader["record"]["state_dir"] == "/srv/state" and got["launch"]["home"] == "/srv/state/engine"
+    assert leader["record"]["tool"] == "/opt/sp/serve"
+    assert got["launch"]["api"]["port"] == got["api"]["port"] == 9500  # one answer, both stages
+    assert got["launch"]["probe"]["timeout_s"] == 77
+    # the worker wait defaults to the health timeout
+    assert two_stage("lab-tiny", {"serve_health_timeout": 77})["launch"]["ranks"][0]["start"][3] == "77"
+
+
+def test_stage_two_without_a_ranks_facts_names_the_host_and_the_fix():
+    doc = recipe("lab-tiny")
+    stage_one = deployment.compute(doc, {"rank0": 0, "rank1": 1})
+    with pytest.raises(BadInput, match=r"rank1 has no fabric environment yet.*provision\.yml"):
+        deployment.with_launch(stage_one, doc, {"rank0": facts_of(1)["rank0"]})
+
+
+def test_the_printed_deployment_names_the_api_key_but_never_holds_it():
+    doc = recipe("lab-tiny")
+    doc["serve"]["args"] += ["--api-key", "sk-local-secret-1234"]
+    stage_one = deployment.compute(doc, {"rank0": 0, "rank1": 1})
+    full = deployment.with_launch(stage_one, doc, facts_of(2))
+    assert full["launch"]["ranks"][0]["env"]["LLAMA_API_KEY"] == "sk-local-secret-1234"  # what the env file gets
+    shown = deployment.public(full)
+    assert "sk-local-secret-1234" not in json.dumps(shown)
+    assert "LLAMA_API_KEY" in shown["launch"]["ranks"][0]["env"]
+
+
+def test_the_serve_roles_settings_default_to_stage_twos():
+    ansible = yaml.safe_load((PROJECT / "roles/serve/defaults/main.yml").read_text())
+    given = {k: v for k, v in deployment.LAUNCH_DEFAULTS.items() if k not in ("serve_knobs", "serve_watchdog_state")}
+    assert {k: ansible[k] for k in given} == given
+    assert ansible["serve_watchdog_state"] == "{{ serve_state_dir }}/watchdog.json"

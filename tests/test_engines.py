@@ -320,7 +320,7 @@ def test_a_rank_left_with_another_launch_plan_is_named_and_not_up() -> None:
 def test_plan_is_plain_data() -> None:
     deployment = build(recipe("glm53-atlas"), nodes(), Options(model_root=ROOT))
     assert json.loads(json.dumps(deployment)) == deployment
-    assert deployment["unit"] == planmod.UNIT + ".service"
+    assert deployment["unit"] == planmod.UNITS["serve"] == "sparkplay-serve.service"
 
 
 def test_the_docker_client_knob_reaches_every_units_exec():

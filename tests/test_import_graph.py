@@ -93,6 +93,7 @@ LAYERS = [
     {"sparkplay.importing", "sparkplay.doctor", "sparkplay.lab"},
     {"sparkplay.cli_common", "sparkplay.cli_display"},
     {"sparkplay.cli_run", "sparkplay.cli_recipes", "sparkplay.cli_overlay", "sparkplay.cli_bench"},
+    {"sparkplay.cli_day2"},  # day two, on the run helpers
     {"sparkplay.cli"},
     {"sparkplay.__main__"},
 ]  # fmt: skip

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sparkplay.nodetools import app
-from sparkplay.nvfp4 import atlas, overlay
+from sparkplay.nvfp4 import atlas, outputs, overlay
 from sparkplay.nvfp4.safetensors import read_bytes, read_header
 from sparkplay.nvfp4.testmodel import make_checkpoint
 from tests.conftest import run_cli
@@ -313,12 +313,12 @@ def test_cli_names_a_bad_source_and_exits_2(source, tmp_path):
 def test_two_runs_in_one_second_move_aside_under_distinct_names(source, tmp_path, monkeypatch):
     out = tmp_path / "overlay"
     frozen = datetime(2026, 12, 1, 4, 0, 0, 123456, tzinfo=UTC)
-    monkeypatch.setattr(overlay, "datetime", type("Frozen", (), {"now": staticmethod(lambda tz=None: frozen)}))
+    monkeypatch.setattr(outputs, "datetime", type("Frozen", (), {"now": staticmethod(lambda tz=None: frozen)}))
     names = []
     for _ in range(3):
         out.mkdir()
         (out / "x").write_text("not an overlay")
-        names.append(overlay.move_aside(out).name)
+        names.append(outputs.move_aside(out).name)
     assert len(set(names)) == 3 and names[0] == "overlay.old-20261201T040000.123456Z"
 
 

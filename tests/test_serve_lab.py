@@ -142,6 +142,34 @@ def test_plan_on_the_served_lab_reports_no_changes():
     assert "would be backed up and replaced" not in proc.stdout
 
 
+def test_plan_json_is_the_deployment_the_lab_runs_field_for_field():
+    """`plan --json` asks the nodes for their facts and prints both stages: each rank's command line, env,
+    units, record and probe are compared here with what the nodes hold and answer."""
+    from sparkplay.engines.systemd import exec_line
+
+    proc = run_cli("plan", "lab-tiny", "-i", "inventory/lab", "--json", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    planned = json.loads(proc.stdout)
+    launch = planned["launch"]
+    assert planned["leader"] == "sparkplay-lab-rank0" and launch["engine"] == "llamacpp"
+    for rank in launch["ranks"]:
+        r = rank["rank"]
+        unit_file = in_node(r, "cat", f"/etc/systemd/system/{launch['unit']}").stdout
+        assert f"\nExecStart={exec_line(rank['start'])}\n" in unit_file
+        assert " ".join(rank["start"]) in unit(r, "ExecStart")["ExecStart"]  # what systemd parsed from it
+        assert in_node(r, "cat", launch["env_file"]).stdout == env_file(rank["env"], launch["runtime"])
+        assert json.loads(in_node(r, "cat", planned["paths"]["serve_record"]).stdout) == rank["record"]
+        for name in rank["units"]:
+            assert in_node(r, "systemctl", "is-enabled", name, check=False).stdout.strip() == "enabled", name
+        others = set(planned["units"].values()) - set(rank["units"])
+        for name in others:
+            assert in_node(r, "test", "-e", f"/etc/systemd/system/{name}", check=False).returncode == 1, name
+        assert rank["mounts"] == []  # native llama.cpp: no container
+    probe = launch["probe"]
+    models = json.loads(in_node(0, "curl", "-s", "-m", "10", probe["url"] + "/v1/models").stdout)
+    assert probe["model"] in [m["id"] for m in models["data"]]
+
+
 def test_the_engine_runs_unprivileged_in_its_sandbox():
     """Both ranks' engines (llama-server, ggml-rpc-server) run as sparkplay-engine with no capabilities, no
     way to gain privileges and a seccomp filter; systemd-analyze scores the unit, and the same unit without

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sparkplay.deployment import TOOLS
-from sparkplay.engines.plan import ENGINE_USER
+from sparkplay.deployment import LAUNCH_DEFAULTS, TOOLS, public
+from sparkplay.engines.plan import ENGINE_USER, UNITS
 from sparkplay.engines.systemd import env_file, exec_line, plan_digest, plan_problems, status_rows, status_table
 from sparkplay.hostfacts import prefix_cache_problems
 
@@ -23,6 +23,9 @@ class FilterModule:
             "sparkplay_prefix_cache_problems": prefix_cache_problems,
             "sparkplay_engine_user": engine_user,
             "sparkplay_serve_tool": serve_tool,
+            "sparkplay_deployment_public": public,
+            "sparkplay_unit_names": unit_names,
+            "sparkplay_state_dir": state_dir,
         }
 
 
@@ -34,3 +37,14 @@ def engine_user(_: Any = None) -> str:
 def serve_tool(_: Any = None) -> str:
     """Where the serve tool lives on a node (sparkplay.deployment), for a record older than its `tool` field."""
     return TOOLS["serve"]
+
+
+def unit_names(_: Any = None) -> list[str]:
+    """Every unit sparkplay writes on a node, in the order they stop (sparkplay.deployment), for playbooks
+    that run without a deployment (reset)."""
+    return list(UNITS.values())
+
+
+def state_dir(_: Any = None) -> str:
+    """The default state folder (sparkplay.deployment), for a record older than its `state_dir` field."""
+    return str(LAUNCH_DEFAULTS["serve_state_dir"])

@@ -97,7 +97,7 @@ def sources(
 
 
 def fabric_env(text: str) -> dict[str, str]:
-    """KEY=VALUE lines of /etc/sparkplay/fabric.env."""
+    """KEY=VALUE lines of a node's fabric environment (the Deployment's paths.fabric_env)."""
     env = {}
     for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#") and "=" in line:

@@ -1,4 +1,4 @@
-"""`sparkplay init|plan|up|status|logs|stop|doctor|verify`: the playbooks for people who don't use Ansible.
+"""`sparkplay init|plan|up`: the playbooks for people who don't use Ansible (day two: cli_day2).
 
 Thin on purpose (kolla-ansible's model): each command picks a playbook and
 its extra variables, confirms what is dangerous, runs it through
@@ -7,28 +7,17 @@ ansible-runner and reports. The work is in the playbooks.
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
-import subprocess
 import sys
-import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
-from rich.table import Table
 
-from sparkplay import __version__, deployment
-from sparkplay import doctor as doctor_mod
+from sparkplay import deployment
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import InventoryOpt, ProjectOpt, confirm, err, inventory_of, out, reports_errors
 from sparkplay.cli_display import RunDisplay, print_summary
-from sparkplay.engines.context import api_address
-from sparkplay.engines.plan import UNIT
-from sparkplay.engines.systemd import plan_problems
 from sparkplay.errors import BadInput, Declined, ExitCode
 from sparkplay.fsutil import atomic_write
 from sparkplay.paths import default_inventory, project_dir
@@ -53,6 +42,26 @@ def hosts_file(inventory: Path | None) -> Path:
         raise BadInput(f"inventory {inventory} does not exist",
                        "write one with `sparkplay init --node HOST ...`, or pass -i with yours")  # fmt: skip
     return path.resolve()
+
+
+def leader_host(hosts: list[inv_mod.Host]) -> inv_mod.Host:
+    """The inventory's leader by the Deployment's rule (a layout without one is refused there)."""
+    name = deployment.leader_of({h.name: h.rank for h in hosts})
+    return next(h for h in hosts if h.name == name)
+
+
+def stage_one(root: Path, name: str, hosts: list[inv_mod.Host]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The recipe as the playbooks load it, and stage one of its Deployment from the leader's settings."""
+    lead = leader_host(hosts).vars
+    doc = apply_mod.pin_image(
+        catalog.load_for_use(catalog.catalog_dir(root), name), lead.get("sparkplay_image_pins") or {}
+    )
+    computed = deployment.compute(
+        doc, {h.name: h.rank for h in hosts},
+        {k: lead.get(k) for k in (*deployment.DEFAULTS, *deployment.API_SETTINGS)},
+        lead.get("checkpoint_staged") or [], lead.get("sparkplay_checkpoint_lock") or {},
+    )  # fmt: skip
+    return doc, computed
 
 
 def step_playbook(only: str | None) -> str:
@@ -165,7 +174,15 @@ def plan(
     inventory: InventoryOpt = None,
     only: OnlyOpt = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the deployment (leader, paths, checkpoints, overlay) and stop.")
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the deployment as data: leader, paths, checkpoints, and what each rank "
+            "runs (argv, env, mounts, units, probe), from the nodes' facts.",
+        ),
+    ] = False,
+    without_nodes: Annotated[
+        bool, typer.Option("--without-nodes", help="With --json: stage one only, from the recipe and inventory.")
     ] = False,
     offline: Annotated[
         bool,
@@ -176,17 +193,17 @@ def plan(
 ) -> None:
     """Show what `up` would change on each host, and every foreign file it would replace (changes nothing)."""
     root = project_dir(project)
-    if as_json:  # what the playbooks will derive, from the recipe and the inventory alone (no node is asked)
-        doc = catalog.load_for_use(catalog.catalog_dir(root), recipe)
-        hosts = inv_mod.hosts(hosts_file(inventory))
-        lead = next((h for h in hosts if h.rank == 0), hosts[0]).vars
-        doc = apply_mod.pin_image(doc, lead.get("sparkplay_image_pins") or {})
-        computed = deployment.compute(
-            doc, {h.name: h.rank for h in hosts},
-            {k: lead.get(k) for k in (*deployment.DEFAULTS, *deployment.API_SETTINGS)},
-            lead.get("checkpoint_staged") or [], lead.get("sparkplay_checkpoint_lock") or {},
-        )  # fmt: skip
+    if as_json and without_nodes:  # stage one: what the recipe and the inventory alone decide
+        computed = stage_one(root, recipe, inv_mod.hosts(hosts_file(inventory)))[1]
         sys.stdout.write(json.dumps(computed, indent=2) + "\n")
+        return
+    if as_json:  # both stages, computed by the serve role's own plan tasks from the nodes' facts
+        result = run_playbook(root, "plan.yml", hosts_file(inventory), extravars={"recipe": recipe}, verbose=verbose)
+        planned = result.custom.get("sparkplay_plan")
+        if result.exit_code != ExitCode.OK or planned is None:
+            finish(result, f"plan {recipe}")
+            raise typer.Exit(int(ExitCode.FAILED))
+        sys.stdout.write(json.dumps(planned, indent=2) + "\n")
         return
     show_plan(planned_run(root, recipe, inventory, only, verbose, offline)[2])
 
@@ -229,189 +246,4 @@ def up(
     finish(result, f"up {recipe}")
 
 
-# -- day two ---------------------------------------------------------------------
-
-
-@reports_errors
-def status(
-    inventory: InventoryOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
-    project: ProjectOpt = None,
-) -> None:
-    """Each rank's unit (state, since, restarts) and the leader's health and served model."""
-    root = project_dir(project)
-    with out.status("reading every rank", spinner="dots") if out.is_terminal and not as_json else nullcontext():
-        result = run_playbook(root, "status.yml", hosts_file(inventory))
-    rows = result.custom.get("sparkplay_status")
-    if result.exit_code != ExitCode.OK or rows is None:
-        finish(result, "status")
-        raise typer.Exit(int(ExitCode.FAILED))
-    if as_json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-        return
-    table = Table(box=None)
-    for column in ("rank", "host", "unit", "state", "since", "health", "model", "watchdog"):
-        table.add_column(column)
-    for row in rows:
-        style = "green" if row["up"] else "red"
-        table.add_row(*(str(row[c]) for c in ("rank", "host", "unit")), f"[{style}]{row['state']}[/{style}]",
-                      *(str(row[c]) for c in ("since", "health", "model", "watchdog")))  # fmt: skip
-    out.print(table)
-    for problem in plan_problems(rows):
-        err.print(f"warning: {problem}", markup=False, highlight=False)
-    for row in rows:
-        if row.get("watchdog_stood_down"):
-            err.print(f"watchdog on {row['host']}: {row['watchdog_stood_down']['why']}", markup=False, highlight=False)
-
-
-@reports_errors
-def logs(
-    inventory: InventoryOpt = None,
-    rank: Annotated[int, typer.Option("--rank", help="Whose journal (0 is the leader).")] = 0,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
-    lines: Annotated[int, typer.Option("--lines", "-n", help="How many recent lines.")] = 100,
-) -> None:
-    """The serving unit's journal on one rank."""
-    found = [h for h in inv_mod.hosts(hosts_file(inventory)) if h.rank == rank]
-    if not found:
-        raise BadInput(f"no host has rank {rank} in {inventory}", "pick a rank the inventory lists")
-    argv = ["journalctl", "-u", UNIT + ".service", "-n", str(lines), "--no-pager", "-o", "short-iso"]
-    if follow:
-        argv.append("--follow")
-    try:
-        code = subprocess.run(found[0].shell_argv(argv), check=False).returncode
-    except KeyboardInterrupt:
-        code = 0  # the way out of --follow
-    raise typer.Exit(code)
-
-
-@reports_errors
-def stop(
-    inventory: InventoryOpt = None, yes: YesOpt = False, verbose: VerboseOpt = 0, project: ProjectOpt = None
-) -> None:
-    """Stop serving: the leader first, then the workers (units disabled until the next `up`)."""
-    root = project_dir(project)
-    hosts = hosts_file(inventory)
-    ask("Stop serving on every rank?", yes, "stopping needs a yes and there is no terminal to ask on", "add --yes")
-    finish(run(root, "stop.yml", hosts, "stop", verbose=verbose), "stop")
-
-
-@reports_errors
-def doctor(
-    inventory: InventoryOpt = None,
-    bundle: Annotated[
-        Path | None,
-        typer.Option("--bundle", help="Also write a gzip NDJSON bundle of every node's facts, for a bug report."),
-    ] = None,
-    verbose: VerboseOpt = 0,
-    project: ProjectOpt = None,
-) -> None:
-    """Read-only diagnosis of every node: checks, links, jumbo pings, fabric.env, ssh over the cable."""
-    root = project_dir(project)
-    started = time.time()
-    extra = {"doctor_bundle": True} if bundle else {}
-    result = run(root, "doctor.yml", hosts_file(inventory), "doctor", verbose=verbose, **extra)
-    table = result.custom.get("sparkplay_doctor_table")
-    if table:
-        out.print(table, markup=False, highlight=False)
-    if bundle is not None:
-        write_bundle(bundle, result, started, inventory)
-    finish(result, "doctor")
-
-
-def write_bundle(path: Path, result: RunResult, started: float, inventory: Path) -> None:
-    """The bundle, gzip NDJSON, 0600, written atomically; secrets out (doctor.redact)."""
-    data = result.custom.get("sparkplay_doctor_bundle") or {}
-    run_facts = {"seconds": round(time.time() - started, 1), "exit_code": int(result.exit_code),
-                 "artifacts": str(result.artifacts or "")}  # fmt: skip
-    meta = {"tool": "sparkplay", "version": __version__, "inventory": str(inventory), "run": run_facts,
-            "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-    secrets = [os.environ.get(name, "") for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")]
-    records = doctor_mod.bundle_records(data, meta, secrets)
-    body = gzip.compress("".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records).encode(), mtime=0)
-    atomic_write(path, body, mode=0o600)
-    out.print(f"bundle: {path} ({len(records)} records, {len(body)} bytes, secrets removed)", markup=False)
-
-
-@reports_errors
-def verify(inventory: InventoryOpt = None, verbose: VerboseOpt = 0, project: ProjectOpt = None) -> None:
-    """Re-hash every checkpoint on every rank and re-verify the overlay; mismatches are re-copied."""
-    root = project_dir(project)
-    finish(run(root, "verify.yml", hosts_file(inventory), "verify", verbose=verbose), "verify")
-
-
-@reports_errors
-def reset(
-    inventory: InventoryOpt = None,
-    purge_models: Annotated[
-        bool, typer.Option("--purge-models", help="Also delete the checkpoints and overlays (kept otherwise).")
-    ] = False,
-    remove_packages: Annotated[
-        bool, typer.Option("--remove-packages", help="Also remove the packages only sparkplay needs.")
-    ] = False,
-    yes: YesOpt = False,
-    verbose: VerboseOpt = 0,
-    project: ProjectOpt = None,
-) -> None:
-    """Undo sparkplay on every node (units, files put back as they were, tools, keys); shows the plan, asks first."""
-    root = project_dir(project)
-    hosts = hosts_file(inventory)
-    extra = {"sparkplay_reset_purge_models": purge_models, "sparkplay_reset_remove_packages": remove_packages}
-    planned = run(root, "reset.yml", hosts, "plan reset", verbose=verbose, check=True, **extra)
-    if planned.exit_code != ExitCode.OK:
-        finish(planned, "plan")
-    show_plan(planned)
-    if not any(tasks for host, tasks in planned.changes.items() if host != "localhost"):
-        out.print("reset: nothing of sparkplay's is left on any node")
-        return
-    models = " and DELETE the checkpoints and overlays" if purge_models else " (checkpoints and overlays kept)"
-    ask(f"Reset every node as listed above{models}?", yes, "no terminal to ask on: nothing was changed",
-        "pass --yes to reset")  # fmt: skip
-    # confirmed above, the plan's edited files included: each keeps a copy of its current bytes beside it
-    finish(run(root, "reset.yml", hosts, "reset", verbose=verbose, **extra, sparkplay_confirm_overwrite=True), "reset")
-
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-@reports_errors
-def metrics(
-    inventory: InventoryOpt = None,
-    recipe: Annotated[
-        str | None, typer.Argument(help="The recipe served (default: the one `apply` recorded in the inventory).")
-    ] = None,
-    project: ProjectOpt = None,
-) -> None:
-    """Print a Prometheus scrape configuration for the served model: the engine's /metrics and the watchdog's."""
-    root = project_dir(project)
-    hosts = inv_mod.hosts(hosts_file(inventory))
-    leader = next((h for h in hosts if h.rank == 0), hosts[0])
-    settings = leader.vars
-    name = recipe or inv_mod.recorded_recipe(hosts)
-    if not name:
-        raise BadInput("no recipe given and the inventory records none", "pass the recipe: sparkplay metrics RECIPE")
-    doc = catalog.load_for_use(catalog.catalog_dir(root), name)
-    address = str(settings.get("ansible_host") or leader.name)
-
-    def target(bind: str, port: int) -> str:
-        return f"{'127.0.0.1' if bind in LOOPBACK else address}:{port}"
-
-    api = target(*api_address(doc["serve"], settings.get("serve_bind"), settings.get("serve_port")))
-    watchdog = target(str(settings.get("serve_watchdog_metrics_bind") or "127.0.0.1"),
-                      int(settings.get("serve_watchdog_metrics_port") or 9899))  # fmt: skip
-    labels = {"recipe": name, "engine": doc["engine"]["name"], "host": leader.name}
-    config = {"scrape_configs": [
-        {"job_name": job, "metrics_path": "/metrics", "static_configs": [{"targets": [where], "labels": dict(labels)}]}
-        for job, where in (("sparkplay-engine", api), ("sparkplay-watchdog", watchdog))
-    ]}  # fmt: skip
-    loopback = [t for t in (api, watchdog) if t.startswith("127.0.0.1:")]
-    if loopback:
-        sys.stdout.write(f"# {', '.join(loopback)} listen on {leader.name}'s loopback only: run Prometheus there (or\n"
-                         "# through an ssh tunnel), or set serve_bind / serve_watchdog_metrics_bind to scrape from\n"
-                         "# elsewhere (the engine's API has no authentication).\n")  # fmt: skip
-    sys.stdout.write(yaml.safe_dump(config, sort_keys=False))
-
-
-def register(app: typer.Typer) -> None:
-    for command in (init, plan, up, status, logs, stop, doctor, verify, metrics, reset):
-        app.command(command.__name__)(command)
+COMMANDS = (init, plan, up)

@@ -1,11 +1,16 @@
-"""The deployment: who leads, every path on a node, every checkpoint and the overlay, computed once.
+"""The deployment: who leads, every path on a node, every checkpoint, the overlay and what each rank runs.
 
-Computed on the controller from the recipe (or none), the inventory's ranks
-and its settings, before any node is touched: playbooks/recipe.yml hands it
-to Ansible through the `sparkplay_deployment` lookup, the roles read it
-(`sparkplay_deployment`), and `sparkplay plan --json` prints it. The per-rank
-launch plans (argv, env, mounts) are the engine adapters' (engines/plan.py):
-they need each rank's cable facts, which exist once provisioning ran.
+Computed on the controller in two stages, both pure functions:
+- `compute`, before any node is touched, from the recipe (or none), the
+  inventory's ranks and its settings: the leader, the nodes, every node
+  path, unit names, the API address, checkpoints, overlay, engine.
+  playbooks/recipe.yml hands it to Ansible (lookup `sparkplay_deployment`).
+- `with_launch`, once every rank's facts are known (its cable, from the
+  fabric.env provisioning wrote): the launch plan of the engine adapters
+  (engines/plan.py) plus what the serve role writes from it: each rank's
+  unit command line, its units and the record it keeps. The serve role's
+  preflight computes it on the leader and every role reads it.
+`sparkplay plan --json` prints both stages, asking the nodes for their facts.
 
 Paths are normalised here once (trailing slashes, '..' refused), so a
 checkpoint folder, the overlay folder and the files the units read are the
@@ -18,8 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparkplay import __version__, checkpoints, topology
-from sparkplay.engines.context import api_address
-from sparkplay.engines.plan import ENV_FILE, UNIT
+from sparkplay.boundary import check_allow
+from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
+from sparkplay.engines.plan import ENV_FILE, UNITS, build
+from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
 
 GROUP = "sparkplay_nodes"
@@ -35,6 +42,18 @@ DEFAULTS: dict[str, Any] = {
 # The inventory's API address (the serve role's serve_bind / serve_port): empty or 0 keeps the recipe's.
 API_SETTINGS = ("serve_bind", "serve_port")
 TOOLS = {"checkpoint": "/usr/local/lib/sparkplay/sparkplay-ckpt", "serve": "/usr/local/lib/sparkplay/sparkplay-serve"}
+# The serve role's settings stage two reads, with their defaults (roles/serve/defaults/main.yml states the
+# same; tests/test_deployment.py keeps the two equal). The watchdog's state file defaults to the state folder's.
+LAUNCH_DEFAULTS: dict[str, Any] = {
+    "serve_knobs": {},
+    "serve_allow": [],
+    "serve_health_timeout": 0,
+    "serve_state_dir": STATE_DIR,
+    "serve_tool": TOOLS["serve"],
+    "serve_worker_wait": 0,
+    "serve_watchdog_enabled": True,
+    "serve_watchdog_state": None,
+}
 OVERLAY_EXPECT = 864  # MTP expert matrices of GLM-5.x (layer 45: 288 experts x gate/up/down)
 
 
@@ -44,7 +63,7 @@ def leader_of(ranks: Mapping[str, Any]) -> str:
     if problems:
         fix = "give each node a distinct sparkplay_rank from 0"
         raise BadInput(f"inventory rank layout: {'; '.join(problems)}", fix)
-    return next(host for host, rank in ranks.items() if rank == 0)
+    return next(host for host, rank in ranks.items() if topology.leads(rank))
 
 
 def _api(recipe: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -65,7 +84,7 @@ def compute(
     merged = {**DEFAULTS, **{k: v for k, v in (settings or {}).items() if v is not None}}
     leader = leader_of(ranks)
     topology.check_node_count(recipe, len(ranks), GROUP)
-    nodes = [{"host": host, "rank": int(rank), "role": "leader" if rank == 0 else "worker"}
+    nodes = [{"host": host, "rank": int(rank), "role": "leader" if topology.leads(rank) else "worker"}
              for host, rank in sorted(ranks.items(), key=lambda item: item[1])]  # fmt: skip
     root = checkpoints.absolute(merged["sparkplay_model_root"], "sparkplay_model_root")
     recipe = recipe or {}
@@ -92,9 +111,10 @@ def compute(
             "fabric_env": checkpoints.absolute(merged["sparkplay_fabric_env_file"], "sparkplay_fabric_env_file"),
             "serve_record": checkpoints.absolute(merged["sparkplay_serve_record"], "sparkplay_serve_record"),
             "serve_env": ENV_FILE,
-            "serve_unit": f"/etc/systemd/system/{UNIT}.service",
+            "serve_unit": f"/etc/systemd/system/{UNITS['serve']}",
             "tools": dict(TOOLS),
         },
+        "units": dict(UNITS),
         "checkpoints": checkpoints.sources(recipe, root, staged, lock),
         "model": {"dir": checkpoints.model_dir(root, model), "repo": model.get("repo")} if model else None,
         "overlay": overlay,
@@ -108,3 +128,68 @@ def compute(
         else None,
         "api": _api(recipe, merged),
     }
+
+
+def with_launch(
+    doc: Mapping[str, Any],
+    recipe: Mapping[str, Any],
+    facts: Mapping[str, Mapping[str, Any]],
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Stage two: `doc` (stage one) with `launch`, what every rank runs, from each host's facts
+    ({machine, fabric_env}) and the serve settings (LAUNCH_DEFAULTS and the API address's)."""
+    merged = {**LAUNCH_DEFAULTS, **{k: v for k, v in (settings or {}).items() if v is not None}}
+    missing = [n["host"] for n in doc["nodes"] if not (facts.get(n["host"]) or {}).get("fabric_env")]
+    if missing:
+        raise BadInput(f"{', '.join(missing)} has no fabric environment yet", "run provision.yml first (site.yml does)")
+    nodes = [Node.from_facts(n["host"], {**facts[n["host"]], "rank": n["rank"]}) for n in doc["nodes"]]
+    state = checkpoints.absolute(str(merged["serve_state_dir"]), "serve_state_dir")
+    options = Options(
+        model_root=doc["paths"]["model_root"],
+        bind=doc["api"]["bind"],  # stage one's answer, the one rule's (api_address)
+        port=doc["api"]["port"],
+        knobs=dict(merged["serve_knobs"] or {}),
+        health_timeout_s=int(merged["serve_health_timeout"] or 0) or None,
+        state_dir=state,
+        docker=doc["engine"]["docker"],
+        allow=check_allow(merged["serve_allow"] or []),
+    )
+    plan = build(recipe, nodes, options)
+    digest = plan_digest(plan)  # of the launch plan alone: what every rank of one run shares
+    tool = checkpoints.absolute(str(merged["serve_tool"]), "serve_tool")
+    wait = int(merged["serve_worker_wait"] or 0) or plan["health"]["timeout_s"]
+    watchdog_state = merged["serve_watchdog_state"] or f"{state}/watchdog.json"
+    for rank in plan["ranks"]:
+        leader = rank["role"] == "leader"
+        watch = plan["leader_follows_workers"] and leader
+        watchdog = bool(merged["serve_watchdog_enabled"]) and leader
+        # workers first: a rank with peers to wait for runs the serve tool, which waits, then becomes the engine
+        rank["start"] = ([tool, "run", "--timeout", str(wait), *(f"--wait-for={w}" for w in rank["wait_for"]), "--",
+                          *rank["exec"]] if rank["wait_for"] else list(rank["exec"]))  # fmt: skip
+        parts = ("serve", *(["watch"] if watch else []), *(["watchdog"] if watchdog else []),
+                 *(["firewall"] if rank.get("firewall") else []))  # fmt: skip
+        rank["units"] = [UNITS[part] for part in parts]
+        rank["record"] = {
+            "recipe": plan["recipe"], "engine": plan["engine"], "runtime": plan["runtime"], "rank": rank["rank"],
+            "role": rank["role"], "unit": plan["unit"], "address": rank["address"], "served_name": plan["served_name"],
+            "api_url": plan["api"]["url"], "tool": tool, "api_key_env": plan["api"]["key_env"],
+            "env_file": plan["env_file"], "state_dir": state, "plan_sha256": digest,
+            "sparkplay_version": doc["sparkplay_version"],
+            "watch_unit": UNITS["watch"] if watch else None,
+            "watchdog_unit": UNITS["watchdog"] if watchdog else None,
+            "watchdog_state": watchdog_state if watchdog else None,
+        }  # fmt: skip
+    plan["probe"] = {"url": plan["api"]["url"], "model": plan["served_name"], "prompt": plan["health"]["prompt"],
+                     "timeout_s": plan["health"]["timeout_s"]}  # fmt: skip
+    return {**doc, "launch": plan}
+
+
+def public(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The deployment to print: an API key the recipe gave (now in a rank's env) shown by name only."""
+    launch = doc.get("launch")
+    key = (launch or {}).get("api", {}).get("key_env")
+    if not key:
+        return dict(doc)
+    ranks = [{**r, "env": {k: ("(secret: kept in the 0600 env file)" if k == key else v) for k, v in r["env"].items()}}
+             for r in launch["ranks"]]  # fmt: skip
+    return {**doc, "launch": {**launch, "ranks": ranks}}

@@ -7,6 +7,14 @@ from typing import Any
 
 from sparkplay.errors import BadInput
 
+# who leads: the host with this rank (rank 0 runs the API, the others are workers)
+LEADER_RANK = 0
+
+
+def leads(rank: int) -> bool:
+    """Whether the host of this rank is the leader: the one rule, read by the Deployment and the engines."""
+    return rank == LEADER_RANK
+
 
 def rank_layout_problems(ranks: Mapping[str, Any]) -> list[str]:
     """Why a host -> sparkplay_rank mapping is not a valid layout (empty if it is).
@@ -28,7 +36,7 @@ def rank_layout_problems(ranks: Mapping[str, Any]) -> list[str]:
             problems.append(f"{host}: sparkplay_rank must be 0 or more, got {rank}")
         else:
             good[host] = rank
-    leaders = sorted(host for host, rank in good.items() if rank == 0)
+    leaders = sorted(host for host, rank in good.items() if leads(rank))
     if not leaders:
         problems.append("no host has sparkplay_rank 0; give the leader rank 0")
     elif len(leaders) > 1:

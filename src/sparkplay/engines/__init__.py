@@ -3,5 +3,5 @@
 `plan.build(recipe, nodes, ...)` is the only entry point; each engine module
 (atlas, vllm, llamacpp) adds exactly the per-rank pieces its engine needs
 (docs/serving.md) and passes the recipe's own flags through
-verbatim. Ansible reaches this through the `sparkplay_engine_plan` lookup.
+verbatim. sparkplay.deployment.with_launch (stage two of the Deployment) is its one caller.
 """

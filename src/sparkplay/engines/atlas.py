@@ -171,7 +171,7 @@ def plan(ctx: Context) -> dict[str, Any]:
             {
                 "rank": node.rank,
                 "host": node.host,
-                "role": "leader" if node.rank == 0 else "worker",
+                "role": "leader" if node.leads else "worker",
                 # the seed's own command: `serve MODEL FLAGS...`, MODEL being the overlay's container path
                 # rank r's API on port + r, where the plan says it listens (the recipe's --host/--port dropped)
                 "argv": [
@@ -190,7 +190,7 @@ def plan(ctx: Context) -> dict[str, Any]:
                 # rank r serves its API on port + r; only the leader's is the deployment's
                 "listen": [{"address": ctx.bind, "port": ctx.port + node.rank}],
                 # rank 0's TCPStore listens on every address: the peer firewall guards it
-                "peer_ports": [MASTER_PORT] if node.rank == 0 else [],
+                "peer_ports": [MASTER_PORT] if node.leads else [],
                 "wait_for": [],
             }
         )

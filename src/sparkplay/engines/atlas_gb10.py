@@ -86,7 +86,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         files.append(ref)
     ranks = []
     for node in ctx.nodes:
-        leader = node.rank == 0
+        leader = node.leads
         api = ["--host", ctx.bind, "--port", str(ctx.port)] if leader else ["--port", "0"]
         cluster = ["--rank", str(node.rank), "--world-size", str(world), "--master-addr", ctx.leader.address,
                    "--master-port", str(MASTER_PORT)] if world > 1 else []  # fmt: skip

@@ -12,11 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkplay import checkpoints
+from sparkplay import checkpoints, topology
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# the host folder for engine caches and sparkplay's state (serve_state_dir moves it)
+STATE_DIR = "/var/lib/sparkplay"
 # keys from the host's fabric.env that the engines read (NCCL_*, GLOO_*)
 FABRIC_PREFIXES = ("NCCL_", "GLOO_")
 
@@ -37,6 +39,10 @@ class Node:
     fabric_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
+    def leads(self) -> bool:
+        return topology.leads(self.rank)
+
+    @property
     def nccl_ifnames(self) -> str:
         """NCCL's socket interfaces: in a ring both twins (each reaches another neighbour), else `ifname`."""
         return self.fabric_env.get("NCCL_SOCKET_IFNAME") or self.ifname
@@ -49,7 +55,7 @@ class Node:
         if not addresses:
             raise BadInput(
                 f"{host} has no cable address in its fabric environment",
-                "run provision.yml first (it writes /etc/sparkplay/fabric.env)",
+                "run provision.yml first (it writes the fabric environment)",
             )
         return cls(
             host=host,
@@ -74,7 +80,7 @@ class Options:
     bind: str | None = None  # None: the recipe's (loopback unless it says otherwise)
     port: int | None = None
     knobs: Mapping[str, Any] = field(default_factory=dict)  # override the recipe's knobs
-    state_dir: str = "/var/lib/sparkplay"
+    state_dir: str = STATE_DIR
     health_timeout_s: int | None = None
     docker: str = "/usr/bin/docker"  # the client systemd runs for the docker runtime
     # the privileged requests the inventory allows (serve_allow); None: a rehearsal at import, which checks
@@ -92,7 +98,7 @@ class Context:
 
     @property
     def leader(self) -> Node:
-        return self.nodes[0]
+        return next(node for node in self.nodes if node.leads)
 
     @property
     def bind(self) -> str:

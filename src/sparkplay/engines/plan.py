@@ -23,7 +23,15 @@ from sparkplay.engines.context import Context, Node, Options, environment, serve
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, imageref, model
 
-UNIT = "sparkplay-serve"
+# every unit sparkplay writes on a node, by its part, in the order they stop: the leader's watchdog and
+# watcher (restarts the leader when a worker restarts) before the engine they would restart, the inter-rank
+# firewall last
+UNITS = {
+    "watchdog": "sparkplay-serve-watchdog.service",
+    "watch": "sparkplay-serve-watch.service",
+    "serve": "sparkplay-serve.service",
+    "firewall": firewall.UNIT,
+}
 CONTAINER = "sparkplay-serve"
 DOCKER = "/usr/bin/docker"
 ENV_FILE = "/etc/sparkplay/serve.env"
@@ -160,7 +168,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "container": CONTAINER if runtime == "docker" else None,
         "packages": list(recipe["engine"].get("packages") or []) if runtime == "native" else [],
         "served_name": served_name(recipe),
-        "unit": f"{UNIT}.service",
+        "unit": UNITS["serve"],
         "env_file": ENV_FILE,
         # native: the engine's own user and systemd sandbox; docker: the client needs root's socket
         "user": ENGINE_USER if runtime == "native" else None,

@@ -80,7 +80,7 @@ def plan(ctx: Context) -> dict[str, Any]:
     options = [*gpu_container_options(recipe["serve"].get("shm_size")), "--entrypoint", "python3"]
     ranks = []
     for node in ctx.nodes:
-        leader = node.rank == 0
+        leader = node.leads
         cluster = ["--nnodes", str(count), "--node-rank", str(node.rank),
                    "--dist-init-addr", f"{ctx.leader.address}:{INIT_PORT}"] if count > 1 else []  # fmt: skip
         env = {

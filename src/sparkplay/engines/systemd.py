@@ -108,7 +108,7 @@ def status_rows(
 ) -> list[dict[str, Any]]:
     """One row per host: rank, host, unit, state, since, health, served model.
 
-    records: host -> the deployment record the serve role left (/etc/sparkplay/serve.json),
+    records: host -> the deployment record the serve role left (the Deployment's serve_record),
     empty for a host with none; units: host -> `systemctl show` properties;
     probe: the leader's look at its API ({health, served}) and its watchdog's state file (or None).
     """

@@ -134,7 +134,7 @@ def plan(ctx: Context) -> dict[str, Any]:
     api = ["--host", ctx.bind, "--port", str(ctx.port)]
     ranks = []
     for node in ctx.nodes:
-        leader = node.rank == 0
+        leader = node.leads
         if backend == "ray":
             entry = "/bin/bash"
             if leader:

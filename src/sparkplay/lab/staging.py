@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from sparkplay.deployment import DEFAULTS
 from sparkplay.fsutil import atomic_write
 from sparkplay.lab import dockercli, tiny_gguf
 
-MODEL_ROOT = "/var/lib/sparkplay/models"
+MODEL_ROOT = DEFAULTS["sparkplay_model_root"]
 FOLDER = f"{MODEL_ROOT}/lab-tiny"
 FILE = "lab-tiny.gguf"
 TOKENIZER = "tokenizer.json"  # beside the model, as in a Hugging Face checkpoint (`sparkplay bench` counts with it)

@@ -839,7 +839,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--restart-timeout", type=float, default=900)
     p.add_argument("--prompt", default="What is 17*23?")
     p.add_argument("--max-tokens", type=int, default=4)
-    p.add_argument("--state", default="/var/lib/sparkplay/watchdog.json")
+    p.add_argument("--state", required=True, help="its counters' file (the serve role's serve_watchdog_state)")
     p.add_argument("--pause", default="/etc/sparkplay/watchdog.pause")
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--metrics-bind", default="127.0.0.1")
@@ -873,9 +873,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("ready", "watchdog", "probe", "bench"):
         p = sub.choices[name]
         p.add_argument("--api-key-env", help="the variable in --env-file that holds the API's key")
-        p.add_argument("--env-file", default="/etc/sparkplay/serve.env")
+        p.add_argument("--env-file", help="the rank's env file (the Deployment's; needed with --api-key-env)")
         p.add_argument("--env-format", choices=["native", "docker"], default="docker")
     args = parser.parse_args(argv)
+    if getattr(args, "api_key_env", None) and not args.env_file:
+        parser.error("--api-key-env needs --env-file (the file that holds the key)")
     return int(args.func(args))
 
 
