@@ -117,3 +117,26 @@ def test_every_import_goes_down_the_layers():
         if layer[unit_of(target)] > layer[unit_of(name)]
     )
     assert upward == [], "imports back up: " + "; ".join(upward)
+
+
+def test_the_node_bundles_hold_every_module_they_import():
+    """The converter runs on a node from a bundle of files: a module it imports but the bundle lacks would
+    fail there only (at `overlay.yml`), so every sparkplay import of a bundled file is bundled too."""
+    from sparkplay.nodetools import BUNDLES
+
+    package = SRC / "sparkplay"
+    for name, files in BUNDLES.items():
+        bundled = {f[: -len(".py")].replace("/", ".").removesuffix(".__init__") for f in files if f.endswith(".py")}
+        bundled = {f"sparkplay.{m}" if m != "__init__" else "sparkplay" for m in bundled}
+        for rel in (f for f in files if f.endswith(".py")):
+            tree = ast.parse((package / rel).read_text())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sparkplay"):
+                    targets = [node.module]
+                    targets += [f"{node.module}.{a.name}" for a in node.names
+                                if (package / node.module.removeprefix("sparkplay").strip(".").replace(".", "/")
+                                    / f"{a.name}.py").is_file()]  # fmt: skip
+                    modules = [t for t in targets if t in bundled or (package / (
+                        t.removeprefix("sparkplay").strip(".").replace(".", "/") + ".py")).is_file()]  # fmt: skip
+                    missing = [t for t in modules if t not in bundled]
+                    assert not missing, f"bundle {name}: {rel} imports {missing}, which it lacks"

@@ -29,9 +29,13 @@ NVFP4_NODE_FILES = (
     "nvfp4/kernel.c",
     "nvfp4/kernel.py",
     "nvfp4/modelopt.py",
+    "nvfp4/outputs.py",
     "nvfp4/overlay.py",
+    "nvfp4/routes.py",
     "nvfp4/safetensors.py",
+    "nvfp4/source.py",
     "nvfp4/testmodel.py",
+    "nvfp4/verify.py",
 )
 
 
