@@ -21,7 +21,7 @@ import pytest
 from sparkplay import bench
 from sparkplay.errors import BadInput
 from sparkplay.lab import tiny_gguf
-from sparkplay.nodetools import sparkplay_serve as tool
+from sparkplay.nodetools.serve import bench as serve_bench
 from tests.conftest import PROJECT
 
 LLAMA_BENCHY_RUN = {"concurrency": 2, "context_size": 0, "prompt_size": 128, "response_size": 32,
@@ -136,29 +136,29 @@ def stand_in() -> Iterator[str]:
 
 
 def test_an_invariant_engine_passes_with_its_tokens_compared(stand_in: str) -> None:
-    found = tool.invariance(stand_in, "m", [1, 2, 4], max_tokens=12, timeout=10)
+    found = serve_bench.invariance(stand_in, "m", [1, 2, 4], max_tokens=12, timeout=10)
     assert found["identical"] and found["unit"] == "token" and found["levels"] == [2, 4]
 
 
 def test_a_batch_variant_engine_is_reported_with_prompt_level_and_position(stand_in: str) -> None:
     StandIn.variant = True
-    found = tool.invariance(stand_in, "m", [1, 4], max_tokens=12, timeout=10)
+    found = serve_bench.invariance(stand_in, "m", [1, 4], max_tokens=12, timeout=10)
     assert not found["identical"]
     first = found["differences"][0]
     assert first["concurrency"] == 4 and first["position"] == 5 and first["among"].startswith("different")
-    assert first["prompt"] in tool.INVARIANCE_PROMPTS
+    assert first["prompt"] in serve_bench.INVARIANCE_PROMPTS
 
 
 def test_first_difference_counts_a_shorter_answer() -> None:
-    assert tool.first_difference(list("abc"), list("abc")) is None
-    assert tool.first_difference(list("abc"), list("abd")) == 2
-    assert tool.first_difference(list("abc"), list("ab")) == 2
+    assert serve_bench.first_difference(list("abc"), list("abc")) is None
+    assert serve_bench.first_difference(list("abc"), list("abd")) == 2
+    assert serve_bench.first_difference(list("abc"), list("ab")) == 2
 
 
 def test_a_local_corpus_is_served_on_loopback_and_a_url_passes_through(tmp_path: Path) -> None:
     corpus = tmp_path / "book.txt"
     corpus.write_text("It was a bright cold day in April.\n")
-    url, server = tool.serve_corpus(str(corpus))
+    url, server = serve_bench.serve_corpus(str(corpus))
     try:
         import urllib.request
 
@@ -168,7 +168,7 @@ def test_a_local_corpus_is_served_on_loopback_and_a_url_passes_through(tmp_path:
     finally:
         assert server is not None
         server.shutdown()
-    assert tool.serve_corpus("https://example.org/b.txt") == ("https://example.org/b.txt", None)
+    assert serve_bench.serve_corpus("https://example.org/b.txt") == ("https://example.org/b.txt", None)
 
 
 def test_the_lab_models_tokenizer_reads_with_the_tokenizers_library() -> None:

@@ -23,7 +23,14 @@ import pytest
 import yaml
 
 from sparkplay.lab import tiny_gguf
-from sparkplay.nodetools import sparkplay_serve as tool
+from sparkplay.nodetools import app
+from sparkplay.nodetools.serve import bench as serve_bench
+from sparkplay.nodetools.serve import cli as serve_cli
+from sparkplay.nodetools.serve import common as serve_common
+from sparkplay.nodetools.serve import ports as serve_ports
+from sparkplay.nodetools.serve import ready as serve_ready
+from sparkplay.nodetools.serve import watch as serve_watch
+from sparkplay.nodetools.serve import watchdog as serve_watchdog
 from tests.conftest import PROJECT
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
@@ -35,34 +42,34 @@ def row(remote: str, state: str) -> str:
 
 def test_watcher_reads_the_leaders_connections_to_each_worker():
     worker = "192.168.100.11:50052"
-    assert tool._hex_endpoint(worker) == "0B64A8C0:C384"  # little-endian address, port 50052
+    assert serve_watch._hex_endpoint(worker) == "0B64A8C0:C384"  # little-endian address, port 50052
     live = HEADER + row("0B64A8C0:C384", "01")
     closed = HEADER + row("0B64A8C0:C384", "08")
     probe_done = HEADER + row("0B64A8C0:C384", "06")  # the leader's own short probes end in TIME_WAIT
     other = HEADER + row("0C64A8C0:C384", "08")  # a different worker
-    assert tool.connection_states([worker], live) == {worker: {"01"}}
-    assert tool.lost_peers(tool.connection_states([worker], live)) == []
-    assert tool.lost_peers(tool.connection_states([worker], closed)) == [worker]
-    assert tool.lost_peers(tool.connection_states([worker], probe_done)) == []
-    assert tool.lost_peers(tool.connection_states([worker], other)) == []
+    assert serve_watch.connection_states([worker], live) == {worker: {"01"}}
+    assert serve_watch.lost_peers(serve_watch.connection_states([worker], live)) == []
+    assert serve_watch.lost_peers(serve_watch.connection_states([worker], closed)) == [worker]
+    assert serve_watch.lost_peers(serve_watch.connection_states([worker], probe_done)) == []
+    assert serve_watch.lost_peers(serve_watch.connection_states([worker], other)) == []
     # a fresh connection next to the dead one: the leader already reconnected
-    assert tool.lost_peers(tool.connection_states([worker], closed + row("0B64A8C0:C384", "01"))) == []
+    assert serve_watch.lost_peers(serve_watch.connection_states([worker], closed + row("0B64A8C0:C384", "01"))) == []
 
 
 def test_a_unit_counts_as_failed_when_it_died_during_the_wait():
-    assert tool.unit_failed({"ActiveState": "active", "SubState": "running", "NRestarts": "0"}, 0) is None
-    assert tool.unit_failed({"ActiveState": "activating", "SubState": "start-pre", "NRestarts": "0"}, 0) is None
-    assert "failed" in tool.unit_failed({"ActiveState": "failed", "Result": "exit-code"}, 0)
-    assert "restarted" in tool.unit_failed({"ActiveState": "activating", "SubState": "auto-restart"}, 0)
-    assert "restarted" in tool.unit_failed({"ActiveState": "active", "SubState": "running", "NRestarts": "3"}, 2)
-    assert tool.unit_failed({"ActiveState": "inactive", "SubState": "dead"}, 0) == "stopped"
+    assert serve_ready.unit_failed({"ActiveState": "active", "SubState": "running", "NRestarts": "0"}, 0) is None
+    assert serve_ready.unit_failed({"ActiveState": "activating", "SubState": "start-pre", "NRestarts": "0"}, 0) is None
+    assert "failed" in serve_ready.unit_failed({"ActiveState": "failed", "Result": "exit-code"}, 0)
+    assert "restarted" in serve_ready.unit_failed({"ActiveState": "activating", "SubState": "auto-restart"}, 0)
+    assert "restarted" in serve_ready.unit_failed({"ActiveState": "active", "SubState": "running", "NRestarts": "3"}, 2)
+    assert serve_ready.unit_failed({"ActiveState": "inactive", "SubState": "dead"}, 0) == "stopped"
 
 
 def test_wait_ports_blocks_until_the_port_answers_and_gives_up_at_the_timeout():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    assert tool.main(["wait-ports", f"127.0.0.1:{port}", "--timeout", "1"]) == 1
+    assert serve_cli.main(["wait-ports", f"127.0.0.1:{port}", "--timeout", "1"]) == 1
 
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -76,7 +83,7 @@ def test_wait_ports_blocks_until_the_port_answers_and_gives_up_at_the_timeout():
     thread.start()
     started = time.monotonic()
     try:
-        assert tool.main(["wait-ports", f"127.0.0.1:{port}", "--timeout", "30"]) == 0
+        assert serve_cli.main(["wait-ports", f"127.0.0.1:{port}", "--timeout", "30"]) == 0
         assert 1.0 < time.monotonic() - started < 10
     finally:
         thread.join()
@@ -99,7 +106,7 @@ def test_lab_model_is_the_same_bytes_every_time_and_the_recipe_pins_them(tmp_pat
 
 
 def test_run_waits_for_the_ports_then_becomes_the_program():
-    script = str(Path(tool.__file__))
+    script = app("serve")  # the one file the serve role installs
     done = subprocess.run([sys.executable, script, "run", "--", "/bin/echo", "engine", "100%"],
                           capture_output=True, text=True, check=False, timeout=30)  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip().endswith("engine 100%")
@@ -143,19 +150,19 @@ class _Engine:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
 
-def watchdog(tmp_path: Path, monkeypatch, engine: _Engine, **overrides) -> tuple[tool.Watchdog, list]:
+def watchdog(tmp_path: Path, monkeypatch, engine: _Engine, **overrides) -> tuple[serve_watchdog.Watchdog, list]:
     calls: list = []
-    monkeypatch.setattr(tool, "unit_show", lambda unit, *props, peer=None: {"InvocationID": "one"})
-    monkeypatch.setattr(tool.subprocess, "run", lambda argv, **kw: calls.append(list(argv)))
+    monkeypatch.setattr(serve_watchdog, "unit_show", lambda unit, *props, peer=None: {"InvocationID": "one"})
+    monkeypatch.setattr(serve_watchdog.subprocess, "run", lambda argv, **kw: calls.append(list(argv)))
     # the engine here is this test's own server, in no unit: who holds its port is tested on its own below
-    monkeypatch.setattr(tool, "port_holder_problem", lambda *a, **kw: None)
+    monkeypatch.setattr(serve_watchdog, "port_holder_problem", lambda *a, **kw: None)
     namespace = dict(url=engine.url, model="m", unit="sparkplay-serve.service", workers=["10.0.0.2", "10.0.0.3"],
                      interval=0.01, failures=2, grace=0, max_restarts=1, window=3600, probe_timeout=0.5,
                      restart_timeout=1, prompt="p", max_tokens=1, state=str(tmp_path / "watchdog.json"),
                      pause=str(tmp_path / "pause"), metrics_port=0, metrics_bind="127.0.0.1",
                      container=None)  # fmt: skip
     namespace.update(overrides)
-    return tool.Watchdog(argparse.Namespace(**namespace)), calls
+    return serve_watchdog.Watchdog(argparse.Namespace(**namespace)), calls
 
 
 def test_the_watchdog_restarts_every_rank_in_order_after_k_failures(tmp_path, monkeypatch):
@@ -225,21 +232,22 @@ def test_a_port_another_process_bound_first_is_named_and_the_units_own_is_not():
     port = squatter.getsockname()[1]
     try:
         url = f"http://127.0.0.1:{port}"
-        problem = tool.port_holder_problem(url, "sparkplay-serve.service")
+        problem = serve_ports.port_holder_problem(url, "sparkplay-serve.service")
         assert problem is not None and f"port {port} is held by PID {os.getpid()}" in problem
         assert "not by sparkplay-serve.service" in problem and "serve_port" in problem
         # the same socket, held by a process of the unit's own cgroup (this one's, named as the unit)
         if own_cgroup_part():
-            assert tool.port_holder_problem(url, own_cgroup_part()) is None
+            assert serve_ports.port_holder_problem(url, own_cgroup_part()) is None
     finally:
         squatter.close()
-    assert tool.port_holder_problem(url, "sparkplay-serve.service") is None  # nothing listens: the probe says so
+    assert serve_ports.port_holder_problem(url, "sparkplay-serve.service") is None  # nothing listens: the probe says so
 
 
 def test_the_watchdog_counts_an_answer_from_a_squatter_as_no_answer(tmp_path, monkeypatch):
     engine = _Engine()  # answers every probe, but it is this test's process, not the unit's
     dog, _ = watchdog(tmp_path, monkeypatch, engine)
-    monkeypatch.setattr(tool, "port_holder_problem", lambda url, unit, container=None: "port is held by PID 1 (x)")
+    squatted = "port is held by PID 1 (x)"
+    monkeypatch.setattr(serve_watchdog, "port_holder_problem", lambda url, unit, container=None: squatted)
     assert dog.healthy() is False
     assert dog.state["port_problem"] == "port is held by PID 1 (x)" and dog.state["probe_failures"] == 1
 
@@ -260,8 +268,9 @@ def test_a_taken_metrics_port_leaves_the_watchdog_watching_without_counters(tmp_
 def test_the_watcher_reads_only_the_engines_own_connections():
     worker = "192.168.100.11:50052"
     theirs = HEADER + row("0B64A8C0:C384", "08").replace("     0        0 1", "  1000        0 1")
-    assert tool.lost_peers(tool.connection_states([worker], theirs, uid=993)) == []  # another user's socket
-    assert tool.lost_peers(tool.connection_states([worker], theirs, uid=1000)) == [worker]
+    states = serve_watch.connection_states([worker], theirs, uid=993)
+    assert serve_watch.lost_peers(states) == []  # another user's socket
+    assert serve_watch.lost_peers(serve_watch.connection_states([worker], theirs, uid=1000)) == [worker]
 
 
 def test_the_api_key_is_read_from_the_env_file_and_sent_as_a_bearer_token(tmp_path, monkeypatch):
@@ -271,7 +280,7 @@ def test_the_api_key_is_read_from_the_env_file_and_sent_as_a_bearer_token(tmp_pa
     for runtime in ("native", "docker"):
         path = tmp_path / f"{runtime}.env"
         path.write_text(env_file({"A": "1", "VLLM_API_KEY": key}, runtime))
-        assert tool.env_file_value(str(path), "VLLM_API_KEY", runtime == "native") == key
+        assert serve_common.env_file_value(str(path), "VLLM_API_KEY", runtime == "native") == key
     seen: list[str | None] = []
 
     class Recorder:
@@ -284,14 +293,14 @@ def test_the_api_key_is_read_from_the_env_file_and_sent_as_a_bearer_token(tmp_pa
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(tool.urllib.request, "urlopen", Recorder)
-    tool.use_api_key(argparse.Namespace(api_key_env="VLLM_API_KEY", env_file=str(tmp_path / "native.env"),
+    monkeypatch.setattr(serve_common.urllib.request, "urlopen", Recorder)
+    serve_common.use_api_key(argparse.Namespace(api_key_env="VLLM_API_KEY", env_file=str(tmp_path / "native.env"),
                                         env_format="native"))  # fmt: skip
     try:
-        assert tool.http_json("http://127.0.0.1:1/v1/models") == (0, None)
+        assert serve_common.http_json("http://127.0.0.1:1/v1/models") == (0, None)
         assert seen == [f"Bearer {key}"]
     finally:
-        tool.API_KEY.clear()
+        serve_common.API_KEY.clear()
 
 
 def test_the_kernels_socket_cgroups_decide_where_they_name_one(monkeypatch):
@@ -301,11 +310,11 @@ def test_the_kernels_socket_cgroups_decide_where_they_name_one(monkeypatch):
             "theirs": [("/system.slice/squatter.service", "LISTEN ..."),
                        ("/system.slice/sparkplay-serve.service", "LISTEN ...")],
             "container": [("/system.slice/docker-abc123.scope", "LISTEN ...")]}  # fmt: skip
-    monkeypatch.setattr(tool, "socket_holders", lambda *a: pytest.fail("the open files were read"))
-    monkeypatch.setattr(tool, "container_id", lambda name: "abc123" if name else None)
+    monkeypatch.setattr(serve_ports, "socket_holders", lambda *a: pytest.fail("the open files were read"))
+    monkeypatch.setattr(serve_ports, "container_id", lambda name: "abc123" if name else None)
     for case, listed in rows.items():
-        monkeypatch.setattr(tool, "ss_listeners", lambda port, listed=listed: listed)
-        problem = tool.port_holder_problem("http://127.0.0.1:9931", "sparkplay-serve.service",
+        monkeypatch.setattr(serve_ports, "ss_listeners", lambda port, listed=listed: listed)
+        problem = serve_ports.port_holder_problem("http://127.0.0.1:9931", "sparkplay-serve.service",
                                            "sparkplay-serve" if case == "container" else None)  # fmt: skip
         if case == "theirs":
             assert problem and "port 9931 is held by /system.slice/squatter.service" in problem
@@ -340,22 +349,23 @@ def test_llama_benchy_gets_the_api_key_in_its_arguments_but_never_on_its_command
     out = tmp_path / "seen.json"
     key = "sk-secret 'quoted' $x"
     try:
-        tool.API_KEY[:] = [key]
-        argv, env = tool.benchy_argv(str(venv_bin / "llama-benchy"), ["--model", "m", "--out", str(out)])
+        serve_common.API_KEY[:] = [key]
+        argv, env = serve_bench.benchy_argv(str(venv_bin / "llama-benchy"), ["--model", "m", "--out", str(out)])
     finally:
-        tool.API_KEY.clear()
-    assert key not in json.dumps(argv) and env[tool.BENCHY_KEY_ENV] == key
+        serve_common.API_KEY.clear()
+    assert key not in json.dumps(argv) and env[serve_bench.BENCHY_KEY_ENV] == key
     subprocess.run(argv, env=env, check=True, timeout=60)
     seen = json.loads(out.read_text())
     assert seen["argv"][1:3] == ["--api-key", key] and seen["argv"][0].endswith("llama-benchy")
     assert key not in json.dumps(seen["cmdline"])  # what every local user reads in the process table
     # without a key the program runs as it is
-    assert tool.benchy_argv("/v/bin/llama-benchy", ["--model", "m"])[0] == ["/v/bin/llama-benchy", "--model", "m"]
+    bare = serve_bench.benchy_argv("/v/bin/llama-benchy", ["--model", "m"])[0]
+    assert bare == ["/v/bin/llama-benchy", "--model", "m"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
 def test_the_bench_drops_root_for_good_after_reading_the_key():
-    code = ("import os; from sparkplay.nodetools.sparkplay_serve import drop_to; drop_to('nobody', '/nonexistent');"
+    code = ("import os; from sparkplay.nodetools.serve.bench import drop_to; drop_to('nobody', '/nonexistent');"
             "print(os.getuid(), os.geteuid(), os.getgroups(), os.environ['HOME'])")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 2)
     import pwd

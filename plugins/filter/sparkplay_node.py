@@ -21,7 +21,7 @@ from sparkplay.hostfacts import (
     pcie_warnings,
 )
 from sparkplay.managed import foreign_report, reset_removable, reset_state_dirs
-from sparkplay.nodetools import app, package_files, path_of
+from sparkplay.nodetools import app, package_files
 
 
 class FilterModule:
@@ -55,7 +55,6 @@ class FilterModule:
             "sparkplay_overlay_dir": overlay_dir,
             "sparkplay_fabric_env": fabric_env,
             "sparkplay_progress_line": progress_line,
-            "sparkplay_nodetool": path_of,
             "sparkplay_nodetool_app": app,
             "sparkplay_package_files": package_files,
             "sparkplay_doctor_collect": collect,

@@ -11,12 +11,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-
-def path_of(name: str) -> str:
-    """Filesystem path of a node tool shipped in this package."""
-    return str(resources.files(__name__).joinpath(name))
-
-
 # The converter as it runs on a node: these modules need only numpy (and PyTorch when present);
 # kernel.c is compiled there by the system C compiler when one is installed.
 NVFP4_NODE_FILES = (

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import string
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,10 +29,8 @@ from sparkplay.recipes import cmdline
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 from sparkplay.recipes.sparkrun_flags import ATLAS_FLAGS, LLAMACPP_FLAGS, SGLANG_FLAGS, VLLM_FLAGS
+from sparkplay.recipes.sparkrun_template import VERSIONS, expand
 
-# sparkrun reads every version the same way but version 1, eugr's own format (run-recipe.py), whose command
-# template is Python's str.format: `{{` and `}}` are literal braces there. Versions 2-4 are sparkrun's.
-VERSIONS = ("1", "2", "3", "4")
 # sparkrun runtime -> (sparkplay engine, vLLM distributed back end)
 RUNTIMES: dict[str, tuple[str, str | None]] = {
     "vllm": ("vllm", None),
@@ -74,11 +71,6 @@ NOT_HONOURED_WHY = {
     "recipe; these are not taken",
 }
 
-# sparkrun's placeholder (vpd's arg_substitute): the shortest `{...}`, its key the text inside with braces
-# stripped; a key the values hold is replaced, any other `{...}` (JSON, shell) is left as it is
-PLACEHOLDER = re.compile(r"\{(.*?)\}")
-# a placeholder that names nothing is a hole in the command: a key-like name (hyphens and dots too)
-HOLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 SHELL_VARIABLE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -113,69 +105,6 @@ def _scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def expand(template: str, values: dict[str, Any], where: str, version: str = "2") -> str:
-    """The command template filled from `values` by the rules of the tool that owns the version.
-
-    Version 1 (eugr's run-recipe.py): Python's str.format, once: `{name}` is
-    replaced, `{{` and `}}` are literal braces. Versions 2-4 (sparkrun):
-    every `{...}` whose key (braces stripped) is a value is replaced, again
-    until nothing changes (a value may hold another placeholder); JSON and
-    anything else in braces stay as they are. Either way a key-like
-    placeholder nothing defines is an error naming it: a command with a hole
-    in it cannot be run.
-    """
-    if version == "1":
-        return _str_format(template, values, where)
-    text = template
-    for _ in range(8):
-        holes = sorted(
-            {
-                k
-                for m in PLACEHOLDER.finditer(text)
-                if HOLE.match(k := m.group(0).strip("{}"))
-                and values.get(k) is None
-                and not text[: m.start()].endswith("$")
-            }
-        )  # ${VAR}: the shell's
-        if holes:
-            raise _hole(holes[0], where)
-        expanded = PLACEHOLDER.sub(
-            lambda m: str(values[k]) if values.get(k := m.group(0).strip("{}")) is not None else m.group(0), text
-        )
-        if expanded == text:
-            return text
-        text = expanded
-    raise BadInput(f"{where}: the command's placeholders refer to each other in a loop", "fix the defaults")
-
-
-def _hole(name: str, where: str) -> BadInput:
-    return BadInput(f"{where}: the command uses {{{name}}}, which defaults does not define",
-                    f"add {name} to the recipe's defaults")  # fmt: skip
-
-
-def _str_format(template: str, values: dict[str, Any], where: str) -> str:
-    """Python's str.format over plain names only (no attribute or index lookups from a downloaded file)."""
-    out: list[str] = []
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:  # a single brace: str.format refuses it, so eugr's runner does too
-        raise BadInput(f"{where}: the command template is not valid for str.format ({exc})",
-                       "write literal braces as {{ and }}") from None  # fmt: skip
-    for literal, field_name, spec, conversion in parsed:
-        out.append(literal)
-        if field_name is None:
-            continue
-        if not HOLE.match(field_name) or "." in field_name:
-            raise BadInput(f"{where}: the command's placeholder {{{field_name}}} is not a plain name",
-                           "use {name} with a name from defaults")  # fmt: skip
-        if field_name not in values:
-            raise _hole(field_name, where)
-        value = values[field_name]
-        value = repr(value) if conversion == "r" else ascii(value) if conversion == "a" else value
-        out.append(format(value, spec or ""))
-    return "".join(out)
 
 
 def _flags(defaults: dict[str, Any], table: dict[str, str], generic: bool) -> tuple[list[str], list[str]]:

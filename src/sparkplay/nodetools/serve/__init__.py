@@ -1,0 +1,47 @@
+"""sparkplay-serve: what the serve role runs on a node (Python 3 standard library only; the watchdog's
+metrics use prometheus_client, from the node's packages).
+
+sparkplay-serve wait-ports ADDR:PORT ... [--timeout S]
+    Block until every port accepts a TCP connection (a leader's
+    ExecStartPre: workers first). Exit 1 at the timeout.
+sparkplay-serve watch --unit U --peer ADDR:PORT ...
+    Runs as a unit on the leader. A connection to a worker that the worker
+    closed while the leader still holds it (CLOSE_WAIT) means the worker
+    went away, its state with it: restart the leader, which then waits
+    for the worker again.
+sparkplay-serve ready --url URL --model NAME --timeout S --unit U [--peer HOST ...]
+    Wait until the API is healthy, lists the model and answers a
+    temperature-0 completion, while watching this rank's unit and each
+    peer's (over the peer ssh trust): a failed unit stops the wait. Prints
+    one JSON object; on failure it holds every rank's last journal lines.
+    Only an API served by the unit counts: a port held by another process
+    (one that bound it first) is named and never taken for the model.
+    Exit 0 ready, 4 a unit failed, 5 timed out, 6 another process holds the port.
+sparkplay-serve watchdog --url URL --model NAME --unit U [--worker ADDR ...] [--interval S] [--failures K]
+        [--grace S] [--max-restarts R] [--window S] [--metrics-port P] [--container NAME]
+    Runs as a unit on the leader. A real completion (a few tokens at
+    temperature 0) every interval; K failed probes in a row restart every
+    rank in order (stop the leader and the workers, start the workers, then
+    the leader, wait for an answer). At most R restarts per window, then it
+    stands down and records why (the state file, read by status); a pause
+    file stops it acting; a restart of the unit by anyone gives a new grace.
+    Counters for Prometheus on METRICS-BIND:METRICS-PORT (prometheus_client).
+sparkplay-serve bench --url URL --model NAME --benchy PATH --tokenizer T --corpus FILE|URL --out FILE
+        [--pp N ...] [--tg N ...] [--depth N ...] [--concurrency C ...] [--runs R]
+    The bench on the leader: first the invariance check (fixed prompts at
+    temperature 0 answered alone, then among C concurrent requests for each
+    level above 1: the tokens must be identical; a difference names the
+    prompt, the level and the first differing position), then llama-benchy
+    (prompt processing and generation rates; a local corpus is served to it
+    on loopback), then a bare one-token request beside llama-benchy's own
+    one-token latency (the client's overhead). Writes one JSON object to
+    --out. Exit 0, 1 when llama-benchy failed, 3 when outputs differ.
+    Started as root with --as-user, it reads the API's key (--api-key-env)
+    first, then drops to that user for everything else; llama-benchy gets
+    the key through its environment, never its command line.
+sparkplay-serve probe --url URL --model NAME [--api-key-env NAME --env-file FILE]
+    One look (no completion): JSON {health, models, served}.
+sparkplay-serve verify-unit FILE NAME
+    systemd-analyze verify FILE under the unit name NAME (templates land
+    under a temporary name that systemd would refuse to parse).
+"""

@@ -1,0 +1,166 @@
+"""The watchdog on the leader: a real completion every interval; restarts every rank in order."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import _read_json, _write_json, completion, unit_show, use_api_key
+from .ports import port_holder_problem
+
+
+class Watchdog:
+    """Probes the deployment with a real completion; restarts every rank in order after K failures in a
+    row; at most R restarts in a window, then stands down and says why. State in a JSON file for status."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.state: dict[str, Any] = {"status": "starting", "restarts": [], "failures_in_a_row": 0,
+                                      "probes": 0, "probe_failures": 0, "restarts_total": 0,
+                                      "stood_down": None, "last_ok": None, "since": time.time()}  # fmt: skip
+        previous = _read_json(args.state)
+        if isinstance(previous, dict) and previous.get("stood_down"):  # a stand-down outlives a watchdog restart
+            self.state.update({k: previous.get(k, self.state[k]) for k in self.state})
+        try:
+            self.metrics = _metrics(args.metrics_port, args.metrics_bind)
+        except OSError as exc:  # the port taken (by anyone): watch without counters rather than crash-loop
+            self.metrics = None
+            self.state["metrics_problem"] = f"metrics port {args.metrics_bind}:{args.metrics_port}: {exc.strerror}"
+            print(self.state["metrics_problem"], flush=True)
+
+    def save(self) -> None:
+        self.state["updated"] = time.time()
+        _write_json(self.args.state, self.state)
+        if self.metrics:
+            m = self.metrics
+            m["stood_down"].set(1 if self.state["stood_down"] else 0)
+            m["paused"].set(1 if self.state["status"] == "paused" else 0)
+            m["failures_in_a_row"].set(self.state["failures_in_a_row"])
+
+    def healthy(self) -> bool:
+        squatted = port_holder_problem(self.args.url, self.args.unit, self.args.container)
+        self.state["port_problem"] = squatted
+        if squatted:  # an answer from another process proves nothing about the engine
+            print(squatted, flush=True)
+            self.state["probes"] += 1
+            self.state["probe_failures"] += 1
+            return False
+        answer = completion(self.args.url, self.args.model, self.args.prompt, self.args.max_tokens,
+                            timeout=self.args.probe_timeout)  # fmt: skip
+        self.state["probes"] += 1
+        if self.metrics:
+            self.metrics["probes"].inc()
+        if answer is None:
+            self.state["probe_failures"] += 1
+            if self.metrics:
+                self.metrics["probe_failures"].inc()
+            return False
+        self.state["last_ok"] = time.time()
+        return True
+
+    def restart_all(self) -> bool:
+        """Stop every rank (leader first, so it never runs without its workers), start the workers in order,
+        then the leader, and wait until the model answers again."""
+        unit, workers = self.args.unit, self.args.workers
+        print(f"restarting every rank: stop {unit} here and on {', '.join(workers) or 'no worker'}", flush=True)
+        # a wedged engine may never finish a graceful stop (SIGTERM, then SIGCONT to a stopped one): kill it
+        subprocess.run(["systemctl", "kill", "--signal=SIGKILL", unit], check=False, timeout=60)
+        subprocess.run(["systemctl", "stop", unit], check=False, timeout=180)
+        for peer in reversed(workers):
+            _on(peer, ["systemctl", "stop", unit])
+        for peer in workers:
+            _on(peer, ["systemctl", "start", unit])
+        subprocess.run(["systemctl", "start", unit], check=False, timeout=180)
+        deadline = time.monotonic() + self.args.restart_timeout
+        while time.monotonic() < deadline:
+            time.sleep(self.args.interval)
+            if self.healthy():
+                return True
+        return False
+
+    def started_anew(self) -> bool:
+        """Whether the leader's unit was started since the last look (a deploy, a person): a new grace."""
+        invocation = unit_show(self.args.unit, "InvocationID").get("InvocationID", "")
+        seen, self.invocation = getattr(self, "invocation", None), invocation
+        return seen is not None and invocation != seen
+
+    def step(self) -> None:
+        args, state = self.args, self.state
+        if self.started_anew():
+            state.update(since=time.time(), last_ok=None, failures_in_a_row=0)
+        if Path(args.pause).exists():
+            state["status"] = "paused"
+            return
+        if state["stood_down"]:
+            state["status"] = "stood-down"
+            return
+        in_grace = time.time() - state["since"] < args.grace and state["last_ok"] is None
+        if self.healthy():
+            state.update(status="ok", failures_in_a_row=0)
+            return
+        if in_grace:
+            state["status"] = "starting"
+            return
+        state["failures_in_a_row"] += 1
+        state["status"] = "failing"
+        print(f"probe failed ({state['failures_in_a_row']} in a row)", flush=True)
+        if state["failures_in_a_row"] < args.failures:
+            return
+        now = time.time()
+        state["restarts"] = [t for t in state["restarts"] if now - t < args.window]
+        if len(state["restarts"]) >= args.max_restarts:
+            count = len(state["restarts"])
+            why = f"{args.failures} failed probes in a row after {count} restart(s) within {args.window:.0f} s"
+            why += f": standing down (remove {args.state} and restart this unit to resume)"
+            state["stood_down"] = {"at": now, "why": why}
+            state["status"] = "stood-down"
+            print(state["stood_down"]["why"], flush=True)
+            return
+        state["restarts"].append(now)
+        state["restarts_total"] += 1
+        if self.metrics:
+            self.metrics["restarts"].inc()
+        state["status"] = "restarting"
+        self.save()
+        ok = self.restart_all()
+        self.started_anew()  # our own restart: the grace below, not another one
+        state.update(failures_in_a_row=0, status="ok" if ok else "restarted-not-answering", since=time.time())
+
+    def run(self) -> int:
+        print(f"watchdog on {self.args.url} ({self.args.model}): every {self.args.interval} s, "
+              f"{self.args.failures} failures restart every rank, at most {self.args.max_restarts} per "
+              f"{self.args.window} s", flush=True)  # fmt: skip
+        while True:
+            self.step()
+            self.save()
+            time.sleep(self.args.interval)
+
+
+def _on(peer: str, argv: list[str]) -> None:
+    """A command on another rank over the peer ssh trust."""
+    subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", peer, *argv], check=False, timeout=180)
+
+
+def _metrics(port: int, bind: str) -> dict[str, Any] | None:
+    """The watchdog's counters for Prometheus (prometheus_client, from the node's packages)."""
+    if not port:
+        return None
+    from prometheus_client import Counter, Gauge, start_http_server
+
+    start_http_server(port, addr=bind)
+    return {
+        "probes": Counter("sparkplay_watchdog_probes", "Completion probes sent"),
+        "probe_failures": Counter("sparkplay_watchdog_probe_failures", "Probes that got no answer in time"),
+        "restarts": Counter("sparkplay_watchdog_restarts", "Restarts of every rank, in order"),
+        "stood_down": Gauge("sparkplay_watchdog_stood_down", "1 when the restart cap was reached"),
+        "paused": Gauge("sparkplay_watchdog_paused", "1 while the pause file exists"),
+        "failures_in_a_row": Gauge("sparkplay_watchdog_failures_in_a_row", "Failed probes since the last answer"),
+    }
+
+
+def cmd_watchdog(args: argparse.Namespace) -> int:
+    use_api_key(args)
+    return Watchdog(args).run()
