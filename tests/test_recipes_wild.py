@@ -326,7 +326,7 @@ def test_vllm_plans_refuse_what_cannot_run(args, count, says):
 
 def test_a_three_node_recipe_on_a_pair_says_so():
     doc = imported(SPARKRUN / "llama-3node-vllm-mp.yaml")
-    with pytest.raises(BadInput, match=r"the recipe runs on 3 node\(s\) but the inventory has 2"):
+    with pytest.raises(BadInput, match=r"runs on 3 node\(s\) but the inventory has 2 in sparkplay_nodes"):
         plan_of(doc, 2)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sparkplay.deployment import LAUNCH_DEFAULTS, TOOLS, public
-from sparkplay.engines.plan import ENGINE_USER, UNITS
+from sparkplay.engines.plan import ENGINE_USER, UNIT_DIR, UNITS
 from sparkplay.engines.systemd import env_file, exec_line, plan_digest, plan_problems, status_rows, status_table
 from sparkplay.hostfacts import prefix_cache_problems
 
@@ -26,6 +26,7 @@ class FilterModule:
             "sparkplay_deployment_public": public,
             "sparkplay_unit_names": unit_names,
             "sparkplay_state_dir": state_dir,
+            "sparkplay_unit_dir": unit_dir,
         }
 
 
@@ -48,3 +49,8 @@ def unit_names(_: Any = None) -> list[str]:
 def state_dir(_: Any = None) -> str:
     """The default state folder (sparkplay.deployment), for a record older than its `state_dir` field."""
     return str(LAUNCH_DEFAULTS["serve_state_dir"])
+
+
+def unit_dir(_: Any = None) -> str:
+    """Where sparkplay writes its units (sparkplay.engines.plan), for playbooks without a deployment (reset)."""
+    return UNIT_DIR

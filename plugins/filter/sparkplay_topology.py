@@ -7,7 +7,7 @@ from typing import Any
 
 from sparkplay.deployment import leader_of
 from sparkplay.errors import BadInput
-from sparkplay.topology import rank_layout_problems
+from sparkplay.topology import node_count_problem, rank_layout_problems
 
 
 def _layout_problems(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
@@ -28,4 +28,8 @@ def _leader_host(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> str | Non
 
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"sparkplay_rank_layout_problems": _layout_problems, "sparkplay_leader_host": _leader_host}
+        return {
+            "sparkplay_rank_layout_problems": _layout_problems,
+            "sparkplay_leader_host": _leader_host,
+            "sparkplay_node_count_problem": node_count_problem,
+        }

@@ -25,7 +25,7 @@ from typing import Any
 from sparkplay import __version__, checkpoints, topology
 from sparkplay.boundary import check_allow
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
-from sparkplay.engines.plan import ENV_FILE, UNITS, build
+from sparkplay.engines.plan import ENV_FILE, UNIT_DIR, UNITS, build
 from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
 
@@ -111,7 +111,8 @@ def compute(
             "fabric_env": checkpoints.absolute(merged["sparkplay_fabric_env_file"], "sparkplay_fabric_env_file"),
             "serve_record": checkpoints.absolute(merged["sparkplay_serve_record"], "sparkplay_serve_record"),
             "serve_env": ENV_FILE,
-            "serve_unit": f"/etc/systemd/system/{UNITS['serve']}",
+            "unit_dir": UNIT_DIR,
+            "serve_unit": f"{UNIT_DIR}/{UNITS['serve']}",
             "tools": dict(TOOLS),
         },
         "units": dict(UNITS),

@@ -56,12 +56,19 @@ def rank_layout_problems(ranks: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def check_node_count(recipe: Mapping[str, Any] | None, count: int, group: str = "sparkplay_nodes") -> None:
-    """A recipe written for N nodes runs on exactly N (one GPU per Spark): say so before anything runs."""
+def node_count_problem(recipe: Mapping[str, Any] | None, count: int, group: str = "sparkplay_nodes") -> str | None:
+    """Why the recipe cannot run on `count` nodes, or None: a recipe written for N nodes runs on exactly N
+    (one GPU per Spark). The one node-count rule; the message names the fix."""
     wanted = ((recipe or {}).get("topology") or {}).get("nodes")
-    if wanted is not None and wanted != count:
-        raise BadInput(
-            f"recipe {recipe.get('name') if recipe else None} runs on {wanted} node(s) but the inventory has {count} "
-            f"in {group}",
-            f"list {wanted} hosts in {group}, or choose a recipe written for {count}",
-        )
+    if wanted is None or wanted == count:
+        return None
+    return (f"recipe {recipe.get('name') if recipe else None} runs on {wanted} node(s) but the inventory has {count} "
+            f"in {group}: list {wanted} hosts in {group}, or choose a recipe written for {count}")  # fmt: skip
+
+
+def check_node_count(recipe: Mapping[str, Any] | None, count: int, group: str = "sparkplay_nodes") -> None:
+    """node_count_problem as an error, before anything runs."""
+    problem = node_count_problem(recipe, count, group)
+    if problem:
+        what, fix = problem.split(": ", 1)
+        raise BadInput(what, fix)

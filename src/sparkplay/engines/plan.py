@@ -17,12 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sparkplay import boundary
+from sparkplay import boundary, topology
 from sparkplay.engines import atlas, firewall, llamacpp, sglang, systemd, vllm
 from sparkplay.engines.context import Context, Node, Options, environment, served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, imageref, model
 
+# where they are written (systemd's folder for the administrator's units)
+UNIT_DIR = "/etc/systemd/system"
 # every unit sparkplay writes on a node, by its part, in the order they stop: the leader's watchdog and
 # watcher (restarts the leader when a worker restarts) before the engine they would restart, the inter-rank
 # firewall last
@@ -115,23 +117,19 @@ def check_knobs(engine: str, knobs: Mapping[str, Any], overrides: Mapping[str, A
         )
 
 
-def check_nodes(nodes: Sequence[Node], wanted: int | None) -> tuple[Node, ...]:
+def check_nodes(nodes: Sequence[Node], recipe: Mapping[str, Any]) -> tuple[Node, ...]:
     ordered = tuple(sorted(nodes, key=lambda n: n.rank))
     ranks = [n.rank for n in ordered]
     if ranks != list(range(len(ranks))):
         raise BadInput(f"ranks {ranks} are not 0..{len(ranks) - 1}", "give each node a distinct sparkplay_rank from 0")
-    if wanted is not None and wanted != len(ordered):
-        raise BadInput(
-            f"the recipe runs on {wanted} node(s) but the inventory has {len(ordered)}",
-            "list that many hosts in sparkplay_nodes or choose a recipe for your node count",
-        )
+    topology.check_node_count(recipe, len(ordered))
     return ordered
 
 
 def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) -> dict[str, Any]:
     """The launch plan for every rank; raises BadInput naming what to fix."""
     boundary.confine(recipe)
-    ctx = Context(recipe, check_nodes(nodes, recipe["topology"]["nodes"]), options)
+    ctx = Context(recipe, check_nodes(nodes, recipe), options)
     allowed = boundary.enforce(recipe, options.allow, options.knobs, options.bind) if options.allow is not None else []
     engine = recipe["engine"]["name"]
     check_knobs(engine, ctx.knobs, options.knobs)

@@ -1,0 +1,488 @@
+"""Every option a role's meta/argument_specs.yml documents has a test of its effect (no lab).
+
+The sample inventory's knobs are covered by tests/test_knobs.py (EFFECT_TESTS: the lab, the plan, rendered
+tasks). The other options are a role's interface for people who use the roles from the collection: each
+is set here to another value, and the task argument, condition or file it feeds is rendered from the real
+role with the real defaults, before and after: the new value must show there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import PROJECT
+from tests.role_render import render, role_vars, task, template
+from tests.test_knobs import documented, effect_tests
+
+
+def spec_options() -> dict[str, str]:
+    """option -> role, for every option of every entry point of every role."""
+    found: dict[str, str] = {}
+    for path in sorted(PROJECT.glob("roles/*/meta/argument_specs.yml")):
+        for entry in (yaml.safe_load(path.read_text())["argument_specs"] or {}).values():
+            for option in entry.get("options") or {}:
+                found[option] = path.parts[-3]
+    return found
+
+
+CKPT = {"checkpoint_tool": "/usr/local/lib/sparkplay/sparkplay-ckpt", "checkpoint_revision": "c0ffee",
+        "checkpoint_source": {"name": "m", "repo": "org/m", "dest": "/models/org--m", "kind": "hf"},
+        "checkpoint_cable_address": "192.168.100.11", "checkpoint_resolved_commit": "c0ffee",
+        "inventory_dir": "/inv", "inventory_hostname": "spark0"}  # fmt: skip
+DEPLOYED = {"sparkplay_deployment": {"leader": "spark0", "checkpoints": [{"name": "m", "kind": "hf"}],
+                                     "paths": {"model_root": "/var/lib/sparkplay/models", "unit_dir": "/u"},
+                                     "api": {"port": 8000}}}  # fmt: skip
+FABRIC = {"inventory_hostname": "spark0", "sparkplay_fabric": {"rdma_present": True, "hcas": ["rocep1s0f1"],
+          "gid_index": 3, "twins": ["enp1s0f1np1"]},
+          "fabric_address_map": {"spark0": ["192.168.100.10/24"], "spark1": ["192.168.100.11/24"]}}  # fmt: skip
+PEER = {**DEPLOYED, "inventory_hostname": "spark1", "peer_ssh_user": "root", "peer_ssh_key": "/root/.ssh/k",
+        "peers": ["spark0"],
+        "fabric_address_map": FABRIC["fabric_address_map"],
+        "ansible_facts": {"getent_passwd": {"root": ["x", "0", "0", "", "/root"]}}}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Effect:
+    """`option` set to `value` changes what `where` renders to (a key path into the task, or `when`)."""
+
+    role: str
+    path: str  # a task file (with `task`) or a template
+    value: Any
+    task: str = ""
+    where: tuple[str, ...] = ()
+    given: dict[str, Any] = field(default_factory=dict)
+    shows: str | None = None  # what the rendered effect holds afterwards (default: the value itself)
+
+
+EFFECTS: dict[str, Effect] = {
+    "checkpoint_hf_token": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/download.yml",
+        "hf_secret",
+        "Checkpoint | Keep the Hugging Face token",
+        ("ansible.builtin.copy", "content"),
+        CKPT,
+    ),
+    "checkpoint_hf_token_file": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/download.yml",
+        "/run/tok",
+        "Checkpoint | Download",
+        ("ansible.builtin.command", "argv"),
+        CKPT,
+    ),
+    "checkpoint_tool": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/download.yml",
+        "/opt/ckpt",
+        "Checkpoint | Download",
+        ("ansible.builtin.command", "argv"),
+        CKPT,
+    ),
+    "checkpoint_hub_packages": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/install.yml",
+        ["python3-hub-x"],
+        "Checkpoint | Install huggingface_hub",
+        ("ansible.builtin.apt", "name"),
+        CKPT,
+    ),
+    "checkpoint_packages": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/install.yml",
+        ["rsync-x"],
+        "Checkpoint | Install rsync and python3",
+        ("ansible.builtin.apt", "name"),
+        CKPT,
+    ),
+    "checkpoint_model_root": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/install.yml",
+        "/srv/models",
+        "Checkpoint | Make the model root",
+        ("ansible.builtin.file", "path"),
+        CKPT,
+    ),
+    "checkpoint_leader": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/install.yml",
+        "spark9",
+        "Checkpoint | Install huggingface_hub",
+        ("when",),
+        {**CKPT, **DEPLOYED},
+    ),
+    "checkpoint_sources": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/install.yml",
+        [],
+        "Checkpoint | Install rsync and python3",
+        ("when",),
+        {**CKPT, **DEPLOYED},
+    ),
+    "checkpoint_lock": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/resolve.yml",
+        {"org/other": "feed"},
+        "Checkpoint | Record it beside",
+        ("ansible.builtin.copy", "content"),
+        CKPT,
+    ),
+    "checkpoint_lock_file": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/resolve.yml",
+        "/inv/lock.yml",
+        "Checkpoint | Record it beside",
+        ("ansible.builtin.copy", "dest"),
+        CKPT,
+    ),
+    "checkpoint_mirror_timeout": Effect(
+        "checkpoint", "roles/checkpoint/tasks/download.yml", 1234, "Checkpoint | Download", ("async",), CKPT
+    ),
+    "checkpoint_progress_interval": Effect(
+        "checkpoint", "roles/checkpoint/tasks/download.yml", 9, "Checkpoint | Download", ("poll",), CKPT
+    ),
+    "engine_docker": Effect(
+        "engine",
+        "roles/engine/tasks/docker.yml",
+        "/opt/docker",
+        "Engine | Pull the image",
+        ("ansible.builtin.command", "argv"),
+        {"engine_plan": {"image": "example/engine:1", "image_dir": "e"}},
+    ),
+    "engine_plan": Effect(
+        "engine",
+        "roles/engine/tasks/docker.yml",
+        {"image": "example/other:2", "image_dir": "e"},
+        "Engine | Pull the image",
+        ("ansible.builtin.command", "argv"),
+        {"engine_plan": {"image": "example/engine:1", "image_dir": "e"}},
+    ),
+    "fabric_memlock_file": Effect(
+        "fabric",
+        "roles/fabric/tasks/configure.yml",
+        "/etc/security/limits.d/x.conf",
+        "Fabric | Raise the memlock limit",
+        ("ansible.builtin.template", "dest"),
+        FABRIC,
+    ),
+    "fabric_nccl_rdma_env": Effect(
+        "fabric", "roles/fabric/templates/fabric.env.j2", {"NCCL_IB_TIMEOUT": "99"}, given=FABRIC
+    ),
+    "fabric_nccl_socket_env": Effect(
+        "fabric",
+        "roles/fabric/templates/fabric.env.j2",
+        {"NCCL_BUFFSIZE": "77"},
+        given={**FABRIC, "sparkplay_fabric": {**FABRIC["sparkplay_fabric"], "rdma_present": False, "hcas": []}},
+    ),
+    "fabric_ping_size": Effect(
+        "fabric",
+        "roles/fabric/tasks/run.yml",
+        1234,
+        "Fabric | Jumbo ping every peer",
+        ("ansible.builtin.command", "argv"),
+        {**FABRIC, "item": {"ifname": "enp1s0f1np1", "address": "192.168.100.11"}},
+    ),
+    "fabric_rdma_packages": Effect(
+        "fabric",
+        "roles/fabric/tasks/install.yml",
+        ["rdma-x"],
+        "Fabric | Install the RDMA userland",
+        ("ansible.builtin.apt", "name"),
+        FABRIC,
+    ),
+    "managed_files_paths": Effect(
+        "managed_files",
+        "roles/managed_files/tasks/probe.yml",
+        ["/etc/x.conf"],
+        "Managed files | Look at the files",
+        ("sparkplay.spark.sparkplay_managed_files", "paths"),
+    ),
+    "managed_files_registry": Effect(
+        "managed_files",
+        "roles/managed_files/tasks/probe.yml",
+        "/etc/reg.json",
+        "Managed files | Look at the files",
+        ("sparkplay.spark.sparkplay_managed_files", "registry"),
+    ),
+    "mtp_overlay_enabled": Effect(
+        "mtp_overlay", "roles/mtp_overlay/tasks/main.yml", True, "MTP overlay | Build and verify", ("when",)
+    ),
+    "mtp_overlay_lib": Effect(
+        "mtp_overlay",
+        "roles/mtp_overlay/tasks/run.yml",
+        "/opt/lib",
+        "MTP overlay | Convert",
+        ("environment",),
+        {"mtp_overlay_source": "/s", "mtp_overlay_output": "/o"},
+    ),
+    "mtp_overlay_packages": Effect(
+        "mtp_overlay",
+        "roles/mtp_overlay/tasks/install.yml",
+        ["numpy-x"],
+        "MTP overlay | Install numpy",
+        ("ansible.builtin.apt", "name"),
+    ),
+    "mtp_overlay_timeout": Effect(
+        "mtp_overlay",
+        "roles/mtp_overlay/tasks/run.yml",
+        4321,
+        "MTP overlay | Convert",
+        ("async",),
+        {"mtp_overlay_source": "/s", "mtp_overlay_output": "/o"},
+    ),
+    "mtp_overlay_source": Effect(
+        "mtp_overlay",
+        "roles/mtp_overlay/tasks/run.yml",
+        "/m/src2",
+        "MTP overlay | Convert",
+        ("ansible.builtin.command", "argv"),
+        {"mtp_overlay_source": "/s", "mtp_overlay_output": "/o"},
+    ),
+    "mtp_overlay_output": Effect(
+        "mtp_overlay",
+        "roles/mtp_overlay/tasks/run.yml",
+        "/m/out2",
+        "MTP overlay | Convert",
+        ("ansible.builtin.command", "argv"),
+        {"mtp_overlay_source": "/s", "mtp_overlay_output": "/o"},
+    ),
+    "mtp_overlay_match": Effect(
+        "mtp_overlay",
+        "roles/mtp_overlay/tasks/run.yml",
+        "layers.7",
+        "MTP overlay | Convert",
+        ("ansible.builtin.command", "argv"),
+        {"mtp_overlay_source": "/s", "mtp_overlay_output": "/o"},
+    ),
+    "mtp_overlay_expect": Effect(
+        "mtp_overlay",
+        "roles/mtp_overlay/tasks/run.yml",
+        17,
+        "MTP overlay | Convert",
+        ("ansible.builtin.command", "argv"),
+        {"mtp_overlay_source": "/s", "mtp_overlay_output": "/o"},
+    ),
+    "nvidia_stack_cuda_repo": Effect(
+        "nvidia_stack",
+        "roles/nvidia_stack/tasks/install.yml",
+        "https://m.example/cuda",
+        "NVIDIA stack | Add the CUDA repository keyring",
+        ("ansible.builtin.apt", "deb"),
+        {"nvidia_stack_repo_arch": "sbsa"},
+    ),
+    "nvidia_stack_cuda_distro": Effect(
+        "nvidia_stack",
+        "roles/nvidia_stack/tasks/install.yml",
+        "ubuntu2604",
+        "NVIDIA stack | Add the CUDA repository keyring",
+        ("ansible.builtin.apt", "deb"),
+        {"nvidia_stack_repo_arch": "sbsa"},
+    ),
+    "nvidia_stack_cuda_keyring": Effect(
+        "nvidia_stack",
+        "roles/nvidia_stack/tasks/install.yml",
+        "keyring-x.deb",
+        "NVIDIA stack | Add the CUDA repository keyring",
+        ("ansible.builtin.apt", "deb"),
+        {"nvidia_stack_repo_arch": "sbsa"},
+    ),
+    "nvidia_stack_toolkit_key": Effect(
+        "nvidia_stack",
+        "roles/nvidia_stack/tasks/install.yml",
+        "https://m.example/k",
+        "NVIDIA stack | Add the container toolkit repository",
+        ("ansible.builtin.deb822_repository", "signed_by"),
+    ),
+    "nvidia_stack_toolkit_repo": Effect(
+        "nvidia_stack",
+        "roles/nvidia_stack/tasks/install.yml",
+        "https://m.example/t",
+        "NVIDIA stack | Add the container toolkit repository",
+        ("ansible.builtin.deb822_repository", "uris"),
+    ),
+    "nvidia_stack_dgx_release_file": Effect(
+        "nvidia_stack",
+        "roles/nvidia_stack/tasks/preflight.yml",
+        "/etc/dgx-x",
+        "NVIDIA stack | Is this DGX OS",
+        ("ansible.builtin.stat", "path"),
+    ),
+    "nvidia_stack_docker_daemon_file": Effect(
+        "nvidia_stack",
+        "roles/nvidia_stack/tasks/configure.yml",
+        "/etc/docker/d.json",
+        "NVIDIA stack | Read daemon.json",
+        ("ansible.builtin.slurp", "src"),
+    ),
+    "nvidia_stack_docker_runtime": Effect(
+        "nvidia_stack",
+        "roles/nvidia_stack/tasks/configure.yml",
+        "nv2",
+        "NVIDIA stack | Merge the runtime in",
+        ("ansible.builtin.set_fact",),
+        {"nvidia_stack_daemon_raw": {"content": "e30="}},
+    ),
+    "nvidia_stack_docker_runtime_path": Effect(
+        "nvidia_stack",
+        "roles/nvidia_stack/tasks/configure.yml",
+        "/opt/nv-rt",
+        "NVIDIA stack | Merge the runtime in",
+        ("ansible.builtin.set_fact",),
+        {"nvidia_stack_daemon_raw": {"content": "e30="}},
+    ),
+    "nvidia_stack_gpu_expected": Effect(
+        "nvidia_stack",
+        "roles/nvidia_stack/tasks/preflight.yml",
+        False,
+        "NVIDIA stack | Say what is skipped without a GPU",
+        ("when",),
+    ),
+    "peer_ssh_client_config": Effect(
+        "peer_ssh",
+        "roles/peer_ssh/tasks/configure.yml",
+        "/etc/ssh/ssh_config.d/x.conf",
+        "Peer ssh | Use the peer key",
+        ("ansible.builtin.template", "dest"),
+        PEER,
+    ),
+    "peer_ssh_connect_timeout": Effect("peer_ssh", "roles/peer_ssh/templates/ssh_config.j2", 23, given=PEER),
+    "peer_ssh_host_key_type": Effect(
+        "peer_ssh",
+        "roles/peer_ssh/tasks/configure.yml",
+        "rsa",
+        "Peer ssh | Read this node's host key",
+        ("ansible.builtin.slurp", "src"),
+        PEER,
+    ),
+    "peer_ssh_key_name": Effect(
+        "peer_ssh",
+        "roles/peer_ssh/tasks/preflight.yml",
+        "id_other",
+        "Peer ssh | Remember where the key lives",
+        ("ansible.builtin.set_fact", "peer_ssh_key"),
+        PEER,
+    ),
+    "peer_ssh_leader": Effect(
+        "peer_ssh",
+        "roles/peer_ssh/tasks/configure.yml",
+        "spark1",
+        "Peer ssh | Authorise rank 0's key",
+        ("ansible.posix.authorized_key", "state"),
+        {**PEER, "item": "spark0"},
+        shows="absent",
+    ),
+    "preflight_gpu_expected": Effect(
+        "preflight", "roles/preflight/tasks/gpu.yml", False, "Preflight | GPU checks", ("when",)
+    ),
+    "preflight_model_root": Effect(
+        "preflight",
+        "roles/preflight/tasks/recipe.yml",
+        "/srv/m",
+        "Preflight | Find the model root",
+        ("loop",),
+        DEPLOYED,
+    ),
+    "preflight_recipe": Effect(
+        "preflight",
+        "roles/preflight/tasks/preflight.yml",
+        {"name": "r", "topology": {"nodes": 3}},
+        "Preflight | Check the inventory has the recipe's node count",
+        ("vars", "preflight_node_count_problem"),
+        {"groups": {"sparkplay_nodes": ["a", "b"]}, "preflight_recipe": {"name": "r", "topology": {"nodes": 2}}},
+    ),
+    "preflight_own_unit_prefix": Effect(
+        "preflight",
+        "roles/preflight/tasks/recipe.yml",
+        "other-engine",
+        "Preflight | Check the recipe's port is free",
+        ("vars", "ours"),
+        {"contents": ["0::/system.slice/sparkplay-serve.service", "0::/system.slice/other-engine.service"]},
+    ),
+    "managed_files_group": Effect(
+        "managed_files",
+        "roles/managed_files/tasks/confirm.yml",
+        "others",
+        "Managed files | Collect files",
+        ("ansible.builtin.set_fact",),
+        {
+            "groups": {"sparkplay_nodes": ["a"], "others": ["b"]},
+            "hostvars": {"a": {"managed_files_foreign": ["/etc/a"]}, "b": {"managed_files_foreign": ["/etc/b"]}},
+        },
+        shows="b: /etc/b",
+    ),
+    "serve_tool": Effect(
+        "serve",
+        "roles/serve/tasks/configure.yml",
+        "/opt/serve-tool",
+        "Serve | Install the serve tool",
+        ("ansible.builtin.copy", "dest"),
+    ),
+    "serve_watchdog_state": Effect(
+        "serve",
+        "roles/serve/templates/sparkplay-serve-watchdog.service.j2",
+        "/srv/state/dog.json",
+        given={
+            "ansible_managed": "x",
+            "serve_timeout": 60,
+            "serve_peers": [],
+            "serve_plan": {
+                "recipe": "r",
+                "engine": "llamacpp",
+                "unit": "u.service",
+                "container": None,
+                "runtime": "native",
+                "env_file": "/e",
+                "api": {"url": "http://127.0.0.1:1", "key_env": None},
+                "served_name": "m",
+                "health": {"prompt": "p"},
+            },
+        },
+    ),
+}
+
+
+def test_every_option_a_role_documents_has_an_effect_test():
+    covered = set(effect_tests()) | set(EFFECTS)
+    missing = sorted(set(spec_options()) - covered)
+    assert not missing, f"options documented in argument_specs with no effect test: {missing}"
+    stale = sorted(set(EFFECTS) - set(spec_options()))
+    assert not stale, f"effect tests here for options no role documents: {stale}"
+    assert not set(EFFECTS) & set(documented()), "a sample knob's effect test belongs in tests/test_knobs.py"
+
+
+def _at(value: Any, keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        value = value[key]
+    return value
+
+
+def rendered(effect: Effect, variables: dict[str, Any]) -> Any:
+    if not effect.task:
+        return template(effect.path, variables)
+    step = task(effect.path, effect.task)
+    if effect.where == ("when",):
+        conditions = step["when"] if isinstance(step["when"], list) else [step["when"]]
+        return [render("{{ " + str(c) + " }}", variables) for c in conditions]
+    local = dict(variables)  # the task's own variables, rendered first, in order
+    for name, expression in (step.get("vars") or {}).items():
+        if name not in variables:
+            local[name] = render(expression, local)
+    if effect.where[0] == "vars":
+        return local[effect.where[1]]
+    return render(_at(step, effect.where), local)
+
+
+@pytest.mark.parametrize("option", sorted(EFFECTS))
+def test_an_option_set_to_another_value_changes_what_its_role_does(option: str):
+    effect = EFFECTS[option]
+    assert spec_options()[option] == effect.role
+    base = role_vars(effect.role, **effect.given)
+    before, after = rendered(effect, base), rendered(effect, {**base, option: effect.value})
+    assert before != after, f"{option}={effect.value!r} changed nothing in {effect.path}"
+    if effect.where != ("when",) and (effect.shows or isinstance(effect.value, str | int)):
+        wanted = effect.shows or str(effect.value)
+        assert wanted in str(after), f"{wanted!r} not in {after}"  # the value (or what it selects) shows
