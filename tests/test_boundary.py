@@ -317,7 +317,7 @@ def test_reset_empties_the_state_folder_the_serve_role_used_and_never_a_system_f
 
     assert reset_state_dirs(["/srv/sparkplay/", None, "relative", "/", "/etc/x", "/var/lib", "/var/lib/sparkplay/."],
                             "/var/lib/sparkplay") == ["/var/lib/sparkplay", "/srv/sparkplay"]  # fmt: skip
-    note = task("playbooks/reset.yml", "Reset | Note sparkplay's state folders")
+    note = task("roles/reset/tasks/main.yml", "Reset | Note sparkplay's state folders")
     record = base64.b64encode(json.dumps({"state_dir": "/srv/sparkplay"}).encode()).decode()
     for content, want in ((record, ["/var/lib/sparkplay", "/srv/sparkplay"]), (None, ["/var/lib/sparkplay"])):
         given = {"reset_record": {"content": content} if content else {}, "reset_state_dir": "/var/lib/sparkplay"}
@@ -395,14 +395,14 @@ def test_playbooks_check_the_boundary_when_the_recipe_loads_and_doctor_does_not(
 def test_the_bench_installs_llama_benchy_by_hash_as_the_unprivileged_user():
     import re
 
-    lock = (PROJECT / "playbooks" / "files" / "llama-benchy.lock").read_text()
+    lock = (PROJECT / "roles" / "bench" / "files" / "llama-benchy.lock").read_text()
     blocks = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)((?: \\\n\s+--hash=sha256:[0-9a-f]{64})+)", lock, re.M)
     pinned = {name.lower() for name, _, _ in blocks}
     assert "llama-benchy" in pinned and {"transformers", "tokenizers", "numpy", "aiohttp"} <= pinned
     assert len(blocks) == len(re.findall(r"^[A-Za-z0-9_.-]+==", lock, re.M))  # every requirement has hashes
     assert "--index-url" not in lock and "--find-links" not in lock and "file://" not in lock
-    plays = yaml.safe_load((PROJECT / "playbooks" / "bench.yml").read_text())
-    tasks = {t["name"]: t for p in plays for b in p.get("tasks", []) for t in b.get("block", [b])}
+    steps = yaml.safe_load((PROJECT / "roles" / "bench" / "tasks" / "main.yml").read_text())
+    tasks = {t["name"]: t for b in steps for t in b.get("block", [b])}
     install = tasks["Bench | Install llama-benchy with every hash checked, as the bench user"]
     argv = install["ansible.builtin.command"]["argv"]
     assert argv[:4] == ["runuser", "-u", "{{ bench_user }}", "--"] and "--require-hashes" in argv
@@ -411,15 +411,14 @@ def test_the_bench_installs_llama_benchy_by_hash_as_the_unprivileged_user():
 
 
 def _bench_and_status_argv(record: dict) -> tuple[list[str], list[str]]:
-    from tests.role_render import plays, render, role_vars, task
+    from tests.role_render import render, role_vars, task
 
-    run = task("playbooks/bench.yml", "Bench | Run the invariance check and llama-benchy")
-    (play,) = plays("playbooks/bench.yml", "sparkplay_nodes")
-    variables = role_vars(**{**play["vars"], **run["vars"], "bench_user": "sparkplay-engine", "bench_home": "/h"},
+    run = task("roles/bench/tasks/main.yml", "Bench | Run the invariance check and llama-benchy")
+    variables = role_vars("bench", **{**run["vars"], "bench_user": "sparkplay-engine", "bench_home": "/h"},
                           bench_served=record, sparkplay_deployment={"paths": {"tools": {"serve": "/d"}}},
                           bench_model_tokenizer={})  # fmt: skip
     bench = render(run["ansible.builtin.command"]["argv"], variables)
-    look = task("playbooks/status.yml", "Status | Ask the leader's API for health and its models")
+    look = task("roles/status/tasks/main.yml", "Status | Ask the leader's API for health and its models")
     status = render(look["ansible.builtin.command"]["argv"], role_vars(status_record=record))
     return bench, status
 

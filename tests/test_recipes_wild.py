@@ -958,19 +958,18 @@ def test_a_benchmark_block_is_the_recipes_own_bench_profile():
     """sparkrun's benchmark block (explicit args, other keys swept in) becomes the recipe's bench profile,
     what the bench playbook measures unless told otherwise; what sparkplay's bench does not take is named."""
     from sparkplay.bench import profile_variables
-    from tests.role_render import plays, render, role_vars
+    from tests.role_render import render, role_vars
 
     doc = imported(SPARKRUN / "with-benchmark-block.yaml")
     assert doc["bench"] == {"pp": [2048], "tg": [32, 128], "concurrency": [1, 2, 5], "depth": [0]}
     assert "latency_mode" in notes(doc, "ignored")["extra.sparkrun_not_honoured.benchmark"]
     assert profile_variables(doc["bench"], "w") == {"bench_pp": [2048], "bench_tg": [32, 128],
                                                     "bench_concurrency": [1, 2, 5], "bench_depth": [0]}  # fmt: skip
-    (play,) = plays("playbooks/bench.yml", "sparkplay_nodes")
-    given = role_vars(**play["vars"], sparkplay_recipe_plan=doc)
-    assert [render(play["vars"][k], given) for k in ("bench_pp", "bench_tg", "bench_depth")] == [[2048], [32, 128], [0]]
-    given = role_vars(**play["vars"], sparkplay_recipe_plan={**doc, "bench": None})  # no block: the defaults
-    assert render(play["vars"]["bench_concurrency"], given) == [1, 2, 4, 8]
-    assert int(render(play["vars"]["bench_runs"], given)) == 3
+    given = role_vars("bench", sparkplay_recipe_plan=doc)
+    assert [render(given[k], given) for k in ("bench_pp", "bench_tg", "bench_depth")] == [[2048], [32, 128], [0]]
+    given = role_vars("bench", sparkplay_recipe_plan={**doc, "bench": None})  # no block: the defaults
+    assert render(given["bench_concurrency"], given) == [1, 2, 4, 8]
+    assert int(render(given["bench_runs"], given)) == 3
 
 
 def test_an_atlas_gb10_plan_puts_no_recipe_text_in_its_cache_paths():

@@ -43,6 +43,10 @@ PEER = {**DEPLOYED, "inventory_hostname": "spark1", "peer_ssh_user": "root", "pe
         "peers": ["spark0"],
         "fabric_address_map": FABRIC["fabric_address_map"],
         "ansible_facts": {"getent_passwd": {"root": ["x", "0", "0", "", "/root"]}}}  # fmt: skip
+BENCH = {"bench_served": {"api_url": "http://127.0.0.1:8000", "served_name": "m", "tool": "/t", "runtime": "native",
+                         "state_dir": "/var/lib/sparkplay"},
+         "bench_model_tokenizer": {"stat": {"exists": False}}, "sparkplay_recipe_plan": {},
+         "sparkplay_deployment": {"model": {"repo": "org/m"}, "paths": {"tools": {"serve": "/t"}}}}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,35 @@ class Effect:
     shows: str | None = None  # what the rendered effect holds afterwards (default: the value itself)
 
 
+def bench_effect(value: Any, shows: str | None = None) -> Effect:
+    """An option of the bench role, seen in the command the bench runs on the leader."""
+    return Effect(
+        "bench",
+        "roles/bench/tasks/main.yml",
+        value,
+        "Bench | Run the invariance check and llama-benchy",
+        ("ansible.builtin.command", "argv"),
+        BENCH,
+        shows,
+    )
+
+
 EFFECTS: dict[str, Effect] = {
+    "bench_pp": bench_effect([777]),
+    "bench_tg": bench_effect([55]),
+    "bench_depth": bench_effect([4096]),
+    "bench_concurrency": bench_effect([3]),
+    "bench_runs": bench_effect(7),
+    "bench_invariance_tokens": bench_effect(99),
+    "bench_timeout": bench_effect(321),
+    "bench_tokenizer": bench_effect(
+        "/mine/tokenizer.json",
+        shows="/var/lib/sparkplay/bench/tokenizer.json",
+    ),
+    "bench_corpus": bench_effect(
+        "/mine/book.txt",
+        shows="/var/lib/sparkplay/bench/corpus.txt",
+    ),
     "checkpoint_hf_token": Effect(
         "checkpoint",
         "roles/checkpoint/tasks/download.yml",

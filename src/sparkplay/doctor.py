@@ -56,7 +56,7 @@ def doctor_table(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]
     rows: list[tuple[str, ...]] = [COLUMNS]
     notes: list[str] = []
     for host in hosts:
-        doc = hostvars[host].get("sparkplay_doctor") or {}
+        doc = hostvars[host].get("doctor_findings") or {}
         rows.extend(_rows(host, doc))
         if doc.get("preflight") not in (None, "ok"):
             notes.append(f"{host}: preflight: {doc['preflight']}")
