@@ -140,3 +140,13 @@ def test_the_node_bundles_hold_every_module_they_import():
                         t.removeprefix("sparkplay").strip(".").replace(".", "/") + ".py")).is_file()]  # fmt: skip
                     missing = [t for t in modules if t not in bundled]
                     assert not missing, f"bundle {name}: {rel} imports {missing}, which it lacks"
+
+
+def test_no_module_of_the_package_or_its_plugins_is_over_400_lines():
+    """Small modules named for what they hold: the package and the Ansible plugins (the test modules that
+    share one lab stay whole: splitting one would build a second lab)."""
+    project = SRC.parent
+    files = [*SRC.joinpath("sparkplay").rglob("*.py"), *project.joinpath("plugins").rglob("*.py"),
+             *project.joinpath("benchmarks").rglob("*.py")]  # fmt: skip
+    long = {str(p.relative_to(project)): n for p in files if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, f"over 400 lines: {long}"
