@@ -12,7 +12,6 @@ def rank(host):
     return int(host.backend.get_variables()["sparkplay_rank"])
 
 
-
 @pytest.mark.parametrize("twin", TWINS)
 def test_twin_has_carrier(host, twin):
     carrier = host.file(f"/sys/class/net/{twin}/carrier")
