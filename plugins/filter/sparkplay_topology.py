@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from sparkplay.deployment import leader_of
-from sparkplay.errors import BadInput
-from sparkplay.topology import node_count_problem, rank_layout_problems
+from ansible_collections.sparkplay.spark.plugins.plugin_utils.sparkplay_package import resolve
 
-
-def _layout_problems(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
-    """`groups['sparkplay_nodes'] | sparkplay_rank_layout_problems(hostvars)`."""
-    return rank_layout_problems({host: hostvars[host].get("sparkplay_rank") for host in hosts})
-
-
-def _leader_host(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> str | None:
-    """`groups['sparkplay_nodes'] | sparkplay_leader_host(hostvars)`: rank 0's host (the leader rule), whose
-    view of the inventory's settings a run takes; with a broken layout the first host, for the deployment's
-    own check to name what is wrong."""
-    hosts = list(hosts)
-    try:
-        return leader_of({host: hostvars[host].get("sparkplay_rank") for host in hosts})
-    except BadInput:
-        return hosts[0] if hosts else None
+FILTERS = {
+    "sparkplay_rank_layout_problems": "sparkplay.deployment:hosts_layout_problems",
+    "sparkplay_leader_host": "sparkplay.deployment:leader_host",
+    "sparkplay_node_count_problem": "sparkplay.topology:node_count_problem",
+}
 
 
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {
-            "sparkplay_rank_layout_problems": _layout_problems,
-            "sparkplay_leader_host": _leader_host,
-            "sparkplay_node_count_problem": node_count_problem,
-        }
+        return resolve(FILTERS)

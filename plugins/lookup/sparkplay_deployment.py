@@ -9,15 +9,8 @@ every rank's facts are in. The roles read the result instead of deriving
 paths, the leader, checkpoints, argv or unit names themselves.
 """
 
+# ruff: noqa: E402  (validate-modules wants the documentation before the imports)
 from __future__ import annotations
-
-from typing import Any
-
-from ansible.errors import AnsibleLookupError
-from ansible.plugins.lookup import LookupBase
-
-from sparkplay.deployment import compute, with_launch
-from sparkplay.errors import SparkplayError
 
 DOCUMENTATION = """
 name: sparkplay_deployment
@@ -49,6 +42,7 @@ options:
   staged:
     description: checkpoint_staged folders on rank 0.
     type: list
+    elements: dict
     default: []
   lock:
     description: Revisions resolved earlier for unpinned repos.
@@ -56,9 +50,25 @@ options:
     default: {}
 """
 
+from typing import Any
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
+from ansible_collections.sparkplay.spark.plugins.plugin_utils.sparkplay_package import missing
+
+try:
+    from sparkplay.deployment import compute, with_launch
+    from sparkplay.errors import SparkplayError
+except ImportError as error:  # the plugin still loads (ansible-doc, Galaxy); a call says the fix
+    SPARKPLAY_MISSING: ImportError | None = error
+else:
+    SPARKPLAY_MISSING = None
+
 
 class LookupModule(LookupBase):
     def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[Any]:
+        if SPARKPLAY_MISSING is not None:
+            raise missing(SPARKPLAY_MISSING)
         self.set_options(var_options=variables, direct=kwargs)
         ranks, settings = self.get_option("ranks"), self.get_option("settings")
         staged, lock = self.get_option("staged") or [], self.get_option("lock") or {}

@@ -7,18 +7,8 @@ recipe fails the task with the validator's one-line message, so a play can
 stop before any host is touched.
 """
 
+# ruff: noqa: E402  (validate-modules wants the documentation before the imports)
 from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
-
-from ansible.errors import AnsibleLookupError
-from ansible.plugins.lookup import LookupBase
-
-from sparkplay import boundary
-from sparkplay.errors import SparkplayError
-from sparkplay.recipes import catalog
-from sparkplay.recipes.apply import pin_image
 
 DOCUMENTATION = """
 name: sparkplay_recipe
@@ -52,11 +42,30 @@ options:
     default: ''
 """
 
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
+from ansible_collections.sparkplay.spark.plugins.plugin_utils.sparkplay_package import missing
+
+try:
+    from sparkplay import boundary
+    from sparkplay.errors import SparkplayError
+    from sparkplay.recipes import catalog
+    from sparkplay.recipes.apply import pin_image
+except ImportError as error:  # the plugin still loads (ansible-doc, Galaxy); a call says the fix
+    SPARKPLAY_MISSING: ImportError | None = error
+else:
+    SPARKPLAY_MISSING = None
+
 PROJECT = Path(__file__).resolve().parents[2]
 
 
 class LookupModule(LookupBase):
     def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[Any]:
+        if SPARKPLAY_MISSING is not None:
+            raise missing(SPARKPLAY_MISSING)
         results = []
         for term in terms:
             name = str(term).strip()

@@ -18,7 +18,16 @@ options:
     description: Filesystem root to read sysfs under (tests point it at captured trees).
     type: path
     default: /
-author: sparkplay
+author: sparkplay developers (@sparkplay)
+"""
+
+EXAMPLES = r"""
+- name: Read the cabled ConnectX-7 port, its twin and the RDMA devices
+  sparkplay.spark.sparkplay_fabric_facts:
+
+- name: Read a board whose two PCIe halves are not twins (ASUS GX10-style)
+  sparkplay.spark.sparkplay_fabric_facts:
+    twin_pairing: false
 """
 
 RETURN = r"""

@@ -36,7 +36,24 @@ options:
     type: str
     choices: [probe, record, reset]
     default: probe
-author: sparkplay
+author: sparkplay developers (@sparkplay)
+"""
+
+EXAMPLES = r"""
+- name: Which of the files about to be written are someone else's
+  sparkplay.spark.sparkplay_managed_files:
+    paths: [/etc/example/app.conf]
+  register: probe
+
+- name: Record what was just written
+  sparkplay.spark.sparkplay_managed_files:
+    paths: [/etc/example/app.conf]
+    state: record
+
+- name: Put every file back as it was before sparkplay, edited ones included
+  sparkplay.spark.sparkplay_managed_files:
+    state: reset
+    confirm: true
 """
 
 RETURN = r"""

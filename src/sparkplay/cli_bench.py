@@ -24,7 +24,7 @@ def _file(flag: str, text: str) -> Any:
 RecipeArg = Annotated[str | None, typer.Argument(help="The recipe served (default: the one the inventory records).")]
 ProfileOpt = Annotated[Path | None, _file("--profile", "YAML of pp, tg, depth, concurrency (lists), runs, ...")]
 TokenizerOpt = Annotated[Path | None, _file("--tokenizer", "A tokenizer.json (default: the model's own).")]
-CorpusOpt = Annotated[Path | None, _file("--corpus", "A text file for the prompts (default: llama-benchy's book).")]
+CorpusOpt = Annotated[Path | None, _file("--corpus", "A text file for the prompts (default: one that ships).")]
 ResultsOpt = Annotated[Path | None, typer.Option("--results", help="Where results go (default: <data>/results).")]
 CompareOpt = Annotated[Path | None, _file("--compare", "An earlier result: print every rate's ratio to it.")]
 

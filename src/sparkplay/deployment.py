@@ -19,13 +19,13 @@ same strings wherever they are used.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sparkplay import __version__, checkpoints, topology
 from sparkplay.boundary import check_allow
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
-from sparkplay.engines.plan import ENV_FILE, UNIT_DIR, UNITS, build
+from sparkplay.engines.plan import ENGINE_USER, ENV_FILE, UNIT_DIR, UNITS, build
 from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
 
@@ -64,6 +64,35 @@ def leader_of(ranks: Mapping[str, Any]) -> str:
         fix = "give each node a distinct sparkplay_rank from 0"
         raise BadInput(f"inventory rank layout: {'; '.join(problems)}", fix)
     return next(host for host, rank in ranks.items() if topology.leads(rank))
+
+
+def hosts_layout_problems(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """`groups['sparkplay_nodes'] | sparkplay_rank_layout_problems(hostvars)`: the rank layout's problems."""
+    return topology.rank_layout_problems({host: hostvars[host].get("sparkplay_rank") for host in hosts})
+
+
+def leader_host(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> str | None:
+    """`groups['sparkplay_nodes'] | sparkplay_leader_host(hostvars)`: rank 0's host, whose view of the
+    inventory's settings a run takes; with a broken layout the first host, for the deployment's own check
+    to name what is wrong."""
+    hosts = list(hosts)
+    try:
+        return leader_of({host: hostvars[host].get("sparkplay_rank") for host in hosts})
+    except BadInput:
+        return hosts[0] if hosts else None
+
+
+def node_constants(_: Any = None) -> dict[str, Any]:
+    """What a node holds whatever the deployment, for playbooks that run without one (reset, bench) and
+    records older than their fields: the engine user, the serve tool, every unit (in stopping order), the
+    unit folder and the default state folder."""
+    return {
+        "engine_user": ENGINE_USER,
+        "serve_tool": TOOLS["serve"],
+        "units": list(UNITS.values()),
+        "unit_dir": UNIT_DIR,
+        "state_dir": str(LAUNCH_DEFAULTS["serve_state_dir"]),
+    }
 
 
 def _api(recipe: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any] | None:

