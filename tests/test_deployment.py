@@ -199,3 +199,20 @@ def test_the_serve_roles_settings_default_to_stage_twos():
     given = {k: v for k, v in deployment.LAUNCH_DEFAULTS.items() if k not in ("serve_knobs", "serve_watchdog_state")}
     assert {k: ansible[k] for k in given} == given
     assert ansible["serve_watchdog_state"] == "{{ serve_state_dir }}/watchdog.json"
+
+
+def test_a_vllm_model_folder_is_staged_from_rank_0_and_is_the_models_folder():
+    got = deployment.compute(recipe("lab-vllm"), {"n0": 0, "n1": 1}, {})
+    root = deployment.DEFAULTS["sparkplay_model_root"]
+    assert [(c["name"], c["kind"], c["dest"]) for c in got["checkpoints"]] == [
+        ("lab-vllm", "staged", f"{root}/lab-vllm")
+    ]
+    assert got["model"]["dir"] == f"{root}/lab-vllm"  # the folder itself (bench finds its tokenizer.json there)
+    # the inventory staging the same folder does not stage it twice
+    again = deployment.compute(
+        recipe("lab-vllm"), {"n0": 0, "n1": 1}, {}, [{"name": "x", "staged": f"{root}/lab-vllm/"}]
+    )
+    assert [c["name"] for c in again["checkpoints"]] == ["x"]
+    # llama.cpp's model.path is a file: its folder is the model's, and nothing is staged for it
+    tiny = deployment.compute(recipe("lab-tiny"), {"n0": 0}, {})
+    assert tiny["checkpoints"] == [] and tiny["model"]["dir"] == f"{root}/lab-tiny"

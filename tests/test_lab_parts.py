@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import stat
 
 import pytest
@@ -13,6 +15,7 @@ from sparkplay.fsutil import atomic_write
 from sparkplay.lab import cable, inventory
 from sparkplay.lab.image import ImageRecipe
 from sparkplay.lab.manager import validate_nodes, validate_topology
+from tests.conftest import PROJECT
 
 
 def test_image_tag_is_stable_and_follows_the_recipe():
@@ -141,3 +144,27 @@ def test_a_ring_inventory_names_the_topology_and_one_subnet_per_link(tmp_path):
         "inventory/lab/group_vars/sparkplay_nodes/lab.yml"
     ]
     assert "fabric_topology" not in yaml.safe_load(inventory.paths(tmp_path)[1].read_text())
+
+
+def test_the_vllm_lab_model_is_a_seeded_llama_checkpoint_its_tokenizer_and_config_agree(tmp_path):
+    """What vLLM reads of it: the config's shapes match the tensors, the vocabulary the tokenizer's, and the
+    same bytes come out every time (the recipe pins its safetensors' sha256)."""
+
+    from safetensors.numpy import load_file
+
+    from sparkplay.lab import tiny_hf
+    from sparkplay.recipes import catalog
+
+    first, second = tiny_hf.write(tmp_path / "a"), tiny_hf.write(tmp_path / "b")
+    for name in tiny_hf.FILES:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    config = json.loads((first / "config.json").read_text())
+    tensors = load_file(str(first / "model.safetensors"))
+    vocab = len(json.loads((first / "tokenizer.json").read_text())["model"]["vocab"])
+    assert config["vocab_size"] == vocab == tensors["model.embed_tokens.weight"].shape[0]
+    head = config["hidden_size"] // config["num_attention_heads"]
+    assert tensors["model.layers.0.self_attn.k_proj.weight"].shape == (config["num_key_value_heads"] * head, 128)
+    assert len({k.split(".")[2] for k in tensors if k.startswith("model.layers.")}) == config["num_hidden_layers"]
+    assert "chat_template" in json.loads((first / "tokenizer_config.json").read_text())
+    pinned = catalog.load(catalog.catalog_dir(PROJECT), "lab-vllm")["source"]["sha256"]
+    assert hashlib.sha256((first / "model.safetensors").read_bytes()).hexdigest() == pinned

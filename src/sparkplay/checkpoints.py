@@ -28,15 +28,16 @@ def checkpoint_dir(model_root: str, repo: str) -> str:
     return _under(model_root, f"{org}--{name}")
 
 
-def model_dir(model_root: str, model: Mapping[str, Any]) -> str | None:
+def model_dir(model_root: str, model: Mapping[str, Any], path_is_folder: bool = False) -> str | None:
     """The folder of the served model on every rank (where its tokenizer.json is, when it has one): a
-    relative model.path's folder under the root (llama.cpp's GGUF), else the repo's checkpoint folder (an
-    absolute model.path is a path inside the engine's container)."""
+    relative model.path's folder under the root (llama.cpp's GGUF file; the path itself where the engine
+    serves a folder, `path_is_folder`), else the repo's checkpoint folder (an absolute model.path is a
+    path inside the engine's container)."""
     path, repo = str(model.get("path") or ""), model.get("repo")
     if path and not path.startswith("/"):
         if ".." in path.split("/"):
             raise BadInput(f"model.path {path!r} points outside the model root", "give a path inside the model root")
-        folder = posixpath.dirname(path)
+        folder = path.rstrip("/") if path_is_folder else posixpath.dirname(path)
         return _under(model_root, folder) if folder else absolute(model_root, "sparkplay_model_root")
     return checkpoint_dir(model_root, str(repo)) if repo else None
 

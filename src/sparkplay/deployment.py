@@ -19,6 +19,7 @@ same strings wherever they are used.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
 }
 # The inventory's API address (the serve role's serve_bind / serve_port): empty or 0 keeps the recipe's.
 API_SETTINGS = ("serve_bind", "serve_port")
+# engines whose model.path names a model folder (Hugging Face layout) rather than a file
+FOLDER_MODEL_ENGINES = ("vllm",)
 TOOLS = {"checkpoint": "/usr/local/lib/sparkplay/sparkplay-ckpt", "serve": "/usr/local/lib/sparkplay/sparkplay-serve"}
 # The serve role's settings stage two reads, with their defaults (roles/serve/defaults/main.yml states the
 # same; tests/test_deployment.py keeps the two equal). The watchdog's state file defaults to the state folder's.
@@ -145,8 +148,10 @@ def compute(
             "tools": dict(TOOLS),
         },
         "units": dict(UNITS),
-        "checkpoints": checkpoints.sources(recipe, root, staged, lock),
-        "model": {"dir": checkpoints.model_dir(root, model), "repo": model.get("repo")} if model else None,
+        "checkpoints": checkpoints.sources(recipe, root, [*staged, *_staged_model(recipe, root, staged)], lock),
+        "model": {"dir": checkpoints.model_dir(root, model, _serves_folder(recipe)), "repo": model.get("repo")}
+        if model
+        else None,
         "overlay": overlay,
         "engine": {
             "name": engine.get("name"),
@@ -158,6 +163,24 @@ def compute(
         else None,
         "api": _api(recipe, merged),
     }
+
+
+def _serves_folder(recipe: Mapping[str, Any]) -> bool:
+    """The engine serves model.path as a model folder (vLLM), not a file (llama.cpp's GGUF)."""
+    return (recipe.get("engine") or {}).get("name") in FOLDER_MODEL_ENGINES
+
+
+def _staged_model(recipe: Mapping[str, Any], root: str, staged: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A model folder the recipe serves from the model root with no checkpoint to download: rank 0 holds
+    it, and the checkpoint role mirrors it to the other ranks as it would an inventory's staged folder."""
+    model = recipe.get("model") or {}
+    path = str(model.get("path") or "")
+    if not _serves_folder(recipe) or not path or path.startswith("/") or model.get("checkpoints"):
+        return []
+    folder = checkpoints.model_dir(root, model, path_is_folder=True)
+    if folder is None or any(str(s.get("staged", "")).rstrip("/") == folder for s in staged):
+        return []
+    return [{"name": posixpath.basename(folder), "staged": folder}]
 
 
 def with_launch(

