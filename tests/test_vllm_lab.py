@@ -95,6 +95,31 @@ def test_status_lists_both_ranks():
     assert all("active/running" in row for row in rows), rows
 
 
+BENCH_PROFILE = "pp: [64]\ntg: [16]\nconcurrency: [1, 4]\nruns: 1\ninvariance_tokens: 16\n"
+
+
+def test_bench_measures_vllm_and_gives_its_invariance_verdict(tmp_path):
+    """llama-benchy against vLLM on the lab with no corpus named (the shipped one) and the model's own
+    tokenizer; the invariance check reports what vLLM's CPU build does (a variant engine is a correct
+    report: the result is kept and the exit says so)."""
+    profile = tmp_path / "profile.yml"
+    profile.write_text(BENCH_PROFILE)
+    results = tmp_path / "results"
+    proc = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile), "--results", str(results), timeout=2400)
+    (kept,) = sorted((results / "lab-vllm").glob("*.json"))
+    doc = json.loads(kept.read_text())
+    verdict = doc["invariance"]
+    if verdict["identical"]:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        assert "invariance: " in proc.stdout
+    else:
+        assert proc.returncode != 0 and "batch-variant engine" in proc.stderr, proc.stderr
+    rows = {r["concurrency"]: r for r in doc["benchy"]["benchmarks"]}
+    assert set(rows) == {1, 4} and all(r["tg_throughput"]["mean"] > 0 for r in rows.values())
+    print(f"lab-vllm bench: tg {rows[1]['tg_throughput']['mean']:.1f} tok/s at c1, "
+          f"{rows[4]['tg_throughput']['mean']:.1f} at c4; invariant: {verdict['identical']}")  # fmt: skip
+
+
 def test_a_second_up_installs_and_restarts_nothing():
     pids = [in_node(r, "systemctl", "show", UNIT, "--property=MainPID").stdout.strip() for r in (0, 1)]
     proc = run_cli("up", "lab-vllm", "-i", "inventory/lab", "--yes", timeout=1800)
