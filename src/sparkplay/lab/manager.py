@@ -126,6 +126,10 @@ def _run_node(rank: int, tag: str, cgroup_root: Path) -> None:
             "/run",
             "--tmpfs",
             "/run/lock",
+            # a node's /dev/shm is half its memory; docker's default 64 MB is too small for vLLM's
+            # shared-memory broadcast between its processes (160 MiB with tensor parallel 2)
+            "--shm-size",
+            "1g",
             # systemd's clean-shutdown signal: without it every stop waits 10 s
             "--stop-signal",
             "SIGRTMIN+3",

@@ -43,6 +43,8 @@ def cached_hf_model(cache: Path) -> list[tuple[Path, str]]:
         partial = cache / "lab-vllm.partial"
         tiny_hf.write(partial)
         partial.replace(folder)
+    for name in tiny_hf.FILES:  # a cache written before the files were made readable
+        (folder / name).chmod(0o644)
     return [(folder / name, hashlib.sha256((folder / name).read_bytes()).hexdigest()) for name in tiny_hf.FILES]
 
 

@@ -98,4 +98,6 @@ def write(folder: Path) -> Path:
         "chat_template": tiny_gguf.CHATML,
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=1) + "\n")
+    for name in FILES:  # safetensors writes 0600; a checkpoint is read by the engine's own user
+        (folder / name).chmod(0o644)
     return folder
