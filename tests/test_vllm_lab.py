@@ -129,7 +129,7 @@ def test_a_second_up_installs_and_restarts_nothing():
 
 
 def test_stop_leaves_no_vllm_process_on_either_rank():
-    proc = run_cli("stop", "-i", "inventory/lab", timeout=600)
+    proc = run_cli("stop", "-i", "inventory/lab", "--yes", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     for rank in (0, 1):
         left = in_node(rank, "pgrep", "-af", "vllm", check=False).stdout.strip()
