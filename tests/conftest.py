@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,14 @@ def lab_host() -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI must run the lab tests, but {reason}")
     pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def fresh_lab() -> Iterator[None]:
+    """A lab of its own for a test module: down, then up with no recipe choice left from an earlier run
+    (lab down keeps inventory files it did not write); down again after."""
+    run_cli("lab", "down")
+    shutil.rmtree(PROJECT / "inventory" / "lab" / "group_vars" / "all", ignore_errors=True)
+    assert run_cli("lab", "up").returncode == 0
+    yield
+    run_cli("lab", "down")

@@ -31,6 +31,19 @@ def in_node(rank: int, *args: str, check: bool = True) -> subprocess.CompletedPr
     return docker("exec", f"sparkplay-lab-rank{rank}", *args, check=check)
 
 
+def post_on_leader(url: str, body: dict, timeout: float) -> dict | None:
+    """POST JSON to an API on rank 0's loopback; the answer when it has choices (a completion), else None."""
+    out = in_node(
+        0, "curl", "-s", "-m", str(timeout), "-H", "Content-Type: application/json", "-d", json.dumps(body), url,
+        check=False,
+    )  # fmt: skip
+    try:
+        answer = json.loads(out.stdout)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) and answer.get("choices") else None
+
+
 def lab_objects() -> dict[str, list[str]]:
     """Everything carrying the lab's label, plus its host links."""
     containers = docker("ps", "-a", "--filter", "label=sparkplay.lab", "--format", "{{.Names}}").stdout.split()

@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from sparkplay.engines.systemd import env_file, sandbox
-from tests.conftest import PROJECT, run_cli
-from tests.test_lab import in_node
+from tests.conftest import PROJECT, fresh_lab, run_cli
+from tests.test_lab import in_node, post_on_leader
 from tests.test_provision_lab import playbook, recap
 
 pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
@@ -35,16 +35,8 @@ UNIT = "sparkplay-serve.service"
 
 def ask(prompt: str = "What is 17*23?", timeout: float = 10) -> dict | None:
     """A temperature-0 chat completion from the leader's API (it listens on rank 0's loopback)."""
-    body = json.dumps({"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": 12})
-    out = in_node(
-        0, "curl", "-s", "-m", str(timeout), "-H", "Content-Type: application/json", "-d", body,
-        "http://127.0.0.1:9931/v1/chat/completions", check=False,
-    )  # fmt: skip
-    try:
-        answer = json.loads(out.stdout)
-    except ValueError:
-        return None
-    return answer if answer.get("choices") else None
+    body = {"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": 12}
+    return post_on_leader("http://127.0.0.1:9931/v1/chat/completions", body, timeout)
 
 
 def unit(rank: int, *props: str) -> dict[str, str]:
@@ -73,12 +65,8 @@ def wait_answer(seconds: float) -> float | None:
 
 @pytest.fixture(scope="module", autouse=True)
 def served_lab() -> Iterator[None]:
-    run_cli("lab", "down")
-    # a recipe choice an earlier run recorded in the lab inventory (lab down keeps files it did not write)
-    shutil.rmtree(PROJECT / "inventory" / "lab" / "group_vars" / "all", ignore_errors=True)
-    assert run_cli("lab", "up").returncode == 0
-    yield
-    run_cli("lab", "down")
+    with fresh_lab():
+        yield
 
 
 def up(*args: str) -> subprocess.CompletedProcess[str]:

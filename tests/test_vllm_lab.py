@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from sparkplay.engines import vllm_cpu
-from tests.conftest import PROJECT, run_cli
-from tests.test_lab import in_node
+from tests.conftest import fresh_lab, run_cli
+from tests.test_lab import in_node, post_on_leader
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.usefixtures("lab_host")]
 
@@ -29,25 +28,14 @@ PORT = 9932
 
 @pytest.fixture(scope="module", autouse=True)
 def vllm_lab() -> Iterator[None]:
-    run_cli("lab", "down")
-    shutil.rmtree(PROJECT / "inventory" / "lab" / "group_vars" / "all", ignore_errors=True)
-    assert run_cli("lab", "up").returncode == 0
-    yield
-    run_cli("lab", "down")
+    with fresh_lab():
+        yield
 
 
 def complete(prompt: str, timeout: float = 120) -> dict | None:
     """A temperature-0 completion from the leader's API (on rank 0's loopback)."""
-    body = json.dumps({"model": "lab-vllm", "prompt": prompt, "temperature": 0, "max_tokens": 16})
-    out = in_node(
-        0, "curl", "-s", "-m", str(timeout), "-H", "Content-Type: application/json", "-d", body,
-        f"http://127.0.0.1:{PORT}/v1/completions", check=False,
-    )  # fmt: skip
-    try:
-        answer = json.loads(out.stdout)
-    except ValueError:
-        return None
-    return answer if answer.get("choices") else None
+    body = {"model": "lab-vllm", "prompt": prompt, "temperature": 0, "max_tokens": 16}
+    return post_on_leader(f"http://127.0.0.1:{PORT}/v1/completions", body, timeout)
 
 
 def exec_start(rank: int) -> str:
