@@ -216,3 +216,14 @@ def test_a_vllm_model_folder_is_staged_from_rank_0_and_is_the_models_folder():
     # llama.cpp's model.path is a file: its folder is the model's, and nothing is staged for it
     tiny = deployment.compute(recipe("lab-tiny"), {"n0": 0}, {})
     assert tiny["checkpoints"] == [] and tiny["model"]["dir"] == f"{root}/lab-tiny"
+
+
+@pytest.mark.parametrize("path", [".", "./", "a/./b", "a//b", "..", "a/../b", "/etc"])
+def test_a_vllm_model_folder_that_is_not_below_the_root_is_refused_before_anything_is_mirrored(path):
+    doc = recipe("lab-vllm")
+    doc["model"]["path"] = path
+    if path.startswith("/"):  # a path inside a container: nothing is staged for it, the adapter refuses it
+        assert deployment.compute(doc, {"n0": 0, "n1": 1}, {})["checkpoints"] == []
+        return
+    with pytest.raises(BadInput, match=r"model.path .* (is not a folder below|points outside) the model root"):
+        deployment.compute(doc, {"n0": 0, "n1": 1}, {})

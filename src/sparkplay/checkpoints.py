@@ -37,6 +37,10 @@ def model_dir(model_root: str, model: Mapping[str, Any], path_is_folder: bool = 
     if path and not path.startswith("/"):
         if ".." in path.split("/"):
             raise BadInput(f"model.path {path!r} points outside the model root", "give a path inside the model root")
+        if path_is_folder and any(part in ("", ".") for part in path.rstrip("/").split("/")):
+            # a folder the engine serves and the checkpoint role mirrors: never the root itself, nor a spelling
+            # of a folder that is not the one the name says
+            raise BadInput(f"model.path {path!r} is not a folder below the model root", "name the model's own folder")
         folder = path.rstrip("/") if path_is_folder else posixpath.dirname(path)
         return _under(model_root, folder) if folder else absolute(model_root, "sparkplay_model_root")
     return checkpoint_dir(model_root, str(repo)) if repo else None
