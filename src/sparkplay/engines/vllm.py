@@ -97,9 +97,7 @@ def plan(ctx: Context) -> dict[str, Any]:
     args = with_served_name(
         local_models(engine_args(recipe, REPLACED, OWNED, "vllm"), ctx), recipe, "--served-model-name"
     )
-    model = ctx.checkpoint_dir("target")
-    if model is None and recipe["model"].get("path"):  # a folder staged under the model root, mirrored as is
-        model = ctx.in_model_root(recipe["model"]["path"], "model.path")
+    model = _model_folder(ctx)
     if model is None:
         raise BadInput(
             "the vllm recipe has no target checkpoint",
@@ -220,7 +218,15 @@ def _models(ctx: Context) -> list[tuple[str, str]]:
         (checkpoints.checkpoint_dir(ctx.model_root, c["repo"]), f"the {c['role']} checkpoint {c['repo']}")
         for c in ctx.recipe["model"].get("checkpoints") or []
     ]
-    path = ctx.recipe["model"].get("path")
-    if path and ctx.checkpoint_dir("target") is None:
-        found.append((ctx.in_model_root(path, "model.path"), f"the model folder {path}"))
+    if ctx.checkpoint_dir("target") is None and ctx.recipe["model"].get("path"):
+        found.append((_model_folder(ctx), f"the model folder {ctx.recipe['model']['path']}"))
     return found
+
+
+def _model_folder(ctx: Context) -> str | None:
+    """What vLLM serves: the target checkpoint, else model.path, a folder under the model root (staged on
+    rank 0 and mirrored as is)."""
+    target = ctx.checkpoint_dir("target")
+    if target is None and ctx.recipe["model"].get("path"):
+        return ctx.in_model_root(ctx.recipe["model"]["path"], "model.path")
+    return target
