@@ -159,6 +159,19 @@ def test_stage_two_gives_each_rank_its_command_units_and_record():
     assert launch["probe"] == {"url": "http://127.0.0.1:9931", "model": launch["served_name"],
                                "prompt": launch["health"]["prompt"], "timeout_s": 120}  # fmt: skip
     assert got["units"]["serve"] == launch["unit"]  # one name, stage one's
+    assert leader["start_pre"] == [] and not launch["workers_follow_leader"]  # llama.cpp: the leader follows
+
+
+@pytest.mark.parametrize(("name", "follow"), [("lab-vllm", True), ("glm53", True), ("glm53-atlas", False)])
+def test_a_group_engines_leader_restarts_its_workers_before_each_start(name, follow):
+    """vLLM's mp back end: one process group, which a headless worker of a dead leader never rejoins."""
+    launch = two_stage(name)["launch"]
+    leader, *workers = launch["ranks"]
+    assert launch["workers_follow_leader"] is follow and not launch["leader_follows_workers"]
+    expected = [deployment.TOOLS["serve"], "restart-workers", "--unit", launch["unit"],
+                *(f"--peer={w['address']}" for w in workers)]  # fmt: skip
+    assert leader["start_pre"] == (expected if follow else [])
+    assert all(w["start_pre"] == [] for w in workers)
 
 
 def test_the_serve_settings_reach_stage_two():

@@ -27,6 +27,7 @@ from sparkplay.nodetools import app
 from sparkplay.nodetools.serve import bench as serve_bench
 from sparkplay.nodetools.serve import cli as serve_cli
 from sparkplay.nodetools.serve import common as serve_common
+from sparkplay.nodetools.serve import group as serve_group
 from sparkplay.nodetools.serve import ports as serve_ports
 from sparkplay.nodetools.serve import ready as serve_ready
 from sparkplay.nodetools.serve import watch as serve_watch
@@ -175,16 +176,39 @@ def test_the_watchdog_restarts_every_rank_in_order_after_k_failures(tmp_path, mo
     assert dog.state["failures_in_a_row"] == 1 and not calls  # one failure is not enough
     dog.step()
     ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
-    assert calls[:7] == [
+    assert calls[:9] == [
         ["systemctl", "kill", "--signal=SIGKILL", "sparkplay-serve.service"],  # a wedged engine never stops politely
         ["systemctl", "stop", "sparkplay-serve.service"],  # the leader first: never without its workers
+        [*ssh, "10.0.0.3", "systemctl", "kill", "--signal=SIGKILL", "sparkplay-serve.service"],  # nor its workers
         [*ssh, "10.0.0.3", "systemctl", "stop", "sparkplay-serve.service"],
+        [*ssh, "10.0.0.2", "systemctl", "kill", "--signal=SIGKILL", "sparkplay-serve.service"],
         [*ssh, "10.0.0.2", "systemctl", "stop", "sparkplay-serve.service"],
         [*ssh, "10.0.0.2", "systemctl", "start", "sparkplay-serve.service"],  # workers in order, then the leader
         [*ssh, "10.0.0.3", "systemctl", "start", "sparkplay-serve.service"],
         ["systemctl", "start", "sparkplay-serve.service"],
     ]
     assert dog.state["restarts_total"] == 1
+
+
+def test_a_group_leader_kills_and_restarts_every_worker_in_order_before_it_starts(monkeypatch, capsys):
+    calls: list = []
+
+    def run(argv, **kw):
+        calls.append(list(argv))
+        failed = argv[-1].startswith("systemctl kill") and "10.0.0.3" in argv
+        return subprocess.CompletedProcess(argv, 255 if failed else 0, "", "ssh: connect refused" if failed else "")
+
+    monkeypatch.setattr(serve_group.subprocess, "run", run)
+    args = argparse.Namespace(unit="sparkplay-serve.service", peers=["10.0.0.2", "10.0.0.3"])
+    assert serve_group.cmd_restart_workers(args) == 1  # a worker that cannot be restarted fails the leader's start
+    ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+    remote = "systemctl kill --signal=SIGKILL sparkplay-serve.service; systemctl restart sparkplay-serve.service"
+    assert calls == [[*ssh, "10.0.0.2", remote], [*ssh, "10.0.0.3", remote]]
+    out = capsys.readouterr()
+    assert "restarted sparkplay-serve.service on 10.0.0.2" in out.out
+    assert "could not restart the worker 10.0.0.3: exit 255: ssh: connect refused" in out.err
+    calls.clear()
+    assert serve_group.cmd_restart_workers(argparse.Namespace(unit="sparkplay-serve.service", peers=["10.0.0.2"])) == 0
 
 
 def test_the_watchdog_stands_down_at_its_cap_and_a_pause_file_stops_it(tmp_path, monkeypatch):

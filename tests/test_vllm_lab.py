@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from sparkplay.engines import vllm_cpu
 from tests.conftest import fresh_lab, run_cli
 from tests.test_lab import in_node, post_on_leader
+from tests.test_provision_lab import playbook
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm, pytest.mark.usefixtures("lab_host")]
 
@@ -42,6 +44,44 @@ def exec_start(rank: int) -> str:
     return in_node(rank, "systemctl", "show", UNIT, "--property=ExecStart").stdout
 
 
+def unit(rank: int, prop: str) -> str:
+    return in_node(rank, "systemctl", "show", UNIT, f"--property={prop}", "--value").stdout.strip()
+
+
+def wait_for(what: Callable[[], object], seconds: float, every: float = 3) -> float | None:
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        if what():
+            return time.monotonic() - started
+        time.sleep(every)
+    return None
+
+
+def task_seconds(stdout: str, *names: str) -> float:
+    """The longest rank's time in the named tasks of the run whose artifacts the CLI named ("full log: DIR")."""
+    (folder,) = re.findall(r"^full log: (\S+)$", stdout, re.M)
+    per_host: dict[str, float] = {}
+    for path in Path(folder, "job_events").glob("*.json"):
+        event = json.loads(path.read_text())
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("task") in names:
+            per_host[data["host"]] = per_host.get(data["host"], 0.0) + float(data["duration"])
+    assert per_host, f"no task named {names} in {folder}"
+    return max(per_host.values())
+
+
+def recovered_in_order(before: dict[int, str]) -> None:
+    """Both ranks run anew (none outlived the other), the worker started before the leader (the lab's
+    containers share the host's monotonic clock), and the model answers."""
+    assert all(unit(rank, "InvocationID") != before[rank] for rank in (0, 1)), "a rank was not restarted"
+    assert int(unit(1, "ExecMainStartTimestampMonotonic")) < int(unit(0, "ExecMainStartTimestampMonotonic"))
+    assert complete("The two machines sat side by side", timeout=60)
+
+
+def invocations() -> dict[int, str]:
+    return {rank: unit(rank, "InvocationID") for rank in (0, 1)}
+
+
 def test_up_installs_vllm_and_serves_tensor_parallel_across_both_ranks():
     started = time.monotonic()
     proc = run_cli("up", "lab-vllm", "-i", "inventory/lab", "--yes", timeout=3000)
@@ -49,7 +89,9 @@ def test_up_installs_vllm_and_serves_tensor_parallel_across_both_ranks():
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr
     # the health proof is a real completion through vLLM's API
     assert re.search(r"lab-vllm answers at http://127\.0\.0\.1:9932 after [\d.]+ s: ", proc.stdout), proc.stdout[-3000:]
-    print(f"up lab-vllm from a fresh lab: {took:.0f} s")
+    healthy = float(re.search(r"lab-vllm answers at \S+ after ([\d.]+) s", proc.stdout).group(1))
+    install = task_seconds(proc.stdout, *(f"Engine | Install the engine's {what}" for what in ("packages", "program")))
+    print(f"up lab-vllm from a fresh lab: {took:.0f} s; install {install:.0f} s; start to healthy {healthy:.0f} s")
     for rank in (0, 1):
         assert in_node(rank, "test", "-f", f"{vllm_cpu.VENV}/{vllm_cpu.MARKER}", check=False).returncode == 0
         assert in_node(rank, "systemctl", "is-active", UNIT).stdout.strip() == "active"
@@ -116,9 +158,57 @@ def test_a_second_up_installs_and_restarts_nothing():
     assert [in_node(r, "systemctl", "show", UNIT, "--property=MainPID").stdout.strip() for r in (0, 1)] == pids
 
 
+def test_a_killed_leader_restarts_its_worker_first_and_answers_again():
+    """The leader killed outright (every process of its unit): systemd starts it again, and its start first
+    kills and restarts the headless worker, which would otherwise wait forever on the dead group."""
+    before = invocations()
+    in_node(0, "systemctl", "kill", "--signal=SIGKILL", UNIT)
+    took = wait_for(lambda: complete("hello", timeout=30), 600)
+    assert took is not None, in_node(0, "journalctl", "-u", UNIT, "--no-pager", "-n", "60").stdout[-4000:]
+    recovered_in_order(before)
+    assert "before the leader starts" in in_node(0, "journalctl", "-u", UNIT, "--no-pager", "-o", "cat").stdout
+    print(f"lab-vllm: a killed leader answered again after {took:.0f} s")
+
+
+def test_a_killed_worker_is_noticed_by_the_watchdog_and_the_ranks_restart_in_order():
+    """The worker killed outright, no request from here: the watchdog's next probe fails on the lost
+    group, the leader's engine exits, and its start restarts the worker first."""
+    before, restarts = invocations(), int(unit(0, "NRestarts"))
+    in_node(1, "systemctl", "kill", "--signal=SIGKILL", UNIT)
+    noticed = wait_for(lambda: int(unit(0, "NRestarts")) > restarts, 180)  # the default probe: every 30 s
+    assert noticed is not None, in_node(0, "journalctl", "-u", UNIT, "--no-pager", "-n", "60").stdout[-4000:]
+    took = wait_for(lambda: complete("hello", timeout=30), 600)
+    assert took is not None, in_node(0, "journalctl", "-u", UNIT, "--no-pager", "-n", "60").stdout[-4000:]
+    recovered_in_order(before)
+    print(f"lab-vllm: a killed worker noticed after {noticed:.0f} s, answering again {took:.0f} s later")
+
+
+def watchdog_state() -> dict:
+    return json.loads(in_node(0, "cat", "/var/lib/sparkplay/watchdog.json").stdout)
+
+
+def test_a_wedged_leader_is_restarted_by_the_watchdog_with_every_rank_in_order():
+    """Every process of the leader's engine stopped (SIGSTOP: alive, its port open, no answers): the
+    watchdog's probes fail, and it restarts every rank, workers first."""
+    fast = ("-e", "serve_watchdog_interval=2", "-e", "serve_watchdog_failures=2", "-e",
+            "serve_watchdog_probe_timeout=5", "-e", "serve_watchdog_max_restarts=1", "-e",
+            "serve_watchdog_grace=300")  # fmt: skip
+    proc = playbook("serve.yml", "-e", "recipe=lab-vllm", *fast)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert wait_for(lambda: watchdog_state().get("status") == "ok", 60) is not None
+    before = invocations()
+    in_node(0, "systemctl", "kill", "--signal=SIGSTOP", UNIT)
+    took = wait_for(lambda: watchdog_state().get("restarts_total") == 1 and watchdog_state().get("status") == "ok", 600)
+    log = in_node(0, "journalctl", "-u", "sparkplay-serve-watchdog", "--no-pager", "-o", "cat").stdout
+    assert took is not None, log[-3000:]
+    assert "restarting every rank" in log
+    recovered_in_order(before)
+    print(f"lab-vllm: a wedged leader restarted by the watchdog and answering after {took:.0f} s")
+
+
 def test_stop_leaves_no_vllm_process_on_either_rank():
     proc = run_cli("stop", "-i", "inventory/lab", "--yes", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    for rank in (0, 1):
-        left = in_node(rank, "pgrep", "-af", "vllm", check=False).stdout.strip()
+    for rank in (0, 1):  # -i: vLLM renames its processes (VLLM::Worker_TP1)
+        left = in_node(rank, "pgrep", "-aif", "vllm", check=False).stdout.strip()
         assert left == "", f"rank {rank} still runs: {left}"

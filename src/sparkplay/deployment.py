@@ -219,6 +219,10 @@ def with_launch(
         # workers first: a rank with peers to wait for runs the serve tool, which waits, then becomes the engine
         rank["start"] = ([tool, "run", "--timeout", str(wait), *(f"--wait-for={w}" for w in rank["wait_for"]), "--",
                           *rank["exec"]] if rank["wait_for"] else list(rank["exec"]))  # fmt: skip
+        # a group engine's leader restarts its workers before each start of its own (none outlives its leader)
+        workers = [r["address"] for r in plan["ranks"] if r["role"] != "leader"]
+        rank["start_pre"] = ([tool, "restart-workers", "--unit", plan["unit"], *(f"--peer={w}" for w in workers)]
+                             if leader and plan["workers_follow_leader"] and workers else [])  # fmt: skip
         parts = ("serve", *(["watch"] if watch else []), *(["watchdog"] if watchdog else []),
                  *(["firewall"] if rank.get("firewall") else []))  # fmt: skip
         rank["units"] = [UNITS[part] for part in parts]

@@ -4,7 +4,7 @@ A plan is plain data (JSON-safe dicts) so Ansible can template units from it
 and tests can compare it. Shape (docs/serving.md has the full list):
 
     {recipe, engine, runtime, image, packages, served_name, unit, api, health,
-     leader_follows_workers, directories, ranks: [{rank, host, role, argv, env,
+     leader_follows_workers, workers_follow_leader, directories, ranks: [{rank, host, role, argv, env,
      exec, mounts, files, listen, wait_for}, ...]}
 
 `exec` is the complete argv systemd starts (the docker client with its
@@ -184,6 +184,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
             "prompt": SMOKE_PROMPT,
         },
         "leader_follows_workers": bool(deployment.get("leader_follows_workers")),
+        "workers_follow_leader": bool(deployment.get("workers_follow_leader")),
         "directories": deployment.get("directories", []),
         "requires": deployment.get("requires", []),
         "parallel": deployment.get("parallel"),

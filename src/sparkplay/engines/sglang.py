@@ -111,6 +111,8 @@ def plan(ctx: Context) -> dict[str, Any]:
     return {
         "ranks": ranks,
         "leader_follows_workers": False,
+        # one torch distributed group: a worker of a dead leader never rejoins
+        "workers_follow_leader": count > 1,
         "directories": [f"{state}/cache/sglang"],
         "requires": [{"host": n.host, "path": checkpoints.checkpoint_dir(ctx.model_root, c["repo"]),
                       "what": f"the {c['role']} checkpoint {c['repo']}"}

@@ -188,6 +188,8 @@ def plan(ctx: Context) -> dict[str, Any]:
     return {
         "ranks": ranks,
         "leader_follows_workers": False,
+        # mp (tensor or data parallel): one process group that a worker of a dead leader never rejoins
+        "workers_follow_leader": backend != "ray" and len(ctx.nodes) > 1,
         "directories": [] if native else [f"{state}/cache/vllm"],
         # native: the Debian packages the CPU build needs (a virtualenv; libnuma, which its kernels link),
         # and the install the engine role runs (once)

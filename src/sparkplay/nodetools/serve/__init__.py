@@ -9,6 +9,11 @@ sparkplay-serve watch --unit U --peer ADDR:PORT ...
     closed while the leader still holds it (CLOSE_WAIT) means the worker
     went away, its state with it: restart the leader, which then waits
     for the worker again.
+sparkplay-serve restart-workers --unit U --peer ADDR ...
+    A group engine's leader runs it before it starts (ExecStartPre): every
+    worker killed and started anew over the peer ssh trust, in order, since
+    a worker of a dead group never rejoins (vLLM's mp back end, SGLang).
+    Exit 1 when a worker could not be restarted (systemd retries the leader).
 sparkplay-serve ready --url URL --model NAME --timeout S --unit U [--peer HOST ...]
     Wait until the API is healthy, lists the model and answers a
     temperature-0 completion, while watching this rank's unit and each

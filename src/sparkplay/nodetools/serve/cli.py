@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .bench import cmd_bench
+from .group import cmd_restart_workers
 from .ports import cmd_run, cmd_wait_ports
 from .ready import cmd_probe, cmd_ready, cmd_verify_unit
 from .watch import cmd_watch
@@ -28,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer", dest="peers", action="append", required=True)
     p.add_argument("--interval", type=float, default=1.0)
     p.set_defaults(func=cmd_watch)
+    p = sub.add_parser("restart-workers")
+    p.add_argument("--unit", required=True)
+    p.add_argument("--peer", dest="peers", action="append", required=True, help="a worker's cable address, in order")
+    p.set_defaults(func=cmd_restart_workers)
     p = sub.add_parser("ready")
     p.add_argument("--url", required=True)
     p.add_argument("--model", required=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import _read_json, _write_json, completion, unit_show, use_api_key
+from .group import on_peer
 from .ports import port_holder_problem
 
 
@@ -69,10 +70,11 @@ class Watchdog:
         # a wedged engine may never finish a graceful stop (SIGTERM, then SIGCONT to a stopped one): kill it
         subprocess.run(["systemctl", "kill", "--signal=SIGKILL", unit], check=False, timeout=60)
         subprocess.run(["systemctl", "stop", unit], check=False, timeout=180)
-        for peer in reversed(workers):
-            _on(peer, ["systemctl", "stop", unit])
+        for peer in reversed(workers):  # a worker of a dead group may be deaf to SIGTERM until the stop timeout
+            on_peer(peer, ["systemctl", "kill", "--signal=SIGKILL", unit])
+            on_peer(peer, ["systemctl", "stop", unit])
         for peer in workers:
-            _on(peer, ["systemctl", "start", unit])
+            on_peer(peer, ["systemctl", "start", unit])
         subprocess.run(["systemctl", "start", unit], check=False, timeout=180)
         deadline = time.monotonic() + self.args.restart_timeout
         while time.monotonic() < deadline:
@@ -137,11 +139,6 @@ class Watchdog:
             self.step()
             self.save()
             time.sleep(self.args.interval)
-
-
-def _on(peer: str, argv: list[str]) -> None:
-    """A command on another rank over the peer ssh trust."""
-    subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", peer, *argv], check=False, timeout=180)
 
 
 def _metrics(port: int, bind: str) -> dict[str, Any] | None:
