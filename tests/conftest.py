@@ -33,6 +33,20 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
     )
 
 
+@pytest.fixture(autouse=True)
+def no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Hugging Face hub is a test double wherever a test needs one: an import that would list a
+    repository's files (llama.cpp's -hf) fails here as it would where the hub does not answer."""
+    from sparkplay.errors import BadInput
+    from sparkplay.recipes import gguf_hub
+
+    def unreachable(repo: str, revision: str | None) -> tuple[str, list[str]]:
+        raise BadInput(f"cannot list {repo}@{revision or 'main'} on the Hugging Face hub (not in tests)",
+                       "import where the hub answers, or --set model.path=<file in the repository>")  # fmt: skip
+
+    monkeypatch.setattr(gguf_hub, "LISTER", unreachable)
+
+
 def _lab_unavailable() -> str | None:
     if os.geteuid() != 0:
         return "the lab needs root (veth pairs in container namespaces)"

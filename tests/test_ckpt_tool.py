@@ -234,6 +234,25 @@ def test_download_resolve_and_manifest_against_the_hub_api(tmp_path):
         hub.close()
 
 
+def test_download_of_named_files_fetches_those_alone(tmp_path):
+    """A GGUF variant (llama.cpp's -hf, resolved at import): only the files the recipe's checkpoint lists,
+    a name's own glob characters matching themselves."""
+    files = {"m-Q4_K_M.gguf": os.urandom(2000), "m-Q8_0.gguf": os.urandom(3000), "mmproj-[x].gguf": b"proj",
+             "mmproj-x.gguf": b"other", "README.md": b"r"}  # fmt: skip
+    hub = FakeHub({"org/m-GGUF": files})
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hfhome")}
+    dest = tmp_path / "org--m-GGUF"
+    try:
+        rc, out, err = tool("download", "--repo", "org/m-GGUF", "--revision", hub.commit, "--dest", str(dest),
+                            "--file", "m-Q4_K_M.gguf", "--file", "mmproj-[x].gguf", env=env)  # fmt: skip
+        assert rc == 0, err
+    finally:
+        hub.close()
+    got = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and ".cache" not in p.parts)
+    assert got == ["m-Q4_K_M.gguf", "mmproj-[x].gguf"] and out["files"] == 2
+    assert (dest / "m-Q4_K_M.gguf").read_bytes() == files["m-Q4_K_M.gguf"]
+
+
 # --- the receiver against crafted streams ---------------------------------------------------
 
 

@@ -275,3 +275,14 @@ def test_the_fabric_env_file_has_one_setting_for_every_role():
     assert "fabric_env_file" not in (yaml.safe_load((fabric / "defaults" / "main.yml").read_text()) or {})
     role_vars_file = yaml.safe_load((fabric / "vars" / "main.yml").read_text())
     assert render(role_vars_file["fabric_env_file"], {"sparkplay_fabric_env_file": "/srv/f.env"}) == "/srv/f.env"
+
+
+def test_a_checkpoint_with_named_files_downloads_those_alone() -> None:
+    """A GGUF variant (llama.cpp's -hf, resolved at import) lists its files; a whole repository lists none."""
+    download = task("roles/checkpoint/tasks/download.yml", "Checkpoint | Download")
+    variables = role_vars("checkpoint", **CKPT_SOURCE, checkpoint_hf_token_file="/run/t")  # noqa: S106 - a path
+    argv = download["ansible.builtin.command"]["argv"]
+    assert not any(a.startswith("--file") for a in render(argv, variables))
+    source = {**CKPT_SOURCE["checkpoint_source"], "files": ["m-Q4_K_M.gguf", "mmproj-F16.gguf"]}
+    got = render(argv, {**variables, "checkpoint_source": source})
+    assert [a for a in got if a.startswith("--file")] == ["--file=m-Q4_K_M.gguf", "--file=mmproj-F16.gguf"]

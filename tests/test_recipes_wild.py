@@ -100,8 +100,10 @@ def test_sparkrun_atlas_without_command_maps_defaults_through_the_flag_map():
     assert any(p.key == "engine.image" and p.severity == "warning" for p in model.problems(doc))  # :latest
 
 
-def test_sparkrun_gguf_recipe_needs_its_file_named_and_says_how():
-    with pytest.raises(BadInput, match=r"model.path cannot be determined.*--set model.path=VALUE"):
+def test_sparkrun_gguf_recipe_without_the_hub_needs_its_file_named_and_says_how():
+    """model repo:QUANT with no command: llama.cpp's -hf rule picks the file from the hub's list
+    (tests/test_gguf_hub.py); with no hub, the import says how to name the file."""
+    with pytest.raises(BadInput, match=r"cannot list Qwen/Qwen3-1.7B-GGUF@main.*--set model.path="):
         imported(SPARKRUN / "qwen3-gguf-llamacpp.yaml")
     doc = imported(SPARKRUN / "qwen3-gguf-llamacpp.yaml", "model.path=Qwen--Qwen3-1.7B-GGUF/Qwen3-1.7B-Q8_0.gguf")
     assert doc["model"]["repo"] == "Qwen/Qwen3-1.7B-GGUF" and doc["model"]["quant"] == "q8_0"

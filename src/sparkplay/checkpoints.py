@@ -22,10 +22,15 @@ def _under(model_root: str, name: str) -> str:
     return f"{absolute(model_root, 'sparkplay_model_root').rstrip('/')}/{name}"
 
 
+def checkpoint_folder(repo: str) -> str:
+    """A Hugging Face repo's folder under the model root: <org>--<name>."""
+    org, _, name = repo.partition("/")
+    return f"{org}--{name}"
+
+
 def checkpoint_dir(model_root: str, repo: str) -> str:
     """Where a Hugging Face repo's checkpoint lives on every rank: <root>/<org>--<name>."""
-    org, _, name = repo.partition("/")
-    return _under(model_root, f"{org}--{name}")
+    return _under(model_root, checkpoint_folder(repo))
 
 
 def model_dir(model_root: str, model: Mapping[str, Any], path_is_folder: bool = False) -> str | None:
@@ -82,6 +87,7 @@ def sources(
                 "pinned": bool(ckpt.get("revision")),
                 "dest": dest,
                 "size_bytes": ckpt.get("size_bytes"),
+                "files": list(ckpt["files"]) if ckpt.get("files") else None,  # a GGUF variant: those alone
             }
         )
     for item in extra:

@@ -20,7 +20,8 @@ from sparkplay.recipes import cmdline
 RPC_PORT = 50052
 SERVER = "/usr/bin/llama-server"
 # stated by the recipe's own fields (model.path, serve.bind/port): set once, effective values
-REPLACED = ("-m", "--model", "--host", "--port")
+# (-hf and --hf-file: the import resolved them into model.path and the projector, served from the mirror)
+REPLACED = ("-m", "--model", "--host", "--port", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file")
 # only sparkplay knows the workers
 OWNED = ("--rpc",)
 
@@ -57,6 +58,9 @@ def plan(ctx: Context) -> dict[str, Any]:
         for node in workers
     ]
     leader_argv = [SERVER, "-m", model, *args]
+    projector = (recipe["model"].get("gguf") or {}).get("projector")
+    if projector:  # what -hf would have loaded beside the model
+        leader_argv += ["--mmproj", ctx.in_model_root(projector, "model.gguf.projector")]
     if endpoints:
         leader_argv += ["--rpc", ",".join(endpoints)]
     leader_argv += ["--host", ctx.bind, "--port", str(ctx.port)]

@@ -17,7 +17,7 @@ import yaml
 from sparkplay import paths
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
-from sparkplay.recipes import fetch, launcher, model, sparkrun, webjson
+from sparkplay.recipes import fetch, gguf_hub, launcher, model, sparkrun, webjson
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.normalise import normalise
 
@@ -85,6 +85,7 @@ def read_source(source: str, name: str | None = None, sets: Sequence[str] = ()) 
         doc = read(body, source, sha, name, content_type)
         for assignment in sets:
             apply_set(doc, assignment, source)
+        gguf_hub.apply(doc)  # llama.cpp's -hf, after --set (a model.path given there is used as it is)
     except BadInput as exc:  # every error names the input it is about
         if source in exc.problem:
             raise

@@ -14,6 +14,7 @@ import posixpath
 import re
 from typing import Any
 
+from sparkplay import checkpoints
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, flags, known
 from sparkplay.recipes.model import SCHEMA_ID
@@ -83,11 +84,21 @@ def _model_file(raw: RawRecipe, repo: str | None) -> str | None:
     path = raw.model
     if raw.engine != "llamacpp" or not path or not path.startswith("/") or not repo:
         return path
-    org, _, name = repo.partition("/")
-    mapped = f"{org}--{name}/{posixpath.basename(path)}"
+    mapped = f"{checkpoints.checkpoint_folder(repo)}/{posixpath.basename(path)}"
     raw.note("model.path", "cleaned", f"{path} is a path on the recipe author's machine; the file of that name "
              f"in the {repo} checkpoint is used ({mapped} under the model root)")  # fmt: skip
     return mapped
+
+
+def _gguf(raw: RawRecipe, hub: str | None, repo: str | None) -> dict[str, Any] | None:
+    """llama.cpp serving a hub repository (-hf repo:QUANT, or sparkrun's model repo:QUANT) rather than a file:
+    what it names, resolved at import into the files it serves (recipes/gguf_hub.py)."""
+    if raw.engine != "llamacpp" or raw.model or not (hub or repo):
+        return None
+    ref = hub or (f"{repo}:{raw.quant}" if raw.quant else str(repo))
+    projector = not any(cmdline.has_flag(raw.args, f) for f in ("--no-mmproj", "--no-mmproj-auto", "--mmproj"))
+    return {"ref": ref, "file": cmdline.flag_value(raw.args, "-hff", "--hf-file"), "mmproj": projector,
+            "projector": None}  # fmt: skip
 
 
 def normalise(raw: RawRecipe) -> dict[str, Any]:
@@ -100,8 +111,9 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
 
     # llama.cpp's -m is always a file (org/file.gguf looks like a repository but is not one); -hf names one
     model_is_repo = raw.model is not None and raw.engine != "llamacpp" and REPO_PATTERN.match(raw.model) is not None
-    hub = cmdline.flag_value(raw.args, "-hf", "--hf-repo") if raw.engine == "llamacpp" else None
+    hub = cmdline.flag_value(raw.args, "-hf", "-hfr", "--hf-repo") if raw.engine == "llamacpp" else None
     repo = raw.model if model_is_repo else raw.repo or (hub.split(":", 1)[0] if hub else None)
+    gguf = _gguf(raw, hub, repo)
     if raw.model and not model_is_repo and raw.engine != "llamacpp":
         repo = _served_path_repo(raw, repo)
     if raw.pinning:
@@ -172,6 +184,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             # vLLM and SGLang answer to every name --served-model-name lists (the first is the model's own)
             **({"served_aliases": aliases} if (aliases := flags.aliases(raw)) else {}),
             "path": None if model_is_repo else _model_file(raw, repo),
+            **({"gguf": gguf} if gguf else {}),
             "checkpoints": [],
             "overlay": None,
         },

@@ -157,8 +157,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", required=True)
     p.add_argument("--revision")
     p.add_argument("--token-file", type=Path)
-    p = command("download", lambda a: hub.download(a.repo, a.revision, a.dest, a.token_file, a.offline),
+    p = command("download", lambda a: hub.download(a.repo, a.revision, a.dest, a.token_file, a.offline, a.files),
                 "snapshot_download into a folder (rank 0)", "")  # fmt: skip
+    p.add_argument("--file", dest="files", action="append", default=[], help="only this file (repeatable)")
     p.add_argument("--repo", required=True)
     p.add_argument("--revision", required=True)
     p.add_argument("--dest", type=Path, required=True)

@@ -39,12 +39,18 @@ def resolve(repo: str, revision: str | None, token_file: Path | None) -> dict[st
     return {"repo": repo, "revision": revision, "commit": info.sha}
 
 
-def download(repo: str, revision: str, dest: Path, token_file: Path | None, offline: bool) -> dict[str, Any]:
+def download(
+    repo: str, revision: str, dest: Path, token_file: Path | None, offline: bool, files: list[str] | None = None
+) -> dict[str, Any]:
+    """The repository at `revision` into `dest`; with `files`, those alone (exact names: a GGUF variant)."""
     hub, token = _hub(token_file)
     if offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
+    # fnmatch patterns: a name's own [, ] and * are escaped so it matches itself and nothing else
+    patterns = ["".join(f"[{c}]" if c in "[]*?" else c for c in name) for name in files or []] or None
     try:
-        path = hub.snapshot_download(repo_id=repo, revision=revision, local_dir=str(dest), token=token)
+        path = hub.snapshot_download(repo_id=repo, revision=revision, local_dir=str(dest), token=token,
+                                     allow_patterns=patterns)  # fmt: skip
     except Exception as exc:
         raise Failure(f"download of {repo}@{revision} failed: {_first_line(exc)}") from None
     files = [p for p in Path(path).rglob("*") if p.is_file() and ".cache" not in p.relative_to(path).parts]
