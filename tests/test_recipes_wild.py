@@ -696,15 +696,36 @@ def test_a_version_1_template_str_format_cannot_fill_is_refused_naming_why(templ
 
 
 def test_sparkruns_own_placeholders_take_any_key_and_leave_json_alone():
-    """sparkrun (vpd's arg_substitute): the shortest `{...}`, key stripped of braces, filled where defined,
-    repeatedly; hyphens in a key are fine; JSON and doubled braces are not placeholders there."""
+    """sparkrun (render_template over vpd's arg_substitute): a `{key}` span with no brace inside, key stripped
+    of braces, filled where defined, repeatedly; hyphens in a key are fine; JSON stays JSON, and a placeholder
+    nested in it resolves."""
     from sparkplay.recipes.sparkrun import expand
 
-    values = {"max-model-len": 8192, "a.b": "x", "nested": "{max-model-len}"}
+    values = {"max-model-len": 8192, "a.b": "x", "nested": "{max-model-len}", "n": 3}
     assert expand("--l {max-model-len} {a.b} {nested}", values, "w") == "--l 8192 x 8192"
-    assert expand("""-j '{"t": 0.6}' -k '{{"m": 1}}'""", values, "w") == """-j '{"t": 0.6}' -k '{{"m": 1}}'"""
+    assert expand("""-j '{"t": 0.6}' -k '{"a":{"b":{n}}}'""", values, "w") == """-j '{"t": 0.6}' -k '{"a":{"b":3}}'"""
+    assert expand("awk '{print $1}' ${HOME} {", values, "w") == "awk '{print $1}' ${HOME} {"  # lone braces
     with pytest.raises(BadInput, match=re.escape("uses {max-len}")):
         expand("--l {max-len}", values, "w")
+
+
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_a_template_holding_doubled_braces_is_in_the_escape_convention_whatever_its_version(version):
+    """sparkrun reads the convention off the template (`{{` cannot occur in JSON): each `{{`/`}}` is one brace,
+    a placeholder inside the escaped JSON still resolves, and the plain JSON beside it keeps its braces."""
+    from sparkplay.recipes.sparkrun import expand
+
+    template = """--s '{{"method":"dspark","num_speculative_tokens":{k},"a":1}}' -j '{"t": 0.6}'"""
+    got = expand(template, {"k": 5}, "w", version)
+    assert got == """--s '{"method":"dspark","num_speculative_tokens":5,"a":1}' -j '{"t": 0.6}'"""
+
+
+def test_a_default_in_the_escape_convention_has_its_braces_collapsed(tmp_path):
+    source = tmp_path / "r.yaml"
+    source.write_text(yaml.safe_dump({**BASE, "defaults": {"port": 8000, "cc": '{{"mode": "FULL"}}'},
+                                      "command": "vllm serve {model} --port {port} --compilation-config '{cc}'"}))
+    args = imported(source)["serve"]["args"]
+    assert json.loads(cmdline.flag_value(args, "--compilation-config")) == {"mode": "FULL"}
 
 
 @pytest.mark.parametrize("version", ["2", "3", "4"])
@@ -982,3 +1003,14 @@ def test_an_atlas_gb10_plan_puts_no_recipe_text_in_its_cache_paths():
     leader = plan_of(doc, 2)["ranks"][0]
     assert all(".." not in m["target"] and ".." not in m["source"] for m in leader["mounts"])
     assert [f["content"] for f in leader["files"]] == ["sparkplay-mirror"]
+
+
+def test_distribution_config_entries_are_names_or_mappings_and_templates_like_the_command(tmp_path):
+    """sparkrun's DistributionConfig: an entry is a string or {name, revision}, and its name is rendered with the
+    recipe's values ({model}, {container}, defaults), so "{model}" is the target, not a repository named so."""
+    source = tmp_path / "r.yaml"
+    entries = ["{model}", {"name": "{draft}", "revision": "abc123"}, "Org/Extra", "Org/Extra"]
+    source.write_text(yaml.safe_dump({**BASE, "defaults": {"port": 8000, "draft": "Org/Draft"},
+                                      "distribution_config": {"models": {"entries": entries}}}))  # fmt: skip
+    got = [(c["repo"], c["revision"]) for c in imported(source)["model"]["checkpoints"]]
+    assert got == [("Org/M", None), ("Org/Draft", "abc123"), ("Org/Extra", None)]

@@ -29,7 +29,7 @@ from sparkplay.recipes import cmdline
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 from sparkplay.recipes.sparkrun_flags import ATLAS_FLAGS, LLAMACPP_FLAGS, SGLANG_FLAGS, VLLM_FLAGS
-from sparkplay.recipes.sparkrun_template import VERSIONS, expand
+from sparkplay.recipes.sparkrun_template import VERSIONS, collapse_escapes, expand
 
 # sparkrun runtime -> (sparkplay engine, vLLM distributed back end)
 RUNTIMES: dict[str, tuple[str, str | None]] = {
@@ -156,8 +156,9 @@ def _nodes(data: dict[str, Any], where: str, wanted: int) -> tuple[int | None, l
     return (low or 1), [f"node limits {low or 1}-{high or 'any'}: the smallest is used"]
 
 
-def _checkpoints(data: dict[str, Any], model: str | None, where: str) -> list[dict[str, Any]]:
-    """Extra models named in distribution_config (sparkrun mirrors them to every rank, as sparkplay will)."""
+def _checkpoints(data: dict[str, Any], model: str | None, where: str, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Extra models named in distribution_config (sparkrun mirrors them to every rank, as sparkplay will): an entry
+    is a name or {name, revision}, and a name is a template like the command's ({model}, {container}, defaults)."""
     config = data.get("distribution_config")
     entries = (config or {}).get("models", {}).get("entries") if isinstance(config, dict) else None
     if entries is None:
@@ -166,12 +167,14 @@ def _checkpoints(data: dict[str, Any], model: str | None, where: str) -> list[di
         raise BadInput(f"{where}: distribution_config.models.entries must be a list", "fix distribution_config")
     found = []
     for entry in entries:
+        entry = {"name": entry} if isinstance(entry, str) else entry
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise BadInput(f"{where}: a distribution_config model has no name", "give each entry a name: org/repo")
-        if entry["name"] == model:
+        name = expand(entry["name"], values, f"{where}: distribution_config")
+        if name == model or any(c["repo"] == name for c in found):
             continue
         revision = entry.get("revision")
-        found.append({"repo": entry["name"], "revision": str(revision) if revision is not None else None})
+        found.append({"repo": name, "revision": str(revision) if revision is not None else None})
     return found
 
 
@@ -203,7 +206,9 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         raise BadInput(f"{where}: unknown sparkrun runtime {runtime!r}", f"use one of {', '.join(RUNTIMES)}")
     engine, backend = RUNTIMES[runtime]
 
-    values: dict[str, Any] = {**defaults, "model": model or ""}
+    # sparkrun collapses a default's doubled braces at load (eugr's version 1 inserts values as they are)
+    values: dict[str, Any] = {**({k: collapse_escapes(v) for k, v in defaults.items()} if version != "1" else defaults),
+                              "model": model or ""}  # fmt: skip
     if command_text:
         parsed = _parse_command(expand(command_text, values, where, version), where)
         if parsed.engine != engine:
@@ -284,7 +289,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
     # a command serving a local path: the recipe's `model` is the repository behind it (normalise says so)
     raw.repo = model_repo if engine == "llamacpp" else model
     raw.quant = quant_variant
-    raw.checkpoints = _checkpoints(data, model, where)
+    raw.checkpoints = _checkpoints(data, model, where, {**values, "container": data.get("container") or ""})
     if generated:
         raw.note("serve.args", "derived", f"the recipe has no command: built from its defaults ({runtime} flag map)")
     for detail in node_notes:

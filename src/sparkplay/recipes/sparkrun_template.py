@@ -2,9 +2,16 @@
 
 Version 1 is eugr's own format (run-recipe.py): the template is Python's
 `str.format`, where `{{` and `}}` are literal braces. Versions 2-4 are
-sparkrun's (vpd's arg_substitute): the shortest `{...}` whose key the values
-hold is replaced, any other `{...}` (JSON, shell) left as it is. A
-placeholder that names nothing is a hole in the command: refused, named.
+sparkrun's (core/recipe.py `render_command`, utils/text.py `render_template`,
+read for this): every brace that is not part of a `{key}` span (no brace
+inside) is hidden first, so a placeholder nested in a JSON flag still
+resolves; a template holding `{{` is in the doubled-brace convention, whose
+`{{` and `}}` each become one literal brace (sparkrun reads the convention off
+the template, whatever its version); then vpd's arg_substitute replaces each
+`{key}` the values hold, again until nothing changes; any other `{...}` (JSON,
+shell) is left as it is. A default value holding `{{` has its doubled braces
+collapsed the same way. A placeholder that names nothing is a hole in the
+command: refused, named.
 """
 
 from __future__ import annotations
@@ -19,35 +26,60 @@ from sparkplay.errors import BadInput
 # template is Python's str.format: `{{` and `}}` are literal braces there. Versions 2-4 are sparkrun's.
 VERSIONS = ("1", "2", "3", "4")
 
-
-# sparkrun's placeholder (vpd's arg_substitute): the shortest `{...}`, its key the text inside with braces
-# stripped; a key the values hold is replaced, any other `{...}` (JSON, shell) is left as it is
-PLACEHOLDER = re.compile(r"\{(.*?)\}")
-
+# sparkrun's placeholder span: braces with no brace inside (a JSON object's own braces never match one)
+SPAN = re.compile(r"\{[^{}]*\}")
+# hidden braces while placeholders are filled (YAML forbids these characters in a recipe's text)
+LEFT, RIGHT = "\x00", "\x01"
+# sparkrun's bound on substitution passes: a deeper chain is a loop
+PASSES = 10
 
 # a placeholder that names nothing is a hole in the command: a key-like name (hyphens and dots too)
 HOLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
+def collapse_escapes(value: Any) -> Any:
+    """A default value in the doubled-brace convention (it holds `{{`) with its `{{`/`}}` made single."""
+    if isinstance(value, str) and "{{" in value:
+        return value.replace("{{", "{").replace("}}", "}")
+    return value
+
+
+def _mask(text: str, escapes: bool) -> str:
+    """Every brace but a `{key}` span's hidden; with `escapes`, `{{` and `}}` hide as one brace each."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "{}" and text.startswith(ch * 2, i):
+            hidden = LEFT if ch == "{" else RIGHT
+            out.append(hidden if escapes else hidden * 2)
+            i += 2
+            continue
+        if ch == "{" and (span := SPAN.match(text, i)):
+            out.append(span.group())
+            i = span.end()
+            continue
+        out.append(LEFT if ch == "{" else RIGHT if ch == "}" else ch)
+        i += 1
+    return "".join(out)
+
+
 def expand(template: str, values: dict[str, Any], where: str, version: str = "2") -> str:
     """The command template filled from `values` by the rules of the tool that owns the version.
 
-    Version 1 (eugr's run-recipe.py): Python's str.format, once: `{name}` is
-    replaced, `{{` and `}}` are literal braces. Versions 2-4 (sparkrun):
-    every `{...}` whose key (braces stripped) is a value is replaced, again
-    until nothing changes (a value may hold another placeholder); JSON and
-    anything else in braces stay as they are. Either way a key-like
-    placeholder nothing defines is an error naming it: a command with a hole
-    in it cannot be run.
+    Version 1 (eugr's run-recipe.py): Python's str.format, once. Versions 2-4
+    (sparkrun): the module's rule above. Either way a key-like placeholder
+    nothing defines is an error naming it: a command with a hole in it cannot
+    be run.
     """
     if version == "1":
         return _str_format(template, values, where)
-    text = template
-    for _ in range(8):
+    text = _mask(template, escapes="{{" in template)
+    for _ in range(PASSES):
         holes = sorted(
             {
                 k
-                for m in PLACEHOLDER.finditer(text)
+                for m in SPAN.finditer(text)
                 if HOLE.match(k := m.group(0).strip("{}"))
                 and values.get(k) is None
                 and not text[: m.start()].endswith("$")
@@ -55,11 +87,14 @@ def expand(template: str, values: dict[str, Any], where: str, version: str = "2"
         )  # ${VAR}: the shell's
         if holes:
             raise _hole(holes[0], where)
-        expanded = PLACEHOLDER.sub(
-            lambda m: str(values[k]) if values.get(k := m.group(0).strip("{}")) is not None else m.group(0), text
+        # vpd's arg_substitute: the shortest {...}, its key with the braces stripped; a value or left as it was
+        expanded = re.sub(
+            r"\{(.*?)\}",
+            lambda m: str(values[k]) if values.get(k := m.group(0).strip("{}")) is not None else m.group(0),
+            text,
         )
         if expanded == text:
-            return text
+            return text.replace(LEFT, "{").replace(RIGHT, "}")
         text = expanded
     raise BadInput(f"{where}: the command's placeholders refer to each other in a loop", "fix the defaults")
 
