@@ -722,8 +722,15 @@ def test_a_template_holding_doubled_braces_is_in_the_escape_convention_whatever_
 
 def test_a_default_in_the_escape_convention_has_its_braces_collapsed(tmp_path):
     source = tmp_path / "r.yaml"
-    source.write_text(yaml.safe_dump({**BASE, "defaults": {"port": 8000, "cc": '{{"mode": "FULL"}}'},
-                                      "command": "vllm serve {model} --port {port} --compilation-config '{cc}'"}))
+    source.write_text(
+        yaml.safe_dump(
+            {
+                **BASE,
+                "defaults": {"port": 8000, "cc": '{{"mode": "FULL"}}'},
+                "command": "vllm serve {model} --port {port} --compilation-config '{cc}'",
+            }
+        )
+    )
     args = imported(source)["serve"]["args"]
     assert json.loads(cmdline.flag_value(args, "--compilation-config")) == {"mode": "FULL"}
 
