@@ -1021,3 +1021,16 @@ def test_distribution_config_entries_are_names_or_mappings_and_templates_like_th
                                       "distribution_config": {"models": {"entries": entries}}}))  # fmt: skip
     got = [(c["repo"], c["revision"]) for c in imported(source)["model"]["checkpoints"]]
     assert got == [("Org/M", None), ("Org/Draft", "abc123"), ("Org/Extra", None)]
+
+
+def test_a_continuation_broken_by_trailing_blanks_is_repaired_as_sparkrun_does(tmp_path):
+    """`\\<blanks><newline>` would end the command in bash; sparkrun repairs it (utils/text.py) before the run,
+    so the flags after it are the command's too. A line with no backslash at all stays a second command."""
+    source = tmp_path / "r.yaml"
+    command = "vllm serve {model} \\  \n  --port {port} \\\t\n  --max-num-seqs 4 \\\n  --enforce-eager\n"
+    source.write_text(yaml.safe_dump({**BASE, "command": command}))
+    args = imported(source)["serve"]["args"]
+    assert contains_run(args, ["--max-num-seqs", "4"]) and "--enforce-eager" in args
+    source.write_text(yaml.safe_dump({**BASE, "command": "vllm serve {model} --port {port}\n  --max-num-seqs 4\n"}))
+    with pytest.raises(BadInput, match="the command is a shell script"):
+        imported(source)

@@ -350,9 +350,15 @@ def _built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
                      or image.startswith("ghcr.io/spark-arena/dgx-vllm-eugr-nightly"))  # fmt: skip
 
 
+# a backslash, then blanks, then the line's end: bash reads an escaped blank and ends the command there;
+# sparkrun repairs it to a line continuation before it runs the command (utils/text.py), and so does this
+BROKEN_CONTINUATION = re.compile(r"\\[ \t]+\n")
+
+
 def _parse_command(text: str, where: str) -> cmdline.Command:
     """The engine command line the template renders to, with what it exports first as its environment; a
     shell script is refused, not half-read."""
+    text = BROKEN_CONTINUATION.sub("\\\n", text)
     try:
         exported, line = cmdline.split_preamble(text)
         parsed = cmdline.parse(line)
