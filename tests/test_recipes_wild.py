@@ -1034,3 +1034,17 @@ def test_a_continuation_broken_by_trailing_blanks_is_repaired_as_sparkrun_does(t
     source.write_text(yaml.safe_dump({**BASE, "command": "vllm serve {model} --port {port}\n  --max-num-seqs 4\n"}))
     with pytest.raises(BadInput, match="the command is a shell script"):
         imported(source)
+
+
+def test_a_field_the_importer_does_not_read_is_said_on_one_line_unless_it_only_describes(tmp_path):
+    """A registry's own fields (eugr's vetted_local_code, bind mounts under volumes, sparkrun's include) ask for
+    something sparkplay does not apply: the import says so, naming the field; words about the recipe do not."""
+    source = tmp_path / "r.yaml"
+    source.write_text(yaml.safe_dump({**BASE, "vetted_local_code": "../vetted/m", "volumes": ["~/m:/m:ro"],
+                                      "executor": "docker", "description": "words", "maintainer": "me"}))  # fmt: skip
+    doc = imported(source)
+    said = notes(doc, "ignored")
+    assert "sparkplay does not read sparkrun's 'vetted_local_code'" in said["extra.vetted_local_code"]
+    assert "~/m:/m:ro" in said["extra.volumes"]
+    assert not {"extra.executor", "extra.description", "extra.maintainer"} & set(said)
+    assert doc["extra"]["volumes"] == ["~/m:/m:ro"]  # kept, for the user to see

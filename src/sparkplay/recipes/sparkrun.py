@@ -52,6 +52,8 @@ READ = {
     "mode", "solo_only", "cluster_only", "defaults", "env", "command", "metadata", "distribution_config",
     "executor_config", "benchmark",
 }  # fmt: skip
+# fields that only describe a recipe (sparkrun's own and the registries' habits): kept in extra, nothing to apply
+DESCRIPTIVE = frozenset({"description", "maintainer", "model_url", "sparkrun_version", "author", "tags", "license"})
 # launcher features sparkplay has no equivalent for: reported, kept in extra
 NOT_HONOURED = (
     "mods", "pre_exec", "post_exec", "builder", "build_args", "runtime_config", "docker_image_dir",
@@ -300,6 +302,11 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
     for key, value in not_honoured.items():
         raw.note(f"extra.sparkrun_not_honoured.{key}", "ignored", NOT_HONOURED_WHY.get(key, "").format(value=value)
                  or f"sparkrun's {key} has no sparkplay equivalent")  # fmt: skip
+    if unknown.get("executor") == "docker":  # sparkrun's default executor, and how sparkplay runs the engine too
+        del unknown["executor"]
+    for key in sorted(k for k in unknown if k not in DESCRIPTIVE):
+        raw.note(f"extra.{key}", "ignored", f"{_short(unknown[key])}: sparkplay does not read sparkrun's {key!r}; what "
+                 "it asks is not applied (kept in the recipe's extra)")  # fmt: skip
     if raw.image and _built_locally(data, version, runtime):
         args = " ".join(map(str, data.get("build_args") or []))
         raw.note("engine.image", "ignored", f"{raw.image} is built by the recipe's launcher (eugr's build-and-copy.sh"
@@ -353,6 +360,11 @@ def _built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
 # a backslash, then blanks, then the line's end: bash reads an escaped blank and ends the command there;
 # sparkrun repairs it to a line continuation before it runs the command (utils/text.py), and so does this
 BROKEN_CONTINUATION = re.compile(r"\\[ \t]+\n")
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _parse_command(text: str, where: str) -> cmdline.Command:
