@@ -680,19 +680,42 @@ def test_the_version_1_template_follows_str_format(template, values, expected):
 
 
 @pytest.mark.parametrize(
-    ("template", "says"),
+    ("template", "expected"),
     [
-        ("--c '{\"a\": 1}'", "is not a plain name"),  # JSON left unescaped: str.format fails on it too
-        ("--c '{'", "not valid for str.format"),  # a single brace
-        ("--x {model.__class__}", "is not a plain name"),  # no attribute lookups from a downloaded file
-        ("--x {nope}", "the command uses {nope}, which defaults does not define"),
+        (
+            "--c '{\"a\": 1}' --n {n}",
+            "--c '{\"a\": 1}' --n 2",
+        ),  # single-brace JSON: eugr's runner fails, sparkrun fills
+        ("--c '{' --n {n}", "--c '{' --n 2"),  # a lone brace: str.format cannot parse it; sparkrun leaves it
+        ("--c '{{\"a\": {n}}}' '{\"b\": 1}'", "--c '{\"a\": 2}' '{\"b\": 1}'"),  # both conventions: sparkrun's
     ],
 )
-def test_a_version_1_template_str_format_cannot_fill_is_refused_naming_why(template, says):
+def test_a_version_1_template_str_format_cannot_fill_is_filled_as_sparkrun_runs_it(template, expected):
+    """Version 1 recipes live in sparkrun's registries too (runtime vllm-distributed and the like): what eugr's
+    str.format cannot fill, sparkrun's rule does, as sparkrun runs it; the import says which rule filled it."""
     from sparkplay.recipes.sparkrun import expand
 
-    with pytest.raises(BadInput, match=re.escape(says)):
+    assert expand(template, {"model": "o/m", "n": 2}, "w", "1") == expected
+
+
+@pytest.mark.parametrize("template", ["--x {model.__class__}", "--x {nope}", "--c '{\"a\": 1}' {nope}"])
+def test_a_version_1_placeholder_nothing_defines_is_refused_by_either_rule(template):
+    from sparkplay.recipes.sparkrun import expand
+
+    with pytest.raises(BadInput, match=r"the command uses \{(model\.__class__|nope)\}, which defaults does not define"):
         expand(template, {"model": "o/m"}, "w", "1")
+
+
+def test_a_version_1_recipe_written_for_sparkrun_imports_and_says_which_rule_filled_it(tmp_path):
+    source = tmp_path / "r.yaml"
+    command = 'vllm serve {model} --port {port} --speculative-config \'{"method":"mtp","num_speculative_tokens":2}\''
+    source.write_text(
+        yaml.safe_dump({**BASE, "recipe_version": "1", "runtime": "vllm-distributed", "command": command})
+    )
+    doc = imported(source)
+    assert doc["speculative"] == {"method": "mtp", "num_tokens": 2, "draft_model": None}
+    said = [p["detail"] for p in doc["provenance"] if p["key"] == "serve.args"]
+    assert any("filled by sparkrun's rule" in d for d in said)
 
 
 def test_sparkruns_own_placeholders_take_any_key_and_leave_json_alone():

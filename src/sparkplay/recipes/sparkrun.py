@@ -29,7 +29,7 @@ from sparkplay.recipes import cmdline
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 from sparkplay.recipes.sparkrun_flags import ATLAS_FLAGS, LLAMACPP_FLAGS, SGLANG_FLAGS, VLLM_FLAGS
-from sparkplay.recipes.sparkrun_template import VERSIONS, collapse_escapes, expand
+from sparkplay.recipes.sparkrun_template import VERSIONS, collapse_escapes, expand, reads_as
 
 # sparkrun runtime -> (sparkplay engine, vLLM distributed back end)
 RUNTIMES: dict[str, tuple[str, str | None]] = {
@@ -209,6 +209,11 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
     engine, backend = RUNTIMES[runtime]
 
     # sparkrun collapses a default's doubled braces at load (eugr's version 1 inserts values as they are)
+    if command_text and version == "1" and reads_as(command_text) == "sparkrun":
+        v1_note = ("a version 1 template that eugr's str.format cannot fill (single-brace JSON, a field that is not a "
+                   "plain name): filled by sparkrun's rule, as sparkrun runs it")  # fmt: skip
+    else:
+        v1_note = None
     values: dict[str, Any] = {**({k: collapse_escapes(v) for k, v in defaults.items()} if version != "1" else defaults),
                               "model": model or ""}  # fmt: skip
     if command_text:
@@ -294,6 +299,8 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
     raw.checkpoints = _checkpoints(data, model, where, {**values, "container": data.get("container") or ""})
     if generated:
         raw.note("serve.args", "derived", f"the recipe has no command: built from its defaults ({runtime} flag map)")
+    if v1_note:
+        raw.note("serve.args", "derived", v1_note)
     for detail in node_notes:
         raw.note("topology.nodes", "derived", detail)
     for key in secrets:

@@ -1,7 +1,9 @@
 """sparkrun's command templates filled in, by the rules of the tool that owns each `recipe_version`.
 
 Version 1 is eugr's own format (run-recipe.py): the template is Python's
-`str.format`, where `{{` and `}}` are literal braces. Versions 2-4 are
+`str.format`, where `{{` and `}}` are literal braces; a version 1 template
+str.format cannot fill (single-brace JSON) is one written for sparkrun, which
+runs version 1 recipes too, and is filled by sparkrun's rule. Versions 2-4 are
 sparkrun's (core/recipe.py `render_command`, utils/text.py `render_template`,
 read for this): every brace that is not part of a `{key}` span (no brace
 inside) is hidden first, so a placeholder nested in a JSON flag still
@@ -72,7 +74,7 @@ def expand(template: str, values: dict[str, Any], where: str, version: str = "2"
     nothing defines is an error naming it: a command with a hole in it cannot
     be run.
     """
-    if version == "1":
+    if version == "1" and reads_as(template) == "eugr":
         return _str_format(template, values, where)
     text = _mask(template, escapes="{{" in template)
     for _ in range(PASSES):
@@ -97,6 +99,17 @@ def expand(template: str, values: dict[str, Any], where: str, version: str = "2"
             return text.replace(LEFT, "{").replace(RIGHT, "}")
         text = expanded
     raise BadInput(f"{where}: the command's placeholders refer to each other in a loop", "fix the defaults")
+
+
+def reads_as(template: str) -> str:
+    """Whose rule fills a version 1 template: eugr's runner's str.format, or sparkrun's where str.format cannot
+    parse it or a field is not a plain name (single-brace JSON: eugr's runner fails on it, sparkrun, which runs
+    version 1 recipes from its registries too, fills it)."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError:
+        return "sparkrun"
+    return "eugr" if all(HOLE.match(f) and "." not in f for f in fields) else "sparkrun"
 
 
 def _hole(name: str, where: str) -> BadInput:
