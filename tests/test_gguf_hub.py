@@ -104,7 +104,8 @@ def test_an_hf_recipe_imports_with_its_files_pinned_and_plans_from_the_mirror(mo
     assert model["repo"] == "unsloth/Qwen3-30B-A3B-GGUF" and model["revision"] == COMMIT
     assert model["path"] == "unsloth--Qwen3-30B-A3B-GGUF/Qwen3-30B-A3B-Q4_K_M.gguf"
     assert model["gguf"] == {"ref": "unsloth/Qwen3-30B-A3B-GGUF:Q4_K_M", "file": None, "mmproj": True,
-                             "projector": "unsloth--Qwen3-30B-A3B-GGUF/mmproj-BF16.gguf"}  # fmt: skip
+                             "projector": "unsloth--Qwen3-30B-A3B-GGUF/mmproj-BF16.gguf", "draft_ref": None,
+                             "draft": None}  # fmt: skip
     (target,) = model["checkpoints"]
     assert target["revision"] == COMMIT and target["files"] == ["Qwen3-30B-A3B-Q4_K_M.gguf", "mmproj-BF16.gguf"]
     said = {p["key"]: p["detail"] for p in doc["provenance"]}
@@ -155,3 +156,22 @@ def test_the_hub_lister_reads_the_commit_and_the_tree_through_huggingface_hub(mo
             gguf_hub.hub_lister("org/none", None)
     finally:
         hub.close()
+
+
+def test_a_draft_model_from_the_hub_is_resolved_by_the_same_rule_and_served_from_the_mirror(monkeypatch, tmp_path):
+    """-hfd repo[:quant] (llama.cpp's speculative decoding with a draft from the hub): the drafter checkpoint
+    holds the files the rule picks (no projector), pinned; the engine gets -md from the mirror."""
+    draft_files = ["Qwen3-0.6B-Q8_0.gguf", "Qwen3-0.6B-Q4_K_M.gguf", "mmproj-F16.gguf"]
+    lists = {"unsloth/Qwen3-30B-A3B-GGUF": LISTING, "unsloth/Qwen3-0.6B-GGUF": draft_files}
+    monkeypatch.setattr(gguf_hub, "LISTER", lambda repo, rev: (COMMIT, lists[repo]))
+    source = tmp_path / "spec.yaml"
+    source.write_text(FIXTURE.read_text().replace("--no-mmap", "-hfd unsloth/Qwen3-0.6B-GGUF:Q8_0 --draft-max 8"))
+    doc = importing.import_source(str(source))
+    drafter = next(c for c in doc["model"]["checkpoints"] if c["role"] == "drafter")
+    assert drafter["repo"] == "unsloth/Qwen3-0.6B-GGUF" and drafter["revision"] == COMMIT
+    assert drafter["files"] == ["Qwen3-0.6B-Q8_0.gguf"]
+    assert doc["model"]["gguf"]["draft"] == "unsloth--Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0.gguf"
+    assert doc["speculative"] == {"method": "draft", "num_tokens": 8, "draft_model": "unsloth/Qwen3-0.6B-GGUF:Q8_0"}
+    (leader,) = build(doc, nodes(1), Options(model_root=ROOT))["ranks"]
+    argv = leader["argv"]
+    assert contains_run(argv, ["-md", f"{ROOT}/unsloth--Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0.gguf"]) and "-hfd" not in argv

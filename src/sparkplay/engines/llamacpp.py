@@ -21,7 +21,21 @@ RPC_PORT = 50052
 SERVER = "/usr/bin/llama-server"
 # stated by the recipe's own fields (model.path, serve.bind/port): set once, effective values
 # (-hf and --hf-file: the import resolved them into model.path and the projector, served from the mirror)
-REPLACED = ("-m", "--model", "--host", "--port", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file")
+REPLACED = (
+    "-m",
+    "--model",
+    "--host",
+    "--port",
+    "-hf",
+    "-hfr",
+    "--hf-repo",
+    "-hff",
+    "--hf-file",
+    "-hfd",
+    "-hfrd",
+    "--hf-repo-draft",
+    "--spec-draft-hf",
+)
 # only sparkplay knows the workers
 OWNED = ("--rpc",)
 
@@ -58,9 +72,11 @@ def plan(ctx: Context) -> dict[str, Any]:
         for node in workers
     ]
     leader_argv = [SERVER, "-m", model, *args]
-    projector = (recipe["model"].get("gguf") or {}).get("projector")
-    if projector:  # what -hf would have loaded beside the model
-        leader_argv += ["--mmproj", ctx.in_model_root(projector, "model.gguf.projector")]
+    gguf = recipe["model"].get("gguf") or {}
+    if gguf.get("projector"):  # what -hf would have loaded beside the model
+        leader_argv += ["--mmproj", ctx.in_model_root(gguf["projector"], "model.gguf.projector")]
+    if gguf.get("draft"):  # -hfd's draft, from the mirror
+        leader_argv += ["-md", ctx.in_model_root(gguf["draft"], "model.gguf.draft")]
     if endpoints:
         leader_argv += ["--rpc", ",".join(endpoints)]
     leader_argv += ["--host", ctx.bind, "--port", str(ctx.port)]

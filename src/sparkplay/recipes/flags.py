@@ -14,6 +14,9 @@ from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 from sparkplay.recipes.raw import RawRecipe
 
+# llama.cpp's draft model from the hub (common/arg.cpp: -hfd, -hfrd, --hf-repo-draft, --spec-draft-hf)
+HUB_DRAFT = ("-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-hf")
+
 # Flags whose value is JSON text (vLLM); checked so a bad one fails at import.
 JSON_FLAGS = (
     "--speculative-config",
@@ -109,8 +112,10 @@ def speculative(raw: RawRecipe) -> dict[str, Any] | None:
                 "num_tokens": whole(cmdline.flag_value(args, "--speculative-num-steps"), "--speculative-num-steps"),
                 "draft_model": cmdline.flag_value(args, "--speculative-draft-model-path", "--speculative-draft-model"),
             }
-    if raw.engine == "llamacpp":
-        draft = cmdline.flag_value(args, "-md", "--model-draft")
+    if raw.engine == "llamacpp":  # a draft GGUF file, or one on the hub (-hfd repo[:quant], resolved like -hf)
+        draft = cmdline.flag_value(args, "-md", "--model-draft", "--spec-draft-model") or cmdline.flag_value(
+            args, *HUB_DRAFT
+        )
         if draft is not None:
             return {
                 "method": "draft",

@@ -150,7 +150,11 @@ def apply(doc: dict[str, Any]) -> None:
     target checkpoint's files and commit, from the repository's file list at one commit."""
     model = doc["model"]
     gguf = model.get("gguf")
-    if doc["engine"]["name"] != "llamacpp" or not gguf or model.get("path"):
+    if doc["engine"]["name"] != "llamacpp" or not gguf:
+        return
+    if gguf.get("draft_ref") and not gguf.get("draft"):
+        _apply_draft(doc, gguf)
+    if not gguf.get("ref") or model.get("path"):
         return
     repo, _ = split_repo_tag(gguf["ref"])
     target = next((c for c in model.get("checkpoints") or [] if c["role"] == "target" and c["repo"] == repo), None)
@@ -177,3 +181,20 @@ def apply(doc: dict[str, Any]) -> None:
         notes.append(("model.revision", "derived", f"{repo} at main is {choice.commit}: the commit whose files "
                       "were chosen, so every run serves the same ones"))  # fmt: skip
     doc.setdefault("provenance", []).extend({"key": k, "how": how, "detail": d} for k, how, d in notes)
+
+
+def _apply_draft(doc: dict[str, Any], gguf: dict[str, Any]) -> None:
+    """-hfd repo[:quant]: the draft model's files by the same rule (no projector), as the drafter checkpoint."""
+    repo, _ = split_repo_tag(gguf["draft_ref"])
+    ckpts = doc["model"].setdefault("checkpoints", [])
+    drafter = next((c for c in ckpts if c["repo"] == repo and c["role"] == "drafter"), None)
+    if drafter is None:
+        drafter = {"role": "drafter", "repo": repo, "revision": None, "size_bytes": None, "mount": None,
+                   "license": None}  # fmt: skip
+        ckpts.append(drafter)
+    choice = resolve(gguf["draft_ref"], None, drafter.get("revision"), False, LISTER)
+    gguf["draft"] = f"{checkpoints.checkpoint_folder(repo)}/{choice.model}"
+    drafter["revision"], drafter["files"] = choice.commit, list(choice.files)
+    doc.setdefault("provenance", []).append({"key": "model.gguf.draft", "how": "derived", "detail": (
+        f"llama.cpp's -hf rule on the draft {repo}'s files at {choice.commit[:12]}: {choice.model}, served as -md "
+        "from the mirror")})  # fmt: skip

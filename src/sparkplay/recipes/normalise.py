@@ -93,12 +93,15 @@ def _model_file(raw: RawRecipe, repo: str | None) -> str | None:
 def _gguf(raw: RawRecipe, hub: str | None, repo: str | None) -> dict[str, Any] | None:
     """llama.cpp serving a hub repository (-hf repo:QUANT, or sparkrun's model repo:QUANT) rather than a file:
     what it names, resolved at import into the files it serves (recipes/gguf_hub.py)."""
-    if raw.engine != "llamacpp" or raw.model or not (hub or repo):
+    if raw.engine != "llamacpp":
         return None
-    ref = hub or (f"{repo}:{raw.quant}" if raw.quant else str(repo))
+    draft = cmdline.flag_value(raw.args, *flags.HUB_DRAFT)
+    ref = None if raw.model or not (hub or repo) else hub or (f"{repo}:{raw.quant}" if raw.quant else str(repo))
+    if ref is None and draft is None:
+        return None
     projector = not any(cmdline.has_flag(raw.args, f) for f in ("--no-mmproj", "--no-mmproj-auto", "--mmproj"))
     return {"ref": ref, "file": cmdline.flag_value(raw.args, "-hff", "--hf-file"), "mmproj": projector,
-            "projector": None}  # fmt: skip
+            "projector": None, "draft_ref": draft, "draft": None}  # fmt: skip
 
 
 def normalise(raw: RawRecipe) -> dict[str, Any]:
@@ -262,6 +265,8 @@ def draft_source(draft: str) -> tuple[str, str | None] | None:
     """
     if REPO_PATTERN.match(draft):
         return draft, None
+    if ":" in draft and REPO_PATTERN.match(draft.rsplit(":", 1)[0]):  # llama.cpp's repo:quant (-hfd)
+        return draft.rsplit(":", 1)[0], None
     if match := HF_CACHE_PATH.search(draft):
         return f"{match.group(1)}/{match.group(2)}", match.group(3)
     return None
