@@ -21,6 +21,7 @@ from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput
 from sparkplay.lab import image
 from tests.test_engines import ROOT, nodes
+from tests.test_recipes import cli
 
 RUN = '#!/bin/sh\nset -e\necho "patched by $(basename "$PWD") from $WORKSPACE_DIR" > /tmp/sparkplay-mod-ran\n'
 PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new\n"
@@ -135,3 +136,21 @@ def test_the_wrapper_runs_each_mod_in_the_container_before_the_engine(tmp_path):
                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert run.stdout == "patched by fix-parser from /srv\n" + PATCH
+
+
+def test_the_import_command_finds_mods_in_a_folder_it_is_given_and_shows_each_as_a_privileged_request(tmp_path):
+    """A registry whose recipes use eugr's mods (sparkrun's fallback registry): `--mods-from` names a checkout of
+    them; the import prints the request, the catalog recipe holds the mod, pinned."""
+    recipe = registry(tmp_path / "reg", mod_at="eugr/mods")  # neither beside the recipe nor in its registry
+    root = tmp_path / "project"  # an empty sparkplay project
+    (root / "playbooks").mkdir(parents=True)
+    (root / "ansible.cfg").write_text("[defaults]\n")
+    without = cli(root, "recipe", "import", str(recipe), "--yes")
+    assert without.returncode == 0 and "not honoured: extra.sparkrun_not_honoured.mods" in without.stderr
+    proc = cli(root, "recipe", "import", str(recipe), "--mods-from", str(tmp_path / "reg" / "eugr" / "mods"), "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "privileged request: runs fix-parser/run.sh" in proc.stderr and "serve_allow: ['mod:fix-parser']" in proc.stderr
+    )
+    saved = yaml.safe_load((root / "recipes" / "qwen3-vllm.yml").read_text())
+    assert saved["engine"]["mods"][0]["name"] == "fix-parser"

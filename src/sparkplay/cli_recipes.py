@@ -65,6 +65,15 @@ def recipe_import(
             "model.revision=COMMIT, serve.bind=0.0.0.0); repeatable.",
         ),
     ] = None,
+    mods_from: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--mods-from",
+            metavar="DIR",
+            help="A folder of sparkrun mods to look in after the recipe's own registry (e.g. a checkout of eugr's "
+            "spark-vllm-docker/mods, sparkrun's fallback); repeatable. Each mod found is a privileged request.",
+        ),
+    ] = None,
     yes: YesOpt = False,
     project: ProjectOpt = None,
 ) -> None:
@@ -74,7 +83,7 @@ def recipe_import(
     a sparkrun recipe YAML or a sparkplay recipe YAML.
     """
     root = project_dir(project)
-    doc = importing.import_source(source, name, sets or ())
+    doc = importing.import_source(source, name, sets or (), mods_from or ())
     result = catalog.save(catalog.catalog_dir(root), doc, make_confirm(yes))
 
     def shown(path: Path) -> Path:  # a checkout's recipes/ as before; an installed sparkplay's in full

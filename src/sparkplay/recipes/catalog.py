@@ -53,7 +53,9 @@ def recipe_path(catalog: Path, name: str) -> Path:
     return own
 
 
-def read_source(source: str, name: str | None = None, sets: Sequence[str] = ()) -> dict[str, Any]:
+def read_source(
+    source: str, name: str | None = None, sets: Sequence[str] = (), mods_from: Sequence[Path] = ()
+) -> dict[str, Any]:
     """Read SOURCE (an https URL or a file) into a normalised, schema-valid recipe with every field known.
 
     The importer is chosen by the content, never by the file name: a JSON
@@ -82,7 +84,7 @@ def read_source(source: str, name: str | None = None, sets: Sequence[str] = ()) 
             raise BadInput(f"{source} is larger than 1 MiB", "a recipe is small; check the file")
         sha, content_type = hashlib.sha256(body).hexdigest(), ""
     try:
-        doc = read(body, source, sha, name, content_type)
+        doc = read(body, source, sha, name, content_type, mods_from)
         for assignment in sets:
             apply_set(doc, assignment, source)
         gguf_hub.apply(doc)  # llama.cpp's -hf, after --set (a model.path given there is used as it is)
@@ -105,7 +107,9 @@ def read_source(source: str, name: str | None = None, sets: Sequence[str] = ()) 
     return doc
 
 
-def read(body: bytes, where: str, sha: str, name: str | None, content_type: str = "") -> dict[str, Any]:
+def read(
+    body: bytes, where: str, sha: str, name: str | None, content_type: str = "", mods_from: Sequence[Path] = ()
+) -> dict[str, Any]:
     """The normalised recipe from a source's bytes, by what the bytes are."""
     text = body.decode("utf-8", errors="replace")
     head = text.lstrip()[:1]
@@ -126,7 +130,7 @@ def read(body: bytes, where: str, sha: str, name: str | None, content_type: str 
     doc = model.from_yaml(text, where)  # names the line of a syntax error
     if sparkrun.is_sparkrun(doc):
         src = {"kind": "sparkrun", "location": where, "sha256": sha, "canonical_url": None}
-        return normalise(sparkrun.to_raw(doc, src, name, where))
+        return normalise(sparkrun.to_raw(doc, src, name, where, mods_from))
     if doc.get("schema") != model.SCHEMA_ID:
         raise BadInput(
             f"{where} is not a recipe sparkplay knows (a website's JSON, a recipe.toml, a sparkrun or sparkplay YAML)",

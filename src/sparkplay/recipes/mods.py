@@ -3,8 +3,9 @@ the engine starts, as root there. sparkplay carries them as privileged requests.
 
 Found as sparkrun finds them (core/mods.py, read for this): a leading `mods/` is dropped, then the folder
 beside the recipe file (`<dir>/<ref>`, `<dir>/mods/<ref>`), then the mods folder of the registry checkout
-the recipe is in (`.sparkrun/registry.yaml`, an entry's `mods` subpath). `@registry/...` references and
-sparkrun's fallback to eugr's registry need a registry sparkplay does not clone: not found, and said so.
+the recipe is in (`.sparkrun/registry.yaml`, an entry's `mods` subpath), then the folders the import is
+given (`--mods-from`: sparkrun's last resort is eugr's registry, whose mods many registries use).
+`@registry/...` references need a registry sparkplay does not clone: not found, and said so.
 
 A mod is read whole into the recipe (UTF-8 text files only: scripts and patches), pinned by a sha256 over
 its paths, modes and bytes, shown at import, and run only where the inventory allows `mod:<name>`
@@ -67,12 +68,14 @@ def _registry_mods(recipe_file: Path) -> list[Path]:
     return []
 
 
-def find(ref: str, recipe_file: Path) -> tuple[Path | None, list[str]]:
-    """The mod folder (one with a run.sh) a reference names, and every place tried."""
+def find(ref: str, recipe_file: Path | None, extra: Iterable[Path] = ()) -> tuple[Path | None, list[str]]:
+    """The mod folder (one with a run.sh) a reference names, and every place tried: beside the recipe file, its
+    registry checkout's mods, then the folders the user names (`--mods-from`: sparkrun's fallback, eugr's)."""
     rel = _normal(ref)
     if rel is None:
         return None, [f"{ref} (a registry reference or not a folder name)"]
-    bases = [recipe_file.parent, recipe_file.parent / "mods", *_registry_mods(recipe_file)]
+    here = [recipe_file.parent, recipe_file.parent / "mods", *_registry_mods(recipe_file)] if recipe_file else []
+    bases = [*here, *extra]
     tried = []
     for base in bases:
         candidate = base / rel

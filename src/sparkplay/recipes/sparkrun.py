@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
@@ -181,7 +182,9 @@ def _checkpoints(data: dict[str, Any], model: str | None, where: str, values: di
     return found
 
 
-def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where: str) -> RawRecipe:
+def to_raw(
+    data: dict[str, Any], source: dict[str, Any], name: str | None, where: str, mods_from: Sequence[Path] = ()
+) -> RawRecipe:
     version = str(data.get("recipe_version", data.get("sparkrun_version", "2")))
     if version not in VERSIONS:
         raise BadInput(
@@ -261,7 +264,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, where
         env[str(key)] = text_value
 
     not_honoured = {k: data[k] for k in NOT_HONOURED if data.get(k) not in (None, [], {}, "")}
-    found_mods, mods_missing = _mods(data.get("mods"), where)
+    found_mods, mods_missing = _mods(data.get("mods"), where, mods_from)
     if found_mods:
         del not_honoured["mods"]
     bench_profile, bench_left = _bench(data, where)
@@ -380,17 +383,17 @@ def _built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
 BROKEN_CONTINUATION = re.compile(r"\\[ \t]+\n")
 
 
-def _mods(refs: Any, where: str) -> tuple[list[dict[str, Any]], str]:
+def _mods(refs: Any, where: str, mods_from: Sequence[Path] = ()) -> tuple[list[dict[str, Any]], str]:
     """The recipe's mods, read and pinned, when every one is found as sparkrun finds it (a recipe imported from
     a file in a registry checkout); else none and what was missing (the mods stay not honoured, said so)."""
     if not refs or not isinstance(refs, list):
         return [], ""
-    recipe_file = Path(where)
-    if urlsplit(where).scheme in ("http", "https") or not recipe_file.is_file():
-        return [], "the recipe was not imported from a file beside its mods"
+    local = urlsplit(where).scheme not in ("http", "https") and Path(where).is_file()
+    if not local and not mods_from:
+        return [], "the recipe was not imported from a file beside its mods, and no --mods-from was given"
     found = []
     for ref in refs:
-        folder, tried = mods.find(str(ref), recipe_file)
+        folder, tried = mods.find(str(ref), Path(where) if local else None, mods_from)
         if folder is None:
             return [], f"{ref}: tried {', '.join(tried)}"
         try:
