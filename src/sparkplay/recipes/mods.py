@@ -17,11 +17,14 @@ from __future__ import annotations
 import hashlib
 import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
+
+from sparkplay.errors import BadInput
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 MAX_FILES = 64
@@ -110,3 +113,26 @@ def read(folder: Path) -> dict[str, Any]:
             raise ValueError(f"{name} has a file name with control characters")
         files.append({"path": rel, "mode": "0755" if info.st_mode & 0o111 else "0644", "text": text})
     return {"name": name, "sha256": digest(files), "files": files}
+
+
+def resolve_all(refs: Any, where: str, mods_from: Sequence[Path] = ()) -> tuple[list[dict[str, Any]], str]:
+    """The recipe's mods, read and pinned, when every one is found as sparkrun finds it (a recipe imported from
+    a file in a registry checkout); else none and what was missing (the mods stay not honoured, said so)."""
+    if not refs or not isinstance(refs, list):
+        return [], ""
+    local = urlsplit(where).scheme not in ("http", "https") and Path(where).is_file()
+    if not local and not mods_from:
+        return [], "the recipe was not imported from a file beside its mods, and no --mods-from was given"
+    found = []
+    for ref in refs:
+        folder, tried = find(str(ref), Path(where) if local else None, mods_from)
+        if folder is None:
+            return [], f"{ref}: tried {', '.join(tried)}"
+        try:
+            found.append(read(folder))
+        except ValueError as exc:
+            raise BadInput(f"{where}: mod {ref}: {exc}", "fix the mod, or import without it") from None
+    names = [m["name"] for m in found]
+    if len(set(names)) != len(names):
+        return [], f"two mods are named alike ({', '.join(names)})"
+    return found, ""

@@ -22,6 +22,7 @@ import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from textwrap import shorten
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -264,7 +265,7 @@ def to_raw(
         env[str(key)] = text_value
 
     not_honoured = {k: data[k] for k in NOT_HONOURED if data.get(k) not in (None, [], {}, "")}
-    found_mods, mods_missing = _mods(data.get("mods"), where, mods_from)
+    found_mods, mods_missing = mods.resolve_all(data.get("mods"), where, mods_from)
     if found_mods:
         del not_honoured["mods"]
     bench_profile, bench_left = _bench(data, where)
@@ -326,8 +327,8 @@ def to_raw(
     if unknown.get("executor") == "docker":  # sparkrun's default executor, and how sparkplay runs the engine too
         del unknown["executor"]
     for key in sorted(k for k in unknown if k not in DESCRIPTIVE):
-        raw.note(f"extra.{key}", "ignored", f"{_short(unknown[key])}: sparkplay does not read sparkrun's {key!r}; what "
-                 "it asks is not applied (kept in the recipe's extra)")  # fmt: skip
+        raw.note(f"extra.{key}", "ignored", f"{shorten(str(unknown[key]), 80)}: sparkplay does not read sparkrun's "
+                 f"{key!r}; what it asks is not applied (kept in the recipe's extra)")  # fmt: skip
     if raw.image and _built_locally(data, version, runtime):
         args = " ".join(map(str, data.get("build_args") or []))
         raw.note("engine.image", "ignored", f"{raw.image} is built by the recipe's launcher (eugr's build-and-copy.sh"
@@ -381,34 +382,6 @@ def _built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
 # a backslash, then blanks, then the line's end: bash reads an escaped blank and ends the command there;
 # sparkrun repairs it to a line continuation before it runs the command (utils/text.py), and so does this
 BROKEN_CONTINUATION = re.compile(r"\\[ \t]+\n")
-
-
-def _mods(refs: Any, where: str, mods_from: Sequence[Path] = ()) -> tuple[list[dict[str, Any]], str]:
-    """The recipe's mods, read and pinned, when every one is found as sparkrun finds it (a recipe imported from
-    a file in a registry checkout); else none and what was missing (the mods stay not honoured, said so)."""
-    if not refs or not isinstance(refs, list):
-        return [], ""
-    local = urlsplit(where).scheme not in ("http", "https") and Path(where).is_file()
-    if not local and not mods_from:
-        return [], "the recipe was not imported from a file beside its mods, and no --mods-from was given"
-    found = []
-    for ref in refs:
-        folder, tried = mods.find(str(ref), Path(where) if local else None, mods_from)
-        if folder is None:
-            return [], f"{ref}: tried {', '.join(tried)}"
-        try:
-            found.append(mods.read(folder))
-        except ValueError as exc:
-            raise BadInput(f"{where}: mod {ref}: {exc}", "fix the mod, or import without it") from None
-    names = [m["name"] for m in found]
-    if len(set(names)) != len(names):
-        return [], f"two mods are named alike ({', '.join(names)})"
-    return found, ""
-
-
-def _short(value: Any) -> str:
-    text = str(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _parse_command(text: str, where: str) -> cmdline.Command:
