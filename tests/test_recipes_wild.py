@@ -1071,3 +1071,15 @@ def test_a_field_the_importer_does_not_read_is_said_on_one_line_unless_it_only_d
     assert "~/m:/m:ro" in said["extra.volumes"]
     assert not {"extra.executor", "extra.description", "extra.maintainer"} & set(said)
     assert doc["extra"]["volumes"] == ["~/m:/m:ro"]  # kept, for the user to see
+
+
+def test_container_settings_sparkplay_already_makes_are_not_reported_and_the_rest_are():
+    """sparkrun's executor_config: memlock unlimited and IPC_LOCK are what sparkplay's GPU container has anyway,
+    ssh is how sparkrun reaches hosts; a lower open-file limit or another capability is said, on one line."""
+    from sparkplay.recipes.sparkrun_flags import executor_left
+
+    executor = {"shm_size": "64g", "ssh": {"user": "me"}, "ulimit": ["memlock=-1:-1", "nofile=262144:262144"],
+                "cap_add": ["IPC_LOCK"], "user": "root"}  # fmt: skip
+    assert executor_left(executor, "vllm") == {"ulimit": ["nofile=262144:262144"], "user": "root"}
+    assert executor_left({"ulimit": ["memlock=-1"], "cap_add": ["IPC_LOCK"]}, "sglang") == {}
+    assert executor_left({"cap_add": ["IPC_LOCK"]}, "atlas") == {"cap_add": ["IPC_LOCK"]}  # its own options

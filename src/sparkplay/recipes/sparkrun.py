@@ -30,7 +30,7 @@ from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, mods
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
-from sparkplay.recipes.sparkrun_flags import ATLAS_FLAGS, LLAMACPP_FLAGS, SGLANG_FLAGS, VLLM_FLAGS
+from sparkplay.recipes.sparkrun_flags import ATLAS_FLAGS, LLAMACPP_FLAGS, SGLANG_FLAGS, VLLM_FLAGS, executor_left
 from sparkplay.recipes.sparkrun_template import VERSIONS, collapse_escapes, expand, reads_as
 
 # sparkrun runtime -> (sparkplay engine, vLLM distributed back end)
@@ -63,7 +63,6 @@ NOT_HONOURED = (
 # sparkrun's benchmark block (core/benchmark_profiles.py): its own keys; any other key is an argument
 BENCH_BLOCK_KEYS = ("framework", "args", "timeout", "schedule")
 BENCH_LISTS = ("pp", "tg", "depth", "concurrency")
-EXECUTOR_HONOURED = ("shm_size",)
 NOT_HONOURED_WHY = {
     "defaults": "{value}: the engine's flag map has no flag for these and the recipe has no command to place them",
     "container": "{value}: sparkplay runs llama.cpp from the node's packages, not a container",
@@ -274,7 +273,7 @@ def to_raw(
         not_honoured["defaults"] = {k: defaults[k] for k in unmapped}
     if engine == "llamacpp" and data.get("container"):
         not_honoured["container"] = data["container"]  # sparkplay runs llama.cpp from the node's packages
-    other_executor = {k: v for k, v in executor.items() if k not in EXECUTOR_HONOURED}
+    other_executor = executor_left(executor, engine)
     if other_executor:
         not_honoured["executor_config"] = other_executor
     unknown = {k: v for k, v in data.items() if k not in READ and k not in NOT_HONOURED}

@@ -1,7 +1,13 @@
 """sparkrun's flag maps: a recipe's `defaults` key -> the engine flag sparkrun writes for it (a True boolean a
-bare switch), per runtime, as sparkrun's runtimes define them. Used for recipes with no command template."""
+bare switch), per runtime, as sparkrun's runtimes define them. Used for recipes with no command template. And
+which of sparkrun's container settings (executor_config) sparkplay's own container already has."""
 
 from __future__ import annotations
+
+from typing import Any
+
+# executor_config keys sparkplay reads into the recipe
+EXECUTOR_HONOURED = ("shm_size",)
 
 # defaults key -> flag, per engine (sparkrun's flag maps); a True boolean is a bare switch
 VLLM_FLAGS = {
@@ -50,3 +56,15 @@ ATLAS_FLAGS = {
     "self_speculative": "--self-speculative", "ngram_speculative": "--ngram-speculative",
     "disable_thinking": "--disable-thinking", "high_speed_swap": "--high-speed-swap", "require_auth": "--require-auth",
 }  # fmt: skip
+
+
+def executor_left(executor: dict[str, Any], engine: str) -> dict[str, Any]:
+    """sparkrun's executor_config less what sparkplay's own container already does: the shared memory it reads;
+    for vLLM and SGLang (engines/context.py gpu_container_options) memlock unlimited and IPC_LOCK; `ssh` is how
+    sparkrun reaches the hosts, not the container (sparkplay has its inventory and peer ssh)."""
+    left = {k: v for k, v in executor.items() if k not in (*EXECUTOR_HONOURED, "ssh")}
+    if engine in ("vllm", "sglang"):
+        limits = [u for u in left.get("ulimit") or [] if str(u).replace(" ", "") not in ("memlock=-1", "memlock=-1:-1")]
+        caps = [c for c in left.get("cap_add") or [] if str(c).upper() not in ("IPC_LOCK", "CAP_IPC_LOCK")]
+        left.update({"ulimit": limits, "cap_add": caps})
+    return {k: v for k, v in left.items() if v not in ([], None) or k not in ("ulimit", "cap_add")}
