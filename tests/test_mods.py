@@ -154,3 +154,19 @@ def test_the_import_command_finds_mods_in_a_folder_it_is_given_and_shows_each_as
     )
     saved = yaml.safe_load((root / "recipes" / "qwen3-vllm.yml").read_text())
     assert saved["engine"]["mods"][0]["name"] == "fix-parser"
+
+
+@pytest.mark.parametrize("path", ["../../../etc/cron.d/x", "a/../../b", "/etc/passwd", "a//b", "./run.sh"])
+def test_a_hand_written_mod_path_that_leaves_its_folder_is_refused_before_anything_is_written(tmp_path, path):
+    """A catalog recipe can be edited (or come as sparkplay YAML from anywhere): the files are written as root on
+    every rank, so a path outside the mod's folder is refused by the schema and by the plan, hash or no hash."""
+    from sparkplay.recipes import model
+    from sparkplay.recipes import mods as recipe_mods
+
+    doc = importing.import_source(str(registry(tmp_path)))
+    mod = doc["engine"]["mods"][0]
+    mod["files"].append({"path": path, "mode": "0644", "text": "* * * * * root sh -c evil\n"})
+    mod["sha256"] = recipe_mods.digest(mod["files"])  # an attacker pins their own hash
+    assert model.schema_errors(doc)
+    with pytest.raises(BadInput, match="leaves the mod's folder"):
+        plan_of(doc, ["mod:fix-parser"])

@@ -31,6 +31,14 @@ def verified(recipe: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The recipe's mods, each hash recomputed from the bytes it holds (an edited mod is refused, named)."""
     found = list(recipe["engine"].get("mods") or [])
     for mod in found:
+        # the files are written as root on every rank: a name or path that leaves the mod's folder is an attack
+        if not recipe_mods.NAME.match(str(mod["name"])):
+            raise BadInput(f"mod name {mod['name']!r} is not a plain name", "re-import the recipe")
+        for f in mod["files"]:
+            parts = str(f["path"]).split("/")
+            if not f["path"] or any(p in ("", ".", "..") for p in parts) or any(ord(c) < 32 for c in f["path"]):
+                raise BadInput(f"mod {mod['name']}: the file path {f['path']!r} leaves the mod's folder",
+                               "re-import the recipe (the import reads a mod's own files only)")  # fmt: skip
         if recipe_mods.digest(mod["files"]) != mod["sha256"]:
             raise BadInput(f"mod {mod['name']}: its files do not hash to the sha256 the recipe pins",
                            "re-import the recipe (the import reads and pins its mods again)")  # fmt: skip
