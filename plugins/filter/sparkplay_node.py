@@ -37,6 +37,7 @@ FILTERS = {
     "sparkplay_fabric_env": "sparkplay.checkpoints:fabric_env",
     "sparkplay_progress_line": "sparkplay.checkpoints:progress_line",
     "sparkplay_nodetool_app": "sparkplay.nodetools:app",
+    "sparkplay_nodetool_app_base64": "sparkplay.nodetools:app_base64",
     "sparkplay_package_files": "sparkplay.nodetools:package_files",
     "sparkplay_doctor_collect": "sparkplay.doctor:collect",
     "sparkplay_ib_write_bw_gbps": "sparkplay.doctor:ib_write_bw_gbps",

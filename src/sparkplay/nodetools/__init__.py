@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import os
@@ -69,6 +70,11 @@ def app(name: str) -> str:
         fh.write(buffer.getvalue())
     Path(tmp).replace(target)  # whole or not at all: another play may read it at once
     return str(target)
+
+
+def app_base64(name: str) -> str:
+    """The tool of `app` as base64, for a role that writes it with its other files in one module call."""
+    return base64.b64encode(Path(app(name)).read_bytes()).decode("ascii")
 
 
 def _folders(top: Any, name: str) -> list[str]:

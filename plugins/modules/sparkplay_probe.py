@@ -1,0 +1,168 @@
+#!/usr/bin/python
+"""Ansible module: which of some paths exist and which Debian packages are installed, in one call."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sparkplay_probe
+short_description: Look for paths and installed Debian packages on a node in one call
+description:
+  - Returns which of O(paths) exist (through links) and which of O(packages) dpkg does not list as
+    installed, reading dpkg's status file directly; it changes nothing.
+  - A role asks once, then runs M(ansible.builtin.apt) only for what is missing. The apt module opens the
+    package cache on every call, which on a run that changes nothing costs a second per package task.
+  - On a node without dpkg every package is reported missing (the install that follows says why it cannot).
+options:
+  paths:
+    description: Paths to look for.
+    type: list
+    elements: path
+    default: []
+  packages:
+    description: Debian package names to look for.
+    type: list
+    elements: str
+    default: []
+  read:
+    description: Small text files to read (at most 1 MiB each); an absent one reads as null.
+    type: list
+    elements: path
+    default: []
+  users:
+    description: User names to look up in the passwd database.
+    type: list
+    elements: str
+    default: []
+  managed:
+    description:
+      - Files a role is about to write; those that exist and were not last written by sparkplay (its
+        registry says so) come back in RV(foreign), for the play-wide question before anything changes.
+    type: list
+    elements: path
+    default: []
+  registry:
+    description: The registry of the files sparkplay wrote on this node.
+    type: path
+    default: /etc/sparkplay/managed-files.json
+  dpkg_status:
+    description: dpkg's status file.
+    type: path
+    default: /var/lib/dpkg/status
+author: sparkplay developers (@sparkplay)
+"""
+
+EXAMPLES = r"""
+- name: Look for the model and the packages the role installs
+  sparkplay.spark.sparkplay_probe:
+    paths: [/var/lib/example/model.gguf]
+    packages: [rsync, nftables]
+  register: probe
+
+- name: Install what is missing
+  ansible.builtin.apt:
+    name: "{{ probe.missing_packages }}"
+  when: probe.missing_packages | length > 0
+"""
+
+RETURN = r"""
+missing_paths:
+  description: The paths of O(paths) that do not exist.
+  returned: always
+  type: list
+missing_packages:
+  description: The packages of O(packages) dpkg does not list as installed.
+  returned: always
+  type: list
+contents:
+  description: Each file of O(read) as text (UTF-8, undecodable bytes replaced), or null when absent.
+  returned: always
+  type: dict
+users:
+  description: Each user of O(users) as {uid, gid, home, shell}, or null when there is none.
+  returned: always
+  type: dict
+foreign:
+  description: The files of O(managed) that exist and were not last written by sparkplay.
+  returned: always
+  type: list
+"""
+
+# Ansible modules put their documentation before the imports.
+import os  # noqa: E402
+import pwd  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import (  # noqa: E402
+    foreign,
+    load_registry,
+    state,
+)
+
+
+def installed(status_file: str) -> set:
+    """Names of the packages dpkg's status file lists as `install ok installed` (any architecture)."""
+    found = set()
+    try:
+        with open(status_file, encoding="utf-8", errors="replace") as fh:
+            stanzas = fh.read().split("\n\n")
+    except OSError:
+        return found
+    for stanza in stanzas:
+        fields = dict(line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith(" "))
+        if fields.get("Status", "").split() == ["install", "ok", "installed"] and fields.get("Package"):
+            found.add(fields["Package"].strip())
+    return found
+
+
+def read(path: str, limit: int = 1 << 20):
+    """A small text file's content, or None when it is absent."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except FileNotFoundError:
+        return None
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    return data.decode("utf-8", errors="replace")
+
+
+def user(name: str):
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    return {"uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir, "shell": entry.pw_shell}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "paths": {"type": "list", "elements": "path", "default": []},
+            "packages": {"type": "list", "elements": "str", "default": []},
+            "read": {"type": "list", "elements": "path", "default": []},
+            "users": {"type": "list", "elements": "str", "default": []},
+            "managed": {"type": "list", "elements": "path", "default": []},
+            "registry": {"type": "path", "default": "/etc/sparkplay/managed-files.json"},
+            "dpkg_status": {"type": "path", "default": "/var/lib/dpkg/status"},
+        },
+        supports_check_mode=True,
+    )
+    have = installed(module.params["dpkg_status"]) if module.params["packages"] else set()
+    managed = module.params["managed"]
+    registry = load_registry(module.params["registry"]) if managed else {}
+    try:
+        contents = {p: read(p) for p in module.params["read"]}
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"sparkplay_probe: {exc}")
+    module.exit_json(
+        changed=False,
+        contents=contents,
+        users={name: user(name) for name in module.params["users"]},
+        missing_paths=[p for p in module.params["paths"] if not os.path.exists(p)],
+        missing_packages=[p for p in module.params["packages"] if p.split("=", 1)[0] not in have],
+        foreign=foreign({p: state(p) for p in managed}, registry),
+    )
+
+
+if __name__ == "__main__":
+    main()
