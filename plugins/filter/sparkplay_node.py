@@ -25,7 +25,6 @@ FILTERS = {
     "sparkplay_fabric_subnet_problem": "sparkplay.fabric:subnet_problem",
     "sparkplay_cidr_address": "sparkplay.fabric:address_of",
     "sparkplay_free_bytes_for": "sparkplay.hostfacts:free_bytes_for",
-    "sparkplay_path_and_parents": "sparkplay.hostfacts:path_and_parents",
     "sparkplay_docker_daemon_merge": "sparkplay.hostfacts:docker_daemon_merge",
     "sparkplay_listener_pids": "sparkplay.hostfacts:listener_pids",
     "sparkplay_listener_cgroups": "sparkplay.hostfacts:listener_cgroups",

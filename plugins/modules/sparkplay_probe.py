@@ -24,12 +24,24 @@ options:
     elements: str
     default: []
   read:
-    description: Small text files to read (at most 1 MiB each); an absent one reads as null.
+    description:
+      - Small text files to read (at most 1 MiB each); an absent one reads as null.
+      - Their text is in the result (and so in logs): not for secrets.
     type: list
     elements: path
     default: []
   users:
     description: User names to look up in the passwd database.
+    type: list
+    elements: str
+    default: []
+  disk:
+    description: Paths whose filesystem's free bytes to measure (at the nearest existing parent, as df does).
+    type: list
+    elements: path
+    default: []
+  units:
+    description: systemd units whose active and enabled states to read.
     type: list
     elements: str
     default: []
@@ -69,6 +81,10 @@ missing_paths:
   description: The paths of O(paths) that do not exist.
   returned: always
   type: list
+modes:
+  description: The mode of each path of O(paths) that exists, as an octal string ("0600").
+  returned: always
+  type: dict
 missing_packages:
   description: The packages of O(packages) dpkg does not list as installed.
   returned: always
@@ -79,6 +95,14 @@ contents:
   type: dict
 users:
   description: Each user of O(users) as {uid, gid, home, shell}, or null when there is none.
+  returned: always
+  type: dict
+free:
+  description: Each path of O(disk) as {at, bytes} (the existing folder measured, the bytes free to a user).
+  returned: always
+  type: dict
+unit_states:
+  description: Each unit of O(units) as {active, enabled} (systemd's ActiveState and UnitFileState).
   returned: always
   type: dict
 foreign:
@@ -134,6 +158,32 @@ def user(name: str):
     return {"uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir, "shell": entry.pw_shell}
 
 
+def free(path: str) -> dict:
+    """Free bytes (to a user, as df's avail) on the filesystem of `path`'s nearest existing folder."""
+    at = path
+    while not os.path.exists(at) and at not in ("/", ""):
+        at = os.path.dirname(at.rstrip("/")) or "/"
+    st = os.statvfs(at)
+    return {"at": at, "bytes": st.f_bavail * st.f_frsize}
+
+
+def unit_states(module, units: list) -> dict:
+    """{unit: {active, enabled}} from one `systemctl show` for all of them; {} without systemctl."""
+    if not units:
+        return {}
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return {}
+    rc, out, _ = module.run_command([systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--", *units])
+    if rc != 0:
+        return {}
+    states = {}
+    for name, block in zip(units, out.strip().split("\n\n")):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        states[name] = {"active": fields.get("ActiveState", ""), "enabled": fields.get("UnitFileState", "")}
+    return states
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -141,6 +191,8 @@ def main() -> None:
             "packages": {"type": "list", "elements": "str", "default": []},
             "read": {"type": "list", "elements": "path", "default": []},
             "users": {"type": "list", "elements": "str", "default": []},
+            "disk": {"type": "list", "elements": "path", "default": []},
+            "units": {"type": "list", "elements": "str", "default": []},
             "managed": {"type": "list", "elements": "path", "default": []},
             "registry": {"type": "path", "default": "/etc/sparkplay/managed-files.json"},
             "dpkg_status": {"type": "path", "default": "/var/lib/dpkg/status"},
@@ -152,13 +204,17 @@ def main() -> None:
     registry = load_registry(module.params["registry"]) if managed else {}
     try:
         contents = {p: read(p) for p in module.params["read"]}
+        space = {p: free(p) for p in module.params["disk"]}
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"sparkplay_probe: {exc}")
     module.exit_json(
         changed=False,
         contents=contents,
         users={name: user(name) for name in module.params["users"]},
+        free=space,
+        unit_states=unit_states(module, module.params["units"]),
         missing_paths=[p for p in module.params["paths"] if not os.path.exists(p)],
+        modes={p: f"{os.stat(p).st_mode & 0o7777:04o}" for p in module.params["paths"] if os.path.exists(p)},
         missing_packages=[p for p in module.params["packages"] if p.split("=", 1)[0] not in have],
         foreign=foreign({p: state(p) for p in managed}, registry),
     )

@@ -27,12 +27,6 @@ def free_bytes_for(path: str, mounts: Iterable[Mapping[str, Any]]) -> int | None
     return None if best is None else int(best.get("size_available", 0))
 
 
-def path_and_parents(path: str) -> list[str]:
-    """'/a/b/c' -> ['/a/b/c', '/a/b', '/a', '/']: where to look for the nearest folder that exists."""
-    parts = [p for p in path.split("/") if p]
-    return ["/" + "/".join(parts[:i]) for i in range(len(parts), 0, -1)] + ["/"]
-
-
 # memory-backed or copy-on-write: a disk cache there is no cache at all
 PREFIX_CACHE_REFUSED_FS = ("tmpfs", "ramfs", "overlay", "overlayfs")
 
