@@ -23,6 +23,11 @@ options:
     type: list
     elements: str
     default: []
+  hash:
+    description: Files whose sha256 to compute (an absent one hashes as null).
+    type: list
+    elements: path
+    default: []
   read:
     description:
       - Small text files to read (at most 1 MiB each); an absent one reads as null.
@@ -85,10 +90,18 @@ modes:
   description: The mode of each path of O(paths) that exists, as an octal string ("0600").
   returned: always
   type: dict
+executable:
+  description: The paths of O(paths) this user may execute (a file) or enter (a folder).
+  returned: always
+  type: list
 missing_packages:
   description: The packages of O(packages) dpkg does not list as installed.
   returned: always
   type: list
+sha256:
+  description: Each file of O(hash) as its sha256, or null when absent.
+  returned: always
+  type: dict
 contents:
   description: Each file of O(read) as text (UTF-8, undecodable bytes replaced), or null when absent.
   returned: always
@@ -119,6 +132,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import (  # noqa: E402
     foreign,
     load_registry,
+    sha256_file,
     state,
 )
 
@@ -189,6 +203,7 @@ def main() -> None:
         argument_spec={
             "paths": {"type": "list", "elements": "path", "default": []},
             "packages": {"type": "list", "elements": "str", "default": []},
+            "hash": {"type": "list", "elements": "path", "default": []},
             "read": {"type": "list", "elements": "path", "default": []},
             "users": {"type": "list", "elements": "str", "default": []},
             "disk": {"type": "list", "elements": "path", "default": []},
@@ -205,15 +220,18 @@ def main() -> None:
     try:
         contents = {p: read(p) for p in module.params["read"]}
         space = {p: free(p) for p in module.params["disk"]}
+        digests = {p: sha256_file(p) if os.path.isfile(p) else None for p in module.params["hash"]}
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"sparkplay_probe: {exc}")
     module.exit_json(
         changed=False,
         contents=contents,
+        sha256=digests,
         users={name: user(name) for name in module.params["users"]},
         free=space,
         unit_states=unit_states(module, module.params["units"]),
         missing_paths=[p for p in module.params["paths"] if not os.path.exists(p)],
+        executable=[p for p in module.params["paths"] if os.access(p, os.X_OK)],
         modes={p: f"{os.stat(p).st_mode & 0o7777:04o}" for p in module.params["paths"] if os.path.exists(p)},
         missing_packages=[p for p in module.params["packages"] if p.split("=", 1)[0] not in have],
         foreign=foreign({p: state(p) for p in managed}, registry),

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparkplay.errors import BadInput
+from sparkplay.nodetools.ckpt.common import MARKER
 
 
 def absolute(value: Any, key: str) -> str:
@@ -137,6 +138,12 @@ def sync_progress(result: Mapping[str, Any]) -> dict[str, Any] | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) and "bytes_total" in data and not data.get("finished") else None
+
+
+def offline_marker(checkpoint: dict[str, Any]) -> str:
+    """What shows a checkpoint is on the leader: a staged folder itself, a download's completion marker."""
+    dest = str(checkpoint["dest"])
+    return dest if checkpoint.get("kind") == "staged" else f"{dest}/{MARKER}"
 
 
 def offline_model(checkpoint: dict[str, Any]) -> str:

@@ -72,6 +72,11 @@ def app(name: str) -> str:
     return str(target)
 
 
+def app_sha256(name: str) -> str:
+    """The sha256 of the tool `app` builds, to tell whether a node has it already."""
+    return hashlib.sha256(Path(app(name)).read_bytes()).hexdigest()
+
+
 def app_base64(name: str) -> str:
     """The tool of `app` as base64, for a role that writes it with its other files in one module call."""
     return base64.b64encode(Path(app(name)).read_bytes()).decode("ascii")
