@@ -363,12 +363,7 @@ def test_a_url_the_user_names_on_loopback_may_redirect_on_loopback():
         handler.redirect_request(request, None, 302, "Found", {}, "https://127.0.0.1:8000/b.json")
 
 
-def test_the_engines_0600_environment_is_never_printed_as_a_diff():
-    from tests.role_render import task
-
-    write = task("roles/serve/tasks/configure.yml", "Serve | Write this rank's environment (0600)")
-    assert write["ansible.builtin.copy"]["mode"] == "0600"
-    assert write["diff"] is False
+# the engine's 0600 environment is kept out of every diff: tests/test_node_modules.py
 
 
 def test_playbooks_check_the_boundary_when_the_recipe_loads_and_doctor_does_not():

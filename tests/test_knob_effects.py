@@ -228,10 +228,12 @@ def test_a_ring_of_four_relays_through_the_nodes_between_and_they_forward() -> N
     assert {r["to"]: r["via"] for r in variables["fabric_routes"] if r["peer"] == "spark2"} == {
         "10.9.2.12/32": "10.9.0.11", "10.9.1.12/32": "10.9.0.11"}  # fmt: skip
     assert variables["fabric_relays"] is True
-    forward = task("roles/fabric/tasks/configure.yml", "Fabric | Forward for the ranks a ring routes through this node")
-    assert render(forward["ansible.builtin.copy"]["dest"], variables) == "/etc/sysctl.d/99-test.conf"
-    assert "net.ipv4.ip_forward = 1" in render(forward["ansible.builtin.copy"]["content"], variables)
-    managed = yaml.safe_load((PROJECT / "roles" / "fabric" / "vars" / "main.yml").read_text())["fabric_managed_files"]
+    fabric = yaml.safe_load((PROJECT / "roles" / "fabric" / "vars" / "main.yml").read_text())
+    [forward] = render(fabric["fabric_forwarding_entry"], variables)  # written with the netplan file
+    assert forward["path"] == "/etc/sysctl.d/99-test.conf"
+    assert "net.ipv4.ip_forward = 1" in forward["content"]
+    assert "fabric_forwarding_entry" in fabric["fabric_files_wanted"]
+    managed = fabric["fabric_managed_files"]
     assert render(managed, variables)[-1] == "/etc/sysctl.d/99-test.conf"  # probed before, recorded after
     assert fabric_vars(4, "spark2", **ring4)["fabric_relays"] is False  # nobody's way passes through rank 2
 

@@ -42,7 +42,9 @@ FABRIC = {"inventory_hostname": "spark0", "sparkplay_fabric": {"rdma_present": T
 PEER = {**DEPLOYED, "inventory_hostname": "spark1", "peer_ssh_user": "root", "peer_ssh_key": "/root/.ssh/k",
         "peers": ["spark0"],
         "fabric_address_map": FABRIC["fabric_address_map"],
-        "ansible_facts": {"getent_passwd": {"root": ["x", "0", "0", "", "/root"]}}}  # fmt: skip
+        "peer_ssh_probe": {"users": {"root": {"uid": 0, "gid": 0, "home": "/root", "shell": "/bin/sh"}}},
+        "hostvars": {"spark0": {"peer_ssh_public_key": "ssh-ed25519 AAAA"}},
+        "fabric_subnets": ["192.168.100.0/24"]}  # fmt: skip
 BENCH = {"bench_served": {"api_url": "http://127.0.0.1:8000", "served_name": "m", "tool": "/t", "runtime": "native",
                          "state_dir": "/var/lib/sparkplay"},
          "bench_model_tokenizer": {"stat": {"exists": False}}, "sparkplay_recipe_plan": {},
@@ -139,8 +141,8 @@ EFFECTS: dict[str, Effect] = {
         "checkpoint",
         "roles/checkpoint/tasks/install.yml",
         "/srv/models",
-        "Checkpoint | Make the model root",
-        ("ansible.builtin.file", "path"),
+        "Checkpoint | Install the checkpoint tool and make the model root",
+        ("sparkplay.spark.sparkplay_files", "folders"),
         CKPT,
     ),
     "checkpoint_leader": Effect(
@@ -201,8 +203,8 @@ EFFECTS: dict[str, Effect] = {
         "fabric",
         "roles/fabric/tasks/configure.yml",
         "/etc/security/limits.d/x.conf",
-        "Fabric | Raise the memlock limit",
-        ("ansible.builtin.template", "dest"),
+        "",
+        ("var", "fabric_managed_files"),  # the files the role writes (fabric_files_wanted), guarded and recorded
         FABRIC,
     ),
     "fabric_nccl_rdma_env": Effect(
@@ -245,7 +247,7 @@ EFFECTS: dict[str, Effect] = {
         ("sparkplay.spark.sparkplay_managed_files", "registry"),
     ),
     "mtp_overlay_enabled": Effect(
-        "mtp_overlay", "roles/mtp_overlay/tasks/main.yml", True, "MTP overlay | Build and verify", ("when",)
+        "mtp_overlay", "roles/mtp_overlay/tasks/main.yml", True, "MTP overlay | Convert and verify", ("when",)
     ),
     "mtp_overlay_lib": Effect(
         "mtp_overlay",
@@ -381,9 +383,9 @@ EFFECTS: dict[str, Effect] = {
         "peer_ssh",
         "roles/peer_ssh/tasks/configure.yml",
         "/etc/ssh/ssh_config.d/x.conf",
-        "Peer ssh | Use the peer key",
-        ("ansible.builtin.template", "dest"),
-        PEER,
+        "Peer ssh | Make the user's .ssh and use the peer key",
+        ("sparkplay.spark.sparkplay_files", "files"),
+        {**PEER, "ansible_search_path": [str(PROJECT / "roles/peer_ssh")]},
     ),
     "peer_ssh_connect_timeout": Effect("peer_ssh", "roles/peer_ssh/templates/ssh_config.j2", 23, given=PEER),
     "peer_ssh_host_key_type": Effect(
@@ -418,8 +420,8 @@ EFFECTS: dict[str, Effect] = {
         "preflight",
         "roles/preflight/tasks/recipe.yml",
         "/srv/m",
-        "Preflight | Find the model root",
-        ("loop",),
+        "Preflight | Measure free disk at the model root",
+        ("sparkplay.spark.sparkplay_probe", "disk"),
         DEPLOYED,
     ),
     "preflight_recipe": Effect(
@@ -454,8 +456,8 @@ EFFECTS: dict[str, Effect] = {
         "serve",
         "roles/serve/tasks/configure.yml",
         "/opt/serve-tool",
-        "Serve | Install the serve tool",
-        ("ansible.builtin.copy", "dest"),
+        "",
+        ("var", "serve_tool_file"),
     ),
     "serve_watchdog_state": Effect(
         "serve",
@@ -497,6 +499,8 @@ def _at(value: Any, keys: tuple[str, ...]) -> Any:
 
 
 def rendered(effect: Effect, variables: dict[str, Any]) -> Any:
+    if effect.where[:1] == ("var",):  # a role variable a task passes on whole (a file the role writes)
+        return render("{{ " + effect.where[1] + " }}", variables)
     if not effect.task:
         return template(effect.path, variables)
     step = task(effect.path, effect.task)

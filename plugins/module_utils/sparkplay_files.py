@@ -16,6 +16,7 @@ import os
 import pwd
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -123,7 +124,13 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def converge(files: list[Wanted], check: bool, diff: bool, run, backup) -> Outcome:
+def converge(
+    files: list[Wanted],
+    check: bool,
+    diff: bool,
+    run: Callable[[str], tuple[int, str, str]],
+    backup: Callable[[str], str],
+) -> Outcome:
     """Each file in the order given: the same bytes, owner and mode are left alone; other bytes are staged,
     checked by its `validate` command (a `%s` for the staged file; run(argv) -> (rc, out, err)), the old file
     backed up (backup(path) -> backup path), and the staged one renamed over it. A failed check stops there,
@@ -132,7 +139,8 @@ def converge(files: list[Wanted], check: bool, diff: bool, run, backup) -> Outco
     for want in files:
         before, st = current(want.path)
         bytes_moved = before != want.data
-        attrs_moved = st is not None and (stat.S_IMODE(st.st_mode) != want.mode or (st.st_uid, st.st_gid) != (want.uid, want.gid))
+        owned = st is not None and (st.st_uid, st.st_gid) == (want.uid, want.gid)
+        attrs_moved = st is not None and (stat.S_IMODE(st.st_mode) != want.mode or not owned)
         if not (bytes_moved or attrs_moved):
             continue
         outcome.changed.append(want.path)

@@ -11,8 +11,8 @@ description:
     order given, as M(ansible.builtin.copy) does with C(backup=true) (a temporary file beside it with the
     owner and mode, checked by O(files[].validate), renamed over the old one, the old bytes backed up
     under Ansible's backup name). A file whose bytes, owner and mode are already right is left alone.
-  - With O(managed=true), sparkplay's guard comes first: when any file exists and was not last written by
-    sparkplay (its registry says so), nothing is written unless O(confirm=true). After writing, the sha256
+  - With O(managed=true), sparkplay's guard comes first (when any file exists and was not last written by
+    sparkplay (its registry says so), nothing is written unless O(confirm=true)). After writing, the sha256
     of each file goes into the registry.
   - One module run for a whole role, where a task per path costs a round trip each.
   - The files' contents never appear in the result (C(invocation) shows each as its size and sha256);
@@ -67,7 +67,7 @@ author: sparkplay developers (@sparkplay)
 """
 
 EXAMPLES = r"""
-- name: The app's folder, its config (checked before it lands) and its unit
+- name: The app's folder, its config (checked before it lands) and its environment
   sparkplay.spark.sparkplay_files:
     directories:
       - path: /etc/example
@@ -75,8 +75,10 @@ EXAMPLES = r"""
       - path: /etc/example/app.conf
         content: "port = 8080\n"
         validate: /usr/bin/example-check %s
-      - path: /etc/systemd/system/example.service
-        content: "{{ lookup('ansible.builtin.template', 'example.service.j2') }}"
+      - path: /etc/example/example.env
+        content: "{{ lookup('ansible.builtin.template', 'example.env.j2') }}"
+        mode: "0600"
+        secret: true
   register: written
 """
 
@@ -135,9 +137,14 @@ def main() -> None:
         argument_spec={
             "folders": {"type": "list", "elements": "path", "default": []},
             "directories": {"type": "list", "elements": "dict", "default": [], "options": FOLDER},
-            "files": {"type": "list", "elements": "dict", "default": [], "options": FILE,
-                      "mutually_exclusive": [["content", "content_base64"]],
-                      "required_one_of": [["content", "content_base64"]]},  # fmt: skip
+            "files": {
+                "type": "list",
+                "elements": "dict",
+                "default": [],
+                "options": FILE,
+                "mutually_exclusive": [["content", "content_base64"]],
+                "required_one_of": [["content", "content_base64"]],
+            },
             "managed": {"type": "bool", "default": True},
             "confirm": {"type": "bool", "default": False},
             "registry": {"type": "path", "default": "/etc/sparkplay/managed-files.json"},
@@ -148,7 +155,7 @@ def main() -> None:
     # the result's record of the call: each content as its size and digest (an env file may hold a token)
     invocation = {"module_args": {**params, "files": shown(params["files"])}}
 
-    def fail(msg: str, **extra) -> None:
+    def fail(msg: str, **extra: object) -> None:
         module.fail_json(msg=msg, invocation=invocation, **extra)
 
     try:
@@ -172,8 +179,13 @@ def main() -> None:
             uid, gid = ids(entry["owner"], entry["group"])
             if folder(entry["path"], mode_of(entry["mode"]), uid, gid, module.check_mode):
                 changed.append(entry["path"])
-        outcome = converge(files, module.check_mode, module._diff,
-                           run=lambda cmd: module.run_command(shlex.split(cmd)), backup=module.backup_local)  # fmt: skip
+        outcome = converge(
+            files,
+            module.check_mode,
+            module._diff,
+            run=lambda cmd: module.run_command(shlex.split(cmd)),
+            backup=module.backup_local,
+        )
     except (KeyError, ValueError, OSError) as exc:
         fail(f"sparkplay_files: {exc}", changed_paths=changed)
     changed += outcome.changed

@@ -125,77 +125,23 @@ foreign:
 """
 
 # Ansible modules put their documentation before the imports.
-import os  # noqa: E402
-import pwd  # noqa: E402
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import (  # noqa: E402
     foreign,
     load_registry,
-    sha256_file,
     state,
 )
-
-
-def installed(status_file: str) -> set:
-    """Names of the packages dpkg's status file lists as `install ok installed` (any architecture)."""
-    found = set()
-    try:
-        with open(status_file, encoding="utf-8", errors="replace") as fh:
-            stanzas = fh.read().split("\n\n")
-    except OSError:
-        return found
-    for stanza in stanzas:
-        fields = dict(line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith(" "))
-        if fields.get("Status", "").split() == ["install", "ok", "installed"] and fields.get("Package"):
-            found.add(fields["Package"].strip())
-    return found
-
-
-def read(path: str, limit: int = 1 << 20):
-    """A small text file's content, or None when it is absent."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-    except FileNotFoundError:
-        return None
-    if len(data) > limit:
-        raise ValueError(f"{path} is larger than {limit} bytes")
-    return data.decode("utf-8", errors="replace")
-
-
-def user(name: str):
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        return None
-    return {"uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir, "shell": entry.pw_shell}
-
-
-def free(path: str) -> dict:
-    """Free bytes (to a user, as df's avail) on the filesystem of `path`'s nearest existing folder."""
-    at = path
-    while not os.path.exists(at) and at not in ("/", ""):
-        at = os.path.dirname(at.rstrip("/")) or "/"
-    st = os.statvfs(at)
-    return {"at": at, "bytes": st.f_bavail * st.f_frsize}
-
-
-def unit_states(module, units: list) -> dict:
-    """{unit: {active, enabled}} from one `systemctl show` for all of them; {} without systemctl."""
-    if not units:
-        return {}
-    systemctl = module.get_bin_path("systemctl")
-    if not systemctl:
-        return {}
-    rc, out, _ = module.run_command([systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--", *units])
-    if rc != 0:
-        return {}
-    states = {}
-    for name, block in zip(units, out.strip().split("\n\n")):
-        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        states[name] = {"active": fields.get("ActiveState", ""), "enabled": fields.get("UnitFileState", "")}
-    return states
+from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_probe import (  # noqa: E402
+    digests,
+    executable,
+    free,
+    installed,
+    missing,
+    modes,
+    read,
+    unit_states,
+    user,
+)
 
 
 def main() -> None:
@@ -220,19 +166,19 @@ def main() -> None:
     try:
         contents = {p: read(p) for p in module.params["read"]}
         space = {p: free(p) for p in module.params["disk"]}
-        digests = {p: sha256_file(p) if os.path.isfile(p) else None for p in module.params["hash"]}
+        hashes = digests(module.params["hash"])
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"sparkplay_probe: {exc}")
     module.exit_json(
         changed=False,
         contents=contents,
-        sha256=digests,
+        sha256=hashes,
         users={name: user(name) for name in module.params["users"]},
         free=space,
-        unit_states=unit_states(module, module.params["units"]),
-        missing_paths=[p for p in module.params["paths"] if not os.path.exists(p)],
-        executable=[p for p in module.params["paths"] if os.access(p, os.X_OK)],
-        modes={p: f"{os.stat(p).st_mode & 0o7777:04o}" for p in module.params["paths"] if os.path.exists(p)},
+        unit_states=unit_states(module.get_bin_path("systemctl"), module.run_command, module.params["units"]),
+        missing_paths=missing(module.params["paths"]),
+        executable=executable(module.params["paths"]),
+        modes=modes(module.params["paths"]),
         missing_packages=[p for p in module.params["packages"] if p.split("=", 1)[0] not in have],
         foreign=foreign({p: state(p) for p in managed}, registry),
     )

@@ -13,10 +13,18 @@ from typing import Any
 
 from sparkplay.boundary import SYSTEM_FOLDERS, SYSTEM_TREES, inside
 
+# the facts in which roles note, before anything changes, the files they would write that sparkplay did not
+# write: the managed_files role's probe, and the roles that probe in their own one call (sparkplay_probe)
+FOREIGN_FACTS = ("managed_files_foreign", "fabric_foreign", "peer_ssh_foreign", "serve_foreign")
+
 
 def foreign_report(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]:
-    """'host: path' for every foreign file noted on any of `hosts`."""
-    return [f"{host}: {path}" for host in hosts for path in hostvars[host].get("managed_files_foreign") or []]
+    """'host: path' for every foreign file noted on any of `hosts` (each once)."""
+    lines: list[str] = []
+    for host in hosts:
+        for fact in FOREIGN_FACTS:
+            lines += [f"{host}: {p}" for p in hostvars[host].get(fact) or [] if f"{host}: {p}" not in lines]
+    return lines
 
 
 def reset_removable(entries: Iterable[Mapping[str, Any]], keep: Iterable[str]) -> list[Mapping[str, Any]]:

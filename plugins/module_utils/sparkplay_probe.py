@@ -1,0 +1,85 @@
+"""What a role needs to know of a node, read in one module call (on the node: stdlib only)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Callable
+
+from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import sha256_file
+
+
+def installed(status_file: str) -> set:
+    """Names of the packages dpkg's status file lists as `install ok installed` (any architecture)."""
+    found = set()
+    try:
+        with open(status_file, encoding="utf-8", errors="replace") as fh:
+            stanzas = fh.read().split("\n\n")
+    except OSError:
+        return found
+    for stanza in stanzas:
+        fields = dict(line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith(" "))
+        if fields.get("Status", "").split() == ["install", "ok", "installed"] and fields.get("Package"):
+            found.add(fields["Package"].strip())
+    return found
+
+
+def read(path: str, limit: int = 1 << 20) -> str | None:
+    """A small text file's content, or None when it is absent."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except FileNotFoundError:
+        return None
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    return data.decode("utf-8", errors="replace")
+
+
+def user(name: str) -> dict | None:
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    return {"uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir, "shell": entry.pw_shell}
+
+
+def free(path: str) -> dict:
+    """Free bytes (to a user, as df's avail) on the filesystem of `path`'s nearest existing folder."""
+    at = path
+    while not os.path.exists(at) and at not in ("/", ""):
+        at = os.path.dirname(at.rstrip("/")) or "/"
+    st = os.statvfs(at)
+    return {"at": at, "bytes": st.f_bavail * st.f_frsize}
+
+
+def unit_states(systemctl: str | None, run: Callable[[list], tuple[int, str, str]], units: list) -> dict:
+    """{unit: {active, enabled}} from one `systemctl show` for all of them; {} without systemctl."""
+    if not units or not systemctl:
+        return {}
+    rc, out, _ = run([systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--", *units])
+    if rc != 0:
+        return {}
+    states = {}
+    for name, block in zip(units, out.strip().split("\n\n"), strict=False):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        states[name] = {"active": fields.get("ActiveState", ""), "enabled": fields.get("UnitFileState", "")}
+    return states
+
+
+def missing(paths: list) -> list:
+    return [p for p in paths if not os.path.exists(p)]
+
+
+def executable(paths: list) -> list:
+    return [p for p in paths if os.access(p, os.X_OK)]
+
+
+def modes(paths: list) -> dict:
+    """The mode of each path that exists, as an octal string ("0600")."""
+    return {p: f"{os.stat(p).st_mode & 0o7777:04o}" for p in paths if os.path.exists(p)}
+
+
+def digests(paths: list) -> dict:
+    """The sha256 of each regular file, None for one that is absent."""
+    return {p: sha256_file(p) if os.path.isfile(p) else None for p in paths}
