@@ -119,9 +119,12 @@ def test_a_run_takes_rank_0s_settings_and_the_inventorys_api_address_everywhere(
 def test_the_preflight_port_check_looks_at_the_port_the_engine_will_listen_on():
     from tests.role_render import render, role_vars, task
 
-    look = task("roles/preflight/tasks/recipe.yml", "Preflight | See who listens on the recipe's port")
+    look = task("roles/preflight/tasks/recipe.yml", "Preflight | Measure free disk at the model root")
     given = role_vars("preflight", sparkplay_deployment={"api": {"bind": "127.0.0.1", "port": 9100}})
-    assert render(look["ansible.builtin.command"]["argv"], given)[-1] == "sport = :9100"
+    assert render(look["sparkplay.spark.sparkplay_probe"]["listening"], given) == [9100]
+    # and the check reads that port's listeners
+    probed = {**given, "preflight_probe": {"listeners": {"9100": "LISTEN 0 4096 *:9100 *:* users:((x,pid=7,fd=3))"}}}
+    assert "pid=7" in render("{{ preflight_listeners }}", probed)
 
 
 # -- stage two: what each rank runs, from the ranks' facts ----------------------------------------------

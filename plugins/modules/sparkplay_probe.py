@@ -45,6 +45,11 @@ options:
     type: list
     elements: path
     default: []
+  listening:
+    description: TCP ports whose listeners to list (C(ss -Htlnp --cgroup), one line per listening socket).
+    type: list
+    elements: int
+    default: []
   units:
     description: systemd units whose active and enabled states to read.
     type: list
@@ -114,6 +119,10 @@ free:
   description: Each path of O(disk) as {at, bytes} (the existing folder measured, the bytes free to a user).
   returned: always
   type: dict
+listeners:
+  description: Each port of O(listening) as the lines C(ss) printed for it (empty when nothing listens).
+  returned: always
+  type: dict
 unit_states:
   description: Each unit of O(units) as {active, enabled} (systemd's ActiveState and UnitFileState).
   returned: always
@@ -153,6 +162,7 @@ def main() -> None:
             "read": {"type": "list", "elements": "path", "default": []},
             "users": {"type": "list", "elements": "str", "default": []},
             "disk": {"type": "list", "elements": "path", "default": []},
+            "listening": {"type": "list", "elements": "int", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
             "managed": {"type": "list", "elements": "path", "default": []},
             "registry": {"type": "path", "default": "/etc/sparkplay/managed-files.json"},
@@ -169,8 +179,17 @@ def main() -> None:
         hashes = digests(module.params["hash"])
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"sparkplay_probe: {exc}")
+    listeners = {}
+    if module.params["listening"]:
+        ss = module.get_bin_path("ss", required=True)  # iproute2
+        for port in module.params["listening"]:
+            rc, out, err = module.run_command([ss, "-Htlnp", "--cgroup", f"sport = :{port}"])
+            if rc != 0:
+                module.fail_json(msg=f"sparkplay_probe: ss could not list port {port}'s listeners: {err.strip()}")
+            listeners[str(port)] = out
     module.exit_json(
         changed=False,
+        listeners=listeners,
         contents=contents,
         sha256=hashes,
         users={name: user(name) for name in module.params["users"]},
