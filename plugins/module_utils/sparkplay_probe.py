@@ -57,7 +57,7 @@ def unit_states(systemctl: str | None, run: Callable[[list], tuple[int, str, str
     """{unit: {active, enabled}} from one `systemctl show` for all of them; {} without systemctl."""
     if not units or not systemctl:
         return {}
-    rc, out, _ = run([systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--", *units])
+    rc, out, _err = run([systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--", *units])
     if rc != 0:
         return {}
     states = {}

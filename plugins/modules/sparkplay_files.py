@@ -29,24 +29,57 @@ options:
     elements: dict
     default: []
     suboptions:
-      path: {description: The folder., type: path, required: true}
-      owner: {description: Its owner., type: str, default: root}
-      group: {description: Its group., type: str, default: root}
-      mode: {description: Its mode, an octal string., type: raw, default: "0755"}
+      path:
+        description: The folder.
+        type: path
+        required: true
+      owner:
+        description: Its owner.
+        type: str
+        default: root
+      group:
+        description: Its group.
+        type: str
+        default: root
+      mode:
+        description: Its mode, an octal string.
+        type: raw
+        default: "0755"
   files:
     description: Files to write, in order (a later file's O(files[].validate) may run one written before).
     type: list
     elements: dict
     default: []
     suboptions:
-      path: {description: The file., type: path, required: true}
-      content: {description: Its text (UTF-8)., type: str}
-      content_base64: {description: Its bytes in base64, for a binary file., type: str}
-      owner: {description: Its owner., type: str, default: root}
-      group: {description: Its group., type: str, default: root}
-      mode: {description: Its mode, an octal string., type: raw, default: "0644"}
-      validate: {description: A command that checks the staged file (C(%s) for its path) before it lands., type: str}
-      secret: {description: Keep its text out of the diff., type: bool, default: false}
+      path:
+        description: The file.
+        type: path
+        required: true
+      content:
+        description: Its text (UTF-8).
+        type: str
+      content_base64:
+        description: Its bytes in base64, for a binary file.
+        type: str
+      owner:
+        description: Its owner.
+        type: str
+        default: root
+      group:
+        description: Its group.
+        type: str
+        default: root
+      mode:
+        description: Its mode, an octal string.
+        type: raw
+        default: "0644"
+      validate:
+        description: A command that checks the staged file (C(%s) for its path) before it lands.
+        type: str
+      secret:
+        description: Keep its text out of the diff.
+        type: bool
+        default: false
       managed:
         description: Guard and record this file with O(managed) (false for a file in sparkplay's own folder).
         type: bool

@@ -31,7 +31,7 @@ options:
   read:
     description:
       - Small text files to read (at most 1 MiB each); an absent one reads as null.
-      - Their text is in the result (and so in logs): not for secrets.
+      - Their text is in the result, and so in logs, so this is not for secrets.
     type: list
     elements: path
     default: []
