@@ -68,7 +68,7 @@ def test_sparkrun_template_is_expanded_from_defaults_and_every_field_lands():
 def test_sparkrun_without_command_gets_the_engines_command_and_the_draft_becomes_a_checkpoint():
     doc = imported(SPARKRUN / "glm-vllm-ray-pp3-eagle.yaml")
     args = doc["serve"]["args"]
-    for run in (["--pipeline-parallel-size", "3"], ["--max-model-len", "32768"], ["--kv-cache-dtype", "fp8"]):
+    for run in (["-pp", "3"], ["--max-model-len", "32768"], ["--kv-cache-dtype", "fp8"]):
         assert contains_run(args, run)
     assert "--enable-prefix-caching" in args and "--enforce-eager" not in args  # True a switch, False left out
     assert doc["serve"]["distributed_backend"] == "ray" and doc["serve"]["shm_size"] == "64g"
@@ -281,7 +281,7 @@ def test_golden_ray_plan_head_first_workers_join_it():
     assert head["argv"][:5] == ["-c", head["argv"][1], "ray-head", "6379", "serve"]
     assert "ray start --head" in head["argv"][1] and 'exec vllm "$@"' in head["argv"][1]
     server = head["argv"][4:]
-    assert contains_run(server, ["--pipeline-parallel-size", "3"])
+    assert contains_run(server, ["-pp", "3"])  # sparkrun's flag map writes the short form
     assert contains_run(server, ["--distributed-executor-backend", "ray"])
     assert server[-4:] == ["--host", "127.0.0.1", "--port", "8000"]
     spec = json.loads(server[server.index("--speculative-config") + 1])
@@ -475,7 +475,8 @@ def test_launcher_toml_with_pipeline_parallel_ray_and_a_health_timeout(tmp_path)
     assert deployment["parallel"] == {"tensor": 1, "pipeline": 2, "data": 1, "backend": "ray"}
     assert deployment["health"]["timeout_s"] == 5400
     server = deployment["ranks"][0]["argv"]
-    assert contains_run(server, ["--tensor-parallel-size", "1", "--pipeline-parallel-size", "2"])
+    assert contains_run(server, ["--pipeline-parallel-size", "2"])
+    assert "--tensor-parallel-size" not in server  # 1: vLLM's own default
 
 
 # -- shapes nobody here wrote the importers from -------------------------------------------
@@ -560,9 +561,12 @@ def test_launcher_toml_states_data_and_expert_parallel_as_keys(tmp_path):
 
 def test_sparkrun_expert_parallel_spans_data_parallel_and_the_speculator_is_mirrored():
     doc = imported(SPARKRUN / "qwen3-235b-dp2-ep-eagle.yaml")
-    assert doc["topology"]["nodes"] == 2 and doc["topology"]["expert_parallel"] == 2
+    # sparkrun's vLLM flag map has no enable_expert_parallel: sparkrun leaves it out, so does sparkplay, and says so
+    assert doc["topology"]["nodes"] == 2 and doc["topology"]["expert_parallel"] == 1
+    assert "--enable-expert-parallel" not in doc["serve"]["args"]
     assert [c["role"] for c in doc["model"]["checkpoints"]] == ["target", "drafter"]
-    assert set(doc["extra"]["sparkrun_not_honoured"]) == {"mods", "build_args"}
+    left = doc["extra"]["sparkrun_not_honoured"]
+    assert set(left) == {"mods", "build_args", "defaults"} and left["defaults"] == {"enable_expert_parallel": True}
     spec = plan_of(doc, 2)["ranks"][0]["argv"]
     assert f"{ROOT}/RedHatAI--Qwen3-235B-A22B-speculator.eagle3" in spec[spec.index("--speculative-config") + 1]
 
@@ -1055,7 +1059,7 @@ def test_a_continuation_broken_by_trailing_blanks_is_repaired_as_sparkrun_does(t
     args = imported(source)["serve"]["args"]
     assert contains_run(args, ["--max-num-seqs", "4"]) and "--enforce-eager" in args
     source.write_text(yaml.safe_dump({**BASE, "command": "vllm serve {model} --port {port}\n  --max-num-seqs 4\n"}))
-    with pytest.raises(BadInput, match="the command is a shell script"):
+    with pytest.raises(BadInput, match="the command ends before --max-num-seqs: a line without a trailing backslash"):
         imported(source)
 
 

@@ -98,7 +98,7 @@ def recipe_import(
     for problem in model.problems(doc):
         err.print(str(problem), markup=False, highlight=False)
     for note in doc.get("provenance") or []:
-        if note.get("how") == "narrowed":
+        if note.get("how") in ("narrowed", "overridden", "added"):
             err.print(f"note: {note['key']}: {note['detail']}", markup=False, highlight=False)
         elif note.get("how") == "ignored":
             kept = " (kept in the recipe's extra)" if note["key"].startswith("extra.") else ""

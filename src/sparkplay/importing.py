@@ -13,7 +13,7 @@ from typing import Any
 from sparkplay import deployment
 from sparkplay.engines import plan
 from sparkplay.errors import BadInput
-from sparkplay.recipes import catalog
+from sparkplay.recipes import catalog, cmdline
 
 
 def import_source(
@@ -22,8 +22,16 @@ def import_source(
     """SOURCE (an https URL or a file) as a recipe that can be deployed (catalog.read_source says how it is
     read); one that could never start (its plan refused on stand-in nodes) is refused, naming the source."""
     doc = catalog.read_source(source, name, sets, mods_from)
+    root = deployment.DEFAULTS["sparkplay_model_root"]
     try:  # what the recipe alone decides must plan: an import that could never start is no import
-        plan.rehearse(doc, deployment.DEFAULTS["sparkplay_model_root"])
+        plan.rehearse(doc, root)
     except BadInput as exc:
         raise BadInput(f"{source}: the recipe cannot be planned as written: {exc.problem}", exc.fix) from None
+    for key in plan.env_not_passed(doc, root):
+        doc["provenance"].append({"key": f"serve.env.{key}", "how": "overridden", "detail": (
+            f"the recipe sets {key}={doc['serve']['env'][key]!r}; the {doc['engine']['name']} plan sets it on each "
+            "node itself (from that node's cable, paths and rank), so the recipe's value is not used")})  # fmt: skip
+    for flag, why in plan.ADDED_FLAGS.get(doc["engine"]["name"], {}).items():
+        if not cmdline.has_flag(doc["serve"]["args"], flag):
+            doc["provenance"].append({"key": "serve.args", "how": "added", "detail": f"{flag}: {why}"})
     return doc

@@ -39,6 +39,10 @@ REPLACED = (
 # only sparkplay knows the workers
 OWNED = ("--rpc",)
 
+# flags the plan adds to the leader when the recipe has not: why, as the import says it
+ADDED = {"--metrics": "llama-server's Prometheus /metrics (off unless asked for), which sparkplay's metrics and "
+                      "watchdog read"}  # fmt: skip
+
 
 def rpc_server(machine: str) -> str:
     """Debian ships the RPC server outside PATH, under the multiarch triplet."""
@@ -80,8 +84,7 @@ def plan(ctx: Context) -> dict[str, Any]:
     if endpoints:
         leader_argv += ["--rpc", ",".join(endpoints)]
     leader_argv += ["--host", ctx.bind, "--port", str(ctx.port)]
-    if not cmdline.has_flag(args, "--metrics"):  # Prometheus /metrics, off in llama-server unless asked for
-        leader_argv.append("--metrics")
+    leader_argv += [flag for flag in ADDED if not cmdline.has_flag(args, flag)]
     leader = {
         "rank": 0,
         "host": ctx.leader.host,

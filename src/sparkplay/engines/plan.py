@@ -91,6 +91,8 @@ ADAPTERS: dict[str, Adapter] = {
     "llamacpp": llamacpp.plan,
     "sglang": sglang.plan,
 }
+# flags an adapter adds to the recipe's command line, and why (the import notes each one)
+ADDED_FLAGS: dict[str, dict[str, str]] = {"llamacpp": llamacpp.ADDED}
 # the knobs each engine's adapter reads (None: every knob the schema names); a knob set for an engine
 # that does not read it would change nothing, so it is refused
 KNOBS_READ: dict[str, frozenset[str] | None] = {
@@ -217,6 +219,24 @@ def rehearse(recipe: Mapping[str, Any], model_root: str) -> None:
     """Build the recipe's plan for its own node count on stand-in nodes: what the recipe alone decides
     (parallelism against nodes, flags sparkplay owns, paths, knobs) fails here, before anything is kept."""
     build(recipe, stand_in_nodes(int(recipe["topology"]["nodes"] or 1)), Options(model_root=model_root, allow=None))
+
+
+def env_not_passed(recipe: Mapping[str, Any], model_root: str) -> list[str]:
+    """The recipe's environment keys that no rank's engine receives as the recipe gives them (the adapter sets
+    them itself: interfaces from host facts, rank addresses, the offline hub): found by planning with each value
+    replaced by a marker, so the adapters stay the one place that says which keys they own."""
+    env = recipe["serve"]["env"]
+    if not env:
+        return []
+    marked = {k: f"sparkplay-marker-{i}" for i, k in enumerate(env)}
+    trial = {**recipe, "serve": {**recipe["serve"], "env": marked}}
+    ranks = build(trial, stand_in_nodes(int(recipe["topology"]["nodes"] or 1)),
+                  Options(model_root=model_root, allow=None))["ranks"]  # fmt: skip
+
+    def passed(rank: Mapping[str, Any], key: str, marker: str) -> bool:  # as the environment, or in a file it reads
+        return rank["env"].get(key) == marker or any(marker in str(f.get("content", "")) for f in rank["files"])
+
+    return [k for k, v in marked.items() if not all(passed(rank, k, v) for rank in ranks)]
 
 
 def _client_address(bind: str) -> str:

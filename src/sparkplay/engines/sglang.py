@@ -68,7 +68,7 @@ def plan(ctx: Context) -> dict[str, Any]:
     memory = ctx.knobs.get("gpu_memory_utilization")
     if memory is not None:  # SGLang's name for the same fraction
         args = cmdline.with_flag(args, "--mem-fraction-static", str(memory))
-    if not cmdline.has_flag(args, *TP_FLAGS):
+    if tp > 1 and not cmdline.has_flag(args, *TP_FLAGS):  # 1 is SGLang's own default
         args += ["--tp-size", str(tp)]
     if pp > 1 and not cmdline.has_flag(args, *PP_FLAGS):
         args += ["--pp-size", str(pp)]

@@ -127,7 +127,7 @@ def plan(ctx: Context) -> dict[str, Any]:
     memory = ctx.knobs.get("gpu_memory_utilization")
     if memory is not None:  # the knob (the inventory's serve_knobs, else the recipe's) wins over the flag
         sized = cmdline.with_flag(sized, "--gpu-memory-utilization", str(memory))
-    if not cmdline.has_flag(args, "--tensor-parallel-size", "-tp"):
+    if tp > 1 and not cmdline.has_flag(args, "--tensor-parallel-size", "-tp"):  # 1 is vLLM's own default
         sized += ["--tensor-parallel-size", str(tp)]
     if pp > 1 and not cmdline.has_flag(args, "--pipeline-parallel-size", "-pp"):
         sized += ["--pipeline-parallel-size", str(pp)]

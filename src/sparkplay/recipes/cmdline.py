@@ -157,7 +157,13 @@ def split_preamble(text: str) -> tuple[dict[str, str], str]:
     if not statements:
         raise BadInput("the recipe's command line is empty", "the recipe must give the engine's serve command")
     env: dict[str, str] = {}
-    for statement in statements[:-1]:
+    for at, statement in enumerate(statements[:-1]):
+        if statements[at + 1][0].startswith("-"):  # a flag starting a statement: the line before it ended
+            raise BadInput(
+                f"the command ends before {statements[at + 1][0]}: a line without a trailing backslash ends it, so "
+                "a shell would pass the flags after it to no engine (they would run as a second command)",
+                "add the missing backslash at the end of the line before it",
+            )
         words = statement[1:] if statement[:1] == ["export"] else statement
         if not words or not all(ENV_ASSIGNMENT.match(w) and "$" not in w and "`" not in w for w in words):
             raise _script(f"{shlex.join(statement)!r} runs before the engine")

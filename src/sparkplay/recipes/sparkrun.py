@@ -30,7 +30,7 @@ from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, mods
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
-from sparkplay.recipes.sparkrun_flags import ATLAS_FLAGS, LLAMACPP_FLAGS, SGLANG_FLAGS, VLLM_FLAGS, executor_left
+from sparkplay.recipes.sparkrun_flags import executor_left, generated_flags
 from sparkplay.recipes.sparkrun_template import VERSIONS, collapse_escapes, expand, reads_as
 
 # sparkrun runtime -> (sparkplay engine, vLLM distributed back end)
@@ -64,7 +64,8 @@ NOT_HONOURED = (
 BENCH_BLOCK_KEYS = ("framework", "args", "timeout", "schedule")
 BENCH_LISTS = ("pp", "tg", "depth", "concurrency")
 NOT_HONOURED_WHY = {
-    "defaults": "{value}: the engine's flag map has no flag for these and the recipe has no command to place them",
+    "defaults": "{value}: the recipe has no command, and sparkrun's flag map for its runtime has no flag for these "
+    "(sparkrun leaves them out of the command too): write a command template to pass them",
     "container": "{value}: sparkplay runs llama.cpp from the node's packages, not a container",
     "mods": "{value}: not run: sparkplay reads a mod from where sparkrun finds it in a registry checkout; import "
     "the recipe from a checkout of its registry (each mod is then a privileged request), or build an image with "
@@ -111,37 +112,32 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
-def _flags(defaults: dict[str, Any], table: dict[str, str], generic: bool) -> tuple[list[str], list[str]]:
-    """Engine flags for the defaults (a True boolean a switch, False left out); keys without a flag."""
-    args: list[str] = []
-    unmapped: list[str] = []
-    for key, value in defaults.items():
-        flag = table.get(key) or (f"--{key.replace('_', '-')}" if generic else None)
-        if flag is None or value is None:
-            unmapped.append(key)
-            continue
-        if isinstance(value, bool):
-            if value:
-                args.append(flag)
-            continue
-        args += [flag, _scalar(value)]
-    return args, unmapped
-
-
 def _generated_command(engine: str, model: str, defaults: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """The engine's command line from the defaults alone (what sparkrun builds for a recipe without one)."""
+    """The engine's command line from the defaults alone, as sparkrun builds it for a recipe without one
+    (sparkrun_flags: its flag maps); and the keys it has no flag for."""
+    args, unmapped = generated_flags(engine, defaults)
     if engine == "vllm":
-        # vLLM's flags are its engine arguments in kebab case, so every key maps
-        args, unmapped = _flags(defaults, VLLM_FLAGS, generic=True)
         return ["vllm", "serve", model, *args], unmapped
     if engine == "llamacpp":
-        args, unmapped = _flags(defaults, LLAMACPP_FLAGS, generic=False)
         return ["llama-server", *args], unmapped
     if engine == "sglang":
-        args, unmapped = _flags(defaults, SGLANG_FLAGS, generic=False)
         return ["python3", "-m", "sglang.launch_server", "--model-path", model, *args], unmapped
-    args, unmapped = _flags(defaults, ATLAS_FLAGS, generic=False)
     return ["spark", "serve", model, *args], unmapped
+
+
+def _vllm_backend(
+    engine: str, args: list[str], backend: str | None, defaults: dict[str, Any], templated: bool, nodes: int
+) -> tuple[list[str], str | None]:
+    """vLLM's executor back end as sparkrun decides it: a `distributed_executor_backend` default wins over the
+    command's literal flag (sparkrun forces the flag to it), and its Ray runtime adds Ray on a cluster only."""
+    if engine != "vllm":
+        return args, backend
+    chosen = defaults.get("distributed_executor_backend")
+    if templated and chosen is not None:
+        args = cmdline.with_flag(args, "--distributed-executor-backend", str(chosen))
+    if backend == "ray" and nodes == 1 and not cmdline.has_flag(args, "--distributed-executor-backend"):
+        backend = None
+    return args, backend
 
 
 def _nodes(data: dict[str, Any], where: str, wanted: int) -> tuple[int | None, list[str]]:
@@ -252,6 +248,8 @@ def to_raw(
     dp = _positive(defaults, "data_parallel", where, "defaults.data_parallel")
     nodes, node_notes = _nodes(data, where, (tp or 1) * (pp or 1) * (dp or 1))
 
+    args, backend = _vllm_backend(engine, list(parsed.args), backend, defaults, bool(command_text), nodes or 1)
+
     executor = data.get("executor_config") if isinstance(data.get("executor_config"), dict) else {}
     shm = executor.get("shm_size")
     env: dict[str, str] = {}
@@ -284,7 +282,7 @@ def to_raw(
         source=source,
         engine=engine,
         model=parsed.model,
-        args=parsed.args,
+        args=args,
         env={**parsed.env, **env},
         pinning=parsed.pinning,
         image=_text(data, "container", where) if engine != "llamacpp" else None,
