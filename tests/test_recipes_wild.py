@@ -941,7 +941,11 @@ def test_golden_sglang_plan_over_two_nodes():
     assert leader["env"]["HF_HUB_OFFLINE"] == "1" and leader["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert deployment["parallel"] == {"tensor": 2, "pipeline": 1, "data": 1, "backend": "sglang"}
     assert {r["path"] for r in deployment["requires"]} == {target}
-    assert "extra.sparkrun_not_honoured.executor_config" in notes(doc, "ignored")
+    # executor_config user: root is the container's user, mapped (not left unsaid)
+    assert doc["serve"]["container_user"] == "root" and "extra.sparkrun_not_honoured.executor_config" not in notes(
+        doc, "ignored"
+    )
+    assert contains_run(leader["container_options"], ["--user", "root"])
 
 
 def test_golden_sglang_plan_on_one_node_from_defaults_with_a_mirrored_draft():
@@ -1077,13 +1081,20 @@ def test_a_field_the_importer_does_not_read_is_said_on_one_line_unless_it_only_d
     assert doc["extra"]["volumes"] == ["~/m:/m:ro"]  # kept, for the user to see
 
 
-def test_container_settings_sparkplay_already_makes_are_not_reported_and_the_rest_are():
-    """sparkrun's executor_config: memlock unlimited and IPC_LOCK are what sparkplay's GPU container has anyway,
-    ssh is how sparkrun reaches hosts; a lower open-file limit or another capability is said, on one line."""
-    from sparkplay.recipes.sparkrun_flags import executor_left
+def test_container_settings_sparkplay_already_makes_are_not_reported_the_rest_mapped_or_said():
+    """sparkrun's executor_config: what every sparkplay GPU container has (host network and IPC, all GPUs, the RDMA
+    devices, IPC_LOCK, unlimited memlock) needs nothing, ssh is how sparkrun reaches hosts; resource limits and the
+    user are mapped; a privileged container, another capability, device or mount is said, on one line."""
+    from sparkplay.recipes import sparkrun_executor
 
     executor = {"shm_size": "64g", "ssh": {"user": "me"}, "ulimit": ["memlock=-1:-1", "nofile=262144:262144"],
-                "cap_add": ["IPC_LOCK"], "user": "root"}  # fmt: skip
-    assert executor_left(executor, "vllm") == {"ulimit": ["nofile=262144:262144"], "user": "root"}
-    assert executor_left({"ulimit": ["memlock=-1"], "cap_add": ["IPC_LOCK"]}, "sglang") == {}
-    assert executor_left({"cap_add": ["IPC_LOCK"]}, "atlas") == {"cap_add": ["IPC_LOCK"]}  # its own options
+                "cap_add": ["IPC_LOCK"], "user": "root", "entrypoint": "", "auto_remove": False, "gpus": "all",
+                "ipc": "host", "network": "host", "devices": ["/dev/infiniband:/dev/infiniband"]}  # fmt: skip
+    read = sparkrun_executor.read(executor, "vllm")
+    assert (read.ulimits, read.user, read.left) == (["nofile=262144:262144"], "root", {})
+    hostile = {"privileged": True, "cap_add": ["IPC_LOCK", "SYS_ADMIN"], "ulimit": ["cpu=1"],
+               "devices": ["/dev/kfd"], "user": "x;rm", "volumes": ["/:/host"]}  # fmt: skip
+    read = sparkrun_executor.read(hostile, "atlas")
+    assert read.left == {"privileged": True, "cap_add": ["SYS_ADMIN"], "ulimit": ["cpu=1"], "devices": ["/dev/kfd"],
+                         "user": "x;rm", "volumes": ["/:/host"]}  # fmt: skip
+    assert sparkrun_executor.read({"user": "root", "shm_size": "8g"}, "llamacpp").left == {"user": "root"}  # native

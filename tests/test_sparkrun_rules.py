@@ -137,3 +137,25 @@ def test_a_line_without_its_backslash_is_refused_naming_the_flags_cut_off(tmp_pa
     command = "vllm serve {model} \\\n  --max-model-len 4096\n  --enable-prefix-caching \\\n  --port 8000"
     with pytest.raises(BadInput, match=r"the command ends before --enable-prefix-caching: a line without"):
         recipe(tmp_path, model="org/m", runtime="vllm", command=command)
+
+
+# -- the container's settings ------------------------------------------------------------------------------------
+
+
+def test_resource_limits_and_user_reach_every_ranks_container_and_a_bent_one_is_refused(tmp_path):
+    doc = recipe(tmp_path, model="org/m", runtime="vllm-distributed", min_nodes=2, command="vllm serve {model} -tp 2",
+                 executor_config={"ulimit": ["memlock=-1:-1", "nofile=262144:262144", "stack=67108864"],
+                                  "user": "root", "privileged": True})  # fmt: skip
+    assert doc["serve"]["ulimits"] == ["nofile=262144:262144", "stack=67108864"]
+    assert doc["extra"]["sparkrun_not_honoured"]["executor_config"] == {"privileged": True}
+    assert "never privileged" in notes(doc, "ignored")["extra.sparkrun_not_honoured.executor_config"]
+    ranks = build(doc, stand_in_nodes(2), Options(model_root="/m", allow=None))["ranks"]
+    for rank in ranks:
+        options = rank["container_options"]
+        assert contains_run(options, ["--ulimit", "nofile=262144:262144"]) and "--privileged" not in options
+        assert contains_run(options, ["--user", "root"]) and contains_run(options, ["--ulimit", "memlock=-1"])
+        assert contains_run(rank["exec"], ["--ulimit", "stack=67108864"])
+    for field, value in (("ulimits", ["nofile=1;reboot"]), ("container_user", "root --privileged")):
+        bent = {**doc, "serve": {**doc["serve"], field: value}}
+        with pytest.raises(BadInput, match=f"serve.{field}"):
+            build(bent, stand_in_nodes(2), Options(model_root="/m", allow=None))

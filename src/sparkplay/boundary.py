@@ -31,6 +31,10 @@ from typing import Any
 
 from sparkplay.errors import BadInput
 
+# what a recipe may set on its engine's container beyond sparkplay's own options (serve.ulimits, container_user)
+CONTAINER_ULIMIT = re.compile(r"^(nofile|stack|nproc|core|memlock)=(-1|[0-9]+)(:(-1|[0-9]+))?$")
+CONTAINER_USER = re.compile(r"^(root|[0-9]+(:[0-9]+)?|[a-z_][a-z0-9_-]{0,31})$")
+
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 # glibc's list of variables ld.so ignores for setuid programs (elf/dl-unsecvars.h, read 2.40), because
@@ -271,6 +275,13 @@ def confine(recipe: Mapping[str, Any]) -> None:
     shm = serve.get("shm_size")
     if shm is not None and not _SHM.match(str(shm)):
         raise BadInput(f"serve.shm_size {shm!r} is not a size", "give a size such as 32g")
+    for limit in serve.get("ulimits") or []:  # the schema's rule, kept for a recipe edited after import
+        if not CONTAINER_ULIMIT.match(str(limit)):
+            raise BadInput(f"serve.ulimits {limit!r} is not a resource limit sparkplay sets",
+                           "give nofile, stack, nproc, core or memlock as NAME=SOFT[:HARD]")  # fmt: skip
+    user = serve.get("container_user")
+    if user is not None and not CONTAINER_USER.match(str(user)):
+        raise BadInput(f"serve.container_user {user!r} is not a user name or uid[:gid]", "give root, 0 or 1000:1000")
     if engine["runtime"] == "native":  # the engine's own argv is confined once planned (plan.build)
         for name, value in (serve.get("env") or {}).items():
             if ".." in str(value).split("/"):

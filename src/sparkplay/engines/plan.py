@@ -103,6 +103,22 @@ KNOBS_READ: dict[str, frozenset[str] | None] = {
 }
 
 
+def container_settings(options: Sequence[str], serve: Mapping[str, Any]) -> list[str]:
+    """The container's options with the recipe's resource limits (each replacing sparkplay's own setting of
+    that limit) and the user it runs as (a sparkrun executor_config; the schema confines both)."""
+    out = list(options)
+    for limit in serve.get("ulimits") or []:
+        name = limit.split("=", 1)[0]
+        at = next((i for i in range(len(out) - 1) if out[i] == "--ulimit" and out[i + 1].split("=")[0] == name), None)
+        if at is None:
+            out += ["--ulimit", limit]
+        else:
+            out[at + 1] = limit
+    if serve.get("container_user"):
+        out += ["--user", str(serve["container_user"])]
+    return out
+
+
 def check_knobs(engine: str, knobs: Mapping[str, Any], overrides: Mapping[str, Any]) -> None:
     """Knobs are named in the schema and read by the engine: anything else would be set and do nothing."""
     known = set(model.schema()["properties"]["knobs"]["properties"])
@@ -152,6 +168,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
             cache = ctx.knobs.get("prefix_cache_dir")
             boundary.confine_mounts(rank_plan["mounts"], [*ours, CONFIG_DIR, *([cache] if cache else [])],
                                     rank_plan["rank"])  # fmt: skip
+            rank_plan["container_options"] = container_settings(rank_plan["container_options"], recipe["serve"])
             rank_plan["exec"] = docker_exec(rank_plan, recipe["engine"]["image"], options.docker)
         else:
             # the program is the adapter's; what follows comes from the recipe and stays in our folders

@@ -207,6 +207,8 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "health_timeout_s": health,
             "distributed_backend": raw.distributed_backend,
             "shm_size": raw.shm_size,
+            **({"ulimits": list(raw.ulimits)} if raw.ulimits else {}),
+            **({"container_user": raw.container_user} if raw.container_user else {}),
         },
         "speculative": flags.speculative(raw),
         "knobs": dict(raw.knobs),

@@ -24,6 +24,8 @@ class RawRecipe:
     pipeline_parallel: int | None = None
     distributed_backend: str | None = None
     shm_size: str | None = None
+    ulimits: list[str] = field(default_factory=list)  # the container's resource limits (docker --ulimit)
+    container_user: str | None = None  # the user the container runs as (docker --user)
     port: int | None = None
     bind: str | None = None
     notes: str | None = None

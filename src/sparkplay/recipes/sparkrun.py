@@ -27,10 +27,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, mods
+from sparkplay.recipes import cmdline, mods, sparkrun_executor
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
-from sparkplay.recipes.sparkrun_flags import executor_left, generated_flags
+from sparkplay.recipes.sparkrun_flags import generated_flags
 from sparkplay.recipes.sparkrun_template import VERSIONS, collapse_escapes, expand, reads_as
 
 # sparkrun runtime -> (sparkplay engine, vLLM distributed back end)
@@ -70,7 +70,8 @@ NOT_HONOURED_WHY = {
     "mods": "{value}: not run: sparkplay reads a mod from where sparkrun finds it in a registry checkout; import "
     "the recipe from a checkout of its registry (each mod is then a privileged request), or build an image with "
     "the mods applied and --set engine.image to it",
-    "executor_config": "{value}: sparkplay sets the container's options itself (docs/serving.md)",
+    "executor_config": "{value}: not applied: sparkplay's engine container is never privileged and has no "
+    "capabilities, devices or mounts beyond its own (the GPU, the RDMA devices, IPC_LOCK; docs/security.md)",
     "pre_exec": "{value}: sparkplay runs no commands in the container before the engine",
     "benchmark": "{value}: sparkplay's bench runs llama-benchy with pp, tg, depth, concurrency and runs from the "
     "recipe; these are not taken",
@@ -271,9 +272,9 @@ def to_raw(
         not_honoured["defaults"] = {k: defaults[k] for k in unmapped}
     if engine == "llamacpp" and data.get("container"):
         not_honoured["container"] = data["container"]  # sparkplay runs llama.cpp from the node's packages
-    other_executor = executor_left(executor, engine)
-    if other_executor:
-        not_honoured["executor_config"] = other_executor
+    container = sparkrun_executor.read(executor, engine)
+    if container.left:
+        not_honoured["executor_config"] = container.left
     unknown = {k: v for k, v in data.items() if k not in READ and k not in NOT_HONOURED}
 
     raw = RawRecipe(
@@ -291,6 +292,8 @@ def to_raw(
         pipeline_parallel=pp,
         distributed_backend=backend,
         shm_size=str(shm) if shm is not None else None,
+        ulimits=container.ulimits,
+        container_user=container.user,
         notes=notes if isinstance(notes, str) else None,
         extra={**unknown, **({"sparkrun_not_honoured": not_honoured} if not_honoured else {})},
     )
