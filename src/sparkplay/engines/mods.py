@@ -1,18 +1,21 @@
-"""A recipe's mods in the launch plan: written onto every rank, copied into the engine's container and run
-there before the engine, in the recipe's order, as sparkrun runs them (core/mods.py: the folder copied to
-/workspace/mods/<name>, then `export WORKSPACE_DIR=$PWD && cd <it> && chmod +x run.sh && ./run.sh`).
+"""A recipe's pre_exec and mods in the launch plan: written onto every rank, run in the engine's container before
+the engine, as sparkrun runs them: the pre_exec commands first (orchestration/hooks.py: each by `bash -c` in the
+container's working folder, the first failure stopping the start), then each mod in the recipe's order
+(core/mods.py: the folder copied to /workspace/mods/<name>, then `export WORKSPACE_DIR=$PWD && cd <it> &&
+chmod +x run.sh && ./run.sh`).
 
-Each is a privileged request the boundary shows and the inventory allows by name (mod:<name>); here its
-sha256 is recomputed from the bytes the recipe holds, so what runs is what the import showed.
+Each is a privileged request the boundary shows and the inventory allows (mod:<name>, pre_exec:<sha12>); here
+the sha256 is recomputed from what the recipe holds, so what runs is what the import showed.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline
+from sparkplay.recipes import cmdline, hooks
 from sparkplay.recipes import mods as recipe_mods
 
 # where the rank's mod folders are mounted, read-only, in the engine's container
@@ -20,9 +23,11 @@ MOUNT = "/sparkplay/mods"
 # the container's entrypoint while mods run: a POSIX shell, which every engine image has
 SHELL = "/bin/sh"
 # copy each mounted mod (numbered in the recipe's order) to sparkrun's place, run it, then become the engine
+PRE_EXEC = "pre_exec.sh"
 WRAPPER = (
-    "set -e; for m in " + MOUNT + '/*/; do n=$(basename "$m"); d="/workspace/mods/${n#*-}"; rm -rf "$d"; '
-    'mkdir -p /workspace/mods; cp -R "$m" "$d"; '
+    f"set -e; if [ -f {MOUNT}/{PRE_EXEC} ]; then /bin/sh {MOUNT}/{PRE_EXEC}; fi; "
+    "for m in " + MOUNT + '/*/; do [ -d "$m" ] || continue; n=$(basename "$m"); d="/workspace/mods/${n#*-}"; '
+    'rm -rf "$d"; mkdir -p /workspace/mods; cp -R "$m" "$d"; '
     '(export WORKSPACE_DIR="$PWD"; cd "$d" && chmod +x run.sh && ./run.sh); done; exec "$0" "$@"'
 )
 
@@ -47,19 +52,38 @@ def verified(recipe: Mapping[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+def pre_exec_script(recipe: Mapping[str, Any]) -> str | None:
+    """The recipe's pre_exec as the script the wrapper runs, its hash recomputed from the commands (an edited
+    command is refused); None when it has none."""
+    pre = recipe["engine"].get("pre_exec")
+    if not pre:
+        return None
+    commands = [str(c) for c in pre["commands"]]
+    if hooks.digest(commands) != pre["sha256"]:
+        raise BadInput("engine.pre_exec: its commands do not hash to the sha256 the recipe pins",
+                       "re-import the recipe (the import reads and pins its pre_exec again)")  # fmt: skip
+    lines = [f"# the recipe's pre_exec (sha256 {pre['sha256'][:12]}), as sparkrun runs it: each command by bash, "
+             "in order; the first failure stops the start", "set -e"]  # fmt: skip
+    return "\n".join([*lines, *(f"bash -c {shlex.quote(c)}" for c in commands)]) + "\n"
+
+
 def apply(plan: dict[str, Any], recipe: Mapping[str, Any], runtime: str, state_dir: str) -> None:
-    """Every rank runs the mods before its engine: their files in the plan (the serve role writes them), a
-    read-only mount, and the entrypoint wrapped by the shell that runs them. Only a container has mods."""
+    """Every rank runs the pre_exec and the mods before its engine: their files in the plan (the serve role writes
+    them), a read-only mount, and the entrypoint wrapped by the shell that runs them. Only a container has them."""
     found = verified(recipe)
-    if not found:
+    script = pre_exec_script(recipe)
+    if not found and script is None:
         return
     if runtime != "docker":
-        raise BadInput(f"the recipe's mods ({', '.join(m['name'] for m in found)}) patch the engine's container; "
-                       "the native runtime has none", "use the docker runtime, or import without the mods")  # fmt: skip
-    folder = f"{state_dir.rstrip('/')}/mods/{recipe_mods.digest(f for m in found for f in _files(m))[:16]}"
-    subfolders = {f"{folder}/{i:02d}-{m['name']}/{f['path']}".rsplit("/", 1)[0] for i, m in enumerate(found)
-                  for f in m["files"]}  # fmt: skip
-    plan["directories"] = [*plan.get("directories", []), folder, *sorted(subfolders)]
+        what = ", ".join([*(["pre_exec"] if script else []), *(f"mod {m['name']}" for m in found)])
+        raise BadInput(f"the recipe's {what} run in the engine's container; the native runtime has none",
+                       "use the docker runtime, or import without them")  # fmt: skip
+    relative = [{**f, "path": f"{i:02d}-{m['name']}/{f['path']}"} for i, m in enumerate(found) for f in m["files"]]
+    if script is not None:
+        relative.append({"path": PRE_EXEC, "text": script, "mode": "0644"})
+    folder = f"{state_dir.rstrip('/')}/mods/{recipe_mods.digest(relative)[:16]}"
+    subfolders = {f"{folder}/{f['path']}".rsplit("/", 1)[0] for f in relative}
+    plan["directories"] = [*plan.get("directories", []), folder, *sorted(subfolders - {folder})]
     for rank in plan["ranks"]:
         options = list(rank["container_options"])
         entry = cmdline.flag_value(options, "--entrypoint")
@@ -71,11 +95,5 @@ def apply(plan: dict[str, Any], recipe: Mapping[str, Any], runtime: str, state_d
         rank["container_options"] = options
         rank["argv"] = ["-c", WRAPPER, entry, *rank["argv"]]
         rank["mounts"] = [*rank["mounts"], {"source": folder, "target": MOUNT, "readonly": True}]
-        written = [{"path": f"{folder}/{i:02d}-{m['name']}/{f['path']}", "content": f["text"], "mode": f["mode"]}
-                   for i, m in enumerate(found) for f in m["files"]]  # fmt: skip
+        written = [{"path": f"{folder}/{f['path']}", "content": f["text"], "mode": f["mode"]} for f in relative]
         rank["files"] = [*rank["files"], *written]
-
-
-def _files(mod: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A mod's files under its own name, so two mods' folders hash apart."""
-    return [{**f, "path": f"{mod['name']}/{f['path']}"} for f in mod["files"]]

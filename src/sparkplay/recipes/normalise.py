@@ -179,6 +179,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "packages": list(engine_defaults.packages) if engine_defaults.runtime == "native" else [],
             "runtime": engine_defaults.runtime,
             **({"mods": raw.mods} if raw.mods else {}),
+            **({"pre_exec": raw.pre_exec} if raw.pre_exec else {}),
         },
         "model": {
             "repo": repo,

@@ -40,6 +40,7 @@ class RawRecipe:
     bench: dict[str, Any] | None = None  # the recipe's own bench profile (pp, tg, depth, concurrency, runs)
     pinning: list[str] = field(default_factory=list)  # a CPU-pinning prefix of the command (taskset, numactl)
     mods: list[dict[str, Any]] = field(default_factory=list)  # sparkrun's mods, read and pinned (recipes/mods.py)
+    pre_exec: dict[str, Any] | None = None  # sparkrun's pre_exec commands, pinned (recipes/hooks.py)
     provenance: list[dict[str, str]] = field(default_factory=list)
 
     def note(self, key: str, how: str, detail: str) -> None:

@@ -27,55 +27,22 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, mods, sparkrun_executor
+from sparkplay.recipes import cmdline, hooks, mods, sparkrun_executor
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
+from sparkplay.recipes.sparkrun_fields import (
+    BENCH_BLOCK_KEYS,
+    BENCH_LISTS,
+    COMMAND_HINTS,
+    DESCRIPTIVE,
+    NOT_HONOURED,
+    NOT_HONOURED_WHY,
+    NOT_SUPPORTED,
+    READ,
+    RUNTIMES,
+)
 from sparkplay.recipes.sparkrun_flags import generated_flags
 from sparkplay.recipes.sparkrun_template import VERSIONS, collapse_escapes, expand, reads_as
-
-# sparkrun runtime -> (sparkplay engine, vLLM distributed back end)
-RUNTIMES: dict[str, tuple[str, str | None]] = {
-    "vllm": ("vllm", None),
-    "vllm-distributed": ("vllm", "mp"),
-    "vllm-ray": ("vllm", "ray"),
-    "llama-cpp": ("llamacpp", None),
-    "llama.cpp": ("llamacpp", None),
-    "llamacpp": ("llamacpp", None),
-    "atlas": ("atlas", None),
-    "sglang": ("sglang", None),
-}
-NOT_SUPPORTED = ("trtllm",)
-# a command's first word -> runtime, when `runtime` is left out (sparkrun's own detection)
-COMMAND_HINTS = (("vllm", "vllm"), ("llama-server", "llama-cpp"), ("serve", "atlas"), ("spark", "atlas"),
-                 ("sglang", "sglang"), ("python3", "sglang"), ("python", "sglang"))  # fmt: skip
-
-READ = {
-    "recipe_version", "name", "model", "model_revision", "runtime", "container", "min_nodes", "max_nodes",
-    "mode", "solo_only", "cluster_only", "defaults", "env", "command", "metadata", "distribution_config",
-    "executor_config", "benchmark",
-}  # fmt: skip
-# fields that only describe a recipe (sparkrun's own and the registries' habits): kept in extra, nothing to apply
-DESCRIPTIVE = frozenset({"description", "maintainer", "model_url", "sparkrun_version", "author", "tags", "license"})
-# launcher features sparkplay has no equivalent for: reported, kept in extra
-NOT_HONOURED = (
-    "mods", "pre_exec", "post_exec", "builder", "build_args", "runtime_config", "docker_image_dir",
-)  # fmt: skip
-# sparkrun's benchmark block (core/benchmark_profiles.py): its own keys; any other key is an argument
-BENCH_BLOCK_KEYS = ("framework", "args", "timeout", "schedule")
-BENCH_LISTS = ("pp", "tg", "depth", "concurrency")
-NOT_HONOURED_WHY = {
-    "defaults": "{value}: the recipe has no command, and sparkrun's flag map for its runtime has no flag for these "
-    "(sparkrun leaves them out of the command too): write a command template to pass them",
-    "container": "{value}: sparkplay runs llama.cpp from the node's packages, not a container",
-    "mods": "{value}: not run: sparkplay reads a mod from where sparkrun finds it in a registry checkout; import "
-    "the recipe from a checkout of its registry (each mod is then a privileged request), or build an image with "
-    "the mods applied and --set engine.image to it",
-    "executor_config": "{value}: not applied: sparkplay's engine container is never privileged and has no "
-    "capabilities, devices or mounts beyond its own (the GPU, the RDMA devices, IPC_LOCK; docs/security.md)",
-    "pre_exec": "{value}: sparkplay runs no commands in the container before the engine",
-    "benchmark": "{value}: sparkplay's bench runs llama-benchy with pp, tg, depth, concurrency and runs from the "
-    "recipe; these are not taken",
-}
 
 SHELL_VARIABLE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*")
 
@@ -266,6 +233,11 @@ def to_raw(
     found_mods, mods_missing = mods.resolve_all(data.get("mods"), where, mods_from)
     if found_mods:
         del not_honoured["mods"]
+    pre_exec, pre_exec_missing = hooks.read(data.get("pre_exec"), values)
+    if pre_exec and engine == "llamacpp":
+        pre_exec, pre_exec_missing = None, "llama.cpp runs from the node's packages: no container to run them in"
+    if pre_exec:
+        del not_honoured["pre_exec"]
     bench_profile, bench_left = _bench(data, where)
     not_honoured.update(bench_left)
     if unmapped:  # defaults the engine's flag map has no flag for, with no command to place them
@@ -302,6 +274,12 @@ def to_raw(
         raw.note("engine.mods", "derived", f"mod {mod['name']} (sha256 {mod['sha256'][:12]}, {len(mod['files'])} "
                  f"file(s)): a privileged request: its run.sh runs as root in the engine's container before the "
                  f"engine, only where the inventory allows mod:{mod['name']} (serve_allow)")  # fmt: skip
+    raw.pre_exec = pre_exec
+    if pre_exec:
+        raw.note("engine.pre_exec", "derived", f"{len(pre_exec['commands'])} command(s) (sha256 "
+                 f"{pre_exec['sha256'][:12]}): a privileged request: each runs by bash as root in every rank's engine "
+                 f"container before the engine (and its mods), only where the inventory allows "
+                 f"{hooks.allow_name(pre_exec)} (serve_allow)")  # fmt: skip
     raw.revision = _text(data, "model_revision", where)
     raw.bench = bench_profile
     if bench_profile:
@@ -323,6 +301,8 @@ def to_raw(
         why = NOT_HONOURED_WHY.get(key, "").format(value=value) or f"sparkrun's {key} has no sparkplay equivalent"
         if key == "mods" and mods_missing:
             why += f" (not found beside the recipe or in its registry checkout: {mods_missing})"
+        if key == "pre_exec" and pre_exec_missing:
+            why += f": {pre_exec_missing}"
         raw.note(f"extra.sparkrun_not_honoured.{key}", "ignored", why)
     if unknown.get("executor") == "docker":  # sparkrun's default executor, and how sparkplay runs the engine too
         del unknown["executor"]

@@ -1,0 +1,52 @@
+"""A sparkrun recipe's fields as sparkplay takes them: the runtimes and what each is here, the fields read, those
+that only describe, the launcher features sparkplay does not carry and why (the import says each reason)."""
+
+from __future__ import annotations
+
+# sparkrun runtime -> (sparkplay engine, vLLM distributed back end)
+RUNTIMES: dict[str, tuple[str, str | None]] = {
+    "vllm": ("vllm", None),
+    "vllm-distributed": ("vllm", "mp"),
+    "vllm-ray": ("vllm", "ray"),
+    "llama-cpp": ("llamacpp", None),
+    "llama.cpp": ("llamacpp", None),
+    "llamacpp": ("llamacpp", None),
+    "atlas": ("atlas", None),
+    "sglang": ("sglang", None),
+}
+NOT_SUPPORTED = ("trtllm",)
+# a command's first word -> runtime, when `runtime` is left out (sparkrun's own detection)
+COMMAND_HINTS = (("vllm", "vllm"), ("llama-server", "llama-cpp"), ("serve", "atlas"), ("spark", "atlas"),
+                 ("sglang", "sglang"), ("python3", "sglang"), ("python", "sglang"))  # fmt: skip
+
+READ = {
+    "recipe_version", "name", "model", "model_revision", "runtime", "container", "min_nodes", "max_nodes",
+    "mode", "solo_only", "cluster_only", "defaults", "env", "command", "metadata", "distribution_config",
+    "executor_config", "benchmark",
+}  # fmt: skip
+# fields that only describe a recipe (sparkrun's own and the registries' habits): kept in extra, nothing to apply
+DESCRIPTIVE = frozenset({"description", "maintainer", "model_url", "sparkrun_version", "author", "tags", "license"})
+# launcher features sparkplay has no equivalent for: reported, kept in extra
+NOT_HONOURED = (
+    "mods", "pre_exec", "post_exec", "post_commands", "builder", "build_args", "runtime_config", "docker_image_dir",
+)  # fmt: skip
+# sparkrun's benchmark block (core/benchmark_profiles.py): its own keys; any other key is an argument
+BENCH_BLOCK_KEYS = ("framework", "args", "timeout", "schedule")
+BENCH_LISTS = ("pp", "tg", "depth", "concurrency")
+NOT_HONOURED_WHY = {
+    "defaults": "{value}: the recipe has no command, and sparkrun's flag map for its runtime has no flag for these "
+    "(sparkrun leaves them out of the command too): write a command template to pass them",
+    "container": "{value}: sparkplay runs llama.cpp from the node's packages, not a container",
+    "mods": "{value}: not run: sparkplay reads a mod from where sparkrun finds it in a registry checkout; import "
+    "the recipe from a checkout of its registry (each mod is then a privileged request), or build an image with "
+    "the mods applied and --set engine.image to it",
+    "executor_config": "{value}: not applied: sparkplay's engine container is never privileged and has no "
+    "capabilities, devices or mounts beyond its own (the GPU, the RDMA devices, IPC_LOCK; docs/security.md)",
+    "pre_exec": "{value}: not run",
+    "post_exec": "{value}: not run: checks in the leader's container once it answers; sparkplay's own readiness "
+    "proof (a completion through the API on every up) stands in for them",
+    "post_commands": "{value}: not run: commands on the machine sparkplay runs from; sparkplay runs no recipe "
+    "command outside the engine's container",
+    "benchmark": "{value}: sparkplay's bench runs llama-benchy with pp, tg, depth, concurrency and runs from the "
+    "recipe; these are not taken",
+}
