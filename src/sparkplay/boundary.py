@@ -95,6 +95,7 @@ class Request:
     name: str
     key: str  # the recipe field that asks
     what: str  # what it does to a host, one line
+    pinned: str | None = None  # a serve_allow entry that allows only this exact content (a mod's NAME@SHA12)
 
     def __str__(self) -> str:
         return f"{self.key}: {self.what} (privileged: runs only with serve_allow: [{self.name}] in the inventory)"
@@ -135,7 +136,8 @@ def requests(recipe: Mapping[str, Any]) -> list[Request]:
             )
     for mod in engine.get("mods") or []:
         found.append(Request(f"mod:{mod['name']}", "engine.mods", f"runs {mod['name']}/run.sh (sha256 "
-                             f"{mod['sha256'][:12]}) as root in the engine's container before the engine"))  # fmt: skip
+                             f"{mod['sha256'][:12]}) as root in the engine's container before the engine",
+                             f"mod:{mod['name']}@{mod['sha256'][:12]}"))  # fmt: skip
     pre = engine.get("pre_exec")
     if pre:
         first = str(pre["commands"][0])
@@ -165,11 +167,11 @@ def enforce(
     """Refuse the first privileged request the inventory does not allow; return the names allowed and used."""
     used = []
     for request in effective(recipe, inventory_knobs, bind):
-        if request.name not in allow:
+        if request.name not in allow and (request.pinned is None or request.pinned not in allow):
             raise BadInput(
                 f"recipe {recipe['name']}: {request.key} {request.what}: a privileged request the inventory "
                 "does not allow",
-                f"if you trust the recipe, add {request.name!r} to serve_allow in the inventory; "
+                f"if you trust the recipe, add {request.pinned or request.name!r} to serve_allow in the inventory; "
                 "otherwise remove it from the recipe",
             )
         used.append(request.name)
@@ -186,14 +188,14 @@ def check_allow(allow: Iterable[Any]) -> frozenset[str]:
             or text == "bind"
             or (text.startswith("package:") and len(text) > 8)
             or (text.startswith("env:") and loads_code(text[4:]))
-            or (text.startswith("mod:") and len(text) > 4)
+            or bool(re.fullmatch(r"mod:[A-Za-z0-9][A-Za-z0-9_.-]*(@[0-9a-f]{12})?", text))
             or bool(re.fullmatch(r"pre_exec:[0-9a-f]{12}", text))
         )
         if not known:
             raise BadInput(
                 f"serve_allow names {text!r}, which is no privileged request",
                 f"use {', '.join(sorted(PRIVILEGED_KNOBS))}, bind, package:NAME, env:NAME (a loader variable), "
-                "mod:NAME or pre_exec:SHA12 (as the import shows it)",
+                "mod:NAME (or NAME@SHA12: that content only) or pre_exec:SHA12 (as the import shows them)",
             )
         names.append(text)
     return frozenset(names)

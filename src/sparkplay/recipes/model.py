@@ -134,7 +134,8 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
             Problem(
                 request.key,
                 f"privileged request: {request.what}",
-                f"it runs only where the inventory allows it (serve_allow: [{request.name!r}])",
+                f"it runs only where the inventory allows it (serve_allow: [{request.name!r}]"
+                + (f", or {request.pinned!r} for this content only)" if request.pinned else ")"),
                 "warning",
             )
         )
