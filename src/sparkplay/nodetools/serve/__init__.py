@@ -44,6 +44,12 @@ sparkplay-serve bench --url URL --model NAME --benchy PATH --tokenizer T --corpu
     Started as root with --as-user, it reads the API's key (--api-key-env)
     first, then drops to that user for everything else; llama-benchy gets
     the key through its environment, never its command line.
+sparkplay-serve gateway --routes FILE [--listen ADDR:PORT] [--max-body BYTES] [--timeout S]
+    One OpenAI-compatible endpoint for every deployment on the leader: a
+    POST /v1/... goes to the deployment serving its `model` (streams passed
+    on as they arrive, errors as the engine gave them), /v1/models lists
+    every served name. The routes file is re-read when it changes (and on
+    SIGHUP), so adding or stopping a model never restarts the gateway.
 sparkplay-serve probe --url URL --model NAME [--api-key-env NAME --env-file FILE]
     One look (no completion): JSON {health, models, served}.
 sparkplay-serve verify-unit FILE NAME

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .bench import cmd_bench
+from .gateway import cmd_gateway
 from .group import cmd_restart_workers
 from .ports import cmd_run, cmd_wait_ports
 from .ready import cmd_probe, cmd_ready, cmd_verify_unit
@@ -65,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics-bind", default="127.0.0.1")
     p.add_argument("--container", help="the docker runtime's container (its processes hold the API's port)")
     p.set_defaults(func=cmd_watchdog)
+    p = sub.add_parser("gateway")
+    p.add_argument("--routes", required=True, help="the routes file: served name -> deployment URL (JSON)")
+    p.add_argument("--listen", default="127.0.0.1:9000", help="ADDR:PORT (loopback unless the user says otherwise)")
+    p.add_argument("--max-body", type=int, default=16 * 1024 * 1024)
+    p.add_argument("--timeout", type=float, default=900, help="seconds an upstream may stay silent")
+    p.set_defaults(func=cmd_gateway)
     p = sub.add_parser("bench")
     p.add_argument("--url", required=True)
     p.add_argument("--model", required=True)

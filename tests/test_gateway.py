@@ -1,0 +1,154 @@
+"""The gateway (sparkplay-serve gateway): one OpenAI endpoint in front of several deployments, routing by `model`.
+
+The engines behind it here are stand-ins (small HTTP servers in this process that answer as an OpenAI server
+does: a JSON reply, a server-sent-event stream they release step by step, an engine's own 400), so each test can
+hold a stream open while the routes change. The lab test (tests/test_models_lab.py) puts real llama.cpp behind it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from sparkplay.nodetools.serve.gateway import make_server
+
+
+class Engine(BaseHTTPRequestHandler):
+    """An OpenAI-shaped engine: answers as `name`; a stream waits on `release` between its events."""
+
+    protocol_version = "HTTP/1.1"
+    name = "engine"
+    release: threading.Event
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if body.get("max_tokens") == -1:
+            reply = json.dumps({"error": {"message": "max_tokens must be at least 1", "type": "BadRequestError"}})
+            self._reply(400, reply.encode())
+        elif body.get("stream"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i, event in enumerate([f"data: {json.dumps({'part': self.name})}\n\n", "data: [DONE]\n\n"]):
+                if i:
+                    assert self.release.wait(10)
+                data = event.encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            auth = self.headers.get("Authorization")
+            self._reply(200, json.dumps({"served_by": self.name, "path": self.path, "auth": auth}).encode())
+
+    def _reply(self, status: int, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def start(server: ThreadingHTTPServer) -> str:
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.fixture
+def engines() -> Iterator[dict[str, tuple[str, threading.Event]]]:
+    found, servers = {}, []
+    for name in ("coder", "chat"):
+        release = threading.Event()
+        server = ThreadingHTTPServer(("127.0.0.1", 0), type(name, (Engine,), {"name": name, "release": release}))
+        servers.append(server)
+        found[name] = (start(server), release)
+    yield found
+    for server in servers:
+        server.shutdown()
+
+
+def write_routes(path: Path, routes: dict[str, str]) -> None:
+    """As the serve role writes it: a new file renamed over the old (a reader never sees half of one)."""
+    staged = path.with_suffix(".new")
+    staged.write_text(json.dumps({"models": {k: {"url": v, "recipe": f"r-{k}"} for k, v in routes.items()}}))
+    os.replace(staged, path)
+    stat = path.stat()  # a second write within the clock's grain must still read as a change
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+
+
+@pytest.fixture
+def gateway(tmp_path, engines) -> Iterator[tuple[http.client.HTTPConnection, Path]]:
+    routes = tmp_path / "routes.json"
+    write_routes(routes, {"coder": engines["coder"][0], "chat": engines["chat"][0]})
+    server = make_server(str(routes), "127.0.0.1:0", max_body=4096, timeout_s=10)
+    start(server)
+    yield http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10), routes
+    server.shutdown()
+
+
+def post(conn: http.client.HTTPConnection, body: dict, path: str = "/v1/chat/completions") -> tuple[int, dict]:
+    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json",
+                                                                "Authorization": "Bearer k"})  # fmt: skip
+    reply = conn.getresponse()
+    return reply.status, json.loads(reply.read())
+
+
+def test_requests_go_to_the_deployment_serving_their_model_and_the_list_has_every_one(gateway):
+    conn, _ = gateway
+    assert post(conn, {"model": "coder"}) == (200, {"served_by": "coder", "path": "/v1/chat/completions",
+                                                    "auth": "Bearer k"})  # fmt: skip
+    assert post(conn, {"model": "chat"}, "/v1/completions?x=1")[1]["path"] == "/v1/completions?x=1"
+    conn.request("GET", "/v1/models")
+    listed = json.loads(conn.getresponse().read())
+    assert [(m["id"], m["recipe"]) for m in listed["data"]] == [("chat", "r-chat"), ("coder", "r-coder")]
+
+
+def test_an_unknown_model_an_engines_error_a_silent_engine_and_a_large_body_answer_as_openai_does(gateway, engines):
+    conn, routes = gateway
+    status, body = post(conn, {"model": "gpt-4"})
+    assert status == 404 and body["error"]["code"] == "model_not_found" and "served: chat, coder" in body["error"][
+        "message"
+    ]
+    assert post(conn, {"model": "chat", "max_tokens": -1}) == (400, {"error": {
+        "message": "max_tokens must be at least 1", "type": "BadRequestError"}})  # the engine's own, passed through
+    write_routes(routes, {"coder": "http://127.0.0.1:9", "chat": engines["chat"][0]})  # nothing listens on 9
+    status, body = post(conn, {"model": "coder"})
+    assert status == 502 and "r-coder" in body["error"]["message"]
+    status, body = post(conn, {"model": "chat", "prompt": "x" * 5000})
+    assert status == 413
+
+
+def test_a_stream_is_passed_on_as_it_arrives_and_survives_the_routes_changing(gateway, engines):
+    """The first event reaches the client before the engine sends the second; meanwhile a model is added and
+    the streaming one removed from the routes: the open stream finishes, new requests follow the new routes."""
+    conn, routes = gateway
+    conn.request("POST", "/v1/chat/completions", body=json.dumps({"model": "chat", "stream": True}),
+                 headers={"Content-Type": "application/json"})  # fmt: skip
+    reply = conn.getresponse()
+    assert reply.status == 200 and reply.getheader("Content-Type") == "text/event-stream"
+    first = reply.read1(4096)
+    assert b'"part": "chat"' in first and b"[DONE]" not in first  # the engine has not sent the rest yet
+    write_routes(routes, {"coder": engines["coder"][0], "embedder": engines["coder"][0]})
+    other = http.client.HTTPConnection(conn.host, conn.port, timeout=10)
+    assert post(other, {"model": "embedder"})[1]["served_by"] == "coder"
+    assert post(other, {"model": "chat"})[0] == 404
+    engines["chat"][1].set()
+    assert reply.read() == b"data: [DONE]\n\n"
+
+
+def test_a_broken_routes_file_keeps_the_last_good_routes(gateway, engines):
+    conn, routes = gateway
+    routes.write_text("{not json")
+    assert post(conn, {"model": "coder"})[0] == 200
+    write_routes(routes, {"coder": "file:///etc/passwd"})
+    assert post(conn, {"model": "coder"})[1]["served_by"] == "coder"  # refused route: the last good ones stay
