@@ -2,7 +2,7 @@
 
 The engines behind it here are stand-ins (small HTTP servers in this process that answer as an OpenAI server
 does: a JSON reply, a server-sent-event stream they release step by step, an engine's own 400), so each test can
-hold a stream open while the routes change. The lab test (tests/test_models_lab.py) puts real llama.cpp behind it.
+hold a stream open while the routes change. The serve role does not run the gateway yet (#28): no lab test.
 """
 
 from __future__ import annotations

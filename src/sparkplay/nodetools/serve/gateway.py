@@ -2,9 +2,9 @@
 
 Why sparkplay's own and not LiteLLM's proxy (docs/serving.md "The gateway" has the measurements): LiteLLM adds
 or removes a model without a restart only with a PostgreSQL database behind it (its STORE_MODEL_IN_DB), and a
-restart drops the in-flight streams of every other model; its proxy mounts some sixty routers (keys, users,
-prompts, MCP) whose advisories include SQL injection in key checks and template injection reachable without a
-master key, the posture of a loopback gateway. What is needed here is narrow: route, list, stream, pass errors
+restart drops the in-flight streams of every other model; its proxy app registers 90 routes (keys, users,
+prompts, MCP) whose advisories include SQL injection in the key check and template injection reachable without
+a master key, the posture of a loopback gateway. What is needed here is narrow: route, list, stream, pass errors
 through, follow a routes file. This does that and nothing else, on the standard library.
 
 The routes file (JSON, written atomically by the serve role) maps each served name to its deployment:
