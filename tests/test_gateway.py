@@ -81,7 +81,7 @@ def write_routes(path: Path, routes: dict[str, str]) -> None:
     """As the serve role writes it: a new file renamed over the old (a reader never sees half of one)."""
     staged = path.with_suffix(".new")
     staged.write_text(json.dumps({"models": {k: {"url": v, "recipe": f"r-{k}"} for k, v in routes.items()}}))
-    os.replace(staged, path)
+    staged.replace(path)
     stat = path.stat()  # a second write within the clock's grain must still read as a change
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
 
@@ -116,11 +116,15 @@ def test_requests_go_to_the_deployment_serving_their_model_and_the_list_has_ever
 def test_an_unknown_model_an_engines_error_a_silent_engine_and_a_large_body_answer_as_openai_does(gateway, engines):
     conn, routes = gateway
     status, body = post(conn, {"model": "gpt-4"})
-    assert status == 404 and body["error"]["code"] == "model_not_found" and "served: chat, coder" in body["error"][
-        "message"
-    ]
-    assert post(conn, {"model": "chat", "max_tokens": -1}) == (400, {"error": {
-        "message": "max_tokens must be at least 1", "type": "BadRequestError"}})  # the engine's own, passed through
+    assert (
+        status == 404
+        and body["error"]["code"] == "model_not_found"
+        and "served: chat, coder" in body["error"]["message"]
+    )
+    assert post(conn, {"model": "chat", "max_tokens": -1}) == (
+        400,
+        {"error": {"message": "max_tokens must be at least 1", "type": "BadRequestError"}},
+    )  # the engine's own, passed through
     write_routes(routes, {"coder": "http://127.0.0.1:9", "chat": engines["chat"][0]})  # nothing listens on 9
     status, body = post(conn, {"model": "coder"})
     assert status == 502 and "r-coder" in body["error"]["message"]

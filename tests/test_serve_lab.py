@@ -391,7 +391,8 @@ def watchdog_state() -> dict:
 def watchdog_metrics() -> dict[str, float]:
     text = in_node(0, "python3", "-c", "import urllib.request as u; print(u.urlopen("
                    "'http://127.0.0.1:9899/metrics', timeout=5).read().decode())").stdout  # fmt: skip
-    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(sparkplay_watchdog_\w+) (\S+)$", text, re.M)}
+    found = re.finditer(r'^(sparkplay_watchdog_\w+)\{model="lab-tiny",unit="[^"]+"\} (\S+)$', text, re.M)
+    return {m.group(1): float(m.group(2)) for m in found}
 
 
 def wait_for(what, seconds: float) -> float | None:

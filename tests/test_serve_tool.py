@@ -396,3 +396,18 @@ def test_the_bench_drops_root_for_good_after_reading_the_key():
 
     nobody = pwd.getpwnam("nobody").pw_uid
     assert out[:2] == [str(nobody), str(nobody)] and out[2].strip() == "[] /nonexistent"
+
+
+def test_the_watchdogs_counters_carry_the_model_and_unit_so_several_deployments_tell_apart():
+    import urllib.request
+
+    from sparkplay.nodetools.serve.watchdog import _metrics
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    counters = _metrics(port, "127.0.0.1", "coder", "sparkplay-serve-coder.service")
+    assert counters is not None
+    counters["probes"].inc()
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'sparkplay_watchdog_probes_total{model="coder",unit="sparkplay-serve-coder.service"} 1.0' in text

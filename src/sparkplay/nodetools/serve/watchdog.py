@@ -26,7 +26,7 @@ class Watchdog:
         if isinstance(previous, dict) and previous.get("stood_down"):  # a stand-down outlives a watchdog restart
             self.state.update({k: previous.get(k, self.state[k]) for k in self.state})
         try:
-            self.metrics = _metrics(args.metrics_port, args.metrics_bind)
+            self.metrics = _metrics(args.metrics_port, args.metrics_bind, args.model, args.unit)
         except OSError as exc:  # the port taken (by anyone): watch without counters rather than crash-loop
             self.metrics = None
             self.state["metrics_problem"] = f"metrics port {args.metrics_bind}:{args.metrics_port}: {exc.strerror}"
@@ -141,21 +141,26 @@ class Watchdog:
             time.sleep(self.args.interval)
 
 
-def _metrics(port: int, bind: str) -> dict[str, Any] | None:
-    """The watchdog's counters for Prometheus (prometheus_client, from the node's packages)."""
+def _metrics(port: int, bind: str, model: str, unit: str) -> dict[str, Any] | None:
+    """The watchdog's counters for Prometheus (prometheus_client, from the node's packages), labelled with the
+    served model and its unit: several deployments' watchdogs are told apart on one scrape."""
     if not port:
         return None
     from prometheus_client import Counter, Gauge, start_http_server
 
     start_http_server(port, addr=bind)
-    return {
-        "probes": Counter("sparkplay_watchdog_probes", "Completion probes sent"),
-        "probe_failures": Counter("sparkplay_watchdog_probe_failures", "Probes that got no answer in time"),
-        "restarts": Counter("sparkplay_watchdog_restarts", "Restarts of every rank, in order"),
-        "stood_down": Gauge("sparkplay_watchdog_stood_down", "1 when the restart cap was reached"),
-        "paused": Gauge("sparkplay_watchdog_paused", "1 while the pause file exists"),
-        "failures_in_a_row": Gauge("sparkplay_watchdog_failures_in_a_row", "Failed probes since the last answer"),
+    labels = ("model", "unit")
+    made = {
+        "probes": Counter("sparkplay_watchdog_probes", "Completion probes sent", labels),
+        "probe_failures": Counter("sparkplay_watchdog_probe_failures", "Probes that got no answer in time", labels),
+        "restarts": Counter("sparkplay_watchdog_restarts", "Restarts of every rank, in order", labels),
+        "stood_down": Gauge("sparkplay_watchdog_stood_down", "1 when the restart cap was reached", labels),
+        "paused": Gauge("sparkplay_watchdog_paused", "1 while the pause file exists", labels),
+        "failures_in_a_row": Gauge(
+            "sparkplay_watchdog_failures_in_a_row", "Failed probes since the last answer", labels
+        ),
     }
+    return {name: metric.labels(model=model, unit=unit) for name, metric in made.items()}
 
 
 def cmd_watchdog(args: argparse.Namespace) -> int:
