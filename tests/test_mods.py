@@ -125,6 +125,21 @@ def test_the_plan_runs_a_mod_only_where_the_inventory_allows_it_and_only_as_pinn
         plan_of(native, ["mod:fix-parser"])
 
 
+def in_container(rank: dict, host: Path, engine: list[str]) -> subprocess.CompletedProcess:
+    """The plan's own entrypoint wrapper, files and mount in a real container (the lab's node image as a plain
+    Debian, working folder /srv), the engine swapped for a program that shows what ran before it."""
+    (mount,) = [m for m in rank["mounts"] if m["target"] == plan_mods.MOUNT]
+    for f in rank["files"]:
+        path = host / f["path"].removeprefix(mount["source"] + "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f["content"])
+        path.chmod(int(f["mode"], 8))
+    tag, _ = image.ensure_image(image.ImageRecipe())
+    return subprocess.run(["docker", "run", "--rm", "--network", "none", "-w", "/srv", "-v",
+                           f"{host}:{plan_mods.MOUNT}:ro", "--entrypoint", "/bin/sh", tag, "-c", plan_mods.WRAPPER,
+                           *engine], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
 @pytest.mark.usefixtures("lab_host")
 @pytest.mark.lab
 def test_the_wrapper_runs_each_mod_in_the_container_before_the_engine(tmp_path):
@@ -132,19 +147,8 @@ def test_the_wrapper_runs_each_mod_in_the_container_before_the_engine(tmp_path):
     sparkrun's place, with WORKSPACE_DIR), then the engine is exec'd with its own arguments."""
     doc = importing.import_source(str(registry(tmp_path / "reg")))
     (rank,) = plan_of(doc, ["mod:fix-parser"])["ranks"]
-    (mount,) = [m for m in rank["mounts"] if m["target"] == plan_mods.MOUNT]
-    host = tmp_path / "mods"
-    for f in rank["files"]:
-        path = host / f["path"].removeprefix(mount["source"] + "/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f["content"])
-        path.chmod(int(f["mode"], 8))
-    tag, _ = image.ensure_image(image.ImageRecipe())
     engine = ["/bin/cat", "/tmp/sparkplay-mod-ran", "/workspace/mods/fix-parser/patches/parser.patch"]
-    argv = ["-c", plan_mods.WRAPPER, *engine]  # the plan's argv, the engine swapped for one that shows the result
-    run = subprocess.run(["docker", "run", "--rm", "--network", "none", "-w", "/srv", "-v",
-                          f"{host}:{plan_mods.MOUNT}:ro", "--entrypoint", "/bin/sh", tag, *argv],
-                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    run = in_container(rank, tmp_path / "mods", engine)
     assert run.returncode == 0, run.stderr
     assert run.stdout == "patched by fix-parser from /srv\n" + PATCH
 
@@ -233,24 +237,12 @@ def test_the_wrapper_runs_pre_exec_then_the_mods_then_the_engine(tmp_path):
     doc = importing.import_source(str(with_pre_exec(registry(tmp_path / "reg"), PRE_EXEC)))
     allow = f"pre_exec:{doc['engine']['pre_exec']['sha256'][:12]}"
     (rank,) = plan_of(doc, ["mod:fix-parser", allow])["ranks"]
-    (mount,) = [m for m in rank["mounts"] if m["target"] == plan_mods.MOUNT]
-    host = tmp_path / "mods"
-    for f in rank["files"]:
-        path = host / f["path"].removeprefix(mount["source"] + "/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f["content"])
-        path.chmod(int(f["mode"], 8))
-    tag, _ = image.ensure_image(image.ImageRecipe())
-    engine = ["/bin/cat", "/tmp/sparkplay-pre/ran", "/tmp/sparkplay-mod-ran"]
-    run = subprocess.run(["docker", "run", "--rm", "--network", "none", "-w", "/srv", "-v",
-                          f"{host}:{plan_mods.MOUNT}:ro", "--entrypoint", "/bin/sh", tag, "-c", plan_mods.WRAPPER,
-                          *engine], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    run = in_container(rank, tmp_path / "mods", ["/bin/cat", "/tmp/sparkplay-pre/ran", "/tmp/sparkplay-mod-ran"])
     assert run.returncode == 0, run.stderr
     assert run.stdout == "pre for Qwen/Qwen3-30B-A3B\ncwd /srv, /root {unknown}\npatched by fix-parser from /srv\n"
     failing = {**doc, "engine": {**doc["engine"], "pre_exec": {"commands": ["exit 3"], "sha256": ""}}}
     failing["engine"]["pre_exec"]["sha256"] = hooks.digest(["exit 3"])
-    (host / plan_mods.PRE_EXEC).write_text(plan_mods.pre_exec_script(failing) or "")
-    run = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{host}:{plan_mods.MOUNT}:ro",
-                          "--entrypoint", "/bin/sh", tag, "-c", plan_mods.WRAPPER, "/bin/echo", "engine started"],
-                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    script = plan_mods.pre_exec_script(failing)
+    rank["files"] = [{**f, "content": script} if f["path"].endswith(plan_mods.PRE_EXEC) else f for f in rank["files"]]
+    run = in_container(rank, tmp_path / "failing", ["/bin/echo", "engine started"])
     assert run.returncode == 3 and "engine started" not in run.stdout  # the first failure stops the start
