@@ -245,10 +245,13 @@ def env_not_passed(recipe: Mapping[str, Any], model_root: str) -> list[str]:
     env = recipe["serve"]["env"]
     if not env:
         return []
+    nodes, options = stand_in_nodes(int(recipe["topology"]["nodes"] or 1)), Options(model_root=model_root, allow=None)
     marked = {k: f"sparkplay-marker-{i}" for i, k in enumerate(env)}
-    trial = {**recipe, "serve": {**recipe["serve"], "env": marked}}
-    ranks = build(trial, stand_in_nodes(int(recipe["topology"]["nodes"] or 1)),
-                  Options(model_root=model_root, allow=None))["ranks"]  # fmt: skip
+    try:
+        ranks = build({**recipe, "serve": {**recipe["serve"], "env": marked}}, nodes, options)["ranks"]
+    except BadInput:  # an adapter that reads a value (none does today): compare the recipe's own values
+        marked = {k: str(v) for k, v in env.items()}
+        ranks = build(recipe, nodes, options)["ranks"]
 
     def passed(rank: Mapping[str, Any], key: str, marker: str) -> bool:  # as the environment, or in a file it reads
         return rank["env"].get(key) == marker or any(marker in str(f.get("content", "")) for f in rank["files"])
