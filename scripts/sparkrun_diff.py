@@ -58,8 +58,12 @@ def render(folders: list[str]) -> None:
             r = Recipe.load(path)
             nodes = int(r.min_nodes or 1)
             head = "10.0.0.1" if nodes > 1 else None
-            command = get_runtime(r.runtime).generate_command(r, {}, nodes > 1, nodes, head)
-            out[str(path)] = {"nodes": nodes, "command": command or "", "model": r.model or "",
+            runtime = get_runtime(r.runtime)
+            command = runtime.generate_command(r, {}, nodes > 1, nodes, head)
+            worker = ""  # rank 1's own command, where each rank runs the engine itself (not Ray's workers)
+            if nodes > 1 and runtime.cluster_strategy() == "native":
+                worker = runtime.generate_node_command(r, {}, head, nodes, 1)
+            out[str(path)] = {"nodes": nodes, "command": command or "", "worker": worker, "model": r.model or "",
                               "env": {k: str(v) for k, v in (r.env or {}).items()}, "image": r.container or "",
                               "served": str(getattr(r, "effective_served_model_name", "") or "")}  # fmt: skip
         except Exception as exc:  # a file sparkrun cannot load is counted, not fatal
@@ -126,6 +130,14 @@ def _named(word: str, notes: list[dict[str, str]]) -> bool:
     return any(k in f"{n['key']} {n['detail']}" for n in notes for k in (bare, bare.replace("-", "_")))
 
 
+def _flag_differences(command: str, argv: list[str], notes: list[dict[str, str]], rank: str) -> list[str]:
+    command = command.replace("\\\n", " ").rstrip().rstrip("\\")
+    theirs, mine = parse(shlex.split(command)), parse(argv)
+    return [f"{rank}{flag}: sparkrun {theirs.get(flag, [])} sparkplay {mine.get(flag, [])}"
+            for flag in sorted((set(theirs) | set(mine)) - OWNED)
+            if not _same(theirs.get(flag, []), mine.get(flag, [])) and not _named(flag, notes)]  # fmt: skip
+
+
 def differences(ref: dict[str, Any], doc: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     """What sparkplay plans differently from sparkrun's rendering and no note names."""
     notes = doc["provenance"]
@@ -133,11 +145,10 @@ def differences(ref: dict[str, Any], doc: dict[str, Any], plan: dict[str, Any]) 
     argv = leader["argv"]
     if "-c" in argv[:2] and "serve" in argv:  # a shell wrapper (Ray's head, mods): the engine's own words
         argv = argv[argv.index("serve") :]
-    command = ref["command"].replace("\\\n", " ").rstrip().rstrip("\\")
-    theirs, mine = parse(shlex.split(command)), parse(argv)
-    found = [f"{flag}: sparkrun {theirs.get(flag, [])} sparkplay {mine.get(flag, [])}"
-             for flag in sorted((set(theirs) | set(mine)) - OWNED)
-             if not _same(theirs.get(flag, []), mine.get(flag, [])) and not _named(flag, notes)]  # fmt: skip
+    found = _flag_differences(ref["command"], argv, notes, "")
+    worker = next((r for r in plan["ranks"] if r["rank"] == 1 and r["role"] == "worker"), None)
+    if ref.get("worker") and worker is not None:
+        found += _flag_differences(ref["worker"], worker["argv"], notes, "rank 1 ")
     found += [f"env {k}: sparkrun {v!r} sparkplay {leader['env'].get(k)!r}" for k, v in sorted(ref["env"].items())
               if leader["env"].get(k) != v and not _named(k, notes)]  # fmt: skip
     if ref["image"] and plan["image"] and plan["image"] != ref["image"] and not _named("image", notes):
