@@ -131,8 +131,12 @@ def _named(word: str, notes: list[dict[str, str]]) -> bool:
 
 
 def _flag_differences(command: str, argv: list[str], notes: list[dict[str, str]], rank: str) -> list[str]:
-    command = command.replace("\\\n", " ").rstrip().rstrip("\\")
-    theirs, mine = parse(shlex.split(command)), parse(argv)
+    lexer = shlex.shlex(command.replace("\\\n", " ").rstrip().rstrip("\\"), posix=True, punctuation_chars=";&")
+    lexer.whitespace_split = True
+    words = list(lexer)
+    # the engine's own statement: what the command runs before it is compared as the import's preamble is
+    cut = max((i for i, w in enumerate(words) if w in (";", "&&")), default=-1)
+    theirs, mine = parse(words[cut + 1 :]), parse(argv)
     return [f"{rank}{flag}: sparkrun {theirs.get(flag, [])} sparkplay {mine.get(flag, [])}"
             for flag in sorted((set(theirs) | set(mine)) - OWNED)
             if not _same(theirs.get(flag, []), mine.get(flag, [])) and not _named(flag, notes)]  # fmt: skip

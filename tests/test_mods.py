@@ -246,3 +246,49 @@ def test_the_wrapper_runs_pre_exec_then_the_mods_then_the_engine(tmp_path):
     rank["files"] = [{**f, "content": script} if f["path"].endswith(plan_mods.PRE_EXEC) else f for f in rank["files"]]
     run = in_container(rank, tmp_path / "failing", ["/bin/echo", "engine started"])
     assert run.returncode == 3 and "engine started" not in run.stdout  # the first failure stops the start
+
+
+# -- a command line's own commands before the engine ------------------------------------------------------------
+
+
+def recipe_with(tmp_path: Path, command: str, runtime: str = "vllm") -> Path:
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({"recipe_version": "2", "model": "org/m", "runtime": runtime, "max_nodes": 1,
+                                    "container": "vllm/vllm-openai:v0.20.0", "command": command}))  # fmt: skip
+    return path
+
+
+def test_a_command_that_installs_or_fetches_before_the_engine_is_a_pinned_request(tmp_path):
+    command = "python3 -m pip install 'vllm[audio]' && python3 -c 'print(1)' && vllm serve {model} --port 8000"
+    doc = importing.import_source(str(recipe_with(tmp_path, command)))
+    pre = doc["engine"]["preamble"]
+    assert pre["commands"] == ["python3 -m pip install 'vllm[audio]'", "python3 -c 'print(1)'"]
+    assert doc["serve"]["args"] == ["--port", "8000"]
+    allow = f"preamble:{pre['sha256'][:12]}"
+    with pytest.raises(BadInput, match=allow):
+        plan_of(doc, [])
+    (rank,) = plan_of(doc, [allow])["ranks"]
+    assert any(f["path"].endswith("/" + plan_mods.PREAMBLE) for f in rank["files"])
+
+
+@pytest.mark.parametrize(("command", "runtime"), [
+    ("export PATH=/usr/local/cuda/bin:$PATH && vllm serve {model}", "vllm"),  # the shell would expand it
+    ("cd /workspace && vllm serve {model}", "vllm"),
+    ("(pip install x) && vllm serve {model}", "vllm"),
+    ("pip install x && llama-server -m /m/x.gguf", "llama-cpp"),  # no container to run it in
+    ("vllm serve {model} && echo done", "vllm"),  # the engine is not the last command
+])  # fmt: skip
+def test_what_cannot_be_carried_before_the_engine_stays_refused(tmp_path, command, runtime):
+    with pytest.raises(BadInput, match="shell"):
+        importing.import_source(str(recipe_with(tmp_path, command, runtime)))
+
+
+@pytest.mark.usefixtures("lab_host")
+@pytest.mark.lab
+def test_the_preamble_runs_in_the_shell_that_starts_the_engine(tmp_path):
+    command = "mkdir -p /tmp/pre && touch /tmp/pre/installed && vllm serve {model} --port 8000"
+    doc = importing.import_source(str(recipe_with(tmp_path, command)))
+    allow = f"preamble:{doc['engine']['preamble']['sha256'][:12]}"
+    (rank,) = plan_of(doc, [allow])["ranks"]
+    run = in_container(rank, tmp_path / "mounted", ["/bin/ls", "/tmp/pre"])
+    assert run.returncode == 0 and run.stdout == "installed\n", run.stderr

@@ -138,12 +138,14 @@ def requests(recipe: Mapping[str, Any]) -> list[Request]:
         found.append(Request(f"mod:{mod['name']}", "engine.mods", f"runs {mod['name']}/run.sh (sha256 "
                              f"{mod['sha256'][:12]}) as root in the engine's container before the engine",
                              f"mod:{mod['name']}@{mod['sha256'][:12]}"))  # fmt: skip
-    pre = engine.get("pre_exec")
-    if pre:
-        first = str(pre["commands"][0])
-        found.append(Request(f"pre_exec:{str(pre['sha256'])[:12]}", "engine.pre_exec", f"runs {len(pre['commands'])} "
-                             f"command(s) by bash as root in every rank's engine container before the engine (the "
-                             f"first: {first[:60] + '...' if len(first) > 60 else first})"))  # fmt: skip
+    for kind, when in (("pre_exec", "before the engine"), ("preamble", "in the shell that then starts the engine")):
+        commands = engine.get(kind)
+        if commands:
+            first = str(commands["commands"][0])
+            first = first[:60] + "..." if len(first) > 60 else first
+            what = f"runs {len(commands['commands'])} command(s) by bash as root in every rank's engine container"
+            found.append(Request(f"{kind}:{str(commands['sha256'])[:12]}", f"engine.{kind}",
+                                 f"{what} {when} (the first: {first})"))  # fmt: skip
     if str(serve.get("bind") or "127.0.0.1") not in LOOPBACK:
         found.append(
             Request("bind", "serve.bind", f"the API listens on {serve['bind']}, beyond the leader, unauthenticated")
@@ -189,13 +191,14 @@ def check_allow(allow: Iterable[Any]) -> frozenset[str]:
             or (text.startswith("package:") and len(text) > 8)
             or (text.startswith("env:") and loads_code(text[4:]))
             or bool(re.fullmatch(r"mod:[A-Za-z0-9][A-Za-z0-9_.-]*(@[0-9a-f]{12})?", text))
-            or bool(re.fullmatch(r"pre_exec:[0-9a-f]{12}", text))
+            or bool(re.fullmatch(r"(pre_exec|preamble):[0-9a-f]{12}", text))
         )
         if not known:
             raise BadInput(
                 f"serve_allow names {text!r}, which is no privileged request",
                 f"use {', '.join(sorted(PRIVILEGED_KNOBS))}, bind, package:NAME, env:NAME (a loader variable), "
-                "mod:NAME (or NAME@SHA12: that content only) or pre_exec:SHA12 (as the import shows them)",
+                "mod:NAME (or NAME@SHA12: that content only), pre_exec:SHA12 or preamble:SHA12 (as the import shows "
+                "them)",
             )
         names.append(text)
     return frozenset(names)

@@ -22,13 +22,16 @@ from sparkplay.recipes import mods as recipe_mods
 MOUNT = "/sparkplay/mods"
 # the container's entrypoint while mods run: a POSIX shell, which every engine image has
 SHELL = "/bin/sh"
-# copy each mounted mod (numbered in the recipe's order) to sparkrun's place, run it, then become the engine
-PRE_EXEC = "pre_exec.sh"
+# the pre_exec first, then each mounted mod (numbered in the recipe's order) copied to sparkrun's place and run,
+# then the engine: through bash when the command line has a preamble (it runs in the shell that starts the engine)
+PRE_EXEC, PREAMBLE = "pre_exec.sh", "preamble.sh"
 WRAPPER = (
     f"set -e; if [ -f {MOUNT}/{PRE_EXEC} ]; then /bin/sh {MOUNT}/{PRE_EXEC}; fi; "
     "for m in " + MOUNT + '/*/; do [ -d "$m" ] || continue; n=$(basename "$m"); d="/workspace/mods/${n#*-}"; '
     'rm -rf "$d"; mkdir -p /workspace/mods; cp -R "$m" "$d"; '
-    '(export WORKSPACE_DIR="$PWD"; cd "$d" && chmod +x run.sh && ./run.sh); done; exec "$0" "$@"'
+    '(export WORKSPACE_DIR="$PWD"; cd "$d" && chmod +x run.sh && ./run.sh); done; '
+    f'if [ -f {MOUNT}/{PREAMBLE} ]; then exec bash -c \'. {MOUNT}/{PREAMBLE}; exec "$0" "$@"\' "$0" "$@"; fi; '
+    'exec "$0" "$@"'
 )
 
 
@@ -52,35 +55,56 @@ def verified(recipe: Mapping[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def pre_exec_script(recipe: Mapping[str, Any]) -> str | None:
-    """The recipe's pre_exec as the script the wrapper runs, its hash recomputed from the commands (an edited
-    command is refused); None when it has none."""
-    pre = recipe["engine"].get("pre_exec")
-    if not pre:
+def _pinned(recipe: Mapping[str, Any], kind: str) -> list[str] | None:
+    """The recipe's pre_exec or preamble commands, their hash recomputed (an edited command is refused)."""
+    found = recipe["engine"].get(kind)
+    if not found:
         return None
-    commands = [str(c) for c in pre["commands"]]
-    if hooks.digest(commands) != pre["sha256"]:
-        raise BadInput("engine.pre_exec: its commands do not hash to the sha256 the recipe pins",
-                       "re-import the recipe (the import reads and pins its pre_exec again)")  # fmt: skip
-    lines = [f"# the recipe's pre_exec (sha256 {pre['sha256'][:12]}), as sparkrun runs it: each command by bash, "
-             "in order; the first failure stops the start", "set -e"]  # fmt: skip
+    commands = [str(c) for c in found["commands"]]
+    if hooks.digest(commands) != found["sha256"]:
+        raise BadInput(f"engine.{kind}: its commands do not hash to the sha256 the recipe pins",
+                       f"re-import the recipe (the import reads and pins its {kind} again)")  # fmt: skip
+    return commands
+
+
+def pre_exec_script(recipe: Mapping[str, Any]) -> str | None:
+    """The recipe's pre_exec as the script the wrapper runs (each command by bash, in the container's working
+    folder, the first failure stopping the start); None when it has none."""
+    commands = _pinned(recipe, "pre_exec")
+    if commands is None:
+        return None
+    lines = ["# the recipe's pre_exec, as sparkrun runs it: each command by bash, in order; the first failure "
+             "stops the start", "set -e"]  # fmt: skip
     return "\n".join([*lines, *(f"bash -c {shlex.quote(c)}" for c in commands)]) + "\n"
+
+
+def preamble_script(recipe: Mapping[str, Any]) -> str | None:
+    """The commands the recipe's command line runs before the engine, as the file the engine's own bash reads
+    first (sparkrun runs the whole command line in one bash); None when it has none."""
+    commands = _pinned(recipe, "preamble")
+    if commands is None:
+        return None
+    return "\n".join(["# the recipe's command line before its engine; the first failure stops the start",
+                      "set -e", *commands]) + "\n"  # fmt: skip
 
 
 def apply(plan: dict[str, Any], recipe: Mapping[str, Any], runtime: str, state_dir: str) -> None:
     """Every rank runs the pre_exec and the mods before its engine: their files in the plan (the serve role writes
     them), a read-only mount, and the entrypoint wrapped by the shell that runs them. Only a container has them."""
     found = verified(recipe)
-    script = pre_exec_script(recipe)
-    if not found and script is None:
+    script, preamble = pre_exec_script(recipe), preamble_script(recipe)
+    if not found and script is None and preamble is None:
         return
     if runtime != "docker":
-        what = ", ".join([*(["pre_exec"] if script else []), *(f"mod {m['name']}" for m in found)])
+        kinds = [*(["pre_exec"] if script else []), *(["preamble"] if preamble else [])]
+        what = ", ".join([*kinds, *(f"mod {m['name']}" for m in found)])
         raise BadInput(f"the recipe's {what} run in the engine's container; the native runtime has none",
                        "use the docker runtime, or import without them")  # fmt: skip
     relative = [{**f, "path": f"{i:02d}-{m['name']}/{f['path']}"} for i, m in enumerate(found) for f in m["files"]]
     if script is not None:
         relative.append({"path": PRE_EXEC, "text": script, "mode": "0644"})
+    if preamble is not None:
+        relative.append({"path": PREAMBLE, "text": preamble, "mode": "0644"})
     folder = f"{state_dir.rstrip('/')}/mods/{recipe_mods.digest(relative)[:16]}"
     subfolders = {f"{folder}/{f['path']}".rsplit("/", 1)[0] for f in relative}
     plan["directories"] = [*plan.get("directories", []), folder, *sorted(subfolders - {folder})]

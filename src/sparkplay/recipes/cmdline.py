@@ -122,14 +122,17 @@ def _strip_pinning(tokens: list[str]) -> tuple[list[str], list[str]]:
 _SHELL_OPERATORS = {"|", "||", "&", "|&", "<", ">", ">>", "<<", "<&", ">&", "&>", "(", ")"}
 
 
-def split_preamble(text: str) -> tuple[dict[str, str], str]:
-    """A launcher's command as (the environment it exports first, the engine command line).
+def split_preamble(text: str, scripts: bool = False) -> tuple[dict[str, str], str, list[str]]:
+    """A launcher's command as (the environment it exports first, the engine command line, the commands it
+    runs before the engine).
 
     Accepted, as a shell would run them: `export A=1 B=2` statements (or bare
     assignments) before the command, joined by newlines, `;` or `&&`, and an
-    `exec` in front of it. Anything else a shell would do (a pipe, a
-    redirect, a second program, a value the shell would expand) is refused:
-    sparkplay starts the engine itself and carries no script.
+    `exec` in front of it. With `scripts`, a simple command before the engine
+    (words only: `pip install x`, `python3 -c '...'`) is returned for the
+    caller to carry as a privileged request. Anything else a shell would do
+    (a pipe, a redirect, a subshell, a value the shell would expand) is
+    refused: sparkplay starts the engine itself.
     """
     joined = re.sub(r"\\\r?\n", " ", text)
     statements: list[list[str]] = []
@@ -149,7 +152,7 @@ def split_preamble(text: str) -> tuple[dict[str, str], str]:
                 statements.append(current)
                 current = []
             elif word in _SHELL_OPERATORS or set(word) <= set(";&|<>()"):
-                raise _script(f"it uses the shell's {word!r}")
+                raise script_error(f"it uses the shell's {word!r}")
             else:
                 current.append(word)
         statements.append(current)
@@ -157,6 +160,7 @@ def split_preamble(text: str) -> tuple[dict[str, str], str]:
     if not statements:
         raise BadInput("the recipe's command line is empty", "the recipe must give the engine's serve command")
     env: dict[str, str] = {}
+    script: list[str] = []
     for at, statement in enumerate(statements[:-1]):
         if statements[at + 1][0].startswith("-"):  # a flag starting a statement: the line before it ended
             raise BadInput(
@@ -165,14 +169,18 @@ def split_preamble(text: str) -> tuple[dict[str, str], str]:
                 "add the missing backslash at the end of the line before it",
             )
         words = statement[1:] if statement[:1] == ["export"] else statement
-        if not words or not all(ENV_ASSIGNMENT.match(w) and "$" not in w and "`" not in w for w in words):
-            raise _script(f"{shlex.join(statement)!r} runs before the engine")
-        env.update(dict(w.split("=", 1) for w in words))
+        expands = any("$" in w or "`" in w for w in statement)  # the words lost their quotes: not re-writable
+        if words and all(ENV_ASSIGNMENT.match(w) for w in words) and not expands:
+            env.update(dict(w.split("=", 1) for w in words))
+        elif scripts and not expands and statement[0] not in ("export", "cd", "source", ".", "exec"):
+            script.append(shlex.join(statement))
+        else:
+            raise script_error(f"{shlex.join(statement)!r} runs before the engine")
     command = statements[-1][1:] if statements[-1][:1] == ["exec"] else statements[-1]
-    return env, shlex.join(command)
+    return env, shlex.join(command), script
 
 
-def _script(why: str) -> BadInput:
+def script_error(why: str) -> BadInput:
     return BadInput(
         f"the command is a shell script, not one engine command line: {why}",
         "sparkplay starts the engine itself: reduce the command to the engine's own line (exported settings "

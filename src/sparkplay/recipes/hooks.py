@@ -55,6 +55,7 @@ def read(entries: Any, values: dict[str, Any]) -> tuple[dict[str, Any] | None, s
     return {"commands": commands, "sha256": digest(commands)}, ""
 
 
-def allow_name(pre_exec: dict[str, Any]) -> str:
-    """The serve_allow entry that lets this pre_exec run: pinned to its commands' hash."""
-    return f"pre_exec:{pre_exec['sha256'][:12]}"
+def allow_name(commands: dict[str, Any], kind: str = "pre_exec") -> str:
+    """The serve_allow entry that lets these commands run (a pre_exec, or a command's preamble): pinned to
+    their hash."""
+    return f"{kind}:{commands['sha256'][:12]}"

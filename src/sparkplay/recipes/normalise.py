@@ -180,6 +180,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "runtime": engine_defaults.runtime,
             **({"mods": raw.mods} if raw.mods else {}),
             **({"pre_exec": raw.pre_exec} if raw.pre_exec else {}),
+            **({"preamble": raw.preamble} if raw.preamble else {}),
         },
         "model": {
             "repo": repo,

@@ -41,6 +41,7 @@ class RawRecipe:
     pinning: list[str] = field(default_factory=list)  # a CPU-pinning prefix of the command (taskset, numactl)
     mods: list[dict[str, Any]] = field(default_factory=list)  # sparkrun's mods, read and pinned (recipes/mods.py)
     pre_exec: dict[str, Any] | None = None  # sparkrun's pre_exec commands, pinned (recipes/hooks.py)
+    preamble: dict[str, Any] | None = None  # commands the command line runs before the engine, pinned likewise
     provenance: list[dict[str, str]] = field(default_factory=list)
 
     def note(self, key: str, how: str, detail: str) -> None:

@@ -185,7 +185,7 @@ def to_raw(
     values: dict[str, Any] = {**({k: collapse_escapes(v) for k, v in defaults.items()} if version != "1" else defaults),
                               "model": model or ""}  # fmt: skip
     if command_text:
-        parsed = _parse_command(expand(command_text, values, where, version), where)
+        parsed, script = _parse_command(expand(command_text, values, where, version), where, engine != "llamacpp")
         if parsed.engine != engine:
             raise BadInput(
                 f"{where}: runtime {runtime} but the command starts {parsed.engine}'s server", "make them agree"
@@ -196,7 +196,7 @@ def to_raw(
         if not model:
             raise BadInput(f"{where}: the recipe names no model and no command", "add model: org/name")
         argv, unmapped = _generated_command(engine, model, defaults)
-        generated = argv
+        generated, script = argv, []
         parsed = cmdline.parse(shlex.join(argv))
 
     # llama.cpp: `model` is a hub repository (repo:QUANT picks a GGUF variant) unless the command's -m
@@ -275,6 +275,12 @@ def to_raw(
                  f"file(s)): a privileged request: its run.sh runs as root in the engine's container before the "
                  f"engine, only where the inventory allows mod:{mod['name']} (serve_allow)")  # fmt: skip
     raw.pre_exec = pre_exec
+    raw.preamble = {"commands": script, "sha256": hooks.digest(script)} if script else None
+    if raw.preamble:
+        raw.note("engine.preamble", "derived", f"the command runs {len(script)} command(s) before the engine (sha256 "
+                 f"{raw.preamble['sha256'][:12]}): a privileged request: in the engine's container on every rank, in "
+                 f"the shell that then starts the engine, only where the inventory allows "
+                 f"{hooks.allow_name(raw.preamble, 'preamble')} (serve_allow)")  # fmt: skip
     if pre_exec:
         raw.note("engine.pre_exec", "derived", f"{len(pre_exec['commands'])} command(s) (sha256 "
                  f"{pre_exec['sha256'][:12]}): a privileged request: each runs by bash as root in every rank's engine "
@@ -364,14 +370,25 @@ def _built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
 BROKEN_CONTINUATION = re.compile(r"\\[ \t]+\n")
 
 
-def _parse_command(text: str, where: str) -> cmdline.Command:
-    """The engine command line the template renders to, with what it exports first as its environment; a
-    shell script is refused, not half-read."""
+def _starts_an_engine(statement: str) -> bool:
+    try:
+        cmdline.parse(statement)
+    except BadInput:
+        return False
+    return True
+
+
+def _parse_command(text: str, where: str, scripts: bool) -> tuple[cmdline.Command, list[str]]:
+    """The engine command line the template renders to, with what it exports first as its environment, and
+    the simple commands it runs before the engine (with `scripts`: a container to run them in); anything
+    else a shell would do is refused, not half-read."""
     text = BROKEN_CONTINUATION.sub("\\\n", text)
     try:
-        exported, line = cmdline.split_preamble(text)
+        exported, line, script = cmdline.split_preamble(text, scripts)
+        if any(_starts_an_engine(statement) for statement in script):  # the engine is not the last command
+            raise cmdline.script_error(f"{line!r} runs after the engine")
         parsed = cmdline.parse(line)
     except BadInput as exc:
         raise BadInput(f"{where}: {exc.problem}", exc.fix) from None
     parsed.env = {**exported, **parsed.env}
-    return parsed
+    return parsed, script
