@@ -12,6 +12,7 @@ import tomllib
 
 import pytest
 
+from sparkplay.engines import names
 from sparkplay.engines import plan as planmod
 from sparkplay.engines.plan import Node, Options, build
 from sparkplay.engines.systemd import env_file, exec_line, plan_digest, plan_problems, quote, status_rows, status_table
@@ -320,7 +321,7 @@ def test_a_rank_left_with_another_launch_plan_is_named_and_not_up() -> None:
 def test_plan_is_plain_data() -> None:
     deployment = build(recipe("glm53-atlas"), nodes(), Options(model_root=ROOT))
     assert json.loads(json.dumps(deployment)) == deployment
-    assert deployment["unit"] == planmod.UNITS["serve"] == "sparkplay-serve.service"
+    assert deployment["unit"] == names.UNITS["serve"] == "sparkplay-serve.service"
 
 
 def test_the_docker_client_knob_reaches_every_units_exec():

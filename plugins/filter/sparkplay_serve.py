@@ -16,6 +16,12 @@ FILTERS = {
     "sparkplay_serve_plan_problems": "sparkplay.engines.systemd:plan_problems",
     "sparkplay_prefix_cache_problems": "sparkplay.hostfacts:prefix_cache_problems",
     "sparkplay_deployment_public": "sparkplay.deployment:public",
+    # several deployments: the admission rule, the records read back, the gateway's routes
+    "sparkplay_admit": "sparkplay.admission:decide",
+    "sparkplay_records": "sparkplay.deployments:records",
+    "sparkplay_gateway_routes": "sparkplay.deployments:routes",
+    "sparkplay_records_of": "sparkplay.deployments:of_slot",
+    "sparkplay_gateway": "sparkplay.deployments:gateway",
     # `none | sparkplay_node_constants`: the engine user, serve tool, units, unit and state folders
     "sparkplay_node_constants": "sparkplay.deployment:node_constants",
 }

@@ -83,3 +83,37 @@ def modes(paths: list) -> dict:
 def digests(paths: list) -> dict:
     """The sha256 of each regular file, None for one that is absent."""
     return {p: sha256_file(p) if os.path.isfile(p) else None for p in paths}
+
+
+def sizes(paths: list) -> dict:
+    """The bytes of each path: a file's size, a folder's regular files' (links not followed), None if absent."""
+    found: dict = {}
+    for path in paths:
+        if not os.path.exists(path):
+            found[path] = None
+        elif not os.path.isdir(path):
+            found[path] = os.stat(path).st_size
+        else:
+            total, stack = 0, [path]
+            while stack:
+                with os.scandir(stack.pop()) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+            found[path] = total
+    return found
+
+
+def read_dir(folders: list, suffix: str = ".json") -> dict:
+    """{path: text} of each regular file named *`suffix` in each folder (not below; links not followed)."""
+    found: dict = {}
+    for folder in folders:
+        if not os.path.isdir(folder) or os.path.islink(folder):
+            continue
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name.endswith(suffix) and entry.is_file(follow_symlinks=False):
+                    found[entry.path] = read(entry.path)
+    return found

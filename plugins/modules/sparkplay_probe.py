@@ -50,6 +50,23 @@ options:
     type: list
     elements: int
     default: []
+  sizes:
+    description: Paths whose bytes to measure (a file's size; a folder's regular files, links not followed).
+    type: list
+    elements: path
+    default: []
+  read_dir:
+    description: Folders whose C(*.json) files (regular, at most 1 MiB, not in subfolders) to read, as O(read) does.
+    type: list
+    elements: path
+    default: []
+  gguf:
+    description:
+      - GGUF files whose header fields that size llama.cpp's KV cache to read (general.architecture and the
+        block, head, embedding, key and value counts); each length in the header is bounded.
+    type: list
+    elements: path
+    default: []
   units:
     description: systemd units whose active and enabled states to read.
     type: list
@@ -123,6 +140,18 @@ listeners:
   description: Each port of O(listening) as the lines C(ss) printed for it (empty when nothing listens).
   returned: always
   type: dict
+bytes:
+  description: Each path of O(sizes) as its bytes, or null when absent.
+  returned: always
+  type: dict
+directory_contents:
+  description: Each file found by O(read_dir) as text.
+  returned: always
+  type: dict
+gguf_headers:
+  description: Each file of O(gguf) as its header fields, or null when absent.
+  returned: always
+  type: dict
 unit_states:
   description: Each unit of O(units) as {active, enabled} (systemd's ActiveState and UnitFileState).
   returned: always
@@ -135,6 +164,7 @@ foreign:
 
 # Ansible modules put their documentation before the imports.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_gguf import GGUFError, headers  # noqa: E402
 from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import (  # noqa: E402
     foreign,
     load_registry,
@@ -148,9 +178,15 @@ from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_probe im
     missing,
     modes,
     read,
+    read_dir,
+    sizes,
     unit_states,
     user,
 )
+
+# the header fields that size llama.cpp's KV cache (sparkplay.admission.HEADER_KEYS says the same)
+GGUF_KEYS = ("block_count", "attention.head_count", "attention.head_count_kv", "embedding_length",
+             "attention.key_length", "attention.value_length")  # fmt: skip
 
 
 def main() -> None:
@@ -164,6 +200,9 @@ def main() -> None:
             "disk": {"type": "list", "elements": "path", "default": []},
             "listening": {"type": "list", "elements": "int", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
+            "sizes": {"type": "list", "elements": "path", "default": []},
+            "read_dir": {"type": "list", "elements": "path", "default": []},
+            "gguf": {"type": "list", "elements": "path", "default": []},
             "managed": {"type": "list", "elements": "path", "default": []},
             "registry": {"type": "path", "default": "/etc/sparkplay/managed-files.json"},
             "dpkg_status": {"type": "path", "default": "/var/lib/dpkg/status"},
@@ -177,6 +216,11 @@ def main() -> None:
         contents = {p: read(p) for p in module.params["read"]}
         space = {p: free(p) for p in module.params["disk"]}
         hashes = digests(module.params["hash"])
+        measured = sizes(module.params["sizes"])
+        listed = read_dir(module.params["read_dir"])
+        found_headers = headers(module.params["gguf"], GGUF_KEYS)
+    except GGUFError as exc:
+        module.fail_json(msg=f"sparkplay_probe: a GGUF header: {exc}; the file is not one llama.cpp can serve")
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"sparkplay_probe: {exc}")
     listeners = {}
@@ -191,6 +235,9 @@ def main() -> None:
         changed=False,
         listeners=listeners,
         contents=contents,
+        bytes=measured,
+        directory_contents=listed,
+        gguf_headers=found_headers,
         sha256=hashes,
         users={name: user(name) for name in module.params["users"]},
         free=space,

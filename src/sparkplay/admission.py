@@ -9,6 +9,8 @@ claim on the node's memory. How each engine's claim is derived, from the launch 
   size); Atlas `--gpu-memory-utilization` or SparkGLM's `SPARKGLM_GPU_MEMORY_UTILIZATION` (0.88). The claim is
   that fraction of the node's MemTotal. The rank's share of the weights must fit inside it, or the engine
   fails at load: that is refused too.
+- vLLM's CPU build (the native runtime; the lab's) holds its rank's share of the weights and the KV cache
+  VLLM_CPU_KVCACHE_SPACE names (GiB; 4 when unset, its CPU worker's default).
 - llama.cpp allocates what it needs: its rank's share of the weights (split evenly over the ranks, as RPC
   splits layers over equal devices) and of the KV cache (`-c` tokens at the model's bytes per token, from the
   GGUF header: 2 x layers x KV heads x head size x 2 bytes for an f16 cache).
@@ -54,29 +56,42 @@ class Claim:
     how: str
 
 
+CPU_KV_DEFAULT_GIB = 4  # vLLM's CPU worker when VLLM_CPU_KVCACHE_SPACE is unset or 0
+HEADER_KEYS = ("block_count", "attention.head_count", "attention.head_count_kv", "embedding_length",
+               "attention.key_length", "attention.value_length")  # fmt: skip
+
+
+def kv_bytes_per_token(header: Mapping[str, Any], cache_bytes: int = 2, where: str = "the GGUF model") -> int:
+    """llama.cpp's KV cache bytes per token of context (an f16 cache: 2 bytes an element) from a GGUF header's
+    fields ({"general.architecture": ARCH, "ARCH.block_count": N, ...}): every layer keeps a key and a value of
+    head size for each KV head."""
+    arch = header.get("general.architecture")
+
+    def field(key: str) -> int | None:
+        value = header.get(f"{arch}.{key}")
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    layers, heads, width = field("block_count"), field("attention.head_count"), field("embedding_length")
+    if not (arch and layers and heads and width):
+        raise BadInput(f"{where}: its GGUF header lacks the layer or head counts", "use a llama.cpp GGUF file")
+    kv_heads = field("attention.head_count_kv") or heads
+    key = field("attention.key_length") or width // heads
+    value = field("attention.value_length") or width // heads
+    return layers * kv_heads * (key + value) * cache_bytes
+
+
 def kv_per_token(gguf_file: Path, cache_bytes: int = 2) -> int:
-    """llama.cpp's KV cache bytes per token of context for a GGUF model (an f16 cache: 2 bytes an element),
-    from its header: every layer keeps a key and a value of head size for each KV head."""
-    from gguf import GGUFReader  # llama.cpp's own reader; only the header is read (the file is mapped)
+    """kv_bytes_per_token of a GGUF file read with llama.cpp's own reader (the controller's cross-check of the
+    nodes' header reader, plugins/module_utils/sparkplay_gguf.py)."""
+    from gguf import GGUFReader  # only the header is read (the file is mapped)
 
     reader = GGUFReader(str(gguf_file))
-
-    def field(key: str) -> Any:
-        found = reader.fields.get(key)
-        if found is None:
-            return None
-        value = found.parts[found.data[0]]
-        return bytes(value).decode() if found.types and found.types[0].name == "STRING" else int(value[0])
-
-    arch = field("general.architecture")
-    layers, heads = field(f"{arch}.block_count"), field(f"{arch}.attention.head_count")
-    kv_heads = field(f"{arch}.attention.head_count_kv") or heads
-    width = field(f"{arch}.embedding_length")
-    if not (arch and layers and heads and width):
-        raise BadInput(f"{gguf_file}: its GGUF header lacks the layer or head counts", "use a llama.cpp GGUF file")
-    key = field(f"{arch}.attention.key_length") or width // heads
-    value = field(f"{arch}.attention.value_length") or width // heads
-    return layers * kv_heads * (key + value) * cache_bytes
+    header: dict[str, Any] = {}
+    for key, found in reader.fields.items():
+        if key == "general.architecture" or key.endswith(HEADER_KEYS):
+            value = found.parts[found.data[0]]
+            header[key] = bytes(value).decode() if found.types[0].name == "STRING" else int(value[0])
+    return kv_bytes_per_token(header, cache_bytes, str(gguf_file))
 
 
 def gib(count: int) -> str:
@@ -98,6 +113,7 @@ def claims(
     mem_total: Mapping[str, int],
     weights: int,
     kv_per_token: int | None = None,
+    runtime: str = "docker",
 ) -> list[Claim]:
     """Each rank's claim on its node. `ranks` are the launch plan's (host, role, argv, env); `weights` the
     checkpoint's bytes in all; `kv_per_token` llama.cpp's KV cache bytes per token of context."""
@@ -107,6 +123,12 @@ def claims(
     found = []
     for rank in ranks:
         host = rank["host"]
+        if engine == "vllm" and runtime == "native":
+            space = int((rank.get("env") or {}).get("VLLM_CPU_KVCACHE_SPACE") or 0) or CPU_KV_DEFAULT_GIB
+            how = (f"vLLM's CPU build holds its share of the weights {gib(share)} and a {space} GiB KV cache "
+                   f"(VLLM_CPU_KVCACHE_SPACE), plus {gib(OVERHEAD[engine])} for its process")  # fmt: skip
+            found.append(Claim(recipe, host, share + space * GIB + OVERHEAD[engine], how))
+            continue
         if engine in FRACTION:
             fraction = _fraction(engine, rank)
             budget = int(fraction * mem_total[host])
@@ -178,3 +200,76 @@ def admit(
             "(the engine may fail to allocate, or the node run out of memory and kill another model's process)",
         )
     return [s.line() for s in short]
+
+
+def meminfo(text: str) -> tuple[int, int]:
+    """(MemTotal, MemAvailable) in bytes from /proc/meminfo's text."""
+    found = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        words = rest.split()
+        if name in ("MemTotal", "MemAvailable") and words and words[0].isdigit():
+            found[name] = int(words[0]) * (1024 if words[1:2] == ["kB"] else 1)
+    if len(found) != 2:
+        raise BadInput("/proc/meminfo names no MemTotal or MemAvailable", "run on Linux 3.14 or later")
+    return found["MemTotal"], found["MemAvailable"]
+
+
+def _port(url: str) -> int | None:
+    tail = str(url).rsplit(":", 1)[-1].split("/")[0]
+    return int(tail) if tail.isdigit() else None
+
+
+def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], found: Sequence[Mapping[str, Any]],
+           force: bool = False, gateway: Sequence[Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Admit the launch plan `launch` (stage two's) beside the deployments whose records are `found`
+    (deployments.records: each with its host), or refuse it (BadInput). `hosts`: host -> {meminfo:
+    /proc/meminfo's text, weights: the checkpoint's bytes there, gguf: llama.cpp's header fields or None}.
+    Returns each of its ranks' claim {host: {bytes, how}} (kept in the rank's record for the next admission)
+    and the warnings an override let through. `gateway`: the gateway's (host, port), which no API may take.
+    The primary with nothing beside it is not checked (one-model users see what they saw): its claim is still
+    worked out where it can be, for what is added later."""
+    slot, recipe, engine = launch.get("slot"), launch["recipe"], launch["engine"]
+    leader = next(r["host"] for r in launch["ranks"] if r["role"] == "leader")
+    here = {r["host"] for r in launch["ranks"]}
+    others: dict[tuple[str, Any], Claim] = {}
+    freed = dict.fromkeys(here, 0)
+    for record in found:
+        host, claim = record["host"], record.get("claim") or {}
+        if record.get("slot") == slot:  # this deployment's own: its memory comes back when it restarts
+            if host in here:
+                freed[host] = max(freed[host], int(claim.get("bytes") or 0))
+            continue
+        owner = f"recipe {record.get('recipe')} ({'added' if record.get('slot') else 'primary'})"
+        if record.get("recipe") == recipe:
+            raise BadInput(f"{recipe} is already served on {host} as {owner}",
+                           "run the same command it was started with to redeploy it, or stop it first")  # fmt: skip
+        leads = record.get("role") == "leader"
+        if leads and record.get("served_name") == launch["served_name"]:
+            raise BadInput(f"served name {launch['served_name']} is already {owner}'s: the gateway routes by name",
+                           "give the recipe another model.served_name, or stop the other")  # fmt: skip
+        if leads and host == leader and _port(record.get("api_url", "")) == launch["api"]["port"]:
+            raise BadInput(f"port {launch['api']['port']} on {host} is {owner}'s API",
+                           "choose another port (sparkplay up --port N, or -e serve_port=N)")  # fmt: skip
+        if claim.get("bytes"):
+            others[(host, record.get("slot"))] = Claim(str(record.get("recipe")), host, int(claim["bytes"]),
+                                                       str(claim.get("how", "")))  # fmt: skip
+    if gateway and (leader, launch["api"]["port"]) == (gateway[0], int(gateway[1])):
+        raise BadInput(f"port {gateway[1]} on {leader} is the gateway's", "choose another port (sparkplay up --port N)")
+    checking = slot is not None or any(c.host in here for c in others.values())
+    memory = {h: meminfo(hosts[h]["meminfo"]) for h in here}
+    totals = {h: memory[h][0] for h in here}
+    available = {h: min(memory[h][0], memory[h][1] + freed[h]) for h in here}
+    weights = max(int(hosts[h].get("weights") or 0) for h in here)
+    header = (hosts[leader].get("gguf") or None) if engine == "llamacpp" else None
+    ranks = [{"host": r["host"], "role": r["role"], "argv": r["argv"], "env": r["env"]} for r in launch["ranks"]]
+    try:
+        per_token = kv_bytes_per_token(header, where=f"{leader}'s model") if header else None
+        new = claims(recipe, engine, ranks, totals, weights, per_token, launch.get("runtime", "docker"))
+    except BadInput:
+        if checking:
+            raise
+        return {"claims": {}, "warnings": [], "checked": False}
+    warnings = admit(new, others.values(), available, totals, force) if checking else []
+    return {"claims": {c.host: {"bytes": c.bytes, "how": c.how} for c in new}, "warnings": warnings,
+            "checked": checking}  # fmt: skip

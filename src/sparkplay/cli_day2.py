@@ -25,7 +25,7 @@ from sparkplay import doctor as doctor_mod
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, out, reports_errors
 from sparkplay.cli_run import VerboseOpt, YesOpt, ask, finish, hosts_file, leader_host, run, show_plan, stage_one
-from sparkplay.engines.plan import UNITS
+from sparkplay.engines.names import UNITS
 from sparkplay.engines.systemd import plan_problems
 from sparkplay.errors import BadInput, ExitCode
 from sparkplay.fsutil import atomic_write

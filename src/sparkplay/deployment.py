@@ -26,7 +26,8 @@ from typing import Any
 from sparkplay import __version__, checkpoints, topology
 from sparkplay.boundary import check_allow
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
-from sparkplay.engines.plan import ENGINE_USER, ENV_FILE, UNIT_DIR, UNITS, build
+from sparkplay.engines.names import UNIT_DIR, UNITS, for_slot
+from sparkplay.engines.plan import ENGINE_USER, build
 from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
 
@@ -42,6 +43,8 @@ DEFAULTS: dict[str, Any] = {
 }
 # The inventory's API address (the serve role's serve_bind / serve_port): empty or 0 keeps the recipe's.
 API_SETTINGS = ("serve_bind", "serve_port")
+# serve_mode: `replace` the primary deployment (plain `up`), or `add` one beside what is served (`up --add`)
+MODES = ("replace", "add")
 # engines whose model.path names a model folder (Hugging Face layout) rather than a file
 FOLDER_MODEL_ENGINES = ("vllm",)
 TOOLS = {"checkpoint": "/usr/local/lib/sparkplay/sparkplay-ckpt", "serve": "/usr/local/lib/sparkplay/sparkplay-serve"}
@@ -115,9 +118,12 @@ def compute(
     """The deployment as plain data (JSON-safe): raises BadInput naming what to fix."""
     merged = {**DEFAULTS, **{k: v for k, v in (settings or {}).items() if v is not None}}
     leader = leader_of(ranks)
-    topology.check_node_count(recipe, len(ranks), GROUP)
-    nodes = [{"host": host, "rank": int(rank), "role": "leader" if topology.leads(rank) else "worker"}
-             for host, rank in sorted(ranks.items(), key=lambda item: item[1])]  # fmt: skip
+    mode = str(merged.get("serve_mode") or "replace")
+    if mode not in MODES:
+        raise BadInput(f"serve_mode {mode!r} is not a mode", "use replace (the default) or add")
+    slot = (recipe or {}).get("name") if mode == "add" and recipe else None
+    nodes = _placement(recipe, ranks, mode, str(merged.get("serve_node") or ""))
+    names = for_slot(slot, checkpoints.absolute(merged["sparkplay_serve_record"], "sparkplay_serve_record"))
     root = checkpoints.absolute(merged["sparkplay_model_root"], "sparkplay_model_root")
     recipe = recipe or {}
     model = recipe.get("model") or {}
@@ -136,18 +142,23 @@ def compute(
         "recipe": recipe.get("name"),
         "sparkplay_version": __version__,  # recorded on every node with what it runs
         "group": GROUP,
+        # the cluster's leader (rank 0 of the inventory: downloads, plans, the gateway), and the
+        # deployment's own nodes, ranked from 0 (every node for the primary; one for an added deployment)
         "leader": leader,
         "nodes": nodes,
+        "mode": mode,
+        "slot": slot,
         "paths": {
             "model_root": root,
             "fabric_env": checkpoints.absolute(merged["sparkplay_fabric_env_file"], "sparkplay_fabric_env_file"),
-            "serve_record": checkpoints.absolute(merged["sparkplay_serve_record"], "sparkplay_serve_record"),
-            "serve_env": ENV_FILE,
+            "serve_record": names["record"],
+            "serve_env": names["env_file"],
             "unit_dir": UNIT_DIR,
-            "serve_unit": f"{UNIT_DIR}/{UNITS['serve']}",
+            "serve_unit": f"{UNIT_DIR}/{names['units']['serve']}",
+            "watchdog_state": names["watchdog_state"],
             "tools": dict(TOOLS),
         },
-        "units": dict(UNITS),
+        "units": names["units"],
         "checkpoints": checkpoints.sources(recipe, root, [*staged, *_staged_model(recipe, root, staged)], lock),
         "model": {"dir": checkpoints.model_dir(root, model, _serves_folder(recipe)), "repo": model.get("repo")}
         if model
@@ -163,6 +174,32 @@ def compute(
         else None,
         "api": _api(recipe, merged),
     }
+
+
+def _placement(
+    recipe: Mapping[str, Any] | None, ranks: Mapping[str, Any], mode: str, node: str
+) -> list[dict[str, Any]]:
+    """The deployment's nodes: the primary runs on every node of the inventory (a recipe for N nodes on exactly
+    N); an added deployment on one, `serve_node` or the leader, so its ports and memory sit beside the others'."""
+    ordered = sorted(ranks.items(), key=lambda item: item[1])
+    if mode == "replace":
+        if node:
+            raise BadInput(
+                f"serve_node {node} places an added deployment only", "use --add (serve_mode=add), or drop it"
+            )
+        topology.check_node_count(recipe, len(ranks), GROUP)
+        return [{"host": host, "rank": int(rank), "role": "leader" if topology.leads(rank) else "worker"}
+                for host, rank in ordered]  # fmt: skip
+    wanted = ((recipe or {}).get("topology") or {}).get("nodes")
+    if not recipe or wanted not in (None, 1):
+        raise BadInput(
+            f"recipe {(recipe or {}).get('name')} runs on {wanted} nodes; an added deployment runs on one",
+            "serve it as the primary (plain `up`, which replaces what is served), or add a one-node recipe",
+        )
+    host = node or ordered[0][0]
+    if host not in ranks:
+        raise BadInput(f"serve_node {host} is not in {GROUP}", f"name one of {', '.join(h for h, _ in ordered)}")
+    return [{"host": host, "rank": 0, "role": "leader"}]
 
 
 def _serves_folder(recipe: Mapping[str, Any]) -> bool:
@@ -199,19 +236,21 @@ def with_launch(
     state = checkpoints.absolute(str(merged["serve_state_dir"]), "serve_state_dir")
     options = Options(
         model_root=doc["paths"]["model_root"],
-        bind=doc["api"]["bind"],  # stage one's answer, the one rule's (api_address)
+        bind=_reachable_bind(doc, nodes),
         port=doc["api"]["port"],
         knobs=dict(merged["serve_knobs"] or {}),
         health_timeout_s=int(merged["serve_health_timeout"] or 0) or None,
         state_dir=state,
         docker=doc["engine"]["docker"],
         allow=check_allow(merged["serve_allow"] or []),
+        slot=doc.get("slot"),
     )
     plan = build(recipe, nodes, options)
     digest = plan_digest(plan)  # of the launch plan alone: what every rank of one run shares
     tool = checkpoints.absolute(str(merged["serve_tool"]), "serve_tool")
     wait = int(merged["serve_worker_wait"] or 0) or plan["health"]["timeout_s"]
-    watchdog_state = merged["serve_watchdog_state"] or f"{state}/watchdog.json"
+    watchdog_state = merged["serve_watchdog_state"] or f"{state}/{doc['paths'].get('watchdog_state', 'watchdog.json')}"
+    units = doc.get("units") or UNITS
     for rank in plan["ranks"]:
         leader = rank["role"] == "leader"
         watch = plan["leader_follows_workers"] and leader
@@ -225,20 +264,34 @@ def with_launch(
                              if leader and plan["workers_follow_leader"] and workers else [])  # fmt: skip
         parts = ("serve", *(["watch"] if watch else []), *(["watchdog"] if watchdog else []),
                  *(["firewall"] if rank.get("firewall") else []))  # fmt: skip
-        rank["units"] = [UNITS[part] for part in parts]
+        rank["units"] = [units[part] for part in parts]
         rank["record"] = {
             "recipe": plan["recipe"], "engine": plan["engine"], "runtime": plan["runtime"], "rank": rank["rank"],
             "role": rank["role"], "unit": plan["unit"], "address": rank["address"], "served_name": plan["served_name"],
             "api_url": plan["api"]["url"], "tool": tool, "api_key_env": plan["api"]["key_env"],
             "env_file": plan["env_file"], "state_dir": state, "plan_sha256": digest,
-            "sparkplay_version": doc["sparkplay_version"],
-            "watch_unit": UNITS["watch"] if watch else None,
-            "watchdog_unit": UNITS["watchdog"] if watchdog else None,
+            "sparkplay_version": doc["sparkplay_version"], "slot": doc.get("slot"),
+            "watch_unit": units["watch"] if watch else None,
+            "watchdog_unit": units["watchdog"] if watchdog else None,
             "watchdog_state": watchdog_state if watchdog else None,
         }  # fmt: skip
     plan["probe"] = {"url": plan["api"]["url"], "model": plan["served_name"], "prompt": plan["health"]["prompt"],
                      "timeout_s": plan["health"]["timeout_s"]}  # fmt: skip
     return {**doc, "launch": plan}
+
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def _reachable_bind(doc: Mapping[str, Any], nodes: Sequence[Node]) -> str:
+    """Where the API listens: stage one's answer (the one rule's, api_address), except that an added deployment
+    on a node other than the leader listens on its cable address instead of loopback, where the gateway on the
+    leader reaches it (the cable is the Sparks' own link; the inventory's serve_bind still decides first)."""
+    bind = str(doc["api"]["bind"])
+    leader = nodes[0]
+    if doc.get("mode") == "add" and leader.host != doc["leader"] and (bind in LOOPBACK or bind.startswith("127.")):
+        return leader.address
+    return bind
 
 
 def public(doc: Mapping[str, Any]) -> dict[str, Any]:

@@ -86,6 +86,7 @@ class Options:
     # the privileged requests the inventory allows (serve_allow); None: a rehearsal at import, which checks
     # everything else and shows the requests instead of refusing them
     allow: frozenset[str] | None = frozenset()
+    slot: str | None = None  # an added deployment's (engines/names.py); None: the primary
 
 
 @dataclass(frozen=True)

@@ -20,23 +20,11 @@ from typing import Any
 from sparkplay import boundary, topology
 from sparkplay.engines import atlas, firewall, llamacpp, mods, sglang, systemd, vllm
 from sparkplay.engines.context import Context, Node, Options, environment, served_name
+from sparkplay.engines.names import CONTAINER, ENV_FILE, for_slot
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, imageref, model
 
-# where they are written (systemd's folder for the administrator's units)
-UNIT_DIR = "/etc/systemd/system"
-# every unit sparkplay writes on a node, by its part, in the order they stop: the leader's watchdog and
-# watcher (restarts the leader when a worker restarts) before the engine they would restart, the inter-rank
-# firewall last
-UNITS = {
-    "watchdog": "sparkplay-serve-watchdog.service",
-    "watch": "sparkplay-serve-watch.service",
-    "serve": "sparkplay-serve.service",
-    "firewall": firewall.UNIT,
-}
-CONTAINER = "sparkplay-serve"
 DOCKER = "/usr/bin/docker"
-ENV_FILE = "/etc/sparkplay/serve.env"
 CONFIG_DIR = "/etc/sparkplay"  # the engine's own files the plan writes (Atlas profile): a container may read them
 # a native engine runs as this system user, its home under the state folder
 ENGINE_USER = "sparkplay-engine"
@@ -69,11 +57,13 @@ def api_key_to_env(engine: str, rank_plan: dict[str, Any]) -> str | None:
 SMOKE_PROMPT = "What is 17*23?"
 
 
-def docker_exec(rank_plan: Mapping[str, Any], image: str, docker: str = DOCKER) -> list[str]:
+def docker_exec(
+    rank_plan: Mapping[str, Any], image: str, docker: str = DOCKER, container: str = CONTAINER, env_file: str = ENV_FILE
+) -> list[str]:
     """The foreground `docker run` systemd supervises: named, removed on exit, env from the 0600 file."""
     if not imageref.is_reference(image):  # it would be read as one of docker's options
         raise BadInput(f"engine.image {image!r} is not a container image reference", "fix engine.image in the recipe")
-    argv = [docker, "run", "--rm", "--name", CONTAINER, "--env-file", ENV_FILE, *rank_plan["container_options"]]
+    argv = [docker, "run", "--rm", "--name", container, "--env-file", env_file, *rank_plan["container_options"]]
     for mount in rank_plan["mounts"]:
         if any("," in mount[k] or "=" in mount[k] for k in ("source", "target")):
             raise BadInput(f"mount path {mount['source']!r} has ',' or '='", "use paths without them (docker --mount)")
@@ -148,6 +138,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
     """The launch plan for every rank; raises BadInput naming what to fix."""
     boundary.confine(recipe)
     ctx = Context(recipe, check_nodes(nodes, recipe), options)
+    names = for_slot(options.slot)
     allowed = boundary.enforce(recipe, options.allow, options.knobs, options.bind) if options.allow is not None else []
     engine = recipe["engine"]["name"]
     check_knobs(engine, ctx.knobs, options.knobs)
@@ -169,7 +160,9 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
             boundary.confine_mounts(rank_plan["mounts"], [*ours, CONFIG_DIR, *([cache] if cache else [])],
                                     rank_plan["rank"])  # fmt: skip
             rank_plan["container_options"] = container_settings(rank_plan["container_options"], recipe["serve"])
-            rank_plan["exec"] = docker_exec(rank_plan, recipe["engine"]["image"], options.docker)
+            rank_plan["exec"] = docker_exec(
+                rank_plan, recipe["engine"]["image"], options.docker, names["container"], names["env_file"]
+            )
         else:
             # the program is the adapter's; what follows comes from the recipe and stays in our folders
             boundary.confine_args(rank_plan["argv"][1:], ours, f"rank {rank_plan['rank']}'s engine argument")
@@ -183,7 +176,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "image": recipe["engine"]["image"] if runtime == "docker" else None,
         "image_dir": recipe["engine"].get("image_dir") if runtime == "docker" else None,
         "docker": options.docker if runtime == "docker" else None,
-        "container": CONTAINER if runtime == "docker" else None,
+        "container": names["container"] if runtime == "docker" else None,
         # the adapter's own needs first, then the recipe's (native)
         "packages": list(dict.fromkeys([*deployment.get("packages", []), *(recipe["engine"].get("packages") or [])]))
         if runtime == "native"
@@ -191,8 +184,9 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         # native: how the engine role installs a program no Debian package provides (vLLM's CPU build)
         "install": deployment.get("install") if runtime == "native" else None,
         "served_name": served_name(recipe),
-        "unit": UNITS["serve"],
-        "env_file": ENV_FILE,
+        "slot": options.slot,
+        "unit": names["units"]["serve"],
+        "env_file": names["env_file"],
         # native: the engine's own user and systemd sandbox; docker: the client needs root's socket
         "user": ENGINE_USER if runtime == "native" else None,
         "home": home if runtime == "native" else None,

@@ -1,0 +1,61 @@
+"""The deployments a cluster serves, read back from the records each rank keeps: the gateway's routes.
+
+Every rank of a deployment keeps a record (engines/names.py says where: the primary's at the inventory's
+sparkplay_serve_record, an added one's under /etc/sparkplay/serve.d). The records are the admitted set: the
+admission rule (admission.decide) counts their claims, the gateway routes to their leaders, `status` lists
+them, `stop NAME` and `reset` find their units in them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sparkplay.errors import BadInput
+
+GATEWAY = {"unit": "sparkplay-gateway.service", "routes": "/etc/sparkplay/gateway-routes.json",
+           "bind": "127.0.0.1", "port": 9930}  # fmt: skip
+
+
+def records(contents: Mapping[str, Mapping[str, str | None]]) -> list[dict[str, Any]]:
+    """Every record as {host, path, ...record}, from host -> {path: text} (the probe's read and read_dir)."""
+    found = []
+    for host, files in sorted(contents.items()):
+        for path, text in sorted((files or {}).items()):
+            if text is None:
+                continue
+            try:
+                record = json.loads(text)
+            except ValueError:
+                raise BadInput(
+                    f"{host}:{path} is not a deployment record (not JSON)", "remove it, or run reset"
+                ) from None
+            if isinstance(record, dict) and record.get("unit"):
+                found.append({**record, "host": host, "path": path, "slot": record.get("slot")})
+    return found
+
+
+def routes(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any] = (), new: Mapping[str, Any] | None = None,
+           new_host: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """The gateway's routes file: each served name to its deployment's API, from the leaders' records less
+    the slots `drop_slots` (one being replaced or stopped) plus the record `new` (this run's, on `new_host`)."""
+    dropped = set(drop_slots)
+    leaders = [r for r in found if r.get("role") == "leader" and r.get("slot") not in dropped]
+    if new is not None:
+        leaders.append({**new, "host": new_host})
+    models: dict[str, dict[str, Any]] = {}
+    for record in sorted(leaders, key=lambda r: (r.get("slot") is not None, str(r.get("slot")))):
+        models[str(record["served_name"])] = {"url": str(record["api_url"]), "recipe": record.get("recipe"),
+                                             "slot": record.get("slot"), "host": record.get("host")}  # fmt: skip
+    return {"models": models}
+
+
+def of_slot(found: Iterable[Mapping[str, Any]], name: str | None) -> list[dict[str, Any]]:
+    """The records of the deployment `name` (a recipe's name; its added slot, or the primary serving it)."""
+    return [dict(r) for r in found if name is None or r.get("slot") == name or r.get("recipe") == name]
+
+
+def gateway(_: Any = None) -> dict[str, Any]:
+    """`none | sparkplay_gateway`: the gateway's unit, routes file and default address."""
+    return dict(GATEWAY)

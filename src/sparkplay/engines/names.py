@@ -1,0 +1,48 @@
+"""What each deployment is called on a node: its units, container, env file, record and watchdog state.
+
+A cluster serves one primary deployment (plain `up`: today's names, so one-model users and upgrades see
+nothing new) and any number of added ones (`up --add`), each keyed by its recipe's name, its slot. An added
+deployment's names carry the slot: systemd's instance syntax for units (`sparkplay-serve@coder.service`, a
+complete unit file of that name, no template), a suffix for the rest. Recipe names are `[a-z0-9._-]`
+(the schema), which every one of these accepts as it is.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from sparkplay.engines import firewall
+
+# where they are written (systemd's folder for the administrator's units)
+UNIT_DIR = "/etc/systemd/system"
+# every unit sparkplay writes on a node, by its part, in the order they stop: the leader's watchdog and
+# watcher (restarts the leader when a worker restarts) before the engine they would restart, the inter-rank
+# firewall last
+UNITS = {
+    "watchdog": "sparkplay-serve-watchdog.service",
+    "watch": "sparkplay-serve-watch.service",
+    "serve": "sparkplay-serve.service",
+    "firewall": firewall.UNIT,
+}
+CONTAINER = "sparkplay-serve"
+ENV_FILE = "/etc/sparkplay/serve.env"
+# the primary's record (the inventory's sparkplay_serve_record moves it); added deployments' sit here
+RECORD = "/etc/sparkplay/serve.json"
+ADDED_DIR = "/etc/sparkplay/serve.d"
+WATCHDOG_STATE = "watchdog.json"
+
+
+def for_slot(slot: str | None, record: str = RECORD) -> dict[str, Any]:
+    """The names of the deployment in `slot` (None: the primary, with `record` where the inventory keeps it)."""
+    if slot is None:
+        return {"slot": None, "units": dict(UNITS), "container": CONTAINER, "env_file": ENV_FILE,
+                "record": record, "watchdog_state": WATCHDOG_STATE}  # fmt: skip
+    return {
+        "slot": slot,
+        "units": {part: unit.replace(".service", f"@{slot}.service") for part, unit in UNITS.items()},
+        "container": f"{CONTAINER}-{slot}",
+        "env_file": posixpath.join(ADDED_DIR, f"{slot}.env"),
+        "record": posixpath.join(ADDED_DIR, f"{slot}.json"),
+        "watchdog_state": f"watchdog@{slot}.json",
+    }
