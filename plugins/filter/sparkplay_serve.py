@@ -22,6 +22,7 @@ FILTERS = {
     "sparkplay_gateway_routes": "sparkplay.deployments:routes",
     "sparkplay_records_of": "sparkplay.deployments:of_slot",
     "sparkplay_gateway": "sparkplay.deployments:gateway",
+    "sparkplay_added_rows": "sparkplay.deployments:added_rows",
     # `none | sparkplay_node_constants`: the engine user, serve tool, units, unit and state folders
     "sparkplay_node_constants": "sparkplay.deployment:node_constants",
 }

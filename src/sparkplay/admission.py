@@ -95,7 +95,8 @@ def kv_per_token(gguf_file: Path, cache_bytes: int = 2) -> int:
 
 
 def gib(count: int) -> str:
-    return f"{count / GIB:.1f} GiB"
+    """Bytes for a person: GiB, or MiB below one GiB (a lab's tiny model would read 0.0 GiB)."""
+    return f"{count / GIB:.1f} GiB" if abs(count) >= GIB else f"{count / 2**20:.1f} MiB"
 
 
 def _fraction(engine: str, rank: Mapping[str, Any]) -> float:

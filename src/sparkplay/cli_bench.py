@@ -38,6 +38,17 @@ def _recipe_of(inventory: Path, given: str | None) -> str:
     return name
 
 
+def _serving(root: Path, model: str) -> str:
+    """The catalog's recipe whose served name is `model`."""
+    folder = catalog.catalog_dir(root)
+    found = [p.stem for p in sorted(folder.glob("*.yml"))
+             if (catalog.load(folder, p.stem).get("model") or {}).get("served_name") == model]  # fmt: skip
+    if len(found) != 1:
+        raise BadInput(f"--model {model}: {len(found)} recipes of the catalog serve that name",
+                       "name the recipe too: sparkplay bench RECIPE --model NAME")  # fmt: skip
+    return found[0]
+
+
 def _table(rows: list[dict[str, Any]]) -> Table:
     table = Table(box=None)
     for column in ("concurrency", "pp", "tg", "depth", "prompt tok/s", "generation tok/s", "first token ms"):
@@ -58,18 +69,23 @@ def bench(
     corpus: CorpusOpt = None,
     results: ResultsOpt = None,
     compare: CompareOpt = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="The served model to measure (one of several: `sparkplay status`).")
+    ] = None,
     verbose: VerboseOpt = 0,
     project: ProjectOpt = None,
 ) -> None:
     """Measure the served model (llama-benchy on the leader) and check its temperature-0 output is the
     same alone and among concurrent requests; keep the result, print a table, draw a chart."""
     root = project_dir(project)
-    name = _recipe_of(inventory, recipe)
+    name = _recipe_of(inventory, recipe or (_serving(root, model) if model else None))
     chosen = catalog.load_for_use(catalog.catalog_dir(root), name)  # an unknown or invalid recipe fails before the run
     recipe_file = catalog.recipe_path(catalog.catalog_dir(root), name)
     earlier = bench_mod.load(compare) if compare else None  # a bad file fails before the run
     folder = (results or data_dir(root) / "results").resolve()
-    extra: dict[str, Any] = {"recipe": name, "bench_fetch_to": str(folder / ".incoming")}
+    extra: dict[str, Any] = {"recipe": name, "bench_fetch_to": str(folder / ".incoming"), "bench_model": model or ""}
+    if name != inv_mod.recorded_recipe(inv_mod.hosts(hosts_file(inventory))):
+        extra["serve_mode"] = "add"  # not the primary: an added deployment's recipe (its node count may be 1)
     # a profile given wins; else the recipe's own (its source's benchmark block), else the playbook's defaults
     if profile:
         extra.update(bench_mod.load_profile(profile))

@@ -49,8 +49,9 @@ def status(
     if result.exit_code != ExitCode.OK or rows is None:
         finish(result, "status")
         raise typer.Exit(int(ExitCode.FAILED))
-    if as_json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    if as_json:  # the primary's rows as before; the added deployments' under their own key when there are any
+        added_rows = result.custom.get("sparkplay_status_added") or []
+        sys.stdout.write(json.dumps({"ranks": rows, "added": added_rows} if added_rows else rows, indent=2) + "\n")
         return
     table = Table(box=None)
     for column in ("rank", "host", "unit", "state", "since", "health", "model", "watchdog"):
@@ -60,6 +61,16 @@ def status(
         table.add_row(*(str(row[c]) for c in ("rank", "host", "unit")), f"[{style}]{row['state']}[/{style}]",
                       *(str(row[c]) for c in ("since", "health", "model", "watchdog")))  # fmt: skip
     out.print(table)
+    added = result.custom.get("sparkplay_status_added") or []
+    if added:
+        more = Table(box=None, title="added deployments (up --add)")
+        for column in ("recipe", "host", "unit", "state", "health", "model", "claim GiB"):
+            more.add_column(column)
+        for row in added:
+            style = "green" if row["up"] else "red"
+            more.add_row(*(str(row[c]) for c in ("recipe", "host", "unit")), f"[{style}]{row['state']}[/{style}]",
+                         *(str(row[c]) for c in ("health", "model", "claim_gib")))  # fmt: skip
+        out.print(more)
     for problem in plan_problems(rows):
         err.print(f"warning: {problem}", markup=False, highlight=False)
     for row in rows:
@@ -90,13 +101,20 @@ def logs(
 
 @reports_errors
 def stop(
-    inventory: InventoryOpt = None, yes: YesOpt = False, verbose: VerboseOpt = 0, project: ProjectOpt = None
+    recipe: Annotated[str | None, typer.Argument(help="Stop only this recipe's deployment (default: all).")] = None,
+    inventory: InventoryOpt = None,
+    yes: YesOpt = False,
+    verbose: VerboseOpt = 0,
+    project: ProjectOpt = None,
 ) -> None:
-    """Stop serving: the leader first, then the workers (units disabled until the next `up`)."""
+    """Stop serving: each leader first, then the workers (units disabled until the next `up`). An added
+    deployment stopped is removed, its memory no longer claimed; the others keep answering."""
     root = project_dir(project)
     hosts = hosts_file(inventory)
-    ask("Stop serving on every rank?", yes, "stopping needs a yes and there is no terminal to ask on", "add --yes")
-    finish(run(root, "stop.yml", hosts, "stop", verbose=verbose), "stop")
+    what = f"{recipe}'s deployment" if recipe else "every deployment on every rank"
+    ask(f"Stop {what}?", yes, "stopping needs a yes and there is no terminal to ask on", "add --yes")
+    extra = {"stop_recipe": recipe} if recipe else {}
+    finish(run(root, "stop.yml", hosts, f"stop {recipe or ''}".strip(), verbose=verbose, **extra), "stop")
 
 
 @reports_errors

@@ -155,13 +155,20 @@ def show_plan(result: RunResult) -> list[str]:
 
 
 def planned_run(
-    root: Path, recipe: str, inventory: Path | None, only: str | None, verbose: int, offline: bool = False
+    root: Path,
+    recipe: str,
+    inventory: Path | None,
+    only: str | None,
+    verbose: int,
+    offline: bool = False,
+    placement: dict[str, Any] | None = None,
 ) -> tuple[Path, str, RunResult]:
     """Check the recipe and the inventory, then the check-and-diff run; failures end the command here."""
     catalog.load_for_use(catalog.catalog_dir(root), recipe)
     hosts = hosts_file(inventory)
     playbook = step_playbook(only)
     extra = {"sparkplay_offline": True} if offline else {}
+    extra.update(placement or {})
     result = run(root, playbook, hosts, f"plan {recipe}", verbose=verbose, check=True, recipe=recipe, **extra)
     if result.exit_code != ExitCode.OK:
         finish(result, "plan")
@@ -215,14 +222,47 @@ def up(
     yes: YesOpt = False,
     only: OnlyOpt = None,
     knob: Annotated[list[str] | None, typer.Option("--set", help="KNOB=VALUE for the recipe (repeatable).")] = None,
+    add: Annotated[
+        bool,
+        typer.Option("--add", help="Serve it beside what is served (on one node, admitted by memory), not instead."),
+    ] = False,
+    node: Annotated[
+        str | None, typer.Option("--node", help="With --add: the node to run on (default: the leader).")
+    ] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Its API's port (default: the recipe's).")] = None,
+    force_admit: Annotated[
+        bool,
+        typer.Option("--force-admit", help="With --add: serve it even where its memory claim does not fit (risky)."),
+    ] = False,
     verbose: VerboseOpt = 0,
     project: ProjectOpt = None,
 ) -> None:
-    """Apply RECIPE to the inventory: plan, show, ask, then run for real (workers first, health proven)."""
+    """Apply RECIPE to the inventory: plan, show, ask, then run for real (workers first, health proven).
+    With --add, RECIPE is served beside what is served, behind one endpoint on the leader (the gateway)."""
     root = project_dir(project)
     apply_mod.parse_knobs(knob or [])  # a bad --set fails before anything runs
-    hosts, playbook, planned = planned_run(root, recipe, inventory, only, verbose)
+    if (node or force_admit) and not add:
+        raise BadInput("--node and --force-admit place an added deployment", "add --add, or leave them out")
+    if add and knob:
+        raise BadInput(
+            "--set records knobs for the inventory's recipe", "leave it out with --add (serve_knobs applies)"
+        )
+    placement: dict[str, Any] = {"serve_mode": "add"} if add else {}
+    placement.update({k: v for k, v in (("serve_node", node), ("serve_port", port)) if v})
+    if force_admit:
+        placement["serve_force_admit"] = True
+    hosts, playbook, planned = planned_run(root, recipe, inventory, only, verbose, placement=placement)
     foreign = show_plan(planned)
+    if add:  # the inventory's recipe stays the primary's: an added deployment is not recorded there
+        if foreign or planned.changes:
+            ask(f"Add {recipe} beside what is served?", yes,
+                "the plan above needs a yes and there is no terminal to ask on: nothing was changed",
+                "rerun with --yes to go ahead")  # fmt: skip
+        extra: dict[str, Any] = {"recipe": recipe, **placement}
+        if foreign:
+            extra["sparkplay_confirm_overwrite"] = True
+        finish(run(root, playbook, hosts, f"up {recipe} --add", verbose=verbose, **extra), f"up {recipe} --add")
+        return
     choice = apply_mod.record(root, recipe, hosts, knob or [], lambda *_: True, dry_run=True)
     for warning in choice.warnings:
         err.print(f"warning: {warning}", markup=False, highlight=False)
@@ -239,7 +279,7 @@ def up(
     recorded = apply_mod.record(root, recipe, hosts, knob or [], lambda *_: True)
     if recorded.backup:
         out.print(f"previous choice kept as {recorded.backup}", markup=False, highlight=False)
-    extra: dict[str, Any] = {"recipe": recipe}
+    extra = {"recipe": recipe, **placement}
     if foreign:
         extra["sparkplay_confirm_overwrite"] = True  # confirmed above; each file is backed up by the roles
     result = run(root, playbook, hosts, f"up {recipe}", verbose=verbose, **extra)

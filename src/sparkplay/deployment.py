@@ -25,8 +25,9 @@ from typing import Any
 
 from sparkplay import __version__, checkpoints, topology
 from sparkplay.boundary import check_allow
+from sparkplay.deployments import gateway
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
-from sparkplay.engines.names import UNIT_DIR, UNITS, for_slot
+from sparkplay.engines.names import ADDED_DIR, UNIT_DIR, UNITS, for_slot
 from sparkplay.engines.plan import ENGINE_USER, build
 from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
@@ -98,6 +99,9 @@ def node_constants(_: Any = None) -> dict[str, Any]:
         "units": list(UNITS.values()),
         "unit_dir": UNIT_DIR,
         "state_dir": str(LAUNCH_DEFAULTS["serve_state_dir"]),
+        # where added deployments keep their records, env files (engines/names.py); the gateway's names
+        "added_dir": ADDED_DIR,
+        "gateway": gateway(),
     }
 
 
@@ -190,12 +194,9 @@ def _placement(
         topology.check_node_count(recipe, len(ranks), GROUP)
         return [{"host": host, "rank": int(rank), "role": "leader" if topology.leads(rank) else "worker"}
                 for host, rank in ordered]  # fmt: skip
-    wanted = ((recipe or {}).get("topology") or {}).get("nodes")
-    if not recipe or wanted not in (None, 1):
-        raise BadInput(
-            f"recipe {(recipe or {}).get('name')} runs on {wanted} nodes; an added deployment runs on one",
-            "serve it as the primary (plain `up`, which replaces what is served), or add a one-node recipe",
-        )
+    if not recipe:
+        raise BadInput("serve_mode add needs a recipe", "pass -e recipe=NAME (sparkplay up NAME --add)")
+    topology.check_node_count(recipe, len(ranks), GROUP, mode)
     host = node or ordered[0][0]
     if host not in ranks:
         raise BadInput(f"serve_node {host} is not in {GROUP}", f"name one of {', '.join(h for h, _ in ordered)}")
@@ -246,6 +247,8 @@ def with_launch(
         slot=doc.get("slot"),
     )
     plan = build(recipe, nodes, options)
+    if _off_leader(doc, nodes) and plan["api"]["bind"] in ("0.0.0.0", "::", "*", ""):  # noqa: S104 - we only connect
+        plan["api"]["url"] = f"http://{nodes[0].address}:{plan['api']['port']}"  # where the gateway reaches it
     digest = plan_digest(plan)  # of the launch plan alone: what every rank of one run shares
     tool = checkpoints.absolute(str(merged["serve_tool"]), "serve_tool")
     wait = int(merged["serve_worker_wait"] or 0) or plan["health"]["timeout_s"]
@@ -288,10 +291,14 @@ def _reachable_bind(doc: Mapping[str, Any], nodes: Sequence[Node]) -> str:
     on a node other than the leader listens on its cable address instead of loopback, where the gateway on the
     leader reaches it (the cable is the Sparks' own link; the inventory's serve_bind still decides first)."""
     bind = str(doc["api"]["bind"])
-    leader = nodes[0]
-    if doc.get("mode") == "add" and leader.host != doc["leader"] and (bind in LOOPBACK or bind.startswith("127.")):
-        return leader.address
+    if _off_leader(doc, nodes) and (bind in LOOPBACK or bind.startswith("127.")):
+        return nodes[0].address
     return bind
+
+
+def _off_leader(doc: Mapping[str, Any], nodes: Sequence[Node]) -> bool:
+    """An added deployment on a node other than the cluster's leader (where the gateway runs)."""
+    return doc.get("mode") == "add" and nodes[0].host != doc["leader"]
 
 
 def public(doc: Mapping[str, Any]) -> dict[str, Any]:

@@ -59,3 +59,28 @@ def of_slot(found: Iterable[Mapping[str, Any]], name: str | None) -> list[dict[s
 def gateway(_: Any = None) -> dict[str, Any]:
     """`none | sparkplay_gateway`: the gateway's unit, routes file and default address."""
     return dict(GATEWAY)
+
+
+def added_rows(shows: Iterable[Mapping[str, Any]], probes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`status`'s rows of the added deployments: each loop result of `systemctl show` (its item the record) and,
+    in the same order, of the serve tool's probe of its API."""
+    rows = []
+    for show, probe in zip(shows, probes, strict=True):
+        record = show["item"]
+        props = dict(line.split("=", 1) for line in str(show.get("stdout", "")).splitlines() if "=" in line)
+        try:
+            seen = json.loads(probe.get("stdout") or "{}")
+        except ValueError:
+            seen = {}
+        state = props.get("ActiveState") or "unknown"
+        state += f"/{props['SubState']}" if props.get("SubState") else ""
+        healthy = bool(seen.get("health")) and bool(seen.get("served"))
+        row = {"recipe": record.get("recipe"), "host": record["host"], "unit": record.get("unit"), "state": state,
+               "restarts": int(props.get("NRestarts") or 0), "health": "ok" if healthy else "down",
+               "model": record.get("served_name"), "api_url": record.get("api_url"),
+               "claim_gib": round(int((record.get("claim") or {}).get("bytes") or 0) / 1024**3, 1),
+               "up": state.startswith("active") and healthy}  # fmt: skip
+        row["line"] = (f"{row['recipe']} on {row['host']}: {row['unit']} {state}, {row['health']}, serving "
+                       f"{row['model']} at {row['api_url']}, claims {row['claim_gib']} GiB")  # fmt: skip
+        rows.append(row)
+    return rows

@@ -56,19 +56,30 @@ def rank_layout_problems(ranks: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def node_count_problem(recipe: Mapping[str, Any] | None, count: int, group: str = "sparkplay_nodes") -> str | None:
+def node_count_problem(
+    recipe: Mapping[str, Any] | None, count: int, group: str = "sparkplay_nodes", mode: str = "replace"
+) -> str | None:
     """Why the recipe cannot run on `count` nodes, or None: a recipe written for N nodes runs on exactly N
-    (one GPU per Spark). The one node-count rule; the message names the fix."""
+    (one GPU per Spark); one added beside what is served (`mode` add) runs on one node of them. The one
+    node-count rule; the message names the fix."""
     wanted = ((recipe or {}).get("topology") or {}).get("nodes")
+    if mode == "add":
+        if wanted in (None, 1):
+            return None
+        return (f"recipe {recipe.get('name') if recipe else None} runs on {wanted} nodes; an added deployment runs "
+                "on one: serve it as the primary (plain `up`, which replaces what is served), or add a one-node "
+                "recipe")  # fmt: skip
     if wanted is None or wanted == count:
         return None
     return (f"recipe {recipe.get('name') if recipe else None} runs on {wanted} node(s) but the inventory has {count} "
             f"in {group}: list {wanted} hosts in {group}, or choose a recipe written for {count}")  # fmt: skip
 
 
-def check_node_count(recipe: Mapping[str, Any] | None, count: int, group: str = "sparkplay_nodes") -> None:
+def check_node_count(
+    recipe: Mapping[str, Any] | None, count: int, group: str = "sparkplay_nodes", mode: str = "replace"
+) -> None:
     """node_count_problem as an error, before anything runs."""
-    problem = node_count_problem(recipe, count, group)
+    problem = node_count_problem(recipe, count, group, mode)
     if problem:
         what, fix = problem.split(": ", 1)
         raise BadInput(what, fix)

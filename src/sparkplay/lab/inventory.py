@@ -32,7 +32,10 @@ LAB_OVERRIDES: dict[str, object] = {
     ],
     # The lab-tiny recipe's model, generated and staged on rank 0 by `lab up`
     # (a real pair downloads from Hugging Face instead).
-    "checkpoint_staged": [{"name": "lab-tiny", "staged": f"{MODEL_ROOT}/lab-tiny"}],
+    "checkpoint_staged": [
+        {"name": "lab-tiny", "staged": f"{MODEL_ROOT}/lab-tiny"},
+        {"name": "lab-small", "staged": f"{MODEL_ROOT}/lab-small"},
+    ],  # served beside it (--add)
 }
 
 

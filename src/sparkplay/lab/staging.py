@@ -1,4 +1,4 @@
-"""The lab's staged models, generated here and placed on rank 0: the lab-tiny GGUF and lab-vllm's folder.
+"""The lab's staged models, generated here and placed on rank 0: the lab-tiny and lab-small GGUFs, lab-vllm's folder.
 
 A real user stages a checkpoint folder on rank 0 (or downloads one); the
 lab does the same with a generated model, so the checkpoint role mirrors it
@@ -18,6 +18,8 @@ MODEL_ROOT = DEFAULTS["sparkplay_model_root"]
 FOLDER = f"{MODEL_ROOT}/lab-tiny"
 FILE = "lab-tiny.gguf"
 TOKENIZER = "tokenizer.json"  # beside the model, as in a Hugging Face checkpoint (`sparkplay bench` counts with it)
+SMALL_FOLDER = f"{MODEL_ROOT}/lab-small"  # the lab-small recipe's (another size, served beside lab-tiny)
+SMALL_FILE = "lab-small.gguf"
 HF_FOLDER = f"{MODEL_ROOT}/lab-vllm"  # the lab-vllm recipe's model.path (a folder: vLLM's checkpoint layout)
 
 
@@ -26,6 +28,15 @@ def cached_model(cache: Path) -> tuple[Path, str]:
     path = cache / FILE
     if not path.is_file():
         tiny_gguf.write(path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").replace(path)
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def cached_small_model(cache: Path) -> tuple[Path, str]:
+    """lab-small's GGUF in `cache` (written once; seeded) and its sha256."""
+    path = cache / SMALL_FILE
+    if not path.is_file():
+        tiny_gguf.write(path.with_suffix(".tmp"), **tiny_gguf.SMALL)
         path.with_suffix(".tmp").replace(path)
     return path, hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -65,6 +76,9 @@ def stage(container: str, cache: Path) -> str | None:
     staged = []
     if _place(container, FOLDER, tiny):
         staged.append(f"lab-tiny model staged on {container}:{FOLDER} (sha256 {tiny[0][1][:12]}, with its {TOKENIZER})")
+    small = [cached_small_model(cache), cached_tokenizer(cache)]  # the same tokenizer (`sparkplay bench`)
+    if _place(container, SMALL_FOLDER, small):
+        staged.append(f"lab-small model staged on {container}:{SMALL_FOLDER} (sha256 {small[0][1][:12]})")
     if _place(container, HF_FOLDER, cached_hf_model(cache)):
         staged.append(f"lab-vllm model staged on {container}:{HF_FOLDER}")
     return "; ".join(staged) or None

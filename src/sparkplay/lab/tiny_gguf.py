@@ -89,8 +89,13 @@ def tokenizer_json() -> str:
     return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
 
 
-def write(path: Path) -> Path:
-    """Write the model to `path` (a .gguf file); return it."""
+# the lab's second model (lab-small, served beside lab-tiny: docs/serving.md "Several models"): another size
+SMALL = {"name": "lab-small", "layers": 2, "hidden": 64, "heads": 2, "ffn": 128}
+
+
+def write(path: Path, name: str = "lab-tiny", layers: int = LAYERS, hidden: int = HIDDEN, heads: int = HEADS,
+          ffn: int = FFN) -> Path:  # fmt: skip
+    """Write the model to `path` (a .gguf file); return it. The defaults are lab-tiny's; SMALL is lab-small's."""
     import gguf  # late: only the lab needs it
 
     tokens, scores, types = vocabulary()
@@ -101,14 +106,14 @@ def write(path: Path) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("sparkplay lab-tiny")
+    writer.add_name(f"sparkplay {name}")
     writer.add_context_length(CONTEXT)
-    writer.add_embedding_length(HIDDEN)
-    writer.add_block_count(LAYERS)
-    writer.add_feed_forward_length(FFN)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(HEADS)
-    writer.add_rope_dimension_count(HIDDEN // HEADS)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(heads)
+    writer.add_rope_dimension_count(hidden // heads)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("llama")
@@ -121,20 +126,20 @@ def write(path: Path) -> Path:
     writer.add_add_bos_token(True)
     writer.add_chat_template(CHATML)
 
-    output = weights(len(tokens), HIDDEN)
+    output = weights(len(tokens), hidden)
     output[[i for i, kind in enumerate(types) if kind != NORMAL]] = 0.0
-    writer.add_tensor("token_embd.weight", weights(len(tokens), HIDDEN))
-    writer.add_tensor("output_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+    writer.add_tensor("token_embd.weight", weights(len(tokens), hidden))
+    writer.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
     writer.add_tensor("output.weight", output)
-    for layer in range(LAYERS):
+    for layer in range(layers):
         block = f"blk.{layer}"
-        writer.add_tensor(f"{block}.attn_norm.weight", np.ones(HIDDEN, dtype=np.float32))
+        writer.add_tensor(f"{block}.attn_norm.weight", np.ones(hidden, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            writer.add_tensor(f"{block}.{name}.weight", weights(HIDDEN, HIDDEN))
-        writer.add_tensor(f"{block}.ffn_norm.weight", np.ones(HIDDEN, dtype=np.float32))
-        writer.add_tensor(f"{block}.ffn_gate.weight", weights(FFN, HIDDEN))
-        writer.add_tensor(f"{block}.ffn_up.weight", weights(FFN, HIDDEN))
-        writer.add_tensor(f"{block}.ffn_down.weight", weights(HIDDEN, FFN))
+            writer.add_tensor(f"{block}.{name}.weight", weights(hidden, hidden))
+        writer.add_tensor(f"{block}.ffn_norm.weight", np.ones(hidden, dtype=np.float32))
+        writer.add_tensor(f"{block}.ffn_gate.weight", weights(ffn, hidden))
+        writer.add_tensor(f"{block}.ffn_up.weight", weights(ffn, hidden))
+        writer.add_tensor(f"{block}.ffn_down.weight", weights(hidden, ffn))
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -1,0 +1,311 @@
+"""Several deployments on one cluster: names per slot, placement, the admission of a launch plan against the
+records the nodes keep, the gateway's routes, and the nodes' GGUF header reader (no lab)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkplay import admission, deployment, deployments
+from sparkplay.admission import GIB, OVERHEAD
+from sparkplay.engines import names
+from sparkplay.errors import BadInput
+from sparkplay.lab import tiny_gguf
+from tests.conftest import PROJECT
+from tests.test_deployment import facts_of, recipe
+
+sys.path.insert(0, str(PROJECT / "collections"))
+from ansible_collections.sparkplay.spark.plugins.module_utils import sparkplay_gguf, sparkplay_probe
+
+RANKS = {"rank0": 0, "rank1": 1}
+
+
+def meminfo(total_gib: float, available_gib: float) -> str:
+    kib = 1024 * 1024
+    return f"MemTotal: {int(total_gib * kib)} kB\nMemFree: 1 kB\nMemAvailable: {int(available_gib * kib)} kB\n"
+
+
+def staged(name: str, settings: dict | None = None) -> dict:
+    doc = recipe(name)
+    one = deployment.compute(doc, RANKS, settings)
+    return deployment.with_launch(one, doc, facts_of(2), settings)
+
+
+# -- names and placement ---------------------------------------------------------------------------------
+
+
+def test_the_primary_keeps_todays_names_and_an_added_deployment_carries_its_recipes():
+    primary = names.for_slot(None)
+    assert primary["units"]["serve"] == "sparkplay-serve.service" and primary["container"] == "sparkplay-serve"
+    assert primary["env_file"] == "/etc/sparkplay/serve.env" and primary["record"] == "/etc/sparkplay/serve.json"
+    added = names.for_slot("lab-small")
+    assert added["units"] == {"watchdog": "sparkplay-serve-watchdog@lab-small.service",
+                              "watch": "sparkplay-serve-watch@lab-small.service",
+                              "serve": "sparkplay-serve@lab-small.service",
+                              "firewall": "sparkplay-peer-firewall@lab-small.service"}  # fmt: skip
+    assert added["record"] == "/etc/sparkplay/serve.d/lab-small.json"
+    assert added["env_file"] == "/etc/sparkplay/serve.d/lab-small.env"
+    assert added["container"] == "sparkplay-serve-lab-small"
+    # every name differs from the primary's: nothing of one deployment overwrites the other's
+    assert not {json.dumps(v) for v in added.values()} & {json.dumps(v) for v in primary.values() if v}
+
+
+def test_plain_up_plans_what_it_planned_before():
+    got = staged("lab-tiny")
+    assert got["mode"] == "replace" and got["slot"] is None
+    assert [n["host"] for n in got["nodes"]] == ["rank0", "rank1"]
+    assert got["launch"]["unit"] == "sparkplay-serve.service" and got["paths"]["serve_record"] == names.RECORD
+    assert got["launch"]["ranks"][0]["record"]["slot"] is None
+
+
+def test_an_added_deployment_runs_on_one_node_with_its_own_names_and_state():
+    got = staged("lab-small", {"serve_mode": "add", "serve_node": "rank1"})
+    assert got["slot"] == "lab-small" and got["nodes"] == [{"host": "rank1", "rank": 0, "role": "leader"}]
+    launch = got["launch"]
+    (rank,) = launch["ranks"]
+    assert rank["host"] == "rank1" and launch["unit"] == "sparkplay-serve@lab-small.service"
+    assert launch["env_file"] == "/etc/sparkplay/serve.d/lab-small.env"
+    assert rank["units"] == ["sparkplay-serve@lab-small.service", "sparkplay-serve-watchdog@lab-small.service"]
+    assert rank["record"]["watchdog_state"] == "/var/lib/sparkplay/watchdog@lab-small.json"
+    assert (
+        rank["record"]["slot"] == "lab-small"
+        and got["paths"]["serve_record"] == "/etc/sparkplay/serve.d/lab-small.json"
+    )
+    # off the leader, loopback would hide it from the gateway: it listens on its own cable address
+    assert launch["api"]["bind"] == facts_of(2)["rank1"]["fabric_env"]["SPARKPLAY_FABRIC_ADDRESSES"].split(",")[0]
+    on_leader = staged("lab-small", {"serve_mode": "add"})
+    assert on_leader["nodes"][0]["host"] == "rank0" and on_leader["launch"]["api"]["bind"] == "127.0.0.1"
+    # an address the inventory widened stays; the gateway reaches it on the cable all the same
+    wide = staged("lab-small", {"serve_mode": "add", "serve_node": "rank1", "serve_bind": "0.0.0.0"})["launch"]["api"]  # noqa: S104
+    assert wide["bind"] == "0.0.0.0" and wide["url"] == f"http://{launch['api']['bind']}:9933"  # noqa: S104
+
+
+def test_an_added_docker_deployment_gets_its_own_container_and_env_file():
+    doc = recipe("glm53")
+    doc = {**doc, "topology": {**doc["topology"], "nodes": 1, "tensor_parallel": 1}}
+    doc["serve"] = {**doc["serve"], "args": [a for a in doc["serve"]["args"]]}
+    try:
+        one = deployment.compute(doc, RANKS, {"serve_mode": "add"})
+        launch = deployment.with_launch(one, doc, facts_of(2), {"serve_mode": "add"})["launch"]
+    except BadInput as refused:  # the seed's flags may need two ranks; the names are what is tested
+        pytest.skip(str(refused))
+    argv = launch["ranks"][0]["exec"]
+    assert argv[argv.index("--name") + 1] == "sparkplay-serve-glm53" == launch["container"]
+    assert argv[argv.index("--env-file") + 1] == "/etc/sparkplay/serve.d/glm53.env"
+
+
+@pytest.mark.parametrize(
+    ("name", "settings", "message"),
+    [
+        ("lab-vllm", {"serve_mode": "add"}, "runs on 2 nodes; an added deployment runs on one"),
+        (
+            "lab-small",
+            {"serve_mode": "add", "serve_node": "elsewhere"},
+            "serve_node elsewhere is not in sparkplay_nodes",
+        ),
+        ("lab-tiny", {"serve_node": "rank1"}, "serve_node rank1 places an added deployment only"),
+        ("lab-tiny", {"serve_mode": "both"}, "serve_mode 'both' is not a mode"),
+        ("lab-small", {}, "runs on 1 node(s) but the inventory has 2"),
+    ],
+)
+def test_placement_mistakes_are_one_line_errors(name, settings, message):
+    with pytest.raises(BadInput, match=re_escape(message)):
+        deployment.compute(recipe(name), RANKS, settings)
+
+
+def re_escape(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+# -- admission of a launch plan beside the records --------------------------------------------------------
+
+
+def record_of(launch: dict, host_claims: dict) -> list[dict]:
+    found = []
+    for rank in launch["ranks"]:
+        text = json.dumps({**rank["record"], "claim": host_claims.get(rank["host"])})
+        found += deployments.records({rank["host"]: {"/etc/sparkplay/x.json": text}})
+    return found
+
+
+def gguf_header(layers: int = 4, heads: int = 4, hidden: int = 128) -> dict:
+    return {"general.architecture": "llama", "llama.block_count": layers, "llama.attention.head_count": heads,
+            "llama.embedding_length": hidden}  # fmt: skip
+
+
+def hosts(total: float = 121, available: float = 110, weights: int = 3 * 2**20) -> dict:
+    return {h: {"meminfo": meminfo(total, available), "weights": weights, "gguf": gguf_header()} for h in RANKS}
+
+
+def test_the_primary_alone_is_not_checked_but_its_claim_is_kept_for_later():
+    launch = staged("lab-tiny")["launch"]
+    got = admission.decide(launch, hosts(available=0.1), [])  # no memory free at all: not checked, as before
+    assert got["checked"] is False and set(got["claims"]) == {"rank0", "rank1"}
+    per_token = admission.kv_bytes_per_token(gguf_header())
+    share = -(-3 * 2**20 // 2)
+    assert got["claims"]["rank0"]["bytes"] == share + -(-512 * per_token // 2) + OVERHEAD["llamacpp"]
+
+
+def test_an_added_llamacpp_deployment_fits_beside_the_primary_and_counts_its_claim():
+    primary = staged("lab-tiny")["launch"]
+    found = record_of(primary, {"rank0": {"bytes": 10 * GIB, "how": "x"}, "rank1": {"bytes": 10 * GIB, "how": "y"}})
+    small = staged("lab-small", {"serve_mode": "add", "serve_node": "rank1"})["launch"]
+    got = admission.decide(small, hosts(), found)
+    assert got["checked"] and list(got["claims"]) == ["rank1"] and got["warnings"] == []
+    # the same beside a primary claiming nearly all of rank1: refused naming the node, the claims, the shortfall
+    found = record_of(primary, {"rank0": {"bytes": GIB, "how": "x"}, "rank1": {"bytes": 116.8 * GIB, "how": "y"}})
+    with pytest.raises(BadInput) as refused:
+        admission.decide(small, hosts(), found)
+    line = str(refused.value)
+    assert "lab-small does not fit on rank1" in line and "admitted there: lab-tiny 116.8 GiB" in line
+    assert "short by" in line and "Nothing was changed" in line
+    # on rank0, where the primary claims little, it fits: the rule is per node
+    assert admission.decide(staged("lab-small", {"serve_mode": "add"})["launch"], hosts(), found)["checked"]
+    # and the override lets it through, saying so
+    assert admission.decide(small, hosts(), found, force=True)["warnings"][0].startswith("lab-small does not fit")
+
+
+def test_memory_in_use_now_refuses_even_with_no_claims_recorded():
+    """An upgrade from before claims were recorded: MemAvailable still sees what runs."""
+    small = staged("lab-small", {"serve_mode": "add"})["launch"]
+    with pytest.raises(BadInput, match=r"MemAvailable 204\.8 MiB"):
+        admission.decide(small, hosts(available=0.2), [])
+
+
+def test_a_vllm_cpu_build_claims_its_weights_and_kv_cache_space():
+    launch = staged("lab-vllm")["launch"]
+    got = admission.decide(launch, hosts(weights=4 * GIB), [])["claims"]["rank0"]
+    assert got["bytes"] == 2 * GIB + GIB + OVERHEAD["vllm"]  # VLLM_CPU_KVCACHE_SPACE 1 (GiB), half the weights
+    assert "VLLM_CPU_KVCACHE_SPACE" in got["how"]
+
+
+def test_a_redeploy_gets_its_own_memory_back():
+    small = staged("lab-small", {"serve_mode": "add"})["launch"]
+    mine = record_of(small, {"rank0": {"bytes": 2 * GIB, "how": "x"}})
+    # 1 GiB free now, but the running lab-small holds 2 GiB that its restart frees
+    assert admission.decide(small, hosts(available=4 + 1), mine)["checked"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"recipe": "lab-small", "slot": "other"}, "lab-small is already served on rank0"),
+        ({"served_name": "lab-small"}, "served name lab-small is already recipe lab-tiny"),
+        ({"api_url": "http://127.0.0.1:9933"}, "port 9933 on rank0 is recipe lab-tiny (primary)'s API"),
+    ],
+)
+def test_names_and_ports_two_deployments_would_share_are_refused(change, message):
+    small = staged("lab-small", {"serve_mode": "add"})["launch"]
+    primary = staged("lab-tiny")["launch"]["ranks"][0]["record"]
+    found = deployments.records({"rank0": {"/etc/sparkplay/serve.json": json.dumps({**primary, **change})}})
+    with pytest.raises(BadInput, match=re_escape(message)):
+        admission.decide(small, hosts(), found)
+
+
+def test_the_gateways_port_is_refused_to_a_deployment():
+    small = staged("lab-small", {"serve_mode": "add", "serve_port": 9930})["launch"]
+    with pytest.raises(BadInput, match="port 9930 on rank0 is the gateway's"):
+        admission.decide(small, hosts(), [], gateway=["rank0", 9930])
+
+
+# -- the records read back, the gateway's routes -----------------------------------------------------------
+
+
+def test_routes_follow_the_leaders_records_less_what_is_replaced_or_stopped():
+    tiny = staged("lab-tiny")["launch"]
+    small = staged("lab-small", {"serve_mode": "add", "serve_node": "rank1"})["launch"]
+    found = record_of(tiny, {})
+    routes = deployments.routes(found, [small["slot"]], small["ranks"][0]["record"], "rank1")["models"]
+    assert routes["lab-tiny"]["url"] == "http://127.0.0.1:9931" and routes["lab-tiny"]["host"] == "rank0"
+    assert routes["lab-small"]["url"].endswith(":9933") and routes["lab-small"]["slot"] == "lab-small"
+    found += record_of(small, {})
+    assert set(deployments.routes(found, ["lab-small"])["models"]) == {"lab-tiny"}  # stopped
+    assert set(deployments.routes(found, [None])["models"]) == {"lab-small"}  # the primary stopped
+
+
+def test_a_record_that_is_not_json_is_named():
+    with pytest.raises(BadInput, match=re_escape("rank0:/etc/sparkplay/serve.d/x.json is not a deployment record")):
+        deployments.records({"rank0": {"/etc/sparkplay/serve.d/x.json": "{"}})
+    assert deployments.records({"rank0": {"/etc/sparkplay/serve.json": None}}) == []
+
+
+# -- on the node: sizes, records, the GGUF header ----------------------------------------------------------
+
+
+def test_the_probe_measures_folders_without_following_links_and_reads_only_records(tmp_path: Path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "a").write_bytes(b"x" * 10)
+    (tmp_path / "m" / "sub").mkdir()
+    (tmp_path / "m" / "sub" / "b").write_bytes(b"y" * 5)
+    (tmp_path / "big").write_bytes(b"z" * 1000)
+    (tmp_path / "m" / "link").symlink_to(tmp_path / "big")
+    (tmp_path / "m" / "loop").symlink_to(tmp_path / "m")
+    got = sparkplay_probe.sizes([str(tmp_path / "m"), str(tmp_path / "big"), str(tmp_path / "none")])
+    assert got == {str(tmp_path / "m"): 15, str(tmp_path / "big"): 1000, str(tmp_path / "none"): None}
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "r.json").write_text("{}")
+    (tmp_path / "d" / "r.env").write_text("SECRET=1")
+    (tmp_path / "d" / "l.json").symlink_to(tmp_path / "big")
+    assert sparkplay_probe.read_dir([str(tmp_path / "d"), str(tmp_path / "nope")]) == {
+        str(tmp_path / "d" / "r.json"): "{}"
+    }
+
+
+def test_the_nodes_gguf_reader_agrees_with_llamacpps_own(tmp_path: Path):
+    for params in ({}, {k: v for k, v in tiny_gguf.SMALL.items()}):
+        model = tiny_gguf.write(tmp_path / f"{params.get('name', 'tiny')}.gguf", **params)
+        header = sparkplay_gguf.header_fields(str(model), admission.HEADER_KEYS)
+        assert admission.kv_bytes_per_token(header) == admission.kv_per_token(model)
+    assert sparkplay_gguf.headers([str(tmp_path / "absent.gguf")], admission.HEADER_KEYS) == {
+        str(tmp_path / "absent.gguf"): None
+    }
+
+
+def _gguf(*entries: bytes, count: int | None = None, magic: bytes = b"GGUF", version: int = 3) -> bytes:
+    n = len(entries) if count is None else count
+    return magic + struct.pack("<IQQ", version, 0, n) + b"".join(entries)
+
+
+def _key(name: str) -> bytes:
+    return struct.pack("<Q", len(name)) + name.encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"GGML" + b"\0" * 20, "is not a GGUF file"),
+        (_gguf(version=9), "GGUF version 9"),
+        (_gguf(count=1 << 40), "claims 1099511627776 metadata entries"),
+        (_gguf(struct.pack("<Q", 1 << 40)), "a string of 1099511627776 bytes"),
+        (_gguf(_key("general.architecture") + struct.pack("<I", 8) + struct.pack("<Q", 1 << 30)), "a string of"),
+        (_gguf(_key("x") + struct.pack("<IIQ", 9, 4, 1 << 40)), "an array of 1099511627776 items"),
+        (_gguf(_key("x") + struct.pack("<IIQ", 9, 9, 1) + struct.pack("<IQ", 4, 1)), "value type 9"),
+        (_gguf(_key("x") + struct.pack("<I", 77)), "value type 77"),
+        (_gguf(_key("llama.block_count") + struct.pack("<I", 4) + b"\1"), "ends early"),
+        (_gguf(count=3), "ends early"),
+    ],
+)
+def test_a_hostile_gguf_header_is_refused_without_reading_far(tmp_path: Path, data: bytes, message: str):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(data)
+    with pytest.raises(sparkplay_gguf.GGUFError, match=re_escape(message)):
+        sparkplay_gguf.header_fields(str(path), admission.HEADER_KEYS)
+
+
+def test_a_header_missing_its_counts_is_a_clear_refusal():
+    with pytest.raises(BadInput, match="rank0's model: its GGUF header lacks the layer or head counts"):
+        admission.kv_bytes_per_token(
+            {"general.architecture": "llama", "llama.block_count": True}, where="rank0's model"
+        )
+
+
+def test_meminfo_is_read_in_bytes():
+    assert admission.meminfo(meminfo(2, 1)) == (2 * GIB, GIB)
+    with pytest.raises(BadInput, match="names no MemTotal or MemAvailable"):
+        admission.meminfo("MemTotal: 5 kB\n")
