@@ -1,0 +1,161 @@
+"""Several models on the real lab behind one endpoint: lab-tiny across both ranks (the primary), lab-small (a
+second generated model of another size) added on rank 1, both answering through the gateway on rank 0; a third
+whose memory claim cannot fit refused with the reason and nothing changed; stopping one leaves the other
+answering. Marked `lab`.
+
+Everything is real: the CLI driving ansible-runner, the units under systemd in both nodes, llama.cpp from
+Debian, the gateway unit as its own dynamic user, /proc/meminfo of the nodes (the host's: the lab's containers
+share its memory). The tests run in file order on one lab of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from tests.conftest import PROJECT, fresh_lab, run_cli
+from tests.test_lab import in_node
+
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
+
+GATEWAY = "http://127.0.0.1:9930/v1"
+SMALL_UNIT = "sparkplay-serve@lab-small.service"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def served_lab() -> Iterator[None]:
+    with fresh_lab():
+        yield
+
+
+def cli(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, "-i", "inventory/lab", timeout=timeout)
+
+
+def curl(url: str, body: dict | None = None, timeout: float = 20) -> str:
+    data = ["-H", "Content-Type: application/json", "-d", json.dumps(body)] if body is not None else []
+    return in_node(0, "curl", "-s", "-m", str(timeout), *data, url, check=False).stdout
+
+
+def ask(model: str, url: str = GATEWAY, stream: bool = False) -> dict | str:
+    body = {"model": model, "messages": [{"role": "user", "content": "What is 17*23?"}], "temperature": 0,
+            "max_tokens": 8, "stream": stream}  # fmt: skip
+    out = curl(f"{url}/chat/completions", body)
+    return out if stream else json.loads(out or "{}")
+
+
+def served() -> list[str]:
+    return sorted(m["id"] for m in json.loads(curl(f"{GATEWAY}/models") or '{"data": []}')["data"])
+
+
+def test_the_primary_then_a_second_model_beside_it_on_the_other_node():
+    proc = cli("up", "lab-tiny", "--yes")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert (
+        in_node(0, "test", "-e", "/etc/sparkplay/gateway-routes.json", check=False).returncode == 1
+    )  # one model: no gateway
+    proc = cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert "lab-small claims" not in proc.stderr
+    assert in_node(1, "systemctl", "is-active", SMALL_UNIT).stdout.strip() == "active"
+    assert in_node(0, "systemctl", "is-active", SMALL_UNIT, check=False).stdout.strip() != "active"
+    # its memory claim is in its record, the one the next admission counts
+    record = json.loads(in_node(1, "cat", "/etc/sparkplay/serve.d/lab-small.json").stdout)
+    assert record["slot"] == "lab-small" and record["claim"]["bytes"] > 0 and "KV cache" in record["claim"]["how"]
+    assert in_node(1, "stat", "-c", "%a", "/etc/sparkplay/serve.d/lab-small.env").stdout.strip() == "600"
+    # the inventory's recipe stays the primary's
+    assert "lab-small" not in (PROJECT / "inventory" / "lab" / "group_vars" / "all" / "sparkplay.yml").read_text()
+
+
+def test_both_answer_through_the_one_endpoint_as_they_answer_directly():
+    assert served() == ["lab-small", "lab-tiny"]
+    tiny, small = ask("lab-tiny"), ask("lab-small")
+    assert tiny["model"] == "lab-tiny" and small["model"] == "lab-small"
+    # temperature 0: the gateway's answer is the engine's own, byte for byte
+    assert tiny["choices"] == ask("lab-tiny", "http://127.0.0.1:9931/v1")["choices"]
+    address = json.loads(in_node(1, "cat", "/etc/sparkplay/serve.d/lab-small.json").stdout)["address"]
+    body = {"model": "lab-small", "messages": [{"role": "user", "content": "What is 17*23?"}], "temperature": 0,
+            "max_tokens": 8, "stream": False}  # fmt: skip
+    direct = json.loads(in_node(1, "curl", "-s", "-m", "20", "-H", "Content-Type: application/json", "-d",
+                                json.dumps(body), f"http://{address}:9933/v1/chat/completions").stdout)  # fmt: skip
+    assert small["choices"] == direct["choices"]
+    stream = ask("lab-small", stream=True)
+    assert stream.count("data: ") >= 3 and stream.rstrip().endswith("data: [DONE]")
+    missing = ask("lab-huge")
+    assert missing["error"]["code"] == "model_not_found" and "lab-small, lab-tiny" in missing["error"]["message"]
+    # the gateway runs as a user of its own, not root
+    user = in_node(0, "ps", "-o", "user=", "-C", "python3").stdout.split()
+    assert any(u.isdigit() and int(u) > 60000 for u in user), user
+
+
+def test_a_third_that_cannot_fit_is_refused_naming_the_node_and_nothing_changes():
+    """lab-small's model with a 256M-token context: a 128 GiB KV cache, more than the lab's host has."""
+    doc = yaml.safe_load((PROJECT / "recipes" / "lab-small.yml").read_text())
+    doc.update(name="lab-huge", context_length=1 << 28)
+    doc["model"]["served_name"] = "lab-huge"
+    args = doc["serve"]["args"]
+    args[args.index("-c") + 1] = str(1 << 28)
+    args[args.index("--alias") + 1] = "lab-huge"
+    doc["serve"]["port"] = 9934
+    path = PROJECT / "recipes" / "lab-huge.yml"
+    routes = in_node(0, "cat", "/etc/sparkplay/gateway-routes.json").stdout
+    pids = [in_node(r, "systemctl", "show", u, "--property=MainPID").stdout
+            for r, u in ((0, "sparkplay-serve.service"), (1, SMALL_UNIT))]  # fmt: skip
+    try:
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        proc = cli("up", "lab-huge", "--add", "--yes")
+    finally:
+        path.unlink()
+    assert proc.returncode != 0
+    said = proc.stdout + proc.stderr
+    assert "lab-huge does not fit on sparkplay-lab-rank0: it claims 128." in said, said[-3000:]
+    assert "of a 268435456-token KV cache" in said and "admitted there: lab-tiny" in said
+    assert "short by" in said and "Nothing was changed" in said and "--force-admit" in said
+    assert in_node(0, "test", "-e", "/etc/sparkplay/serve.d/lab-huge.json", check=False).returncode == 1
+    assert in_node(0, "cat", "/etc/sparkplay/gateway-routes.json").stdout == routes
+    assert pids == [in_node(r, "systemctl", "show", u, "--property=MainPID").stdout
+                    for r, u in ((0, "sparkplay-serve.service"), (1, SMALL_UNIT))]  # fmt: skip
+
+
+def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
+    proc = run_cli("status", "-i", "inventory/lab", "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [r["recipe"] for r in doc["added"]] == ["lab-small"] and doc["added"][0]["up"]
+    assert all(r["up"] for r in doc["ranks"])
+    pid = in_node(1, "systemctl", "show", SMALL_UNIT, "--property=MainPID").stdout
+    # plain up of the primary keeps today's meaning, and leaves the added model serving
+    proc = cli("up", "lab-tiny", "--yes")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    again = cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes")
+    assert again.returncode == 0, again.stdout[-4000:] + again.stderr
+    assert "changed" not in "".join(line for line in again.stdout.splitlines() if line.startswith(" sparkplay-lab"))
+    assert in_node(1, "systemctl", "show", SMALL_UNIT, "--property=MainPID").stdout == pid
+    assert served() == ["lab-small", "lab-tiny"]
+
+
+def test_bench_measures_one_model_of_several():
+    profile = PROJECT / ".cache" / "several-bench.yml"
+    profile.parent.mkdir(exist_ok=True)
+    profile.write_text("pp: [32]\ntg: [8]\nconcurrency: [1, 2]\nruns: 1\ninvariance_tokens: 8\n")
+    proc = cli("bench", "--model", "lab-small", "--profile", str(profile), "--results", str(profile.parent / "several"))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    kept = sorted((profile.parent / "several" / "lab-small").glob("*.json"))
+    assert kept and json.loads(kept[-1].read_text())["invariance"]["identical"]
+
+
+def test_stopping_one_leaves_the_other_answering_and_frees_its_claim():
+    proc = cli("stop", "lab-small", "--yes")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert served() == ["lab-tiny"] and ask("lab-tiny")["model"] == "lab-tiny"
+    assert ask("lab-small")["error"]["code"] == "model_not_found"
+    assert in_node(1, "systemctl", "is-active", SMALL_UNIT, check=False).stdout.strip() != "active"
+    for gone in ("/etc/sparkplay/serve.d/lab-small.json", "/etc/sparkplay/serve.d/lab-small.env",
+                 f"/etc/systemd/system/{SMALL_UNIT}"):  # fmt: skip
+        assert in_node(1, "test", "-e", gone, check=False).returncode == 1, gone
+    nothing = cli("stop", "lab-small", "--yes")
+    assert nothing.returncode != 0 and "No deployment of recipe lab-small" in nothing.stdout + nothing.stderr
