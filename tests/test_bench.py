@@ -196,6 +196,7 @@ def test_the_bench_command_measures_the_recipes_own_profile_unless_given_one(tmp
     monkeypatch.setattr(cli_bench.catalog, "recipe_path", lambda *a: tmp_path / "r.yml")
     monkeypatch.setattr(cli_bench, "hosts_file", lambda inventory: tmp_path / "hosts.yml")
     monkeypatch.setattr(cli_bench, "finish", lambda *a: None)
+    monkeypatch.setattr(cli_bench, "_placement", lambda *a: {})  # the primary's recipe (no inventory here)
 
     def stand_in(root, playbook, hosts, label, verbose=0, **extra):
         passed.append(extra)

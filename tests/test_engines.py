@@ -13,7 +13,6 @@ import tomllib
 import pytest
 
 from sparkplay.engines import names
-from sparkplay.engines import plan as planmod
 from sparkplay.engines.plan import Node, Options, build
 from sparkplay.engines.systemd import env_file, exec_line, plan_digest, plan_problems, quote, status_rows, status_table
 from sparkplay.errors import BadInput

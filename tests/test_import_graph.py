@@ -89,7 +89,7 @@ LAYERS = [
      "sparkplay.nodetools"},
     {"sparkplay.managed", "sparkplay.inventory", "sparkplay.recipes"},  # formats: read and normalise, never plan
     {"sparkplay.engines"},  # the per-rank launch plans
-    {"sparkplay.deployment", "sparkplay.admission"},  # the run's plan, from the engines'; what fits beside it
+    {"sparkplay.deployment", "sparkplay.admission", "sparkplay.deployments"},  # the run's plan; what fits; what serves
     {"sparkplay.importing", "sparkplay.doctor", "sparkplay.lab"},
     {"sparkplay.cli_common", "sparkplay.cli_display"},
     {"sparkplay.cli_run", "sparkplay.cli_recipes", "sparkplay.cli_overlay", "sparkplay.cli_bench"},

@@ -22,17 +22,17 @@ STATED = re.compile(r"(^|/)(defaults/main\.yml|meta/argument_specs\.yml)$")
 
 # rule -> (pattern, the file that writes it)
 RULES: dict[str, tuple[str, str]] = {
-    "the serve env file": (r"/etc/sparkplay/serve\.env", "src/sparkplay/engines/plan.py"),
-    "the serve record": (r"/etc/sparkplay/serve\.json", "src/sparkplay/deployment.py"),
+    "the serve env file": (r"/etc/sparkplay/serve\.env", "src/sparkplay/engines/names.py"),
+    "the serve record": (r"/etc/sparkplay/serve\.json", "src/sparkplay/engines/names.py"),
     "the fabric env file": (r"/etc/sparkplay/fabric\.env", "src/sparkplay/deployment.py"),
     "the model root": (r"/var/lib/sparkplay/models", "src/sparkplay/deployment.py"),
     "the state folder": (r"/var/lib/sparkplay(?!/models)", "src/sparkplay/engines/context.py"),
     "the node tools": (r"/usr/local/lib/sparkplay/sparkplay-", "src/sparkplay/deployment.py"),
-    "the unit folder": (r"/etc/systemd/system", "src/sparkplay/engines/plan.py"),
+    "the unit folder": (r"/etc/systemd/system", "src/sparkplay/engines/names.py"),
     # (a template's file name, NAME.service.j2, is not the unit's name)
-    "the serve unit": (r"sparkplay-serve\.service(?!\.j2)", "src/sparkplay/engines/plan.py"),
-    "the watcher unit": (r"sparkplay-serve-watch\.service(?!\.j2)", "src/sparkplay/engines/plan.py"),
-    "the watchdog unit": (r"sparkplay-serve-watchdog\.service(?!\.j2)", "src/sparkplay/engines/plan.py"),
+    "the serve unit": (r"sparkplay-serve\.service(?!\.j2)", "src/sparkplay/engines/names.py"),
+    "the watcher unit": (r"sparkplay-serve-watch\.service(?!\.j2)", "src/sparkplay/engines/names.py"),
+    "the watchdog unit": (r"sparkplay-serve-watchdog\.service(?!\.j2)", "src/sparkplay/engines/names.py"),
     "the firewall unit": (r"sparkplay-peer-firewall\.service(?!\.j2)", "src/sparkplay/engines/firewall.py"),
     # who leads: rank 0, compared anywhere (Python's ==, Jinja's ==, selectattr's 'eq', 0)
     "the leader rule": (

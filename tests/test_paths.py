@@ -84,7 +84,9 @@ def test_the_shipped_catalog_is_read_beneath_the_users_and_never_written(install
 
 
 def test_an_unknown_recipe_names_both_layers(installed: Path) -> None:
-    with pytest.raises(BadInput, match="unknown recipe 'nope' \\(known: glm53, glm53-atlas, lab-tiny, lab-vllm\\)"):
+    with pytest.raises(
+        BadInput, match="unknown recipe 'nope' \\(known: glm53, glm53-atlas, lab-small, lab-tiny, lab-vllm\\)"
+    ):
         catalog.load(catalog.catalog_dir(installed), "nope")
     assert model.check_name("lab-tiny") == "lab-tiny"
 

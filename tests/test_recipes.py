@@ -596,7 +596,7 @@ def test_serve_playbook_prints_the_recipe_summary():
 def test_serve_playbook_fails_early_on_an_unknown_recipe():
     proc = playbook("-e", "recipe=nope")
     assert proc.returncode != 0
-    assert "unknown recipe 'nope' (known: glm53, glm53-atlas, lab-tiny, lab-vllm)" in proc.stdout
+    assert "unknown recipe 'nope' (known: glm53, glm53-atlas, lab-small, lab-tiny, lab-vllm)" in proc.stdout
     assert "spark-a" not in proc.stdout  # no node was touched
 
 

@@ -309,3 +309,11 @@ def test_meminfo_is_read_in_bytes():
     assert admission.meminfo(meminfo(2, 1)) == (2 * GIB, GIB)
     with pytest.raises(BadInput, match="names no MemTotal or MemAvailable"):
         admission.meminfo("MemTotal: 5 kB\n")
+
+
+def test_the_roles_verdict_is_the_refusal_as_one_line():
+    small = staged("lab-small", {"serve_mode": "add"})["launch"]
+    got = admission.verdict(small, hosts(available=0.2), [])
+    assert got["refused"].startswith("lab-small does not fit on rank0") and got["claims"] == {}
+    assert "; stop a deployment (sparkplay stop NAME)" in got["refused"] and "\n" not in got["refused"]
+    assert "refused" not in admission.verdict(small, hosts(), [])

@@ -17,7 +17,7 @@ FILTERS = {
     "sparkplay_prefix_cache_problems": "sparkplay.hostfacts:prefix_cache_problems",
     "sparkplay_deployment_public": "sparkplay.deployment:public",
     # several deployments: the admission rule, the records read back, the gateway's routes
-    "sparkplay_admit": "sparkplay.admission:decide",
+    "sparkplay_admit": "sparkplay.admission:verdict",
     "sparkplay_records": "sparkplay.deployments:records",
     "sparkplay_gateway_routes": "sparkplay.deployments:routes",
     "sparkplay_records_of": "sparkplay.deployments:of_slot",

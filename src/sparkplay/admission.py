@@ -225,9 +225,10 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
            force: bool = False, gateway: Sequence[Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Admit the launch plan `launch` (stage two's) beside the deployments whose records are `found`
     (deployments.records: each with its host), or refuse it (BadInput). `hosts`: host -> {meminfo:
-    /proc/meminfo's text, weights: the checkpoint's bytes there, gguf: llama.cpp's header fields or None}.
-    Returns each of its ranks' claim {host: {bytes, how}} (kept in the rank's record for the next admission)
-    and the warnings an override let through. `gateway`: the gateway's (host, port), which no API may take.
+    /proc/meminfo's text, weights: the checkpoint's bytes there, gguf: llama.cpp's header fields or None}, for
+    every node (the model's files may be on rank 0 alone before the mirror). Returns each of its ranks' claim
+    {host: {bytes, how}} (kept in the rank's record for the next admission) and the warnings an override let
+    through. `gateway`: the gateway's (host, port), which no API may take.
     The primary with nothing beside it is not checked (one-model users see what they saw): its claim is still
     worked out where it can be, for what is added later."""
     slot, recipe, engine = launch.get("slot"), launch["recipe"], launch["engine"]
@@ -261,8 +262,10 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
     memory = {h: meminfo(hosts[h]["meminfo"]) for h in here}
     totals = {h: memory[h][0] for h in here}
     available = {h: min(memory[h][0], memory[h][1] + freed[h]) for h in here}
-    weights = max(int(hosts[h].get("weights") or 0) for h in here)
-    header = (hosts[leader].get("gguf") or None) if engine == "llamacpp" else None
+    # the checkpoint's bytes and header wherever they are already (rank 0 holds them before the mirror)
+    weights = max(int(facts.get("weights") or 0) for facts in hosts.values())
+    headers = [hosts[leader].get("gguf"), *(facts.get("gguf") for facts in hosts.values())]
+    header = next((h for h in headers if h), None) if engine == "llamacpp" else None
     ranks = [{"host": r["host"], "role": r["role"], "argv": r["argv"], "env": r["env"]} for r in launch["ranks"]]
     try:
         per_token = kv_bytes_per_token(header, where=f"{leader}'s model") if header else None
@@ -274,3 +277,12 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
     warnings = admit(new, others.values(), available, totals, force) if checking else []
     return {"claims": {c.host: {"bytes": c.bytes, "how": c.how} for c in new}, "warnings": warnings,
             "checked": checking}  # fmt: skip
+
+
+def verdict(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], found: Sequence[Mapping[str, Any]],
+            force: bool = False, gateway: Sequence[Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """decide, with a refusal as {"refused": the one line} for the serve role's own failure message."""
+    try:
+        return decide(launch, hosts, found, force, gateway)
+    except BadInput as refused:
+        return {"refused": str(refused), "claims": {}, "warnings": [], "checked": True}

@@ -38,6 +38,11 @@ def _recipe_of(inventory: Path, given: str | None) -> str:
     return name
 
 
+def _placement(inventory: Path | None, name: str) -> dict[str, str]:
+    """Not the inventory's recipe (the primary's): an added deployment's, whose node count may be one."""
+    return {} if name == inv_mod.recorded_recipe(inv_mod.hosts(hosts_file(inventory))) else {"serve_mode": "add"}
+
+
 def _serving(root: Path, model: str) -> str:
     """The catalog's recipe whose served name is `model`."""
     folder = catalog.catalog_dir(root)
@@ -84,8 +89,7 @@ def bench(
     earlier = bench_mod.load(compare) if compare else None  # a bad file fails before the run
     folder = (results or data_dir(root) / "results").resolve()
     extra: dict[str, Any] = {"recipe": name, "bench_fetch_to": str(folder / ".incoming"), "bench_model": model or ""}
-    if name != inv_mod.recorded_recipe(inv_mod.hosts(hosts_file(inventory))):
-        extra["serve_mode"] = "add"  # not the primary: an added deployment's recipe (its node count may be 1)
+    extra.update(_placement(inventory, name))
     # a profile given wins; else the recipe's own (its source's benchmark block), else the playbook's defaults
     if profile:
         extra.update(bench_mod.load_profile(profile))

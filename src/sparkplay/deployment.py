@@ -27,7 +27,7 @@ from sparkplay import __version__, checkpoints, topology
 from sparkplay.boundary import check_allow
 from sparkplay.deployments import gateway
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
-from sparkplay.engines.names import ADDED_DIR, UNIT_DIR, UNITS, for_slot
+from sparkplay.engines.names import ADDED_DIR, RECORD, UNIT_DIR, UNITS, for_slot
 from sparkplay.engines.plan import ENGINE_USER, build
 from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
@@ -39,7 +39,7 @@ GROUP = "sparkplay_nodes"
 DEFAULTS: dict[str, Any] = {
     "sparkplay_model_root": "/var/lib/sparkplay/models",
     "sparkplay_fabric_env_file": "/etc/sparkplay/fabric.env",
-    "sparkplay_serve_record": "/etc/sparkplay/serve.json",
+    "sparkplay_serve_record": RECORD,
     "sparkplay_docker": "/usr/bin/docker",
 }
 # The inventory's API address (the serve role's serve_bind / serve_port): empty or 0 keeps the recipe's.
