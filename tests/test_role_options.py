@@ -8,6 +8,7 @@ role with the real defaults, before and after: the new value must show there.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +78,65 @@ def bench_effect(value: Any, shows: str | None = None) -> Effect:
     )
 
 
+def _records() -> dict[str, str]:
+    """Two deployments' leader records on one node: the primary's (lab-tiny) and an added one (lab-small)."""
+    tiny = {"recipe": "lab-tiny", "role": "leader", "unit": "sparkplay-serve.service", "served_name": "lab-tiny",
+            "api_url": "http://127.0.0.1:9931", "slot": None}  # fmt: skip
+    small = {**tiny, "recipe": "lab-small", "unit": "sparkplay-serve@lab-small.service", "served_name": "lab-small",
+             "api_url": "http://127.0.0.1:9933", "slot": "lab-small"}  # fmt: skip
+    return {"/etc/sparkplay/serve.json": json.dumps(tiny), "/etc/sparkplay/serve.d/lab-small.json": json.dumps(small)}
+
+
+def _admission_given() -> dict[str, Any]:
+    """lab-small added beside nothing, on a node with 0.2 GiB free: the rule refuses it unless forced."""
+    from tests.test_several import hosts, staged
+
+    launch = staged("lab-small", {"serve_mode": "add"})["launch"]
+    memory = hosts(available=0.2)
+    return {"serve_deployment": {"launch": launch}, "ansible_play_hosts": list(memory),
+            "hostvars": {h: {"serve_node_memory": m, "serve_node_records": {}} for h, m in memory.items()},
+            "sparkplay_deployment": {"leader": "rank0", "slot": "lab-small"},
+            "inventory_hostname": "rank0"}  # fmt: skip
+
+
+GATEWAY = {"ansible_managed": "x", "serve_unit_dir": "/etc/systemd/system"}
+
 EFFECTS: dict[str, Effect] = {
+    "serve_force_admit": Effect(
+        "serve",
+        "roles/serve/tasks/admit.yml",
+        True,
+        "Serve | Admit the deployment beside",
+        ("ansible.builtin.set_fact", "serve_admission"),
+        _admission_given(),
+        shows="does not fit on rank0",
+    ),
+    "serve_gateway_port": Effect(
+        "serve", "roles/serve/templates/sparkplay-gateway.service.j2", 9940, given=GATEWAY, shows="127.0.0.1:9940"
+    ),
+    "serve_gateway_bind": Effect(
+        "serve", "roles/serve/templates/sparkplay-gateway.service.j2", "::1", given=GATEWAY, shows="[::1]:9930"
+    ),
+    "stop_recipe": Effect(
+        "stop",
+        "roles/stop/tasks/main.yml",
+        "lab-small",
+        "Stop | Note the deployments to stop here",
+        ("ansible.builtin.set_fact", "stop_records"),
+        {"inventory_hostname": "spark0", "stop_read": {"directory_contents": {}, "contents": _records()}},
+    ),
+    "bench_model": Effect(
+        "bench",
+        "roles/bench/tasks/main.yml",
+        "lab-small",
+        "Bench | Find the deployment to measure",
+        ("ansible.builtin.set_fact", "bench_found"),
+        {
+            "ansible_play_hosts": ["spark0"],
+            "sparkplay_recipe_plan": {"name": "lab-tiny"},
+            "hostvars": {"spark0": {"bench_records_read": {"directory_contents": {}, "contents": _records()}}},
+        },
+    ),
     "bench_pp": bench_effect([777]),
     "bench_tg": bench_effect([55]),
     "bench_depth": bench_effect([4096]),
