@@ -60,7 +60,7 @@ def _skip(fh: BinaryIO, kind: int, depth: int = 0) -> None:
         if item in SCALARS:  # one read for the lot
             _take(fh, count * struct.calcsize(SCALARS[item]))
         else:
-            for _ in range(count):
+            for _item in range(count):
                 _skip(fh, item, depth + 1)
     else:
         raise GGUFError(f"value type {kind} is not GGUF's")
@@ -79,7 +79,7 @@ def header_fields(path: str, suffixes: tuple[str, ...]) -> dict:
         entries = int(_unpack(fh, "<Q"))
         if entries > MAX_ENTRIES:
             raise GGUFError(f"{path} claims {entries} metadata entries")
-        for _ in range(entries):
+        for _entry in range(entries):
             key = _string(fh, MAX_KEY).decode("utf-8", errors="replace")
             kind = int(_unpack(fh, "<I"))
             if key == "general.architecture" and kind == STRING:
