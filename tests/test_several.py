@@ -317,3 +317,11 @@ def test_the_roles_verdict_is_the_refusal_as_one_line():
     assert got["refused"].startswith("lab-small does not fit on rank0") and got["claims"] == {}
     assert "; stop a deployment (sparkplay stop NAME)" in got["refused"] and "\n" not in got["refused"]
     assert "refused" not in admission.verdict(small, hosts(), [])
+
+
+def test_moving_an_added_deployment_to_another_node_needs_a_stop_first():
+    on_one = staged("lab-small", {"serve_mode": "add", "serve_node": "rank1"})["launch"]
+    found = record_of(on_one, {"rank1": {"bytes": GIB, "how": "x"}})
+    with pytest.raises(BadInput, match="lab-small is served on rank1, not where this run places it; stop it first"):
+        admission.decide(staged("lab-small", {"serve_mode": "add"})["launch"], hosts(), found)
+    assert admission.decide(on_one, hosts(), found)["checked"]  # the same place: a redeploy

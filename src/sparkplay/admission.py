@@ -239,8 +239,11 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
     for record in found:
         host, claim = record["host"], record.get("claim") or {}
         if record.get("slot") == slot:  # this deployment's own: its memory comes back when it restarts
-            if host in here:
-                freed[host] = max(freed[host], int(claim.get("bytes") or 0))
+            if host not in here:  # elsewhere: a second copy would leave the first running, unrouted
+                name = record.get("recipe")
+                raise BadInput(f"{name} is served on {host}, not where this run places it",
+                               f"stop it first (sparkplay stop {name}), then add it on the other node")  # fmt: skip
+            freed[host] = max(freed[host], int(claim.get("bytes") or 0))
             continue
         owner = f"recipe {record.get('recipe')} ({'added' if record.get('slot') else 'primary'})"
         if record.get("recipe") == recipe:
