@@ -325,3 +325,14 @@ def test_moving_an_added_deployment_to_another_node_needs_a_stop_first():
     with pytest.raises(BadInput, match="lab-small is served on rank1, not where this run places it; stop it first"):
         admission.decide(staged("lab-small", {"serve_mode": "add"})["launch"], hosts(), found)
     assert admission.decide(on_one, hosts(), found)["checked"]  # the same place: a redeploy
+
+
+def test_what_a_stop_removes_comes_from_the_slots_names_never_a_records_paths():
+    hostile = {"recipe": "x", "slot": "lab-small", "unit": "sparkplay-serve@lab-small.service", "role": "leader",
+               "env_file": "/etc/passwd", "path": "/etc/shadow"}  # fmt: skip
+    assert names.leftovers([hostile, {"slot": None, "env_file": "/etc/sparkplay/serve.env"}]) == [
+        "/etc/sparkplay/serve.d/lab-small.json", "/etc/sparkplay/serve.d/lab-small.env",
+        "/etc/systemd/system/sparkplay-serve@lab-small.service",
+        "/etc/systemd/system/sparkplay-serve-watchdog@lab-small.service"]  # fmt: skip
+    with pytest.raises(ValueError, match="is not a recipe name"):
+        names.leftovers([{"slot": "../../etc/x"}])

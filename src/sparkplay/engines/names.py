@@ -10,6 +10,7 @@ complete unit file of that name, no template), a suffix for the rest. Recipe nam
 from __future__ import annotations
 
 import posixpath
+import re
 from typing import Any
 
 from sparkplay.engines import firewall
@@ -31,10 +32,14 @@ ENV_FILE = "/etc/sparkplay/serve.env"
 RECORD = "/etc/sparkplay/serve.json"
 ADDED_DIR = "/etc/sparkplay/serve.d"
 WATCHDOG_STATE = "watchdog.json"
+# a recipe's name, as the schema has it: the slot becomes part of file and unit names
+SLOT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
 def for_slot(slot: str | None, record: str = RECORD) -> dict[str, Any]:
     """The names of the deployment in `slot` (None: the primary, with `record` where the inventory keeps it)."""
+    if slot is not None and not SLOT.match(str(slot)):
+        raise ValueError(f"deployment name {slot!r} is not a recipe name ([a-z0-9._-], up to 64)")
     if slot is None:
         return {"slot": None, "units": dict(UNITS), "container": CONTAINER, "env_file": ENV_FILE,
                 "record": record, "watchdog_state": WATCHDOG_STATE}  # fmt: skip
@@ -46,3 +51,15 @@ def for_slot(slot: str | None, record: str = RECORD) -> dict[str, Any]:
         "record": posixpath.join(ADDED_DIR, f"{slot}.json"),
         "watchdog_state": f"watchdog@{slot}.json",
     }
+
+
+def leftovers(records: list[dict[str, Any]]) -> list[str]:
+    """The files an added deployment leaves once stopped (its record, env file and units), from its slot's
+    names, never from paths a record holds."""
+    found: list[str] = []
+    for record in records:
+        if record.get("slot"):
+            named = for_slot(str(record["slot"]))
+            found += [named["record"], named["env_file"]]
+            found += [posixpath.join(UNIT_DIR, named["units"][part]) for part in ("serve", "watchdog")]
+    return found
