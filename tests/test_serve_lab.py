@@ -146,7 +146,10 @@ def test_plan_json_is_the_deployment_the_lab_runs_field_for_field():
         assert f"\nExecStart={exec_line(rank['start'])}\n" in unit_file
         assert " ".join(rank["start"]) in unit(r, "ExecStart")["ExecStart"]  # what systemd parsed from it
         assert in_node(r, "cat", launch["env_file"]).stdout == env_file(rank["env"], launch["runtime"])
-        assert json.loads(in_node(r, "cat", planned["paths"]["serve_record"]).stdout) == rank["record"]
+        kept = json.loads(in_node(r, "cat", planned["paths"]["serve_record"]).stdout)
+        # the record is the plan's, plus the rank's memory claim the serve role's admission worked out
+        assert {k: v for k, v in kept.items() if k != "claim"} == rank["record"]
+        assert kept["claim"]["bytes"] > 0 and "KV cache" in kept["claim"]["how"]
         for name in rank["units"]:
             assert in_node(r, "systemctl", "is-enabled", name, check=False).stdout.strip() == "enabled", name
         others = set(planned["units"].values()) - set(rank["units"])
