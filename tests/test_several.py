@@ -336,3 +336,10 @@ def test_what_a_stop_removes_comes_from_the_slots_names_never_a_records_paths():
         "/etc/systemd/system/sparkplay-serve-watchdog@lab-small.service"]  # fmt: skip
     with pytest.raises(ValueError, match="is not a recipe name"):
         names.leftovers([{"slot": "../../etc/x"}])
+
+
+def test_a_llamacpp_worker_claims_its_part_of_the_leaders_kv_cache():
+    """rpc-server has no -c: the KV cache of the layers it holds is sized by the leader's context."""
+    launch = staged("lab-tiny")["launch"]
+    got = admission.decide(launch, hosts(), [])["claims"]
+    assert got["rank0"] == got["rank1"] and "512-token KV cache" in got["rank1"]["how"]

@@ -141,7 +141,9 @@ def claims(
                    f"{gib(OVERHEAD[engine])} for its process")  # fmt: skip
             found.append(Claim(recipe, host, budget + OVERHEAD[engine], how))
             continue
-        context = int(cmdline.flag_value(rank.get("argv") or [], "-c", "--ctx-size") or 0) if kv_per_token else 0
+        # the leader's context: llama.cpp's RPC workers (rpc-server, no -c) hold their layers' part of its cache
+        lead = next((r for r in ranks if r.get("role") == "leader"), rank)
+        context = int(cmdline.flag_value(lead.get("argv") or [], "-c", "--ctx-size") or 0) if kv_per_token else 0
         kv = -(-(context * (kv_per_token or 0)) // max(len(ranks), 1))
         how = f"its share of the weights {gib(share)}"
         how += f", of a {context}-token KV cache {gib(kv)}" if kv else ""
