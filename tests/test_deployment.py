@@ -146,12 +146,14 @@ def test_stage_two_gives_each_rank_its_command_units_and_record():
     got = two_stage("lab-tiny")
     launch = got["launch"]
     leader, worker = launch["ranks"]
-    # the leader waits for its worker's RPC port through the serve tool, then becomes the engine
-    assert leader["start"][:4] == [deployment.TOOLS["serve"], "run", "--timeout", "120"]  # the recipe's health timeout
+    # the leader waits for its worker's RPC port through the serve tool (as long as it takes), then becomes the engine
+    assert leader["start"][:4] == [deployment.TOOLS["serve"], "run", "--timeout", "0"]
     assert leader["start"][leader["start"].index("--") + 1 :] == leader["exec"]
     waits = [a for a in leader["start"] if a.startswith("--wait-for=")]
     assert waits == [f"--wait-for={w}" for w in leader["wait_for"]]
-    assert worker["start"] == worker["exec"]  # nothing to wait for
+    # the worker binds its cable address: it waits until the node holds it (after a boot, a pulled cable)
+    assert worker["start"] == [deployment.TOOLS["serve"], "run", "--timeout", "0", f"--bind={worker['address']}", "--",
+                               *worker["exec"]]  # fmt: skip
     # llama.cpp's leader restarts after a worker does (the watcher); the watchdog is the leader's
     assert leader["units"] == ["sparkplay-serve.service", "sparkplay-serve-watch.service",
                                "sparkplay-serve-watchdog.service"]  # fmt: skip
@@ -188,8 +190,12 @@ def test_the_serve_settings_reach_stage_two():
     assert leader["record"]["tool"] == "/opt/sp/serve"
     assert got["launch"]["api"]["port"] == got["api"]["port"] == 9500  # one answer, both stages
     assert got["launch"]["probe"]["timeout_s"] == 77
-    # the worker wait defaults to the health timeout
-    assert two_stage("lab-tiny", {"serve_health_timeout": 77})["launch"]["ranks"][0]["start"][3] == "77"
+    # the worker wait is unbounded unless set (a peer that can come back is waited for)
+    assert two_stage("lab-tiny", {"serve_health_timeout": 77})["launch"]["ranks"][0]["start"][3] == "0"
+    # a claim the inventory states is the deployment's, for admission and the memory limit alike
+    claim = two_stage("lab-tiny", {"serve_memory_claim_gib": 1.5})["launch"]["memory_claim"]
+    assert claim["bytes"] == int(1.5 * 2**30) and "serve_memory_claim_gib" in claim["how"]
+    assert two_stage("lab-tiny")["launch"]["memory_claim"] is None
 
 
 def test_stage_two_without_a_ranks_facts_names_the_host_and_the_fix():

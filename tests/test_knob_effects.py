@@ -288,3 +288,15 @@ def test_a_checkpoint_with_named_files_downloads_those_alone() -> None:
     source = {**CKPT_SOURCE["checkpoint_source"], "files": ["m-Q4_K_M.gguf", "mmproj-F16.gguf"]}
     got = render(argv, {**variables, "checkpoint_source": source})
     assert [a for a in got if a.startswith("--file")] == ["--file=m-Q4_K_M.gguf", "--file=mmproj-F16.gguf"]
+
+
+def test_the_memory_guard_holds_each_engine_to_its_claim_plus_headroom() -> None:
+    """The serve unit's limit comes from the rank's admitted claim (serve_memory_guard: off, no limit at all)."""
+    claim = {"bytes": 4 * 2**30, "how": "its share of the weights"}
+    given = role_vars("serve", serve_claim=claim)
+    limit = render("{{ serve_memory_limit }}", given)
+    assert limit == {"max": 4 * 2**30 + 4 * 2**30 // 10, "high": 4 * 2**30}  # 10% above the claim
+    small = render("{{ serve_memory_limit }}", {**given, "serve_claim": {"bytes": 2**29, "how": "x"}})
+    assert small["max"] == 2**29 + 256 * 2**20  # never less than 256 MiB of headroom
+    assert render("{{ serve_memory_limit }}", {**given, "serve_memory_guard": False}) in (None, "", "None")
+    assert render("{{ serve_memory_limit }}", {**given, "serve_claim": None}) in (None, "", "None")

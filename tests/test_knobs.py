@@ -86,6 +86,7 @@ EFFECT_TESTS: dict[str, dict[str, str]] = {
     "test_deployment.py": {
         "sparkplay_model_root": "test_plan_json_prints_the_deployment_from_the_inventory",
         "sparkplay_docker": "test_settings_and_staged_folders_reach_the_deployment",
+        "serve_memory_claim_gib": "test_the_serve_settings_reach_stage_two",
     },
     "test_provision_lab.py": {
         "sparkplay_confirm_overwrite": "test_confirming_backs_up_and_replaces_it",
@@ -114,6 +115,7 @@ EFFECT_TESTS: dict[str, dict[str, str]] = {
         "engine_image_timeout": "test_the_image_timeout_bounds_pull_build_and_copy",
         "serve_smoke_max_tokens": "test_the_smoke_length_and_wait_interval_reach_the_wait",
         "serve_wait_interval": "test_the_smoke_length_and_wait_interval_reach_the_wait",
+        "serve_memory_guard": "test_the_memory_guard_holds_each_engine_to_its_claim_plus_headroom",
     },
     "test_fabric_facts.py": {
         "fabric_twin_pairing": "test_gx10_layout_needs_pairing_off",

@@ -157,11 +157,15 @@ def watchdog(tmp_path: Path, monkeypatch, engine: _Engine, **overrides) -> tuple
     monkeypatch.setattr(serve_watchdog.subprocess, "run", lambda argv, **kw: calls.append(list(argv)))
     # the engine here is this test's own server, in no unit: who holds its port is tested on its own below
     monkeypatch.setattr(serve_watchdog, "port_holder_problem", lambda *a, **kw: None)
+    # the node as explain reads it (unit, journal, twins) and the workers' ssh: all well unless a test says
+    seen = overrides.pop("seen", {"waiting": [], "twins": {}, "why": None})
+    monkeypatch.setattr(serve_watchdog, "report", lambda unit, fabric_env: seen)
+    monkeypatch.setattr(serve_watchdog, "reach", overrides.pop("reach", lambda endpoint, timeout=1.0: None))
     namespace = dict(url=engine.url, model="m", unit="sparkplay-serve.service", workers=["10.0.0.2", "10.0.0.3"],
                      interval=0.01, failures=2, grace=0, max_restarts=1, window=3600, probe_timeout=0.5,
                      restart_timeout=1, prompt="p", max_tokens=1, state=str(tmp_path / "watchdog.json"),
                      pause=str(tmp_path / "pause"), metrics_port=0, metrics_bind="127.0.0.1",
-                     container=None)  # fmt: skip
+                     container=None, fabric_env=None)  # fmt: skip
     namespace.update(overrides)
     return serve_watchdog.Watchdog(argparse.Namespace(**namespace)), calls
 
@@ -176,16 +180,20 @@ def test_the_watchdog_restarts_every_rank_in_order_after_k_failures(tmp_path, mo
     assert dog.state["failures_in_a_row"] == 1 and not calls  # one failure is not enough
     dog.step()
     ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
-    assert calls[:9] == [
+    assert calls[:12] == [
         ["systemctl", "kill", "--signal=SIGKILL", "sparkplay-serve.service"],  # a wedged engine never stops politely
         ["systemctl", "stop", "sparkplay-serve.service"],  # the leader first: never without its workers
         [*ssh, "10.0.0.3", "systemctl", "kill", "--signal=SIGKILL", "sparkplay-serve.service"],  # nor its workers
         [*ssh, "10.0.0.3", "systemctl", "stop", "sparkplay-serve.service"],
         [*ssh, "10.0.0.2", "systemctl", "kill", "--signal=SIGKILL", "sparkplay-serve.service"],
         [*ssh, "10.0.0.2", "systemctl", "stop", "sparkplay-serve.service"],
-        [*ssh, "10.0.0.2", "systemctl", "start", "sparkplay-serve.service"],  # workers in order, then the leader
+        # workers in order, then the leader; one that gave up on a crash loop gets this one more chance
+        [*ssh, "10.0.0.2", "systemctl", "reset-failed", "sparkplay-serve.service"],
+        [*ssh, "10.0.0.2", "systemctl", "start", "sparkplay-serve.service"],
+        [*ssh, "10.0.0.3", "systemctl", "reset-failed", "sparkplay-serve.service"],
         [*ssh, "10.0.0.3", "systemctl", "start", "sparkplay-serve.service"],
-        ["systemctl", "start", "sparkplay-serve.service"],
+        ["systemctl", "reset-failed", "sparkplay-serve.service"],
+        ["systemctl", "start", "--no-block", "sparkplay-serve.service"],
     ]
     assert dog.state["restarts_total"] == 1
 
@@ -237,6 +245,35 @@ def test_the_watchdog_gives_a_new_start_its_grace(tmp_path, monkeypatch):
     for _ in range(3):
         dog.step()
     assert dog.state["status"] == "starting" and not calls  # never answered yet, within its grace
+
+
+@pytest.mark.parametrize(
+    ("seen", "reach", "says"),
+    [
+        ({"waiting": ["192.168.100.11:50052: no route"], "twins": {}, "why": "waiting for 192.168.100.11:50052 "
+          "since 13:51: no route to it"}, None, "waiting for 192.168.100.11:50052"),  # fmt: skip
+        ({"waiting": [], "twins": {"enp1s0f1np1": "no carrier", "enP2p1s0f1np1": "up"}, "why": None}, None,
+         "twin enp1s0f1np1 has no carrier"),  # fmt: skip
+        ({"waiting": [], "twins": {}, "why": None}, "no route to it (the cable or the peer is down)",
+         "rank 1 (10.0.0.2) does not answer: no route"),  # fmt: skip
+    ],
+)
+def test_the_watchdog_stands_aside_while_a_restart_cannot_help_and_says_why(tmp_path, monkeypatch, seen, reach, says):
+    """A peer, a cable or an address that is away comes back by itself: the watchdog waits (no failure counted,
+    no restart spent, never stood down by a long outage) and its state says what for; then it counts again."""
+    engine = _Engine()
+    engine.wedged = True
+    dog, calls = watchdog(tmp_path, monkeypatch, engine, seen=seen,
+                          reach=(lambda endpoint, timeout=1.0: reach) if reach else (lambda e, timeout=1.0: None))  # fmt: skip
+    for _ in range(5):
+        dog.step()
+    assert dog.state["status"] == "waiting" and says in dog.state["why"] and not calls
+    assert dog.state["failures_in_a_row"] == 0 and dog.state["restarts_total"] == 0
+    seen.update(waiting=[], twins={}, why=None)  # it is back, and still the model does not answer: a restart helps
+    monkeypatch.setattr(serve_watchdog, "reach", lambda endpoint, timeout=1.0: None)
+    dog.step()
+    dog.step()
+    assert dog.state["restarts_total"] == 1 and calls
 
 
 # -- who holds the API's port: the processes and sockets of this machine, for real ----------------------

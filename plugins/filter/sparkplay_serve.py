@@ -18,6 +18,7 @@ FILTERS = {
     "sparkplay_deployment_public": "sparkplay.deployment:public",
     # several deployments: the admission rule, the records read back, the gateway's routes
     "sparkplay_admit": "sparkplay.admission:verdict",
+    "sparkplay_memory_limit": "sparkplay.admission:memory_limit",
     "sparkplay_records": "sparkplay.deployments:records",
     "sparkplay_gateway_routes": "sparkplay.deployments:routes",
     "sparkplay_records_of": "sparkplay.deployments:of_slot",

@@ -132,8 +132,9 @@ def detect(root: str = "/", twin_pairing: bool = True) -> dict:
         down = [n for n in twins if not netdevs[n]["carrier"]]
         if down:
             problems.append(
-                f"twin {', '.join(down)} of {first} has no carrier; on an ASUS GX10-style board set "
-                "fabric_twin_pairing: false for this host"
+                f"twin {', '.join(down)} of {first} has no carrier: the cable or that link is down (reseat the "
+                f"cable, and check `ip link show {down[0]}` says UP on both nodes); only a board that wires one "
+                "twin of the port (ASUS GX10-style) needs fabric_twin_pairing: false"
             )
             twins = [n for n in twins if netdevs[n]["carrier"]]
     else:

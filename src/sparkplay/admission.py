@@ -272,9 +272,13 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
     headers = [hosts[leader].get("gguf"), *(facts.get("gguf") for facts in hosts.values())]
     header = next((h for h in headers if h), None) if engine == "llamacpp" else None
     ranks = [{"host": r["host"], "role": r["role"], "argv": r["argv"], "env": r["env"]} for r in launch["ranks"]]
+    stated = launch.get("memory_claim")
     try:
-        per_token = kv_bytes_per_token(header, where=f"{leader}'s model") if header else None
-        new = claims(recipe, engine, ranks, totals, weights, per_token, launch.get("runtime", "docker"))
+        if stated:  # the inventory or the recipe says what each rank holds: the limit reads the same number
+            new = [Claim(recipe, h, int(stated["bytes"]), str(stated["how"])) for h in sorted(here)]
+        else:
+            per_token = kv_bytes_per_token(header, where=f"{leader}'s model") if header else None
+            new = claims(recipe, engine, ranks, totals, weights, per_token, launch.get("runtime", "docker"))
     except BadInput:
         if checking:
             raise
@@ -291,3 +295,19 @@ def verdict(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], f
         return decide(launch, hosts, found, force, gateway)
     except BadInput as refused:
         return {"refused": str(refused), "claims": {}, "warnings": [], "checked": True}
+
+
+# The memory limit each engine runs under: its claim plus this share of it (never less than MIN_HEADROOM),
+# so an engine that outgrows what admission counted is killed by its cgroup before it takes a neighbour's
+# memory, while the allowance's estimate (a CUDA context, a runtime) may be off by this much. MemoryHigh,
+# where the kernel starts reclaiming the engine's own cache hard, is the claim itself.
+HEADROOM_PERCENT = 10
+MIN_HEADROOM = 256 * 2**20
+
+
+def memory_limit(claim: Mapping[str, Any] | None) -> dict[str, int] | None:
+    """{max, high} bytes for an engine whose rank claims `claim` ({bytes, how}); None: no claim is known."""
+    if not claim or not claim.get("bytes"):
+        return None
+    held = int(claim["bytes"])
+    return {"max": held + max(held * HEADROOM_PERCENT // 100, MIN_HEADROOM), "high": held}

@@ -22,6 +22,7 @@ from sparkplay.cli_common import EXIT_CODES_HELP, ProjectOpt, out, reports_error
 from sparkplay.cli_overlay import overlay_app
 from sparkplay.cli_recipes import apply, recipe_app
 from sparkplay.errors import ExitCode
+from sparkplay.lab import faults as lab_faults
 from sparkplay.lab import inventory as lab_inventory
 from sparkplay.lab import manager as lab_manager
 from sparkplay.paths import data_dir, project_dir
@@ -124,6 +125,59 @@ def lab_status(
         links = [f"[{colour[state]}]{state}[/]" for state in row.links.values()]
         table.add_row(str(row.rank), row.container, row.state, row.systemd, *links)
     out.print(table)
+
+
+RankArg = Annotated[int, typer.Argument(help="The node's rank (0 is the leader).")]
+HardOpt = Annotated[bool, typer.Option("--hard", help="No clean shutdown: the plug pulled (or reset pressed).")]
+
+
+def _said(what: str, report: lab_manager.Report, started: float) -> None:
+    for change in report.changes:
+        out.print(f"  {change}", markup=False, highlight=False)
+    out.print(f"lab {what}: done in {time.monotonic() - started:.1f} s", markup=False, highlight=False)
+
+
+@lab_app.command("reboot")
+@reports_errors
+def lab_reboot(rank: RankArg, hard: HardOpt = False, project: ProjectOpt = None) -> None:
+    """Reboot a lab node: its systemd shuts down and boots again, its disks and its cable stay."""
+    started = time.monotonic()
+    _said("reboot", lab_faults.reboot(data_dir(project_dir(project)), rank, hard=hard), started)
+
+
+@lab_app.command("off")
+@reports_errors
+def lab_off(rank: RankArg, hard: HardOpt = False, project: ProjectOpt = None) -> None:
+    """Power a lab node off; its peers keep their ports, with no carrier, until `lab on`."""
+    started = time.monotonic()
+    _said("off", lab_faults.power_off(data_dir(project_dir(project)), rank, hard=hard), started)
+
+
+@lab_app.command("on")
+@reports_errors
+def lab_on(rank: RankArg, project: ProjectOpt = None) -> None:
+    """Power a lab node on again: it boots with its cable plugged where it was."""
+    started = time.monotonic()
+    _said("on", lab_faults.power_on(data_dir(project_dir(project)), rank), started)
+
+
+@lab_app.command("pull")
+@reports_errors
+def lab_pull(
+    twin: Annotated[str | None, typer.Option("--twin", help="Pull one twin's link only (default: the cable).")] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """Pull the cable between two lab nodes (or one twin's link): no carrier on either end until `lab plug`."""
+    started = time.monotonic()
+    _said("pull", lab_faults.pull(data_dir(project_dir(project)), twin), started)
+
+
+@lab_app.command("plug")
+@reports_errors
+def lab_plug(project: ProjectOpt = None) -> None:
+    """Plug the lab's cable back in (every pulled twin)."""
+    started = time.monotonic()
+    _said("plug", lab_faults.plug(data_dir(project_dir(project))), started)
 
 
 def main() -> None:

@@ -46,13 +46,14 @@ def status(
     with out.status("reading every rank", spinner="dots") if out.is_terminal and not as_json else nullcontext():
         result = run_playbook(root, "status.yml", hosts_file(inventory))
     rows = result.custom.get("sparkplay_status")
-    if result.exit_code != ExitCode.OK or rows is None:
+    # a node that is off is a row ("unreachable", and why) and exit 5; any other failure ends the status
+    if rows is None or result.exit_code not in (ExitCode.OK, ExitCode.HOSTS_UNREACHABLE):
         finish(result, "status")
         raise typer.Exit(int(ExitCode.FAILED))
     if as_json:  # the primary's rows as before; the added deployments' under their own key when there are any
         added_rows = result.custom.get("sparkplay_status_added") or []
         sys.stdout.write(json.dumps({"ranks": rows, "added": added_rows} if added_rows else rows, indent=2) + "\n")
-        return
+        raise typer.Exit(int(result.exit_code))
     table = Table(box=None)
     for column in ("rank", "host", "unit", "state", "since", "health", "model", "watchdog"):
         table.add_column(column)
@@ -71,11 +72,16 @@ def status(
             more.add_row(*(str(row[c]) for c in ("recipe", "host", "unit")), f"[{style}]{row['state']}[/{style}]",
                          *(str(row[c]) for c in ("health", "model", "claim_gib")))  # fmt: skip
         out.print(more)
+    for row in rows:  # what each rank waits for, or why it is down, in words
+        if row.get("why"):
+            err.print(f"rank {row['rank']} ({row['host']}): {row['why']}", markup=False, highlight=False)
     for problem in plan_problems(rows):
         err.print(f"warning: {problem}", markup=False, highlight=False)
     for row in rows:
         if row.get("watchdog_stood_down"):
             err.print(f"watchdog on {row['host']}: {row['watchdog_stood_down']['why']}", markup=False, highlight=False)
+    if result.exit_code == ExitCode.HOSTS_UNREACHABLE:
+        raise typer.Exit(int(ExitCode.HOSTS_UNREACHABLE))
 
 
 @reports_errors

@@ -60,6 +60,7 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
     "serve_worker_wait": 0,
     "serve_watchdog_enabled": True,
     "serve_watchdog_state": None,
+    "serve_memory_claim_gib": 0,
 }
 OVERLAY_EXPECT = 864  # MTP expert matrices of GLM-5.x (layer 45: 288 experts x gate/up/down)
 
@@ -251,7 +252,8 @@ def with_launch(
         plan["api"]["url"] = f"http://{nodes[0].address}:{plan['api']['port']}"  # where the gateway reaches it
     digest = plan_digest(plan)  # of the launch plan alone: what every rank of one run shares
     tool = checkpoints.absolute(str(merged["serve_tool"]), "serve_tool")
-    wait = int(merged["serve_worker_wait"] or 0) or plan["health"]["timeout_s"]
+    # 0: a rank waits for its peers and its cable address as long as it takes (no start is counted meanwhile)
+    wait = int(merged["serve_worker_wait"] or 0)
     watchdog_state = merged["serve_watchdog_state"] or f"{state}/{doc['paths'].get('watchdog_state', 'watchdog.json')}"
     units = doc.get("units") or UNITS
     for rank in plan["ranks"]:
@@ -259,8 +261,12 @@ def with_launch(
         watch = plan["leader_follows_workers"] and leader
         watchdog = bool(merged["serve_watchdog_enabled"]) and leader
         # workers first: a rank with peers to wait for runs the serve tool, which waits, then becomes the engine
-        rank["start"] = ([tool, "run", "--timeout", str(wait), *(f"--wait-for={w}" for w in rank["wait_for"]), "--",
-                          *rank["exec"]] if rank["wait_for"] else list(rank["exec"]))  # fmt: skip
+        # and a rank bound to its cable address waits until the node holds it (after a boot, a pulled cable)
+        binds = sorted({str(w["address"]) for w in rank.get("listen") or [] if _cable_bound(str(w["address"]))})
+        waits = [*(f"--wait-for={w}" for w in rank["wait_for"]), *(f"--bind={b}" for b in binds)]
+        rank["start"] = (
+            [tool, "run", "--timeout", str(wait), *waits, "--", *rank["exec"]] if waits else list(rank["exec"])
+        )
         # a group engine's leader restarts its workers before each start of its own (none outlives its leader)
         workers = [r["address"] for r in plan["ranks"] if r["role"] != "leader"]
         rank["start_pre"] = ([tool, "restart-workers", "--unit", plan["unit"], *(f"--peer={w}" for w in workers)]
@@ -278,12 +284,38 @@ def with_launch(
             "watchdog_unit": units["watchdog"] if watchdog else None,
             "watchdog_state": watchdog_state if watchdog else None,
         }  # fmt: skip
+    plan["memory_claim"] = _memory_claim(recipe, merged)
     plan["probe"] = {"url": plan["api"]["url"], "model": plan["served_name"], "prompt": plan["health"]["prompt"],
                      "timeout_s": plan["health"]["timeout_s"]}  # fmt: skip
     return {**doc, "launch": plan}
 
 
+def _memory_claim(recipe: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The claim each rank makes on its node when the inventory or the recipe states one (GiB), in place of
+    the one admission derives: admission and the engine's memory limit read this same number."""
+    stated = (
+        (settings.get("serve_memory_claim_gib"), "the inventory's serve_memory_claim_gib"),
+        ((recipe.get("serve") or {}).get("memory_claim_gib"), "the recipe's serve.memory_claim_gib"),
+    )
+    for value, where in stated:
+        if value not in (None, 0, "0", ""):
+            try:
+                gib = float(value)
+            except (TypeError, ValueError):
+                gib = -1.0
+            if gib <= 0:
+                raise BadInput(f"{where} is {value!r}", "give GiB above 0 (0: the claim sparkplay works out)")
+            return {"bytes": int(gib * 2**30), "how": f"{gib:g} GiB as {where} says"}
+    return None
+
+
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+WILDCARD = ("0.0.0.0", "::", "*", "")  # noqa: S104 - names, not a bind
+
+
+def _cable_bound(address: str) -> bool:
+    """An engine bound to one address of the node (its cable's), not loopback or every address."""
+    return address not in LOOPBACK + WILDCARD and not address.startswith("127.")
 
 
 def _reachable_bind(doc: Mapping[str, Any], nodes: Sequence[Node]) -> str:

@@ -62,6 +62,8 @@ def doctor_table(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[str]
             notes.append(f"{host}: preflight: {doc['preflight']}")
         for problem in (doc.get("fabric") or {}).get("problems", []):
             notes.append(f"{host}: fabric: {problem}")
+        if doc.get("serving"):
+            notes.append(f"{host}: serving: {doc['serving']}")
         if doc.get("nccl_problem"):
             notes.append(f"{host}: WARNING {doc['nccl_problem']}")
         if doc.get("env"):

@@ -136,7 +136,7 @@ def address_of(cidr: str) -> str:
 def ping_plan(addresses: Mapping[str, Sequence[str]], me: str, twins: Sequence[str]) -> list[dict[str, str]]:
     """One jumbo ping per link to each peer: out of my twin to the peer's address in the same subnet
     (behind a switch, my i-th twin to the peer's i-th address; in a ring, each neighbour over its link)."""
-    mine = list(addresses[me])[: len(twins)]
+    mine = list(addresses.get(me) or [])[: len(twins)]  # a node whose twin is down may have fewer, or none
     return [
         {"ifname": twins[i], "peer": peer, "address": address}
         for peer, cidrs in sorted(addresses.items())

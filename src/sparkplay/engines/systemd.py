@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -104,18 +105,36 @@ def _systemd_escaped(value: str) -> str:
 
 
 def status_rows(
-    records: Mapping[str, Mapping[str, Any]], units: Mapping[str, Mapping[str, str]], probe: Mapping[str, Any]
+    records: Mapping[str, Mapping[str, Any]],
+    units: Mapping[str, Mapping[str, str]],
+    probe: Mapping[str, Any],
+    explained: Mapping[str, Any] | None = None,
+    unreachable: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per host: rank, host, unit, state, since, health, served model.
+    """One row per host: rank, host, unit, state, since, health, served model, and why it is not serving.
 
     records: host -> the deployment record the serve role left (the Deployment's serve_record),
     empty for a host with none; units: host -> `systemctl show` properties;
-    probe: the leader's look at its API ({health, served}) and its watchdog's state file (or None).
+    probe: the leader's look at its API ({health, served, answers: a completion came back}) and its
+    watchdog's state file (or None); explained: host -> the serve tool's `explain` report of its unit;
+    unreachable: host -> {rank, msg} for a node that did not answer (off, its management link cut).
     """
     watchdog = probe.get("watchdog") or {}
+    # health is a real answer from the model where the probe asked for one (/health stays "ok" while a
+    # worker is gone or the engine is frozen)
+    healthy = bool(probe.get("answers")) if "answers" in probe else bool(probe.get("health"))
+    peers = {str(r.get("address")): f"rank {r.get('rank')}" for r in records.values() if r.get("address")}
     leader_plan = next((r.get("plan_sha256") for r in records.values() if r.get("role") == "leader"), None)
     rows = []
+    for host, down in (unreachable or {}).items():
+        if down:
+            rows.append({"rank": down.get("rank", "-"), "host": host, "role": "-", "unit": "-", "state": "unreachable",
+                         "since": "-", "restarts": 0, "health": "-", "model": "-", "watchdog": "-",
+                         "watchdog_restarts": 0, "watchdog_stood_down": None, "plan_differs": False, "up": False,
+                         "why": f"the node does not answer: {str(down.get('msg') or '-').strip()[:160]}"})  # fmt: skip
     for host, record in records.items():
+        if (unreachable or {}).get(host):
+            continue
         show = units.get(host) or {}
         state, sub = show.get("ActiveState") or "unknown", show.get("SubState", "")
         leader = record.get("role") == "leader"
@@ -132,17 +151,46 @@ def status_rows(
                 "state": (f"{state}/{sub}" if sub else state) if deployed else "not deployed",
                 "since": _short_time(show.get("StateChangeTimestamp") or "-"),
                 "restarts": int(show.get("NRestarts") or 0),
-                "health": ("ok" if probe.get("health") else "down") if leader else "-",
+                "health": ("ok" if healthy else "down") if leader else "-",
+                "why": "; ".join(
+                    dict.fromkeys(
+                        w
+                        for w in (
+                            probe.get("why") if leader and deployed and not healthy else None,
+                            _why(((explained or {}).get(host) or {}).get("why"), peers),
+                            watchdog.get("why") if leader and deployed and not healthy else None,
+                        )
+                        if w
+                    )
+                )
+                or None,
                 "model": (record.get("served_name") if probe.get("served") else "-") if leader else "-",
                 "watchdog": (watchdog.get("status") or "-") if leader and record.get("watchdog_unit") else "-",
                 "watchdog_restarts": int(watchdog.get("restarts_total") or 0) if leader else 0,
                 "watchdog_stood_down": (watchdog.get("stood_down") or None) if leader else None,
                 "plan_differs": differs,
                 # a leader is up when its API answers, not merely when its process runs
-                "up": deployed and state == "active" and (bool(probe.get("health")) or not leader) and not differs,
+                "up": deployed and state == "active" and (healthy or not leader) and not differs,
             }
         )
     return sorted(rows, key=lambda row: (row["rank"] if isinstance(row["rank"], int) else 1 << 30, row["host"]))
+
+
+WAITED = re.compile(r"waiting for (\[[^\]]+\]|[0-9.]+):(\d+)( since [0-9:]+)?: ")
+
+
+def _why(text: str | None, peers: Mapping[str, str]) -> str | None:
+    """The node's explanation with each peer's cable address named by its rank: "waiting for rank 1
+    (192.168.100.11:50052): ..." (a node knows addresses; the records know which rank holds each)."""
+    if not text:
+        return None
+
+    def named(found: re.Match[str]) -> str:
+        address, port = found.group(1), found.group(2)
+        rank = peers.get(address.strip("[]"))
+        return f"waiting for {rank} ({address}:{port}){found.group(3) or ''}: " if rank else found.group(0)
+
+    return WAITED.sub(named, text)
 
 
 def plan_digest(plan: Mapping[str, Any]) -> str:

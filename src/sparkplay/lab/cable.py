@@ -27,6 +27,7 @@ from sparkplay.errors import MissingPrerequisite, SparkplayError
 TWINS: tuple[str, str] = ("enp1s0f1np1", "enP2p1s0f1np1")
 SWITCH_PREFIX = "splab-sw"
 PORT_PREFIX = "splab-r"
+DANGLING_PREFIX = "splab-x"  # a host-side stand-in for a port's far end (lab/faults.py: a node off, a pulled cable)
 SWITCH_MTU = 9216  # a switch carries jumbo frames plus headroom
 
 
@@ -247,3 +248,17 @@ def twin_states(pid: int | None) -> dict[str, str]:
         link = links.get(twin)
         states[twin] = "missing" if link is None else ("up" if link.carrier else "down")
     return states
+
+
+def dangling_name(rank: int, twin: int) -> str:
+    return f"{DANGLING_PREFIX}{rank}t{twin}"
+
+
+def remove_dangling() -> list[str]:
+    """Every host-side stand-in for a far end (once the cable is whole again, none is needed)."""
+    removed = []
+    for name in sorted(read_links()):
+        if name.startswith(DANGLING_PREFIX):
+            _ip(["link", "del", name], check=False)
+            removed.append(f"removed host link {name}")
+    return removed

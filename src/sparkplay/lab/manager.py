@@ -58,6 +58,19 @@ def cgroup_v2_root() -> Path:
     )
 
 
+# Where a node sees the host's cgroup v1 memory hierarchy, on a "hybrid" host whose memory controller is
+# not in the v2 tree: the node's systemd cannot enforce MemoryMax= there, and sparkplay's memory guard
+# (sparkplay-serve memguard) uses this hierarchy instead, as it would on such a host outside the lab.
+NODE_MEMORY_HIERARCHY = "/opt/sparkplay-lab/memory"
+
+
+def _memory_hierarchy() -> list[str]:
+    v1 = Path("/sys/fs/cgroup/memory")
+    if (v1 / "memory.limit_in_bytes").exists() and cgroup_v2_root() != Path("/sys/fs/cgroup"):
+        return ["-v", f"{v1}:{NODE_MEMORY_HIERARCHY}:rw"]
+    return []
+
+
 @dataclass
 class Report:
     """What a lab command did, for the CLI to print."""
@@ -122,6 +135,7 @@ def _run_node(rank: int, tag: str, cgroup_root: Path) -> None:
             "--cgroupns=host",
             "-v",
             f"{cgroup_root}:/sys/fs/cgroup:rw",
+            *_memory_hierarchy(),
             "--tmpfs",
             "/run",
             "--tmpfs",
@@ -169,12 +183,16 @@ def _converge_nodes(nodes: int, tag: str, network_id: str, report: Report) -> No
         networks = info.get("NetworkSettings", {}).get("Networks", {})
         attached = any(net.get("NetworkID") == network_id for net in networks.values())
         half_made = info["State"]["Status"] == "created"  # an interrupted run stopped before start
-        if info["Config"]["Image"] != tag or not attached or half_made:
+        mounts = {m.get("Destination") for m in info.get("Mounts") or []}
+        unbound = bool(_memory_hierarchy()) and NODE_MEMORY_HIERARCHY not in mounts
+        if info["Config"]["Image"] != tag or not attached or half_made or unbound:
             why = (
                 "image changed"
                 if info["Config"]["Image"] != tag
                 else "left half-made by an interrupted run"
                 if half_made
+                else "made before the memory guard's hierarchy was bound"
+                if unbound
                 else "management network was replaced"
             )
             dockercli.docker(["rm", "-f", name])
@@ -242,6 +260,7 @@ def up(
         report.add(*(said for name in names if (said := trust.trust(name, cas))))
         report.add(*cable.remove_switches(keep_for_nodes=nodes, topology=topology))
         report.add(*cable.wire(_pids(names), topology))
+        report.add(*cable.remove_dangling())
         report.add(*(f"{path} written" for path in inventory.write(paths.data_dir(project), names, topology)))
         staged = staging.stage(names[0], paths.cache_dir(project) / "lab")
         if staged:
@@ -261,6 +280,7 @@ def down(project: Path, *, purge_images: bool = False) -> Report:
             dockercli.docker(["rm", "-f", name])
             report.add(f"{name} removed")
         report.add(*cable.remove_switches())
+        report.add(*cable.remove_dangling())
         for network in dockercli.ids_with_label("network", LABEL):
             dockercli.docker(["network", "rm", network])
             report.add(f"network {network} removed")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 from .bench import cmd_bench
+from .explain import cmd_explain
 from .gateway import cmd_gateway
 from .group import cmd_restart_workers
+from .memory import cmd_memguard, cmd_release
 from .ports import cmd_run, cmd_wait_ports
 from .ready import cmd_probe, cmd_ready, cmd_verify_unit
 from .watch import cmd_watch
@@ -22,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_wait_ports)
     p = sub.add_parser("run")
     p.add_argument("--wait-for", action="append", default=[])
-    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--bind", action="append", default=[], help="an address of this node the engine binds")
+    p.add_argument("--timeout", type=float, default=0, help="seconds, then exit 1 (0: as long as it takes)")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("watch")
@@ -65,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--metrics-bind", default="127.0.0.1")
     p.add_argument("--container", help="the docker runtime's container (its processes hold the API's port)")
+    p.add_argument("--fabric-env", help="the fabric role's env file (names the cable's twins)")
     p.set_defaults(func=cmd_watchdog)
     p = sub.add_parser("gateway")
     p.add_argument("--routes", required=True, help="the routes file: served name -> deployment URL (JSON)")
@@ -93,6 +97,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", required=True)
     p.add_argument("--model", required=True)
     p.set_defaults(func=cmd_probe)
+    p.add_argument("--complete", action="store_true", help="also ask for a short completion (status)")
+    p = sub.add_parser("explain", help="why a rank is not serving (status, doctor, the watchdog)")
+    p.add_argument("--unit", required=True)
+    p.add_argument("--fabric-env", help="the fabric role's env file (names the cable's twins)")
+    p.set_defaults(func=cmd_explain)
+    p = sub.add_parser("memguard", help="hold the unit's engine to its memory limit (the unit's ExecStartPost)")
+    p.add_argument("--unit", required=True)
+    p.add_argument("--max", type=int, required=True, help="bytes: the engine is killed above this")
+    p.add_argument("--high", type=int, default=0, help="bytes: reclaimed hard above this (0: --max)")
+    p.add_argument("--container", help="the docker runtime's container: its limit is docker's")
+    p.add_argument("--docker", default="/usr/bin/docker")
+    p.set_defaults(func=cmd_memguard)
+    p = sub.add_parser("memguard-release", help="after a stop: the unit's memory cgroup and guard state removed")
+    p.add_argument("--unit", required=True)
+    p.set_defaults(func=cmd_release)
     p = sub.add_parser("verify-unit")
     p.add_argument("file")
     p.add_argument("name")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -12,26 +14,59 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .common import PROC, TCP_LISTEN, port_open
+from .common import PROC, TCP_LISTEN, _endpoint
+
+WAITING = "sparkplay-serve: waiting for"  # the journal line `explain` reads back (what a rank waits for)
+
+
+def reach(endpoint: str, timeout: float = 1.0) -> str | None:
+    """None when the endpoint accepts a TCP connection, else why not, in words a user acts on."""
+    try:
+        with socket.create_connection(_endpoint(endpoint), timeout=timeout):
+            return None
+    except TimeoutError:
+        return "no answer (the peer or its cable is down)"
+    except OSError as exc:
+        return {
+            errno.ECONNREFUSED: "connection refused (its engine is not listening yet)",
+            errno.EHOSTUNREACH: "no route to it (the cable or the peer is down)",
+            errno.ENETUNREACH: "no route to it (this node has no cable address on its subnet)",
+        }.get(exc.errno or 0, exc.strerror or str(exc))
+
+
+def address_missing(address: str) -> str | None:
+    """None when this node holds `address` (a rank binds its engine there), else why it cannot bind it."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return "not on this node (its cable link is down or not configured yet)"
+            return exc.strerror or str(exc)
+    return None
 
 
 def cmd_wait_ports(args: argparse.Namespace) -> int:
-    deadline = time.monotonic() + args.timeout
-    waiting = list(args.endpoints)
-    said: set[str] = set()
-    while waiting:
-        waiting = [e for e in waiting if not port_open(e)]
-        for endpoint in waiting:
-            if endpoint not in said:
-                print(f"waiting for {endpoint}", flush=True)
-                said.add(endpoint)
-        if not waiting:
+    """Wait until every endpoint answers and every bind address is this node's; each change of reason is one
+    journal line (`explain` reads the last). A timeout of 0 waits as long as it takes: a peer that can come
+    back (a reboot, a cable) is waited for, not counted as a failed start."""
+    deadline = time.monotonic() + args.timeout if args.timeout > 0 else None
+    said: dict[str, str] = {}
+    while True:
+        why = {f"cable address {a}": r for a in getattr(args, "bind", []) if (r := address_missing(a))}
+        why |= {e: r for e in args.endpoints if (r := reach(e))}
+        for what, reason in why.items():
+            if said.get(what) != reason:
+                print(f"{WAITING} {what}: {reason}", flush=True)
+        said = why
+        if not why:
             break
-        if time.monotonic() > deadline:
-            print(f"gave up after {args.timeout:.0f} s waiting for {', '.join(waiting)}", file=sys.stderr)
+        if deadline is not None and time.monotonic() > deadline:
+            print(f"gave up after {args.timeout:.0f} s waiting for {', '.join(why)}", file=sys.stderr)
             return 1
         time.sleep(1)
-    print("all ports answer: " + ", ".join(args.endpoints), flush=True)
+    print("all ports answer: " + ", ".join([*args.endpoints, *getattr(args, "bind", [])]), flush=True)
     return 0
 
 
@@ -40,8 +75,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not argv:
         print("nothing to run after --", file=sys.stderr)
         return 2
-    if args.wait_for:
-        waited = cmd_wait_ports(argparse.Namespace(endpoints=args.wait_for, timeout=args.timeout))
+    if args.wait_for or args.bind:
+        waited = cmd_wait_ports(argparse.Namespace(endpoints=args.wait_for, bind=args.bind, timeout=args.timeout))
         if waited != 0:
             return waited
     sys.stdout.flush()

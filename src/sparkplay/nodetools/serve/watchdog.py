@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from .common import _read_json, _write_json, completion, unit_show, use_api_key
+from .explain import report
 from .group import on_peer
-from .ports import port_holder_problem
+from .ports import port_holder_problem, reach
 
 
 class Watchdog:
@@ -74,14 +75,35 @@ class Watchdog:
             on_peer(peer, ["systemctl", "kill", "--signal=SIGKILL", unit])
             on_peer(peer, ["systemctl", "stop", unit])
         for peer in workers:
+            on_peer(peer, ["systemctl", "reset-failed", unit])
             on_peer(peer, ["systemctl", "start", unit])
-        subprocess.run(["systemctl", "start", unit], check=False, timeout=180)
+        # a unit that gave up on a crash loop (its start limit) gets this one more chance
+        subprocess.run(["systemctl", "reset-failed", unit], check=False, timeout=60)
+        subprocess.run(["systemctl", "start", "--no-block", unit], check=False, timeout=180)
         deadline = time.monotonic() + self.args.restart_timeout
         while time.monotonic() < deadline:
             time.sleep(self.args.interval)
             if self.healthy():
                 return True
         return False
+
+    def standing_aside(self) -> str | None:
+        """Why a restart cannot help now (the leader waits for a peer or its address, a twin has no carrier,
+        a worker's node does not answer), or None: then failures count toward a restart."""
+        seen = report(self.args.unit, self.args.fabric_env)
+        if self.metrics:
+            self.metrics["oom_kills"].set(int((seen.get("memory") or {}).get("oom_kills") or 0))
+        if seen.get("waiting"):
+            return str(seen.get("why"))
+        cable = [f"twin {t} has {s}" if s == "no carrier" else f"twin {t} is {s}"
+                 for t, s in (seen.get("twins") or {}).items() if s != "up"]  # fmt: skip
+        if cable:
+            return "; ".join(cable)
+        for rank, worker in enumerate(self.args.workers, start=1):
+            why = reach(f"{worker}:22", timeout=2)
+            if why:
+                return f"rank {rank} ({worker}) does not answer: {why}"
+        return None
 
     def started_anew(self) -> bool:
         """Whether the leader's unit was started since the last look (a deploy, a person): a new grace."""
@@ -101,7 +123,14 @@ class Watchdog:
             return
         in_grace = time.time() - state["since"] < args.grace and state["last_ok"] is None
         if self.healthy():
-            state.update(status="ok", failures_in_a_row=0)
+            state.update(status="ok", failures_in_a_row=0, why=None)
+            return
+        aside = self.standing_aside()
+        if aside != state.get("why"):
+            print(f"not answering: {aside}" if aside else "not answering", flush=True)
+        state["why"] = aside
+        if aside:  # a restart cannot bring back a peer, a cable or an address: wait, and say for what
+            state.update(status="waiting", failures_in_a_row=0)
             return
         if in_grace:
             state["status"] = "starting"
@@ -156,6 +185,7 @@ def _metrics(port: int, bind: str, model: str, unit: str) -> dict[str, Any] | No
         "restarts": Counter("sparkplay_watchdog_restarts", "Restarts of every rank, in order", labels),
         "stood_down": Gauge("sparkplay_watchdog_stood_down", "1 when the restart cap was reached", labels),
         "paused": Gauge("sparkplay_watchdog_paused", "1 while the pause file exists", labels),
+        "oom_kills": Gauge("sparkplay_watchdog_oom_kills", "Kills of the engine above its memory limit", labels),
         "failures_in_a_row": Gauge(
             "sparkplay_watchdog_failures_in_a_row", "Failed probes since the last answer", labels
         ),

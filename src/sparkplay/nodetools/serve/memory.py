@@ -1,0 +1,204 @@
+"""The memory guard: an engine held to its admitted claim by a cgroup, and what its kills were.
+
+A native engine's unit carries MemoryMax=/MemoryHigh= (systemd enforces them where its cgroup v2 tree has the
+memory controller, as on a Spark's Ubuntu); a docker engine's limit is its container's (`docker update
+--memory`, docker's own cgroup). On a host whose memory controller sits in a cgroup v1 hierarchy (a "hybrid"
+host, the lab's), systemd cannot enforce the unit's limit: `memguard` (the unit's ExecStartPost, as root)
+then puts the unit's processes into a memory cgroup of their own in that hierarchy with the same limit.
+Either way the kernel kills the engine, not another process of the node, when it outgrows its limit.
+Each start records the kill counter it found, so `explain` can tell an OOM kill from any other death.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import _read_json, _write_json, unit_show
+
+STATE_DIR = "/run/sparkplay/memguard"
+CGROUP2 = Path("/sys/fs/cgroup")
+V1_GROUP = "sparkplay"  # beneath the node's own memory cgroup
+
+
+def state_path(unit: str) -> str:
+    return f"{STATE_DIR}/{unit}.json"
+
+
+def v1_memory_mount(mountinfo: str) -> Path | None:
+    """Where a cgroup v1 hierarchy holding the memory controller is mounted (from /proc/self/mountinfo)."""
+    for line in mountinfo.splitlines():
+        fields = line.split(" - ", 1)
+        if len(fields) != 2:
+            continue
+        fstype, _source, options = [*fields[1].split(), "", "", ""][:3]
+        if fstype == "cgroup" and "memory" in options.split(","):
+            return Path(line.split()[4])
+    return None
+
+
+def own_v1_path(proc_cgroup: str) -> str | None:
+    """This process's path in the v1 memory hierarchy ("N:memory:/PATH" of /proc/self/cgroup)."""
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and "memory" in parts[1].split(","):
+            return parts[2]
+    return None
+
+
+def oom_kills_v1(group: Path) -> int:
+    """The kernel's count of OOM kills in a v1 memory cgroup (memory.oom_control's oom_kill)."""
+    try:
+        text = (group / "memory.oom_control").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def oom_kills_v2(group: Path) -> int:
+    try:
+        text = (group / "memory.events").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def v1_group(unit: str) -> Path | None:
+    """The v1 memory cgroup memguard uses for `unit` on this node, or None where there is no v1 hierarchy."""
+    try:
+        mount = v1_memory_mount(Path("/proc/self/mountinfo").read_text())
+        mine = own_v1_path(Path("/proc/self/cgroup").read_text())
+    except OSError:
+        return None
+    if mount is None or mine is None:
+        return None
+    # memguard runs in the unit's own v1 group on a second start: its parent is the node's
+    base = mine.rsplit(f"/{V1_GROUP}/", 1)[0]
+    return mount / base.lstrip("/") / V1_GROUP / unit
+
+
+def _unit_pids(unit: str) -> list[int]:
+    group = unit_show(unit, "ControlGroup").get("ControlGroup", "")
+    try:
+        return [int(p) for p in (CGROUP2 / group.lstrip("/") / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _enforce_v1(unit: str, limit: int, high: int) -> str:
+    group = v1_group(unit)
+    if group is None:
+        return "not enforced: neither systemd's cgroup v2 tree nor a v1 hierarchy has the memory controller here"
+    group.mkdir(parents=True, exist_ok=True)
+    (group / "memory.limit_in_bytes").write_text(str(limit))
+    swap = group / "memory.memsw.limit_in_bytes"
+    if swap.exists():  # no swapping past the limit either
+        swap.write_text(str(limit))
+    (group / "memory.soft_limit_in_bytes").write_text(str(high))
+    for pid in _unit_pids(unit):
+        try:
+            (group / "cgroup.procs").write_text(str(pid))
+        except OSError:  # gone meanwhile
+            continue
+    return f"enforced in the cgroup v1 memory hierarchy ({group})"
+
+
+def _enforce_docker(container: str, limit: int, docker: str, wait: float = 120) -> str:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        done = subprocess.run([docker, "update", "--memory", str(limit), "--memory-swap", str(limit), container],
+                              capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+        if done.returncode == 0:
+            return f"enforced on container {container} (docker's cgroup)"
+        time.sleep(0.5)
+    return f"not enforced: container {container} did not appear within {wait:.0f} s"
+
+
+def cmd_memguard(args: argparse.Namespace) -> int:
+    """The unit's ExecStartPost (as root): the engine held to its limit, and the kills before this start."""
+    unit, limit, high = args.unit, args.max, args.high or args.max
+    previous = _read_json(state_path(unit)) or {}
+    if args.container:
+        how = _enforce_docker(args.container, limit, args.docker)
+        kills = int(previous.get("oom_kills_seen") or 0)
+    else:
+        group = unit_show(unit, "ControlGroup").get("ControlGroup", "")
+        v2 = CGROUP2 / group.lstrip("/")
+        if group and (v2 / "memory.max").exists():
+            how = "enforced by systemd (cgroup v2 MemoryMax)"
+            kills = int(previous.get("oom_kills_seen") or 0)
+        else:
+            how = _enforce_v1(unit, limit, high)
+            group_v1 = v1_group(unit)
+            found = oom_kills_v1(group_v1) if group_v1 else 0
+            if found > int(previous.get("oom_kill_counter") or 0):  # the run before this one was killed
+                previous["last_oom_at"] = time.time()
+                previous["oom_kills_seen"] = (
+                    int(previous.get("oom_kills_seen") or 0) + found - int(previous.get("oom_kill_counter") or 0)
+                )
+                print(f"the engine's previous run was killed above its memory limit of {gib(limit)}", flush=True)
+            previous["oom_kill_counter"] = found
+            kills = int(previous.get("oom_kills_seen") or 0)
+    state: dict[str, Any] = {**previous, "unit": unit, "limit": limit, "high": high, "how": how,
+                             "oom_kills_seen": kills, "started": time.time()}  # fmt: skip
+    _write_json(state_path(unit), state)
+    print(f"memory limit {gib(limit)} (high {gib(high)}): {how}", flush=True)
+    return 0
+
+
+def gib(count: int) -> str:
+    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
+
+
+def current_kills(unit: str) -> dict[str, Any]:
+    """What `explain` needs: the limit and every OOM kill of the unit's engine seen so far (v1: the live counter
+    against the one at the last start; v2: systemd's own Result and memory.events)."""
+    state = _read_json(state_path(unit)) or {}
+    if not state:
+        return {}
+    kills = int(state.get("oom_kills_seen") or 0)
+    group = v1_group(unit)
+    killed_now = False
+    if group is not None and group.exists():
+        counter = oom_kills_v1(group)
+        if counter > int(state.get("oom_kill_counter") or 0):  # killed since its last start
+            kills += counter - int(state.get("oom_kill_counter") or 0)
+            killed_now = True
+    else:
+        cg = unit_show(unit, "ControlGroup").get("ControlGroup", "")
+        if cg and oom_kills_v2(CGROUP2 / cg.lstrip("/")):
+            killed_now = True
+    return {"limit": state.get("limit"), "how": state.get("how"), "oom_kills": kills, "killed_now": killed_now,
+            "last_oom_at": state.get("last_oom_at")}  # fmt: skip
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    """After a stop: the unit's v1 memory cgroup (empty once the engine is gone) and its state file go, so a
+    stopped deployment leaves nothing of the guard behind. Prints what went (the role's `changed`)."""
+    gone = []
+    group = v1_group(args.unit)
+    if group is not None and group.is_dir():
+        try:
+            group.rmdir()  # a cgroup with processes in it refuses: it is then still serving
+            gone.append(str(group))
+        except OSError as exc:
+            print(f"{group} kept: {exc.strerror}", flush=True)
+            return 1
+    state = Path(state_path(args.unit))
+    if state.exists():
+        state.unlink()
+        gone.append(str(state))
+    for item in gone:
+        print(f"removed {item}", flush=True)
+    return 0
