@@ -126,7 +126,7 @@ def test_a_healthy_rank_has_nothing_to_explain():
 
 
 def test_a_frozen_engine_is_named(tmp_path):
-    child = subprocess.Popen(["sleep", "30"])  # noqa: S607
+    child = subprocess.Popen(["sleep", "30"])
     try:
         child.send_signal(19)  # SIGSTOP
         time.sleep(0.2)
@@ -202,8 +202,9 @@ def test_status_health_is_a_real_answer_and_each_row_says_why():
 
 
 def test_a_node_that_does_not_answer_is_a_row_not_the_end_of_status():
-    rows = systemd.status_rows({"r0": RECORDS["r0"], "r1": {}}, UNITS, {"health": True, "served": True,
-                               "answers": True}, {}, {"r1": {"rank": 1, "msg": "container is not running"}})  # fmt: skip
+    answers = {"health": True, "served": True, "answers": True}
+    off = {"r1": {"rank": 1, "msg": "container is not running"}}
+    rows = systemd.status_rows({"r0": RECORDS["r0"], "r1": {}}, UNITS, answers, {}, off)
     down = next(r for r in rows if r["host"] == "r1")
     assert down["state"] == "unreachable" and down["rank"] == 1 and "container is not running" in down["why"]
 

@@ -247,15 +247,21 @@ def test_the_watchdog_gives_a_new_start_its_grace(tmp_path, monkeypatch):
     assert dog.state["status"] == "starting" and not calls  # never answered yet, within its grace
 
 
+WAITING_SEEN = {
+    "waiting": ["192.168.100.11:50052: no route"],
+    "twins": {},
+    "why": "waiting for 192.168.100.11:50052 since 13:51: no route to it",
+}
+CABLE_SEEN = {"waiting": [], "twins": {"enp1s0f1np1": "no carrier", "enP2p1s0f1np1": "up"}, "why": None}
+CLEAR_SEEN = {"waiting": [], "twins": {}, "why": None}
+
+
 @pytest.mark.parametrize(
     ("seen", "reach", "says"),
     [
-        ({"waiting": ["192.168.100.11:50052: no route"], "twins": {}, "why": "waiting for 192.168.100.11:50052 "
-          "since 13:51: no route to it"}, None, "waiting for 192.168.100.11:50052"),  # fmt: skip
-        ({"waiting": [], "twins": {"enp1s0f1np1": "no carrier", "enP2p1s0f1np1": "up"}, "why": None}, None,
-         "twin enp1s0f1np1 has no carrier"),  # fmt: skip
-        ({"waiting": [], "twins": {}, "why": None}, "no route to it (the cable or the peer is down)",
-         "rank 1 (10.0.0.2) does not answer: no route"),  # fmt: skip
+        (WAITING_SEEN, None, "waiting for 192.168.100.11:50052"),
+        (CABLE_SEEN, None, "twin enp1s0f1np1 has no carrier"),
+        (CLEAR_SEEN, "no route to it (the cable or the peer is down)", "rank 1 (10.0.0.2) does not answer: no route"),
     ],
 )
 def test_the_watchdog_stands_aside_while_a_restart_cannot_help_and_says_why(tmp_path, monkeypatch, seen, reach, says):
@@ -263,8 +269,8 @@ def test_the_watchdog_stands_aside_while_a_restart_cannot_help_and_says_why(tmp_
     no restart spent, never stood down by a long outage) and its state says what for; then it counts again."""
     engine = _Engine()
     engine.wedged = True
-    dog, calls = watchdog(tmp_path, monkeypatch, engine, seen=seen,
-                          reach=(lambda endpoint, timeout=1.0: reach) if reach else (lambda e, timeout=1.0: None))  # fmt: skip
+    seen = dict(seen)
+    dog, calls = watchdog(tmp_path, monkeypatch, engine, seen=seen, reach=lambda endpoint, timeout=1.0: reach)
     for _ in range(5):
         dog.step()
     assert dog.state["status"] == "waiting" and says in dog.state["why"] and not calls
