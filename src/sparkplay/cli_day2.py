@@ -72,6 +72,9 @@ def status(
             more.add_row(*(str(row[c]) for c in ("recipe", "host", "unit")), f"[{style}]{row['state']}[/{style}]",
                          *(str(row[c]) for c in ("health", "model", "claim_gib")))  # fmt: skip
         out.print(more)
+        for row in added:
+            if row.get("why"):
+                err.print(f"{row['recipe']} on {row['host']}: {row['why']}", markup=False, highlight=False)
     for row in rows:  # what each rank waits for, or why it is down, in words
         if row.get("why"):
             err.print(f"rank {row['rank']} ({row['host']}): {row['why']}", markup=False, highlight=False)

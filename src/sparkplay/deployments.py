@@ -61,11 +61,18 @@ def gateway(_: Any = None) -> dict[str, Any]:
     return dict(GATEWAY)
 
 
-def added_rows(shows: Iterable[Mapping[str, Any]], probes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def added_rows(
+    shows: Iterable[Mapping[str, Any]],
+    probes: Iterable[Mapping[str, Any]],
+    explained: Iterable[Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """`status`'s rows of the added deployments: each loop result of `systemctl show` (its item the record) and,
-    in the same order, of the serve tool's probe of its API."""
+    in the same order, of the serve tool's probe of its API (a completion where it asked for one) and of its
+    `explain` (why the unit is not serving)."""
     rows = []
-    for show, probe in zip(shows, probes, strict=True):
+    shows, probes = list(shows), list(probes)
+    whys = [_json(e.get("stdout")).get("why") for e in (explained or [])] or [None] * len(shows)
+    for show, probe, why in zip(shows, probes, whys, strict=True):
         record = show["item"]
         props = dict(line.split("=", 1) for line in str(show.get("stdout", "")).splitlines() if "=" in line)
         try:
@@ -74,13 +81,23 @@ def added_rows(shows: Iterable[Mapping[str, Any]], probes: Iterable[Mapping[str,
             seen = {}
         state = props.get("ActiveState") or "unknown"
         state += f"/{props['SubState']}" if props.get("SubState") else ""
-        healthy = bool(seen.get("health")) and bool(seen.get("served"))
+        healthy = bool(seen.get("health")) and bool(seen.get("served")) and seen.get("answers", True) is not False
         row = {"recipe": record.get("recipe"), "host": record["host"], "unit": record.get("unit"), "state": state,
                "restarts": int(props.get("NRestarts") or 0), "health": "ok" if healthy else "down",
                "model": record.get("served_name"), "api_url": record.get("api_url"),
                "claim_gib": round(int((record.get("claim") or {}).get("bytes") or 0) / 1024**3, 1),
-               "up": state.startswith("active") and healthy}  # fmt: skip
+               "up": state.startswith("active") and healthy,
+               "why": why or (seen.get("why") if not healthy else None)}  # fmt: skip
         row["line"] = (f"{row['recipe']} on {row['host']}: {row['unit']} {state}, {row['health']}, serving "
-                       f"{row['model']} at {row['api_url']}, claims {row['claim_gib']} GiB")  # fmt: skip
+                       f"{row['model']} at {row['api_url']}, claims {row['claim_gib']} GiB"
+                       + (f": {row['why']}" if row["why"] else ""))  # fmt: skip
         rows.append(row)
     return rows
+
+
+def _json(text: Any) -> dict[str, Any]:
+    try:
+        found = json.loads(str(text or "{}"))
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}

@@ -1,0 +1,272 @@
+"""Day two on the real lab: every fault a Spark pair lives through, recovered with nobody acting, status saying
+why while it lasts, and the memory guard killing an engine that outgrows its claim, not the node.
+
+lab-tiny serves across both ranks (llama.cpp, real units under systemd, the watchdog at its defaults); each
+test makes one fault as hardware shows it (`sparkplay lab reboot|off|on|pull|plug`, a signal to an engine),
+asserts what `sparkplay status` says during it, then waits for a real completion on the leader and measures
+how long serving took to come back. Nobody runs a command in between. After each: no rank failed, and the
+worker's engine started before the leader's did. The times go to .cache/faults.json (docs/benchmarks.md).
+
+Marked `lab` and `faults` (`make test-faults`, about 45 minutes: a 15-minute pulled cable and a node off
+for 10 minutes are part of it; not in `make test`). Stand-ins: none; what the lab cannot show (RDMA link
+events, GPU memory, which the GB10's cgroup may not count) is in docs/lab.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import yaml
+
+from tests.conftest import PROJECT, fresh_lab, run_cli
+from tests.test_lab import in_node
+
+pytestmark = [pytest.mark.lab, pytest.mark.faults, pytest.mark.usefixtures("lab_host")]
+
+UNIT = "sparkplay-serve.service"
+API = "http://127.0.0.1:9931/v1"
+GATEWAY = "http://127.0.0.1:9930/v1"
+TIMES = PROJECT / ".cache" / "faults.json"
+# the bounds this module holds every recovery to (docs/serving.md "Day two" states them)
+QUICK = 90  # an engine killed, a node rebooted: systemd and the waits alone
+WATCHDOG = 300  # a frozen engine: three failed probes 30 s apart (30 s each), then every rank restarted in order
+CABLE = 180  # after a cable is back or a node is on: TCP's retries, or the watchdog once it no longer stands aside
+
+
+@pytest.fixture(scope="module", autouse=True)
+def served_lab() -> Iterator[None]:
+    with fresh_lab():
+        yield
+
+
+def cli(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, "-i", "inventory/lab", timeout=timeout)
+
+
+def lab(*args: str) -> None:
+    proc = run_cli("lab", *args, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def answers(model: str = "lab-tiny", url: str = API, timeout: float = 10) -> bool:
+    body = {"model": model, "messages": [{"role": "user", "content": "What is 17*23?"}], "temperature": 0,
+            "max_tokens": 4}  # fmt: skip
+    out = in_node(0, "curl", "-s", "-m", str(timeout), "-H", "Content-Type: application/json", "-d",
+                  json.dumps(body), f"{url}/chat/completions", check=False).stdout  # fmt: skip
+    try:
+        return bool(json.loads(out).get("choices"))
+    except ValueError:
+        return False
+
+
+def recovered(fault: str, since: float, bound: float) -> float:
+    """Seconds from `since` until lab-tiny answers again; fails past `bound`. Recorded for the docs."""
+    while not answers():
+        assert time.monotonic() - since < bound, f"{fault}: no answer within {bound} s"
+        time.sleep(1)
+    took = round(time.monotonic() - since, 1)
+    found = json.loads(TIMES.read_text()) if TIMES.exists() else {}
+    TIMES.parent.mkdir(exist_ok=True)
+    TIMES.write_text(json.dumps({**found, fault: took}, indent=1, sort_keys=True) + "\n")
+    print(f"{fault}: serving again after {took} s")
+    return took
+
+
+def status() -> tuple[dict, str]:
+    proc = cli("status", "--json", timeout=300)
+    assert proc.returncode in (0, 5), proc.stdout[-3000:] + proc.stderr
+    doc = json.loads(proc.stdout)
+    rows = doc["ranks"] if isinstance(doc, dict) else doc
+    return {row["host"]: row for row in rows}, " | ".join(str(r.get("why")) for r in rows)
+
+
+def status_says(pattern: str, within: float = 60) -> str:
+    """The status (as a user runs it) names the cause within `within` seconds of the fault."""
+    deadline = time.monotonic() + within
+    said = ""
+    while time.monotonic() < deadline:
+        _, said = status()
+        if re.search(pattern, said):
+            return said
+        time.sleep(3)
+    raise AssertionError(f"status never said /{pattern}/: {said}")
+
+
+def unit_prop(rank: int, prop: str, unit: str = UNIT) -> str:
+    return in_node(rank, "systemctl", "show", unit, f"--property={prop}", "--value", "--timestamp=unix",
+                   check=False).stdout.strip()  # fmt: skip
+
+
+def leader_ready_at() -> float:
+    """When the leader's current run found every worker answering (its wait's last line), unix time."""
+    invocation = unit_prop(0, "InvocationID")
+    out = in_node(0, "journalctl", "-u", UNIT, f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "json",
+                  "--no-pager", check=False).stdout  # fmt: skip
+    stamps = [int(json.loads(line)["__REALTIME_TIMESTAMP"]) / 1e6 for line in out.splitlines()
+              if "all ports answer" in json.loads(line).get("MESSAGE", "")]  # fmt: skip
+    assert stamps, "the leader's run never saw its workers answer"
+    return stamps[-1]
+
+
+def assert_healthy_in_order() -> None:
+    """Nothing left failed, and the worker's engine was up before the leader's run started serving."""
+    for rank in (0, 1):
+        assert unit_prop(rank, "ActiveState") == "active", f"rank {rank}: {unit_prop(rank, 'Result')}"
+    worker_start = float(unit_prop(1, "ExecMainStartTimestamp").lstrip("@") or 0)
+    assert worker_start <= leader_ready_at() + 1, "the leader served before its worker's engine started"
+    rows, why = status()
+    assert all(r["up"] for r in rows.values()), why
+    assert rows["sparkplay-lab-rank0"]["watchdog"] in ("ok", "starting"), rows["sparkplay-lab-rank0"]
+
+
+def test_lab_tiny_serves_across_both_ranks_each_engine_under_its_memory_limit():
+    before = in_node(1, "grep", "MemAvailable", "/proc/meminfo").stdout
+    proc = cli("up", "lab-tiny", "--yes")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    for rank in (0, 1):
+        limit = int(unit_prop(rank, "MemoryMax"))
+        record = json.loads(in_node(rank, "cat", "/etc/sparkplay/serve.json").stdout)
+        assert limit == record["claim"]["bytes"] + max(record["claim"]["bytes"] // 10, 256 * 2**20)
+        said = in_node(rank, "journalctl", "-u", UNIT, "-o", "cat", "--no-pager").stdout
+        assert "memory limit" in said and "enforced" in said and "not enforced" not in said, said[-2000:]
+    print(f"rank 1 before up: {before.strip()}")
+    assert_healthy_in_order()
+
+
+@pytest.mark.parametrize("rank", [1, 0], ids=["worker", "leader"])
+def test_an_engine_killed_is_serving_again_by_itself(rank: int):
+    before = int(unit_prop(rank, "NRestarts"))
+    since = time.monotonic()
+    in_node(rank, "systemctl", "kill", "--signal=SIGKILL", UNIT)
+    recovered(f"{'worker' if rank else 'leader'} engine killed", since, QUICK)
+    assert int(unit_prop(rank, "NRestarts")) > before
+    assert_healthy_in_order()
+
+
+@pytest.mark.parametrize("rank", [1, 0], ids=["worker", "leader"])
+def test_a_frozen_engine_is_named_and_the_watchdog_restarts_every_rank_in_order(rank: int):
+    since = time.monotonic()
+    in_node(rank, "systemctl", "kill", "--signal=SIGSTOP", UNIT)
+    status_says(r"frozen", within=90)
+    recovered(f"{'worker' if rank else 'leader'} engine frozen (SIGSTOP)", since, WATCHDOG)
+    watchdog = json.loads(in_node(0, "cat", "/var/lib/sparkplay/watchdog.json").stdout)
+    assert watchdog["restarts_total"] >= 1 and not watchdog["stood_down"]
+    assert_healthy_in_order()
+
+
+def reboot(*ranks: int) -> Callable[[], None]:
+    def go() -> None:
+        for rank in ranks:
+            lab("reboot", str(rank))
+
+    return go
+
+
+@pytest.mark.parametrize(
+    ("what", "fault"),
+    [("rank 1 rebooted", reboot(1)), ("rank 0 rebooted", reboot(0)), ("both rebooted", reboot(1, 0))],
+    ids=["rank1", "rank0", "both"],
+)
+def test_a_node_rebooted_serves_again_with_its_cable_where_it_was(what: str, fault: Callable[[], None]):
+    since = time.monotonic()
+    fault()
+    recovered(what, since, QUICK + 60)
+    assert_healthy_in_order()
+
+
+@pytest.mark.parametrize("minutes", [1, 15], ids=["1min", "15min"])
+def test_a_pulled_cable_is_named_and_sat_out_then_serving_comes_back(minutes: int):
+    restarts = json.loads(in_node(0, "cat", "/var/lib/sparkplay/watchdog.json").stdout)["restarts_total"]
+    lab("pull")
+    since = time.monotonic()
+    status_says(r"twin enp1s0f1np1 has no carrier", within=60)
+    rows, why = status()
+    assert rows["sparkplay-lab-rank0"]["health"] == "down", why  # /health may say ok: the model does not answer
+    time.sleep(max(0.0, minutes * 60 - (time.monotonic() - since)))
+    watchdog = json.loads(in_node(0, "cat", "/var/lib/sparkplay/watchdog.json").stdout)
+    assert not watchdog["stood_down"] and watchdog["restarts_total"] == restarts, watchdog  # a restart cannot help
+    lab("plug")
+    recovered(f"cable pulled for {minutes} min, after it is back", time.monotonic(), CABLE)
+    assert_healthy_in_order()
+
+
+def test_a_node_off_for_ten_minutes_is_named_and_serves_again_once_it_is_on():
+    lab("off", "1")
+    since = time.monotonic()
+    rows, why = status()
+    assert rows["sparkplay-lab-rank1"]["state"] == "unreachable" and "not running" in rows["sparkplay-lab-rank1"]["why"]
+    assert "no carrier" in str(rows["sparkplay-lab-rank0"]["why"]), why
+    while time.monotonic() - since < 600:
+        time.sleep(30)
+    assert unit_prop(0, "ActiveState") == "active"  # the leader waited: no start was counted, nothing gave up
+    lab("on", "1")
+    recovered("rank 1 off for 10 min, after it is on", time.monotonic(), CABLE)
+    assert_healthy_in_order()
+
+
+OOM_UNIT = "sparkplay-serve@lab-oom.service"
+
+
+def test_an_engine_past_its_memory_limit_is_killed_by_its_cgroup_and_the_others_keep_answering():
+    """lab-oom: lab-small's model with a 4M-token context (a 2 GiB f16 KV cache) whose recipe claims 0.25 GiB:
+    admitted by its claim, held to 0.5 GiB, it is killed by its own cgroup as it allocates the cache."""
+    proc = cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    doc = yaml.safe_load((PROJECT / "recipes" / "lab-small.yml").read_text())
+    doc.update(name="lab-oom", context_length=1 << 22)
+    doc["model"]["served_name"] = "lab-oom"
+    args = doc["serve"]["args"]
+    args[args.index("-c") + 1] = str(1 << 22)
+    args[args.index("--alias") + 1] = "lab-oom"
+    doc["serve"].update(port=9935, memory_claim_gib=0.25)
+    path = PROJECT / "recipes" / "lab-oom.yml"
+    try:
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        proc = cli("up", "lab-oom", "--add", "--node", "sparkplay-lab-rank1", "--yes")
+    finally:
+        path.unlink()
+    assert proc.returncode != 0  # never proven: it cannot hold its cache
+    record = json.loads(in_node(1, "cat", "/etc/sparkplay/serve.d/lab-oom.json").stdout)
+    assert record["claim"]["bytes"] == 2**28  # the recipe's number, for admission and the limit alike
+    deadline = time.monotonic() + 120
+    while "killed" not in (said := json.dumps(oom_rows())):
+        assert time.monotonic() < deadline, said
+        time.sleep(5)
+    assert "above its memory limit of 512 MiB" in said, said
+    # the kernel killed the engine in its own cgroup: the node and the other models are untouched
+    assert answers("lab-tiny", GATEWAY) and answers("lab-small", GATEWAY)
+    kills = in_node(1, "sh", "-c", "cat /opt/sparkplay-lab/memory/docker/*/sparkplay/sparkplay-serve@lab-oom."
+                    "service/memory.oom_control", check=False).stdout  # fmt: skip
+    assert re.search(r"oom_kill [1-9]", kills), kills
+    assert unit_prop(1, "ActiveState") == "active"  # lab-tiny's worker on the same node
+    proc = cli("stop", "lab-oom")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert answers("lab-tiny", GATEWAY) and answers("lab-small", GATEWAY)
+
+
+def oom_rows() -> list[dict]:
+    proc = cli("status", "--json", timeout=300)
+    doc = json.loads(proc.stdout)
+    return [r for r in doc.get("added", []) if r["recipe"] == "lab-oom"]
+
+
+def test_stop_frees_what_up_started():
+    proc = cli("stop")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    for rank in (0, 1):
+        engines = in_node(rank, "pgrep", "-a", "-f", "llama-server|ggml-rpc-server", check=False).stdout
+        assert not engines.strip(), engines
+        groups = in_node(rank, "sh", "-c", "ls -d /opt/sparkplay-lab/memory/docker/*/sparkplay/*/ 2>/dev/null",
+                         check=False).stdout  # fmt: skip
+        assert not groups.strip(), groups
+        assert not in_node(rank, "ls", "/run/sparkplay/memguard", check=False).stdout.strip()
+        segments = in_node(rank, "sh", "-c", "ls /dev/shm; cat /proc/sysvipc/shm | tail -n +2", check=False).stdout
+        assert not segments.strip(), segments
+        for unit in (UNIT, OOM_UNIT, "sparkplay-serve@lab-small.service"):
+            assert unit_prop(rank, "ActiveState", unit) in ("inactive", ""), unit
+    print("rank 1 after stop: " + in_node(1, "grep", "MemAvailable", "/proc/meminfo").stdout.strip())
