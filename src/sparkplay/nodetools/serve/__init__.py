@@ -4,6 +4,22 @@ metrics use prometheus_client, from the node's packages).
 sparkplay-serve wait-ports ADDR:PORT ... [--timeout S]
     Block until every port accepts a TCP connection (a leader's
     ExecStartPre: workers first). Exit 1 at the timeout.
+sparkplay-serve run [--wait-for ADDR:PORT ...] [--bind ADDR ...] [--timeout S] -- ENGINE ARGV
+    A rank's ExecStart: wait until every peer's port answers and this node
+    holds every address the engine binds (its cable's), then become the
+    engine (exec). Each change of what it waits for is one journal line
+    ("sparkplay-serve: waiting for ..."); a timeout of 0 waits as long as it
+    takes (no start is counted while a peer or the cable is away).
+sparkplay-serve explain --unit U [--fabric-env FILE]
+    Why a rank is not serving, as one JSON object ({why, waiting, twins,
+    memory, restarts}): what it waits for, a twin without carrier, an engine
+    frozen, exiting or killed above its memory limit, a unit that gave up.
+sparkplay-serve memguard --unit U --max BYTES [--high BYTES] [--container C]
+    A unit's ExecStartPost (as root): the engine held to its memory limit
+    (systemd's MemoryMax on cgroup v2; docker update for a container; a v1
+    memory cgroup of its own on a hybrid host); notes the kills before it.
+sparkplay-serve memguard-release --unit U
+    After a stop: the guard's cgroup and state removed.
 sparkplay-serve watch --unit U --peer ADDR:PORT ...
     Runs as a unit on the leader. A connection to a worker that the worker
     closed while the leader still holds it (CLOSE_WAIT) means the worker
