@@ -82,7 +82,7 @@ class Watchdog:
         subprocess.run(["systemctl", "start", "--no-block", unit], check=False, timeout=180)
         deadline = time.monotonic() + self.args.restart_timeout
         while time.monotonic() < deadline:
-            time.sleep(self.args.interval)
+            time.sleep(min(self.args.interval, 2.0))  # look often: the model is back within seconds of its rank
             if self.healthy():
                 return True
         return False
