@@ -69,6 +69,32 @@ def lab_host() -> None:
     pytest.skip(reason)
 
 
+def lab_small_as(name: str, context: int, port: int, **serve: object) -> dict:
+    """The lab-small recipe as another deployment: its own name, served name, port and context (tokens)."""
+    import yaml
+
+    doc = yaml.safe_load((PROJECT / "recipes" / "lab-small.yml").read_text())
+    doc.update(name=name, context_length=context)
+    doc["model"]["served_name"] = name
+    args = doc["serve"]["args"]
+    args[args.index("-c") + 1] = str(context)
+    args[args.index("--alias") + 1] = name
+    doc["serve"].update(port=port, **serve)
+    return doc
+
+
+def lab_cli(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    """The CLI against the lab's inventory."""
+    return run_cli(*args, "-i", "inventory/lab", timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def own_lab() -> Iterator[None]:
+    """A fresh lab for the module that asks for it, shared by its tests in file order."""
+    with fresh_lab():
+        yield
+
+
 @contextlib.contextmanager
 def fresh_lab() -> Iterator[None]:
     """A lab of its own for a test module: down, then up with no recipe choice left from an earlier run

@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import yaml
 
-from tests.conftest import PROJECT, fresh_lab, run_cli
+from tests.conftest import PROJECT, lab_cli, lab_small_as, run_cli
 from tests.test_lab import in_node
 
-pytestmark = [pytest.mark.lab, pytest.mark.faults, pytest.mark.usefixtures("lab_host")]
+pytestmark = [pytest.mark.lab, pytest.mark.faults, pytest.mark.usefixtures("lab_host", "own_lab")]
 
 UNIT = "sparkplay-serve.service"
 API = "http://127.0.0.1:9931/v1"
@@ -38,14 +37,7 @@ WATCHDOG = 300  # a frozen engine: three failed probes 30 s apart (30 s each), t
 CABLE = 180  # after a cable is back or a node is on: TCP's retries, or the watchdog once it no longer stands aside
 
 
-@pytest.fixture(scope="module", autouse=True)
-def served_lab() -> Iterator[None]:
-    with fresh_lab():
-        yield
-
-
-def cli(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return run_cli(*args, "-i", "inventory/lab", timeout=timeout)
+cli = lab_cli
 
 
 def lab(*args: str) -> None:
@@ -200,6 +192,21 @@ def test_a_pulled_cable_is_named_and_sat_out_then_serving_comes_back(minutes: in
     assert_healthy_in_order()
 
 
+def test_doctor_names_a_twin_without_carrier_as_a_link_that_is_down():
+    """One twin's link pulled (the other still carries): doctor reads the fabric, pings what is left and says the
+    link is down, where it once crashed on the missing twin and blamed the board."""
+    lab("pull", "--twin", "enP2p1s0f1np1")
+    try:
+        proc = cli("doctor", timeout=600)
+    finally:
+        lab("plug")
+    said = proc.stdout + proc.stderr
+    assert "Traceback" not in said and "filter plugin" not in said, said[-3000:]
+    assert "twin enP2p1s0f1np1 of enp1s0f1np1 has no carrier: the cable or that link is down" in said, said[-3000:]
+    assert "serving: twin enP2p1s0f1np1 has no carrier" in said, said[-3000:]
+    recovered("one twin pulled for doctor, after it is back", time.monotonic(), CABLE)
+
+
 def test_a_node_off_for_ten_minutes_is_named_and_serves_again_once_it_is_on():
     lab("off", "1")
     since = time.monotonic()
@@ -222,13 +229,7 @@ def test_an_engine_past_its_memory_limit_is_killed_by_its_cgroup_and_the_others_
     admitted by its claim, held to 0.5 GiB, it is killed by its own cgroup as it allocates the cache."""
     proc = cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
-    doc = yaml.safe_load((PROJECT / "recipes" / "lab-small.yml").read_text())
-    doc.update(name="lab-oom", context_length=1 << 22)
-    doc["model"]["served_name"] = "lab-oom"
-    args = doc["serve"]["args"]
-    args[args.index("-c") + 1] = str(1 << 22)
-    args[args.index("--alias") + 1] = "lab-oom"
-    doc["serve"].update(port=9935, memory_claim_gib=0.25)
+    doc = lab_small_as("lab-oom", 1 << 22, 9935, memory_claim_gib=0.25)
     path = PROJECT / "recipes" / "lab-oom.yml"
     try:
         path.write_text(yaml.safe_dump(doc, sort_keys=False))

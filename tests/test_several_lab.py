@@ -11,29 +11,20 @@ share its memory). The tests run in file order on one lab of their own.
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
 
 import pytest
 import yaml
 
-from tests.conftest import PROJECT, fresh_lab, run_cli
+from tests.conftest import PROJECT, lab_cli, lab_small_as, run_cli
 from tests.test_lab import in_node
 
-pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host", "own_lab")]
 
 GATEWAY = "http://127.0.0.1:9930/v1"
 SMALL_UNIT = "sparkplay-serve@lab-small.service"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def served_lab() -> Iterator[None]:
-    with fresh_lab():
-        yield
-
-
-def cli(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return run_cli(*args, "-i", "inventory/lab", timeout=timeout)
+cli = lab_cli
 
 
 def curl(url: str, body: dict | None = None, timeout: float = 20) -> str:
@@ -94,13 +85,7 @@ def test_both_answer_through_the_one_endpoint_as_they_answer_directly():
 
 def test_a_third_that_cannot_fit_is_refused_naming_the_node_and_nothing_changes():
     """lab-small's model with a 256M-token context: a 128 GiB KV cache, more than the lab's host has."""
-    doc = yaml.safe_load((PROJECT / "recipes" / "lab-small.yml").read_text())
-    doc.update(name="lab-huge", context_length=1 << 28)
-    doc["model"]["served_name"] = "lab-huge"
-    args = doc["serve"]["args"]
-    args[args.index("-c") + 1] = str(1 << 28)
-    args[args.index("--alias") + 1] = "lab-huge"
-    doc["serve"]["port"] = 9934
+    doc = lab_small_as("lab-huge", 1 << 28, 9934)
     path = PROJECT / "recipes" / "lab-huge.yml"
     routes = in_node(0, "cat", "/etc/sparkplay/gateway-routes.json").stdout
     pids = [in_node(r, "systemctl", "show", u, "--property=MainPID").stdout

@@ -49,29 +49,27 @@ def own_v1_path(proc_cgroup: str) -> str | None:
     return None
 
 
-def oom_kills_v1(group: Path) -> int:
-    """The kernel's count of OOM kills in a v1 memory cgroup (memory.oom_control's oom_kill)."""
+def _counter(path: Path, key: str) -> int:
+    """One `KEY N` line's N in a cgroup file (0 where the file or the line is missing)."""
     try:
-        text = (group / "memory.oom_control").read_text()
+        text = path.read_text()
     except OSError:
         return 0
     for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "oom_kill" and value.strip().isdigit():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
             return int(value)
     return 0
+
+
+def oom_kills_v1(group: Path) -> int:
+    """The kernel's count of OOM kills in a v1 memory cgroup (memory.oom_control's oom_kill)."""
+    return _counter(group / "memory.oom_control", "oom_kill")
 
 
 def oom_kills_v2(group: Path) -> int:
-    try:
-        text = (group / "memory.events").read_text()
-    except OSError:
-        return 0
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "oom_kill" and value.strip().isdigit():
-            return int(value)
-    return 0
+    """The same in a v2 cgroup (memory.events)."""
+    return _counter(group / "memory.events", "oom_kill")
 
 
 def v1_group(unit: str) -> Path | None:
