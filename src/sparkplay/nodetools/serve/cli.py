@@ -97,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", required=True)
     p.add_argument("--model", required=True)
     p.set_defaults(func=cmd_probe)
-    p.add_argument("--complete", action="store_true", help="also ask for a short completion (status)")
     p = sub.add_parser("explain", help="why a rank is not serving (status, doctor, the watchdog)")
     p.add_argument("--unit", required=True)
     p.add_argument("--fabric-env", help="the fabric role's env file (names the cable's twins)")

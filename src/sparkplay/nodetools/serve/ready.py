@@ -73,18 +73,17 @@ def _report(args: argparse.Namespace, ranks: list[tuple[str, str | None]], code:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    """What the API says now; with --complete, whether the model answers a four-token completion (health for
-    status: /health and the model list stay "ok" while a worker is gone or the engine is frozen)."""
+    """What the API says now, and whether the model answers a four-token completion (health for status:
+    /health and the model list stay "ok" while a worker is gone or the engine is frozen)."""
     use_api_key(args)
     look = probe(args.url, args.model)
-    if getattr(args, "complete", False):
-        started = time.monotonic()
-        answer = completion(args.url, args.model, "Hi", 4, timeout=PROBE_TIMEOUT) if look["served"] else None
-        look["answers"] = answer is not None
-        look["answer_s"] = round(time.monotonic() - started, 3)
-        if answer is None:
-            silent = "the API lists no such model" if look["health"] else "the API does not answer"
-            look["why"] = f"no answer to a completion within {PROBE_TIMEOUT:.0f} s" if look["served"] else silent
+    started = time.monotonic()
+    answer = completion(args.url, args.model, "Hi", 4, timeout=PROBE_TIMEOUT) if look["served"] else None
+    look["answers"] = answer is not None
+    look["answer_s"] = round(time.monotonic() - started, 3)
+    if answer is None:
+        silent = "the API lists no such model" if look["health"] else "the API does not answer"
+        look["why"] = f"no answer to a completion within {PROBE_TIMEOUT:.0f} s" if look["served"] else silent
     print(json.dumps(look))
     return 0
 
