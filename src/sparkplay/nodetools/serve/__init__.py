@@ -67,7 +67,8 @@ sparkplay-serve gateway --routes FILE [--listen ADDR:PORT] [--max-body BYTES] [-
     every served name. The routes file is re-read when it changes (and on
     SIGHUP), so adding or stopping a model never restarts the gateway.
 sparkplay-serve probe --url URL --model NAME [--api-key-env NAME --env-file FILE]
-    One look (no completion): JSON {health, models, served}.
+    One look: JSON {health, models, served, answers, answer_s[, why]}; answers
+    is a four-token completion within 10 s (what status calls health).
 sparkplay-serve verify-unit FILE NAME
     systemd-analyze verify FILE under the unit name NAME (templates land
     under a temporary name that systemd would refuse to parse).
