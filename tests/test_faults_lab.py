@@ -250,7 +250,7 @@ def test_an_engine_past_its_memory_limit_is_killed_by_its_cgroup_and_the_others_
                     "service/memory.oom_control", check=False).stdout  # fmt: skip
     assert re.search(r"oom_kill [1-9]", kills), kills
     assert unit_prop(1, "ActiveState") == "active"  # lab-tiny's worker on the same node
-    proc = cli("stop", "lab-oom")
+    proc = cli("stop", "lab-oom", "--yes")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     assert answers("lab-tiny", GATEWAY) and answers("lab-small", GATEWAY)
 
@@ -262,7 +262,7 @@ def oom_rows() -> list[dict]:
 
 
 def test_stop_frees_what_up_started():
-    proc = cli("stop")
+    proc = cli("stop", "--yes")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     for rank in (0, 1):
         engines = in_node(rank, "pgrep", "-a", "-f", "llama-server|ggml-rpc-server", check=False).stdout

@@ -73,16 +73,22 @@ def journal_lines(unit: str, invocation: str, count: int = 200) -> list[tuple[fl
 
 
 def last_words(unit: str) -> str:
-    """The unit's last journal line that is the engine's (not systemd's own bookkeeping)."""
-    argv = ["journalctl", "-u", unit, "-n", "30", "--no-pager", "-o", "cat"]
+    """The unit's last journal line that is the engine's own (not systemd's bookkeeping, not the guard's)."""
+    argv = ["journalctl", "-u", unit, "-n", "40", "--no-pager", "-o", "json"]
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    for line in reversed(out.splitlines()):
-        text = line.strip()
-        if text and not text.startswith(("memory limit ", "the engine's previous run")) and "systemd" not in text:
-            return text[:200]
+    for raw in reversed(out.splitlines()):
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        text = entry.get("MESSAGE")
+        if not isinstance(text, str) or not text.strip() or entry.get("SYSLOG_IDENTIFIER") == "systemd":
+            continue
+        if not text.startswith(("memory limit ", "the engine's previous run")):
+            return text.strip()[:200]
     return ""
 
 
@@ -116,11 +122,17 @@ def frozen(pid: str) -> bool:
 
 def explain(show: dict[str, str], waits: list[tuple[float, str]], twins: dict[str, str], memory: dict[str, Any],
             last: str) -> str | None:  # fmt: skip
-    """The one sentence status shows for a rank (None: nothing is wrong that the rank itself can see)."""
-    active, sub, result = show.get("ActiveState", ""), show.get("SubState", ""), show.get("Result", "")
-    restarts = int(show.get("NRestarts") or 0)
+    """The one sentence status shows for a rank (None: nothing is wrong that the rank itself can see), with the
+    state of a cable twin that is not up after whatever else it says."""
     cable = "; ".join(f"twin {t} {'is missing' if s == 'missing' else 'has ' + s if s == 'no carrier' else 'is ' + s}"
                       for t, s in twins.items() if s != "up")  # fmt: skip
+    why = _reason(show, waits, memory, last)
+    return "; ".join(part for part in (why, cable) if part) or None
+
+
+def _reason(show: dict[str, str], waits: list[tuple[float, str]], memory: dict[str, Any], last: str) -> str | None:
+    active, sub, result = show.get("ActiveState", ""), show.get("SubState", ""), show.get("Result", "")
+    restarts = int(show.get("NRestarts") or 0)
     limit = memory.get("limit")
     oom = ""
     if memory.get("oom_kills"):
@@ -139,20 +151,15 @@ def explain(show: dict[str, str], waits: list[tuple[float, str]], twins: dict[st
             return f"killed: above its memory limit of {gib(int(limit or 0))}; restarting ({restarts} restarts)"
         return f"engine exited {restarts} time(s), restarting: {last or result}"
     if active == "inactive":
-        return "stopped" + (f" ({cable})" if cable else "")
+        return "stopped"
     if active != "active":
         return f"unit {active or 'unknown'}"
     if waits:
-        said = "; ".join(f"waiting for {what.split(': ', 1)[0]} since {_clock(since)}: {what.split(': ', 1)[-1]}"
+        return "; ".join(f"waiting for {what.split(': ', 1)[0]} since {_clock(since)}: {what.split(': ', 1)[-1]}"
                          for since, what in waits)  # fmt: skip
-        return f"{said}{'; ' + cable if cable else ''}"
     if frozen(show.get("MainPID", "")):
         return "engine frozen (its process is stopped): the watchdog restarts it after its failed probes"
-    if cable:
-        return cable
-    if oom:
-        return oom
-    return None
+    return oom or None
 
 
 def report(unit: str, fabric_env: str | None) -> dict[str, Any]:

@@ -132,6 +132,11 @@ class Watchdog:
         if aside:  # a restart cannot bring back a peer, a cable or an address: wait, and say for what
             state.update(status="waiting", failures_in_a_row=0)
             return
+        if state.get("status") == "waiting" and not in_grace:
+            # everything it waited for is back and the model still does not answer: a group that lived through
+            # the outage is wedged (a worker still holds its dead leader's connection): restart it now
+            print("back from an outage and still not answering: restarting every rank", flush=True)
+            state["failures_in_a_row"] = args.failures - 1
         if in_grace:
             state["status"] = "starting"
             return
