@@ -128,7 +128,7 @@ def test_lab_tiny_serves_across_both_ranks_each_engine_under_its_memory_limit():
         limit = int(unit_prop(rank, "MemoryMax"))
         record = json.loads(in_node(rank, "cat", "/etc/sparkplay/serve.json").stdout)
         assert limit == record["claim"]["bytes"] + max(record["claim"]["bytes"] // 10, 256 * 2**20)
-        said = in_node(rank, "journalctl", "-u", UNIT, "-o", "cat", "--no-pager").stdout
+        said = in_node(rank, "journalctl", "-t", "sparkplay-memguard", "-o", "cat", "--no-pager").stdout
         assert "memory limit" in said and "enforced" in said and "not enforced" not in said, said[-2000:]
     print(f"rank 1 before up: {before.strip()}")
     assert_healthy_in_order()

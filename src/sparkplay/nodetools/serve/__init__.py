@@ -15,7 +15,8 @@ sparkplay-serve explain --unit U [--fabric-env FILE]
     memory, restarts}): what it waits for, a twin without carrier, an engine
     frozen, exiting or killed above its memory limit, a unit that gave up.
 sparkplay-serve memguard --unit U --max BYTES [--high BYTES] [--container C]
-    A unit's ExecStartPost (as root): the engine held to its memory limit
+    Beside a unit's start (its ExecStartPre runs it with systemd-run, as
+    root, journal tag sparkplay-memguard): the engine held to its memory limit
     (systemd's MemoryMax on cgroup v2; docker update for a container; a v1
     memory cgroup of its own on a hybrid host); notes the kills before it.
 sparkplay-serve memguard-release --unit U

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unit", required=True)
     p.add_argument("--fabric-env", help="the fabric role's env file (names the cable's twins)")
     p.set_defaults(func=cmd_explain)
-    p = sub.add_parser("memguard", help="hold the unit's engine to its memory limit (the unit's ExecStartPost)")
+    p = sub.add_parser("memguard", help="hold the unit's engine to its memory limit (started beside the unit's start)")
     p.add_argument("--unit", required=True)
     p.add_argument("--max", type=int, required=True, help="bytes: the engine is killed above this")
     p.add_argument("--high", type=int, default=0, help="bytes: reclaimed hard above this (0: --max)")

@@ -3,8 +3,9 @@
 A native engine's unit carries MemoryMax=/MemoryHigh= (systemd enforces them where its cgroup v2 tree has the
 memory controller, as on a Spark's Ubuntu); a docker engine's limit is its container's (`docker update
 --memory`, docker's own cgroup). On a host whose memory controller sits in a cgroup v1 hierarchy (a "hybrid"
-host, the lab's), systemd cannot enforce the unit's limit: `memguard` (the unit's ExecStartPost, as root)
-then puts the unit's processes into a memory cgroup of their own in that hierarchy with the same limit.
+host, the lab's), systemd cannot enforce the unit's limit: `memguard` (started beside the unit by its
+ExecStartPre, as root) then puts the unit's processes into a memory cgroup of their own in that hierarchy
+with the same limit.
 Either way the kernel kills the engine, not another process of the node, when it outgrows its limit.
 Each start records the kill counter it found, so `explain` can tell an OOM kill from any other death.
 """
@@ -112,24 +113,45 @@ def _enforce_v1(unit: str, limit: int, high: int) -> str:
     return f"enforced in the cgroup v1 memory hierarchy ({group})"
 
 
-def _enforce_docker(container: str, limit: int, docker: str, wait: float = 120) -> str:
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
+def _same_start(unit: str, invocation: str) -> bool:
+    """Whether the unit is still in the start this guard was made for (not stopped, not started anew)."""
+    seen = unit_show(unit, "InvocationID", "ActiveState")
+    return seen.get("InvocationID", "") == invocation and seen.get("ActiveState") in ("activating", "active")
+
+
+def _enforce_docker(unit: str, invocation: str, container: str, limit: int, docker: str) -> str:
+    """The container's limit, as soon as it exists (a leader's container only once its workers answer)."""
+    while _same_start(unit, invocation):
         done = subprocess.run([docker, "update", "--memory", str(limit), "--memory-swap", str(limit), container],
                               capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
         if done.returncode == 0:
             return f"enforced on container {container} (docker's cgroup)"
         time.sleep(0.5)
-    return f"not enforced: container {container} did not appear within {wait:.0f} s"
+    return f"not enforced: the unit stopped before container {container} appeared"
+
+
+def _main_pid(unit: str, invocation: str) -> bool:
+    """Wait until the start's main process exists (ExecStart forked); False if the start ended first."""
+    while _same_start(unit, invocation):
+        if unit_show(unit, "MainPID").get("MainPID", "0") not in ("", "0"):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def cmd_memguard(args: argparse.Namespace) -> int:
-    """The unit's ExecStartPost (as root): the engine held to its limit, and the kills before this start."""
+    """Beside a start of the unit (its ExecStartPre launches it with systemd-run, as a unit of its own, so the
+    start never waits for it): hold the engine to its limit as soon as it exists, and note the kills before this
+    start. Not a start-post step: an engine that dies while one runs fails the start job, where systemd's own
+    restart is the answer; and whatever an ExecStartPre forks is killed before the engine starts."""
     unit, limit, high = args.unit, args.max, args.high or args.max
+    invocation = unit_show(unit, "InvocationID").get("InvocationID", "")
     previous = _read_json(state_path(unit)) or {}
     if args.container:
-        how = _enforce_docker(args.container, limit, args.docker)
+        how = _enforce_docker(unit, invocation, args.container, limit, args.docker)
         kills = int(previous.get("oom_kills_seen") or 0)
+    elif not _main_pid(unit, invocation):
+        return 0
     else:
         group = unit_show(unit, "ControlGroup").get("ControlGroup", "")
         v2 = CGROUP2 / group.lstrip("/")
