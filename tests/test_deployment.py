@@ -196,6 +196,9 @@ def test_the_serve_settings_reach_stage_two():
     claim = two_stage("lab-tiny", {"serve_memory_claim_gib": 1.5})["launch"]["memory_claim"]
     assert claim["bytes"] == int(1.5 * 2**30) and "serve_memory_claim_gib" in claim["how"]
     assert two_stage("lab-tiny")["launch"]["memory_claim"] is None
+    for hostile in ("nan", "inf", float("nan"), 1e400, -1, "x", 2**21):  # one line naming the knob, no traceback
+        with pytest.raises(BadInput, match="serve_memory_claim_gib"):
+            two_stage("lab-tiny", {"serve_memory_claim_gib": hostile})
 
 
 def test_stage_two_without_a_ranks_facts_names_the_host_and_the_fix():

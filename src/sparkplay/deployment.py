@@ -19,6 +19,7 @@ same strings wherever they are used.
 
 from __future__ import annotations
 
+import math
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -290,6 +291,9 @@ def with_launch(
     return {**doc, "launch": plan}
 
 
+MAX_CLAIM_GIB = 1 << 20  # a PiB: beyond any node; a larger number is a typo or an attack, not a claim
+
+
 def _memory_claim(recipe: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any] | None:
     """The claim each rank makes on its node when the inventory or the recipe states one (GiB), in place of
     the one admission derives: admission and the engine's memory limit read this same number."""
@@ -303,8 +307,11 @@ def _memory_claim(recipe: Mapping[str, Any], settings: Mapping[str, Any]) -> dic
                 gib = float(value)
             except (TypeError, ValueError):
                 gib = -1.0
-            if gib <= 0:
-                raise BadInput(f"{where} is {value!r}", "give GiB above 0 (0: the claim sparkplay works out)")
+            if not math.isfinite(gib) or gib <= 0 or gib > MAX_CLAIM_GIB:  # nan and inf pass a schema's minimum
+                raise BadInput(
+                    f"{where} is {value!r}",
+                    f"give GiB above 0 and at most {MAX_CLAIM_GIB} (0: the claim sparkplay works out)",
+                )
             return {"bytes": int(gib * 2**30), "how": f"{gib:g} GiB as {where} says"}
     return None
 
