@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,14 +23,6 @@ PROC = Path("/proc")
 def _endpoint(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host.strip("[]"), int(port)
-
-
-def port_open(endpoint: str, timeout: float = 1.0) -> bool:
-    try:
-        with socket.create_connection(_endpoint(endpoint), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def main_uid(unit: str) -> int | None:
