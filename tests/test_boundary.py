@@ -442,7 +442,8 @@ def test_status_and_bench_reach_an_api_with_a_key_through_the_env_file_never_the
     """The serve record names the key's variable and env file; bench and status hand the serve tool those,
     and it reads the key as root on the node (tests/test_serve_tool.py), so no key passes through Ansible."""
     record = {"api_url": "http://127.0.0.1:8000", "served_name": "m", "runtime": "native", "tool": "/t",
-              "api_key_env": "VLLM_API_KEY", "env_file": "/etc/sparkplay/serve.env"}  # fmt: skip
+              "api_key_env": "VLLM_API_KEY", "env_file": "/etc/sparkplay/serve.env",
+              "unit": "sparkplay-serve.service"}  # fmt: skip
     bench, status = _bench_and_status_argv(record)
     for argv in (bench, status):
         assert argv[0] == "/t"
@@ -459,7 +460,8 @@ def test_status_and_bench_reach_an_api_with_a_key_through_the_env_file_never_the
 
 def test_bench_runs_the_serve_tool_the_serve_role_installed():
     """serve_tool moves the tool; the record says where it went, and the bench runs that one."""
-    record = {"api_url": "http://127.0.0.1:8000", "served_name": "m", "runtime": "native", "tool": "/opt/x/serve"}
+    record = {"api_url": "http://127.0.0.1:8000", "served_name": "m", "runtime": "native", "tool": "/opt/x/serve",
+              "unit": "sparkplay-serve.service"}  # fmt: skip
     bench, status = _bench_and_status_argv(record)
     assert bench[0] == status[0] == "/opt/x/serve"
 

@@ -130,7 +130,9 @@ def record_of(launch: dict, host_claims: dict) -> list[dict]:
     found = []
     for rank in launch["ranks"]:
         text = json.dumps({**rank["record"], "claim": host_claims.get(rank["host"])})
-        found += deployments.records({rank["host"]: {"/etc/sparkplay/x.json": text}})
+        slot = rank["record"].get("slot")
+        path = names.for_slot(slot)["record"] if slot else "/etc/sparkplay/serve.json"
+        found += deployments.records({rank["host"]: {path: text}})
     return found
 
 
@@ -203,7 +205,8 @@ def test_a_redeploy_gets_its_own_memory_back():
 def test_names_and_ports_two_deployments_would_share_are_refused(change, message):
     small = staged("lab-small", {"serve_mode": "add"})["launch"]
     primary = staged("lab-tiny")["launch"]["ranks"][0]["record"]
-    found = deployments.records({"rank0": {"/etc/sparkplay/serve.json": json.dumps({**primary, **change})}})
+    path = names.for_slot(change["slot"])["record"] if "slot" in change else "/etc/sparkplay/serve.json"
+    found = deployments.records({"rank0": {path: json.dumps({**primary, **change})}})
     with pytest.raises(BadInput, match=re_escape(message)):
         admission.decide(small, hosts(), found)
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 import re
 
-NETDEV_NAME = re.compile(r"^en(?:P(?P<domain>\d+))?p(?P<bus>\d+)s(?P<slot>\d+)f(?P<fn>\d+)np(?P<port>\d+)$")
-PCI_ADDRESS = re.compile(r"^(?P<domain>[0-9a-f]{4,}):(?P<bus>[0-9a-f]{2}):(?P<slot>[0-9a-f]{2})\.(?P<fn>[0-7])$")
-IPV4_MAPPED_GID = re.compile(r"^0000:0000:0000:0000:0000:ffff:[0-9a-f]{4}:[0-9a-f]{4}$")
+NETDEV_NAME = re.compile(r"^en(?:P(?P<domain>\d+))?p(?P<bus>\d+)s(?P<slot>\d+)f(?P<fn>\d+)np(?P<port>\d+)\Z")
+PCI_ADDRESS = re.compile(r"^(?P<domain>[0-9a-f]{4,}):(?P<bus>[0-9a-f]{2}):(?P<slot>[0-9a-f]{2})\.(?P<fn>[0-7])\Z")
+IPV4_MAPPED_GID = re.compile(r"^0000:0000:0000:0000:0000:ffff:[0-9a-f]{4}:[0-9a-f]{4}\Z")
 
 
 def _read(path: str) -> str | None:

@@ -4,13 +4,16 @@ A GGUF file starts: magic b"GGUF", version (u32, 2 or 3), tensor count (u64), me
 metadata entry as a key (u64 length, UTF-8), a value type (u32) and its value (strings: u64 length and bytes;
 arrays: item type u32, count u64, items). Everything is little-endian. The file may come from anywhere, so
 every length is bounded and the read stops at the first thing out of shape; only integers and the
-architecture name are kept, and only under the keys asked for.
+architecture name are kept, and only under the keys asked for. Its time is bounded too: strings are skipped
+by their length (never read), and a header that takes longer than MAX_SECONDS to walk (tens of millions of
+empty strings fit in the size bound) is refused; a real vocabulary of 256k tokens takes a tenth of that.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import time
 from typing import BinaryIO
 
 MAGIC = b"GGUF"
@@ -22,6 +25,9 @@ MAX_KEY = 1 << 16
 MAX_STRING = 1 << 24
 MAX_ITEMS = 1 << 26
 MAX_HEADER = 1 << 30  # a tokenizer's vocabulary is tens of MB at most
+MAX_SECONDS = 1.0
+CHECK_EVERY = 4096  # entries between two looks at the clock
+CHUNK = 1 << 20
 
 
 class GGUFError(ValueError):
@@ -48,27 +54,70 @@ def _string(fh: BinaryIO, limit: int) -> bytes:
     return _take(fh, length)
 
 
-def _skip(fh: BinaryIO, kind: int, depth: int = 0) -> None:
+def _pass_string(fh: BinaryIO) -> None:
+    """Past one string without reading it: its length, then a seek."""
+    length = int(_unpack(fh, "<Q"))
+    if length > MAX_STRING:
+        raise GGUFError(f"a string of {length} bytes")
+    _seek(fh, fh.tell() + length)
+
+
+def _pass_strings(fh: BinaryIO, count: int, deadline: float) -> None:
+    """Past `count` strings (a vocabulary): their lengths walked in a buffer read a chunk at a time."""
+    start = fh.tell()
+    buffer, offset, done = b"", 0, 0  # buffer holds the file from `start`; offset: the next string's length
+    length_of = struct.Struct("<Q").unpack_from
+    while done < count:
+        if offset + 8 > len(buffer):
+            start += offset
+            fh.seek(start)
+            buffer, offset = fh.read(CHUNK), 0
+            if len(buffer) < 8:
+                raise GGUFError("the header ends early")
+            _in_time(deadline)
+        (length,) = length_of(buffer, offset)
+        if length > MAX_STRING:
+            raise GGUFError(f"a string of {length} bytes")
+        offset += 8 + length
+        done += 1
+    _seek(fh, start + offset)
+
+
+def _seek(fh: BinaryIO, end: int) -> None:
+    """To `end` (a seek past the file's end is caught by the next read, which comes up short)."""
+    if end > MAX_HEADER:
+        raise GGUFError(f"the header runs past {MAX_HEADER} bytes")
+    fh.seek(end)
+
+
+def _in_time(deadline: float) -> None:
+    if time.monotonic() > deadline:
+        raise GGUFError(f"the header takes more than {MAX_SECONDS:g} s to read (a real one takes a tenth of that)")
+
+
+def _skip(fh: BinaryIO, kind: int, deadline: float) -> None:
     if kind in SCALARS:
         _take(fh, struct.calcsize(SCALARS[kind]))
     elif kind == STRING:
-        _string(fh, MAX_STRING)
-    elif kind == ARRAY and depth == 0:
+        _pass_string(fh)
+    elif kind == ARRAY:
         item, count = int(_unpack(fh, "<I")), int(_unpack(fh, "<Q"))
         if count > MAX_ITEMS:
             raise GGUFError(f"an array of {count} items")
-        if item in SCALARS:  # one read for the lot
-            _take(fh, count * struct.calcsize(SCALARS[item]))
-        else:
-            for _item in range(count):
-                _skip(fh, item, depth + 1)
+        if item in SCALARS:  # one seek for the lot
+            _seek(fh, fh.tell() + count * struct.calcsize(SCALARS[item]))
+        elif item == STRING:
+            _pass_strings(fh, count, deadline)
+        else:  # arrays of arrays: no field sparkplay reads is one, and llama.cpp writes none
+            raise GGUFError(f"an array of value type {item}")
     else:
         raise GGUFError(f"value type {kind} is not GGUF's")
 
 
-def header_fields(path: str, suffixes: tuple[str, ...]) -> dict:
+def header_fields(path: str, suffixes: tuple[str, ...], seconds: float = MAX_SECONDS) -> dict:
     """general.architecture and the integer fields whose keys end with one of `suffixes`."""
     found: dict = {}
+    deadline = time.monotonic() + seconds
     with open(path, "rb") as fh:
         if _take(fh, 4) != MAGIC:
             raise GGUFError(f"{path} is not a GGUF file")
@@ -79,7 +128,9 @@ def header_fields(path: str, suffixes: tuple[str, ...]) -> dict:
         entries = int(_unpack(fh, "<Q"))
         if entries > MAX_ENTRIES:
             raise GGUFError(f"{path} claims {entries} metadata entries")
-        for _entry in range(entries):
+        for entry in range(entries):
+            if entry % CHECK_EVERY == 0:
+                _in_time(deadline)
             key = _string(fh, MAX_KEY).decode("utf-8", errors="replace")
             kind = int(_unpack(fh, "<I"))
             if key == "general.architecture" and kind == STRING:
@@ -87,7 +138,7 @@ def header_fields(path: str, suffixes: tuple[str, ...]) -> dict:
             elif key.endswith(suffixes) and kind in SCALARS and kind not in (6, 7, 12):
                 found[key] = int(_unpack(fh, SCALARS[kind]))
             else:
-                _skip(fh, kind)
+                _skip(fh, kind, deadline)
     return found
 
 

@@ -127,6 +127,7 @@ foreign:
 """
 
 # Ansible modules put their documentation before the imports.
+import json  # noqa: E402
 import shlex  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -165,8 +166,17 @@ FILE = {
 }
 
 
+class FilesModule(AnsibleModule):
+    """AnsibleModule, but the record of the call it writes to the node's system log shows each file's content
+    as its size and sha256, as the result does: an env file holds an engine's API key. (no_log on the option
+    would hide the contents too, and so every unit's check-mode diff, which are not secret.)"""
+
+    def _log_invocation(self) -> None:
+        self.log(f"Invoked with {json.dumps({**self.params, 'files': shown(self.params['files'])}, sort_keys=True)}")
+
+
 def main() -> None:
-    module = AnsibleModule(
+    module = FilesModule(
         argument_spec={
             "folders": {"type": "list", "elements": "path", "default": []},
             "directories": {"type": "list", "elements": "dict", "default": [], "options": FOLDER},

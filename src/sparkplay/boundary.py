@@ -32,8 +32,8 @@ from typing import Any
 from sparkplay.errors import BadInput
 
 # what a recipe may set on its engine's container beyond sparkplay's own options (serve.ulimits, container_user)
-CONTAINER_ULIMIT = re.compile(r"^(nofile|stack|nproc|core|memlock)=(-1|[0-9]+)(:(-1|[0-9]+))?$")
-CONTAINER_USER = re.compile(r"^(root|[0-9]+(:[0-9]+)?|[a-z_][a-z0-9_-]{0,31})$")
+CONTAINER_ULIMIT = re.compile(r"^(nofile|stack|nproc|core|memlock)=(-1|[0-9]+)(:(-1|[0-9]+))?\Z")
+CONTAINER_USER = re.compile(r"^(root|[0-9]+(:[0-9]+)?|[a-z_][a-z0-9_-]{0,31})\Z")
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -71,11 +71,11 @@ PRIVILEGED_KNOBS = {
 
 # Debian packages an engine's native runtime needs (what its adapter runs): a recipe's others are requests
 NATIVE_PACKAGES = {
-    "llamacpp": re.compile(r"^(llama\.cpp(-tools(-extra)?)?|libggml0(-backend-[a-z0-9]+)?|libllama0|libmtmd0)$"),
+    "llamacpp": re.compile(r"^(llama\.cpp(-tools(-extra)?)?|libggml0(-backend-[a-z0-9]+)?|libllama0|libmtmd0)\Z"),
 }
 
 # Hugging Face's rule for repo ids (huggingface_hub validate_repo_id): [\w.-] parts, no '--' or '..', 96 long
-_REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 # folders a disk cache must never be, or be inside: the system's own, and the home folders
 SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/dev", "/proc",
                 "/sys", "/run", "/var/run", "/var/lib/dpkg", "/var/lib/apt", "/var/log", "/var/spool", "/root",
@@ -83,9 +83,9 @@ SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/l
 SYSTEM_FOLDERS = frozenset({"/", "/tmp", "/var", "/var/tmp", "/var/lib", "/var/cache", "/home", "/opt", "/srv",  # noqa: S108
                             "/mnt", "/media", "/usr/local"})  # fmt: skip
 # Debian policy 5.6.1: lower-case letters, digits, '+', '-', '.'; at least two long, starting alphanumeric
-_DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
 _SHM = re.compile(r"^[0-9]{1,6}(\.[0-9]+)?[bkmgt]?b?$", re.IGNORECASE)
-_IMAGE_DIR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$")
+_IMAGE_DIR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*\Z")
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,17 @@ them, `stop NAME` and `reset` find their units in them.
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sparkplay.engines import names
 from sparkplay.errors import BadInput
 
 GATEWAY = {"unit": "sparkplay-gateway.service", "routes": "/etc/sparkplay/gateway-routes.json",
            "bind": "127.0.0.1", "port": 9930}  # fmt: skip
+TOOL_PATH = re.compile(r"^(/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)+\Z")  # a plain absolute path, no '..'/'.' parts
 
 
 def records(contents: Mapping[str, Mapping[str, str | None]]) -> list[dict[str, Any]]:
@@ -32,8 +36,37 @@ def records(contents: Mapping[str, Mapping[str, str | None]]) -> list[dict[str, 
                     f"{host}:{path} is not a deployment record (not JSON)", "remove it, or run reset"
                 ) from None
             if isinstance(record, dict) and record.get("unit"):
-                found.append({**record, "host": host, "path": path, "slot": record.get("slot")})
+                found.append(_named_by_slot(record, host, path))
     return found
+
+
+def _named_by_slot(record: Mapping[str, Any], host: str, path: str) -> dict[str, Any]:
+    """The record with every name sparkplay acts on (units, container, env file) derived from its slot, which
+    the record's own path gives (an added one's is serve.d/SLOT.json; anything else is the primary's): a
+    record is data, so one naming `ssh.service` as its unit stops sparkplay's unit, never ssh."""
+    slot = None
+    if posixpath.dirname(path) == names.ADDED_DIR:
+        slot = posixpath.basename(path).removesuffix(".json")
+        if not path.endswith(".json") or not names.SLOT.match(slot):
+            raise BadInput(f"{host}:{path} is no deployment record's name", "remove it, or run reset")
+    if record.get("slot") not in (None, slot):
+        raise BadInput(f"{host}:{path} says it is deployment {record.get('slot')!r}, but its file is {slot!r}'s",
+                       "remove it, or run reset")  # fmt: skip
+    named = names.for_slot(slot)
+    tool = str(record.get("tool") or "")
+    return {
+        **record,
+        "host": host,
+        "path": path,
+        "slot": slot,
+        "unit": named["units"]["serve"],
+        "watch_unit": named["units"]["watch"] if record.get("watch_unit") else None,
+        "watchdog_unit": named["units"]["watchdog"] if record.get("watchdog_unit") else None,
+        "container": named["container"],
+        "env_file": named["env_file"],
+        # the serve tool the serve role installed (serve_tool moves it): a plain absolute path
+        "tool": tool if TOOL_PATH.match(tool) else None,
+    }
 
 
 def routes(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any] = (), new: Mapping[str, Any] | None = None,

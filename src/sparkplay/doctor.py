@@ -137,13 +137,25 @@ def ib_write_bw_gbps(output: str) -> float | None:
 
 OUTPUT_LIMIT = 20_000  # characters of one command's output kept in the bundle
 SECRET_KEY = re.compile(r"(token|secret|passw|private|api[_-]?key|credential)", re.IGNORECASE)
+_SECRET_WORD = r"(?:token(?![a-z])|secret|passw(?:or)?d?(?![a-z])|api[_-]?key|credential)"  # noqa: S105
 SECRET_IN_TEXT = (
-    re.compile(r"(?i)((?:--)?[A-Za-z0-9_.-]*(?:token(?![a-z])|secret|passw(?:or)?d?(?![a-z])|api[_-]?key|credential)"
-               r"[A-Za-z0-9_]*[\"']?[ \t]*[=:][ \t]*[\"']?)(?!<redacted>)[^\s\"',;}]+"),
+    # a secret-looking key whose value is a list (an engine's argument dump: 'api_key': ['k1', 'k2'])
+    re.compile(rf"(?i)((?:--)?[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_]*[\"']?[ \t]*[=:][ \t]*)(?!<redacted>)"
+               r"\[[^\]\n]+\]"),
+    re.compile(rf"(?i)((?:--)?[A-Za-z0-9_.-]*{_SECRET_WORD}"
+               r"[A-Za-z0-9_]*[\"']?[ \t]*[=:][ \t]*[\"']?)(?!<redacted>)(?!\[<redacted>)[^\s\"',;}]+"),
     re.compile(r"(?i)(--[a-z-]*(?:token|secret|password|api-key)[a-z-]*[ \t]+)(?!<redacted>)(?!-)\S+"),
     re.compile(r"(?i)(\bbearer[ \t]+)(?!<redacted>)[^\s\"']+"),
+    re.compile(r"(?i)(\bauthorization[\"']?[ \t]*[=:][ \t]*[\"']?(?:basic|token|digest)[ \t]+)(?!<redacted>)[^\s\"']+"),
+    # credentials in a URL: scheme://user:PASSWORD@host
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/:@\"']*:)(?!<redacted>)[^\s/@\"']+(?=@)"),
 )  # fmt: skip
-SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,})\b")
+# tokens recognisable by their shape wherever they stand: Hugging Face, OpenAI-style, GitHub, GitLab, NVIDIA
+# NGC, Slack, AWS access key ids
+SECRET_VALUE = re.compile(
+    r"\b(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_-]{16,}|nvapi-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})(?![A-Za-z0-9_-])"
+)
 REDACTED = "<redacted>"
 
 

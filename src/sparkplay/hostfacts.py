@@ -106,7 +106,7 @@ def pcie_warnings(pcie: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
-NCCL_RELEASE = re.compile(r"^v?\d+\.\d+\.\d+-\d+(\+cuda\d+(\.\d+)*)?$")
+NCCL_RELEASE = re.compile(r"^v?\d+\.\d+\.\d+-\d+(\+cuda\d+(\.\d+)*)?\Z")
 
 
 def nccl_build_problem(version: str | None, where: str) -> str | None:

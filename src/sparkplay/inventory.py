@@ -23,7 +23,7 @@ import yaml
 from sparkplay.errors import BadInput, MissingPrerequisite
 from sparkplay.topology import rank_layout_problems
 
-HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z")
 HEADER = """---
 # Written by `sparkplay init`: your nodes, as sparkplay expects them.
 # Every node is in `sparkplay_nodes` and carries `sparkplay_rank`: exactly one

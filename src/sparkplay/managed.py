@@ -29,12 +29,13 @@ def foreign_report(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> list[st
 
 def reset_removable(entries: Iterable[Mapping[str, Any]], keep: Iterable[str]) -> list[Mapping[str, Any]]:
     """The entries of sparkplay's state folder that reset may remove: none that is, or holds, a folder to
-    keep (the model root), compared after normalising (`/models/`, `//models` and `/models/.` are one)."""
+    keep (the model root), and none inside one (a state folder that is the model root itself holds the
+    checkpoints), compared after normalising (`/models/`, `//models` and `/models/.` are one)."""
     kept = [posixpath.normpath("/" + str(k).lstrip("/")) for k in keep if str(k)]
     removable = []
     for entry in entries:
         path = posixpath.normpath("/" + str(entry["path"]).lstrip("/"))
-        if not any(path == k or k.startswith(path.rstrip("/") + "/") for k in kept):
+        if not any(path == k or k.startswith(path.rstrip("/") + "/") or inside(path, [k]) for k in kept):
             removable.append(entry)
     return removable
 

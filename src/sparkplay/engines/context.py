@@ -16,7 +16,7 @@ from sparkplay import checkpoints, topology
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # the host folder for engine caches and sparkplay's state (serve_state_dir moves it)
 STATE_DIR = "/var/lib/sparkplay"
 # keys from the host's fabric.env that the engines read (NCCL_*, GLOO_*)

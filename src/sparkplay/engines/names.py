@@ -33,7 +33,7 @@ RECORD = "/etc/sparkplay/serve.json"
 ADDED_DIR = "/etc/sparkplay/serve.d"
 WATCHDOG_STATE = "watchdog.json"
 # a recipe's name, as the schema has it: the slot becomes part of file and unit names
-SLOT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+SLOT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
 
 
 def for_slot(slot: str | None, record: str = RECORD) -> dict[str, Any]:

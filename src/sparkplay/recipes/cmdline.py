@@ -33,7 +33,7 @@ CONTEXT_FLAGS = {
 
 # vLLM's human-readable integers (its arg_utils): decimal k/m/g/t, binary K/M/G/T (no decimals), and
 # -1 or auto for "as long as the memory allows"
-_HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT])$")
+_HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT])\Z")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 

@@ -95,19 +95,32 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
         self.origin_internal = internal(self.origin.hostname)
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN202
-        check_url(newurl)  # a redirect may not downgrade to plain http on the internet
-        new = urlsplit(newurl)
-        if new.scheme != self.origin.scheme:
-            raise BadInput(
-                f"{self.origin.geturl()} redirects to {newurl!r}, another scheme",
-                "give the final https:// URL yourself if you trust it",
-            )
-        if internal(new.hostname) and not self.origin_internal:
-            raise BadInput(
-                f"{self.origin.geturl()} redirects to {newurl!r}, an address on this machine or a private network",
-                "give that URL yourself if you mean it",
-            )
+        check_hop(self.origin.geturl(), newurl, "redirects to", self.origin_internal)
         return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def check_hop(origin: str, url: str, how: str = "redirects to", origin_internal: bool | None = None) -> None:
+    """The rule for every URL a server hands on (a redirect, a registry's token realm): https (plain http only
+    on loopback), the origin's scheme, and no address of this machine or a private network unless the
+    origin itself was one (then the user, or the recipe's own registry, named such a place first)."""
+    check_url(url)  # never a downgrade to plain http on the internet
+    first, new = urlsplit(origin), urlsplit(url)
+    if new.scheme != first.scheme:
+        raise BadInput(
+            f"{origin} {how} {url!r}, another scheme", "give the final https:// URL yourself if you trust it"
+        )
+    if origin_internal is None:
+        origin_internal = internal(first.hostname)
+    if internal(new.hostname) and not origin_internal:
+        raise BadInput(
+            f"{origin} {how} {url!r}, an address on this machine or a private network",
+            "give that URL yourself if you mean it",
+        )
+
+
+def guarded_opener(origin: str) -> urllib.request.OpenerDirector:
+    """An opener whose redirects follow check_hop from `origin`, at most MAX_REDIRECTS of them."""
+    return urllib.request.build_opener(_Redirects(origin))
 
 
 def _timeout(env: str, default: float) -> float:
@@ -161,7 +174,7 @@ def fetch(
     connect_timeout = connect_timeout or _timeout("SPARKPLAY_FETCH_CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S)
     total_timeout = total_timeout or _timeout("SPARKPLAY_FETCH_TOTAL_TIMEOUT_S", TOTAL_TIMEOUT_S)
     check_url(url)
-    opener = urllib.request.build_opener(_Redirects(url))
+    opener = guarded_opener(url)
     request = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": "sparkplay"})  # noqa: S310
     deadline = time.monotonic() + total_timeout
     late = FetchError(f"{url} took longer than {total_timeout:.0f} s", "try again later")

@@ -25,7 +25,7 @@ from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, imageref
 
 SCHEMA_ID = "sparkplay.recipe/v1"
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
 
 
 @cache

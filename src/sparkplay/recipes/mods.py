@@ -26,7 +26,7 @@ import yaml
 
 from sparkplay.errors import BadInput
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 MAX_FILES = 64
 MAX_BYTES = 512 * 1024
 REGISTRY_FILE = Path(".sparkrun") / "registry.yaml"

@@ -22,7 +22,7 @@ from sparkplay.recipes.raw import RawRecipe
 
 LOOPBACK = "127.0.0.1"
 WILDCARDS = ("0.0.0.0", "::", "[::]", "*", "")  # noqa: S104 - matched to be narrowed, never bound
-REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 QUANT_PATTERN = re.compile(r"(nvfp4|mxfp4|fp8|awq|gptq|int4|int8|q4_k_m|q5_k_m|q8_0|bf16|f16)", re.IGNORECASE)
 
 

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from sparkplay.errors import SparkplayError
+from sparkplay.errors import BadInput, SparkplayError
 from sparkplay.recipes import fetch, imageref
 
 DOCKER_HUB = "registry-1.docker.io"
@@ -26,7 +26,7 @@ ACCEPT = ", ".join((
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 ))  # fmt: skip
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
 TIMEOUT_S = 15.0
 
@@ -53,24 +53,40 @@ def _scheme(host: str) -> str:
     return "http" if fetch._is_loopback(hostname) else "https"  # plain http only on this machine (tests)
 
 
-def _request(url: str, headers: dict[str, str], method: str = "GET") -> tuple[int, dict[str, str], bytes]:
-    fetch.check_url(url)
-    request = urllib.request.Request(url, headers={"User-Agent": "sparkplay", **headers}, method=method)  # noqa: S310
+def _request(
+    url: str, headers: dict[str, str], method: str = "GET", origin: str | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    """One request under recipe import's fetch policy, from `origin` (the registry's manifest URL): the URL
+    and every redirect https, the same scheme, never inward (loopback, private, link-local) from a public
+    registry, at most fetch.MAX_REDIRECTS; a registry on this machine (tests, a local mirror) stays there."""
+    origin = origin or url
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310 - checked above
+        fetch.check_hop(origin, url, "names")
+        request = urllib.request.Request(url, headers={"User-Agent": "sparkplay", **headers}, method=method)  # noqa: S310
+        with fetch.guarded_opener(origin).open(request, timeout=TIMEOUT_S) as response:
             return response.status, dict(response.headers), response.read(64 * 1024)
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), b""
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, BadInput):
+            raise _refused(exc.reason) from None
+        raise
+    except BadInput as exc:
+        raise _refused(exc) from None
 
 
-def _token(challenge: str, repository: str) -> str:
+def _refused(exc: BadInput) -> RegistryError:
+    return RegistryError(f"the registry lookup stopped: {exc.problem}", "pin the image's digest yourself")
+
+
+def _token(challenge: str, repository: str, origin: str) -> str:
     """The anonymous pull token a `WWW-Authenticate: Bearer realm=...` challenge offers."""
     fields = dict(CHALLENGE.findall(challenge))
     realm = fields.get("realm")
     if not challenge.lower().startswith("bearer") or not realm:
         raise RegistryError("the registry asks for credentials sparkplay does not have", "pin a digest yourself")
     query = {"service": fields.get("service", ""), "scope": fields.get("scope") or f"repository:{repository}:pull"}
-    status, _, body = _request(f"{realm}?{urllib.parse.urlencode(query)}", {})
+    status, _, body = _request(f"{realm}?{urllib.parse.urlencode(query)}", {}, origin=origin)
     if status != 200:
         raise RegistryError(f"the registry's token service answered HTTP {status}", "pin a digest yourself")
     data = json.loads(body or b"{}")
@@ -92,7 +108,7 @@ def resolve(image: str) -> str:
         status, headers, _ = _request(url, {"Accept": ACCEPT}, "HEAD")
         if status == 401:
             challenge = headers.get("WWW-Authenticate") or headers.get("Www-Authenticate") or ""
-            token = _token(challenge, repository)
+            token = _token(challenge, repository, url)
             status, headers, _ = _request(url, {"Accept": ACCEPT, "Authorization": f"Bearer {token}"}, "HEAD")
     except (OSError, ValueError) as exc:
         raise RegistryError(

@@ -36,7 +36,7 @@ LEFT, RIGHT = "\x00", "\x01"
 PASSES = 10
 
 # a placeholder that names nothing is a hole in the command: a key-like name (hyphens and dots too)
-HOLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+HOLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*\Z")
 
 
 def collapse_escapes(value: Any) -> Any:

@@ -42,7 +42,7 @@ REVISION = re.compile(
 )
 TRAILING = ".,;:!?)]}'\""
 ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 WRAPPERS = ("recipe", "data", "result", "item", "attributes", "payload")
 API_ADDRESS = re.compile(r"\bAPI\b[^.]*?\bon\s+(\d{1,3}(?:\.\d{1,3}){3}|localhost|\[[0-9a-fA-F:]+\]):(\d{1,5})")
 

@@ -21,7 +21,7 @@ from .common import META, Failure, canonical, sha256_fd
 from .paths import Refused, check_link, check_rel, resolve
 
 FORMAT = 2
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
+HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 def walk(root: Path) -> list[tuple[str, os.stat_result]]:

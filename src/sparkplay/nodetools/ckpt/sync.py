@@ -21,7 +21,9 @@ import json
 import os
 import shlex
 import signal
+import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -121,19 +123,38 @@ def _reporting(status: Status, job: Job | None, stall: float) -> Iterator[dict[s
 
 
 def _is_sync(pid: object) -> bool:
-    """Whether pid is a running `sparkplay-ckpt sync` (a pid in a file may have been reused since)."""
-    if not isinstance(pid, int) or pid <= 0:
+    """Whether pid is a running `sync` of this very tool file, by this user (a pid in a file may have been
+    reused since, and any process may carry a `sync` argument: root signals none of those)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     try:
-        return b"\0sync\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        owner = Path(f"/proc/{pid}").stat().st_uid
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+    me = os.fsencode(os.path.realpath(sys.argv[0]))
+    return owner == os.getuid() and any(
+        arg == b"sync" and i > 0 and os.fsencode(os.path.realpath(os.fsdecode(argv[i - 1]))) == me
+        for i, arg in enumerate(argv)
+    )
+
+
+def own_folder(path: Path) -> None:
+    """sparkplay's run-time folder (locks, status files naming pids it signals): made 0700, or, already there,
+    a real folder of this user's, tightened to 0700 (an earlier status write made it 0755)."""
+    path.mkdir(mode=0o700, exist_ok=True)
+    seen = os.lstat(path)
+    if not stat.S_ISDIR(seen.st_mode) or seen.st_uid != os.getuid():
+        raise Failure(f"{path} is not a folder of this user's (a link, or owned by uid {seen.st_uid}): "
+                      "remove it and run again")  # fmt: skip
+    if stat.S_IMODE(seen.st_mode) != 0o700:
+        path.chmod(0o700)
 
 
 @contextlib.contextmanager
 def _only_run(opts: Options) -> Iterator[None]:
     """One sync per folder and peer: a newer one ends an older one still running (after a Ctrl-C, say)."""
-    LOCKS.mkdir(mode=0o700, exist_ok=True)
+    own_folder(LOCKS)
     key = hashlib.sha256(f"{opts.root}\0{opts.host}\0{opts.dest}".encode()).hexdigest()[:16]
     fd = os.open(LOCKS / f"sync-{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -171,6 +192,8 @@ def sync(opts: Options, plan: bool = False) -> dict[str, Any]:
     if plan:
         return _sync(opts, status, plan=True)
     signal.signal(signal.SIGTERM, _terminate)
+    if opts.status_file and Path(opts.status_file).parent == LOCKS:
+        own_folder(LOCKS)
     status.write()
     try:
         with _only_run(opts):

@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("probe")
     p.add_argument("--url", required=True)
     p.add_argument("--model", required=True)
+    p.add_argument("--unit", help="the engine's unit: a port held by another process is named, never asked")
+    p.add_argument("--container", help="the engine's container (docker runtime)")
     p.set_defaults(func=cmd_probe)
     p = sub.add_parser("explain", help="why a rank is not serving (status, doctor, the watchdog)")
     p.add_argument("--unit", required=True)

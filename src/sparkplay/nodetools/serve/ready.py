@@ -74,7 +74,12 @@ def _report(args: argparse.Namespace, ranks: list[tuple[str, str | None]], code:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """What the API says now, and whether the model answers a four-token completion (health for status:
-    /health and the model list stay "ok" while a worker is gone or the engine is frozen)."""
+    /health and the model list stay "ok" while a worker is gone or the engine is frozen). Given the unit, a
+    process of another cgroup holding the port is named and never asked (nor sent the API's key)."""
+    squatted = port_holder_problem(args.url, args.unit, args.container) if args.unit else None
+    if squatted:
+        print(json.dumps({"health": False, "models": [], "served": False, "answers": False, "why": squatted}))
+        return 0
     use_api_key(args)
     look = probe(args.url, args.model)
     started = time.monotonic()

@@ -1,0 +1,314 @@
+"""An untrusted recipe beside trusted ones (issue 38): each finding of the attacker's review, reproduced.
+
+Each test tries what the review (or our own attacks in its spirit) did against the code before, and shows
+it refused or confined now, with nothing outside sparkplay's folders changed. Pure or local: plans on
+stand-in nodes, modules run by Ansible on localhost, files in tmp_path, real sockets of this machine. What
+needs the lab (two engines on one node) is in tests/test_serve_lab.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from sparkplay import deployments, doctor
+from sparkplay.engines import names
+from sparkplay.engines.context import environment
+from sparkplay.errors import BadInput
+from sparkplay.managed import reset_removable
+from sparkplay.recipes import fetch, model, registry
+from tests.conftest import PROJECT
+from tests.test_boundary import recipe
+
+sys.path.insert(0, str(PROJECT / "collections"))
+from ansible_collections.sparkplay.spark.plugins.module_utils import sparkplay_gguf
+
+# -- a name with a trailing newline (Python's `$` matches before a final "\n") ------------------------------
+
+
+@pytest.mark.parametrize("name", ["lab-tiny\n", "lab-tiny\n\n", "x\nDescription=evil"])
+def test_a_recipe_name_with_a_newline_is_refused(name):
+    with pytest.raises(BadInput):
+        model.check_name(name)
+    doc = recipe("lab-tiny")
+    doc["name"] = name
+    assert any("name" in p for p in model.schema_errors(doc))
+    with pytest.raises(ValueError, match="is not a recipe name"):
+        names.for_slot(name)
+
+
+def test_an_env_name_with_a_trailing_newline_is_refused_by_the_schema_and_the_env_file():
+    doc = recipe("lab-tiny")
+    doc["serve"]["env"] = {"GGML_X\n": "1"}
+    assert model.schema_errors(doc)
+    with pytest.raises(BadInput, match="is not valid"):
+        environment({"GGML_X\n": "1"})
+
+
+# -- every run sent serve.env's secrets to each node's system log -------------------------------------------
+
+LOGGED = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    from ansible.module_utils import basic
+    from ansible.module_utils.common.text.converters import to_bytes
+    logged = []
+    basic.AnsibleModule.log = lambda self, msg, log_args=None: logged.append(msg)
+    basic._ANSIBLE_ARGS = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": json.loads(sys.argv[2])}))
+    basic._ANSIBLE_PROFILE = "legacy"
+    from ansible_collections.sparkplay.spark.plugins.modules import sparkplay_files
+    try:
+        sparkplay_files.main()
+    except SystemExit:
+        pass
+    sys.stderr.write("\\nLOGGED:" + json.dumps(logged))
+    """
+)
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_the_files_module_never_sends_a_files_content_to_the_system_log(tmp_path, check):
+    """AnsibleModule logs each call's arguments to syslog/journald; the env file holds the API key."""
+    key = "sk-" + "k3y" * 10
+    args = {"files": [{"path": str(tmp_path / "serve.env"), "content": f"VLLM_API_KEY={key}\n", "mode": "0600",
+                       "owner": str(os.getuid()), "group": str(os.getgid()), "secret": True}],
+            "managed": False, "_ansible_check_mode": check}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", LOGGED, str(PROJECT / "collections"), json.dumps(args)],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    logged = json.loads(done.stderr.rsplit("LOGGED:", 1)[1])
+    assert logged and "Invoked with" in logged[0] and "bytes, sha256" in logged[0]
+    assert key not in done.stderr + done.stdout
+    assert (tmp_path / "serve.env").exists() is (not check)
+
+
+# -- the diagnostics bundle keeps no secret -----------------------------------------------------------------
+
+NGC = "nvapi-" + "Q7x_" * 16
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        (f"NGC key is {NGC} (from the login)", NGC),
+        ("pulling https://alice:hunter2secret@registry.example.com/v2/x", "hunter2secret"),
+        ("git clone https://oauth2:glpat-abcdefghijklmnop@gitlab.example.com/x.git", "glpat-abcdefghijklmnop"),
+        ("non-default args: {'model': '/m', 'api_key': ['k-one-secret-1', 'k-two-secret-2'], 'port': 8000}",
+         "k-two-secret-2"),
+        ("non-default args: {'model': '/m', 'api_key': ['k-one-secret-1'], 'port': 8000}", "k-one-secret-1"),
+        ('"Authorization": "Basic YWxpY2U6aHVudGVyMg=="', "YWxpY2U6aHVudGVyMg=="),
+        ("aws AKIAABCDEFGHIJKLMNOP configured", "AKIAABCDEFGHIJKLMNOP"),
+        ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz in the env", "github_pat_11ABCDEFG0123456789_abc"),
+        ("--hf-token=hf_abcdefghijklmnopqrstuvwxyz", "hf_abcdefghijklmnopqrstuvwxyz"),
+    ],
+)  # fmt: skip
+def test_the_bundle_redacts_realistic_secrets_an_engine_or_a_user_leaves_in_its_output(text, secret):
+    cleaned = doctor.redact({"journal": text, "argv": [text]})
+    assert secret not in json.dumps(cleaned), cleaned
+    assert doctor.REDACTED in cleaned["journal"]
+
+
+def test_the_bundle_keeps_what_is_no_secret():
+    for line in ("https://registry.example.com:5000/v2/x", "model: nvidia/GLM-5.3 tokens=128",
+                 "Listening on http://127.0.0.1:8000", "basic usage of the API"):  # fmt: skip
+        assert doctor.redact({"journal": line})["journal"] == line
+
+
+# -- reset with the model root equal to the state folder ----------------------------------------------------
+
+
+def test_reset_keeps_the_checkpoints_when_the_state_folder_is_the_model_root():
+    entries = [{"path": "/data/models/org--model"}, {"path": "/data/models/atlas-overlay"},
+               {"path": "/data/models/.sparkplay"}]  # fmt: skip
+    # the state folder listed is the model root itself: everything in it is a checkpoint, kept
+    assert reset_removable(entries, ["/data/models"]) == []
+    assert reset_removable(entries, ["/data/models/"]) == []
+    # the default layout is unchanged: the model root inside the state folder is kept, the rest goes
+    state = [{"path": "/var/lib/sparkplay/models"}, {"path": "/var/lib/sparkplay/engine"}]
+    assert reset_removable(state, ["/var/lib/sparkplay/models"]) == [{"path": "/var/lib/sparkplay/engine"}]
+
+
+# -- stop and reset take unit names from the slot, never from a record --------------------------------------
+
+
+def _record(**fields) -> str:
+    return json.dumps({"recipe": "lab-tiny", "role": "leader", "unit": "sparkplay-serve.service", "rank": 0,
+                       "served_name": "m", "api_url": "http://127.0.0.1:9931", **fields})  # fmt: skip
+
+
+def test_a_record_naming_another_unit_is_read_as_its_slots_units():
+    hostile = _record(unit="ssh.service", watch_unit="sshd.service", watchdog_unit="cron.service",
+                      container="postgres", env_file="/etc/shadow", tool="/bin/sh -c")  # fmt: skip
+    [primary] = deployments.records({"n": {"/etc/sparkplay/serve.json": hostile}})
+    assert primary["unit"] == "sparkplay-serve.service"
+    assert primary["watch_unit"] == "sparkplay-serve-watch.service"
+    assert primary["watchdog_unit"] == "sparkplay-serve-watchdog.service"
+    assert primary["container"] == "sparkplay-serve" and primary["env_file"] == "/etc/sparkplay/serve.env"
+    assert primary["tool"] is None  # not a plain path: the role's default tool runs
+    [added] = deployments.records({"n": {"/etc/sparkplay/serve.d/coder.json": _record(slot="coder", unit="ssh")}})
+    assert added["unit"] == "sparkplay-serve@coder.service" and added["slot"] == "coder"
+    assert added["env_file"] == "/etc/sparkplay/serve.d/coder.env" and added["watch_unit"] is None
+    with pytest.raises(BadInput, match="says it is deployment 'other'"):
+        deployments.records({"n": {"/etc/sparkplay/serve.d/coder.json": _record(slot="other")}})
+    with pytest.raises(BadInput, match="no deployment record's name"):
+        deployments.records({"n": {"/etc/sparkplay/serve.d/Bad Name.json": _record()}})
+
+
+def test_the_stop_and_reset_roles_act_only_on_names_from_the_records_rule():
+    """The roles read records through sparkplay_records (the rule above) and nothing else names a unit."""
+    for role in ("stop", "reset", "status"):
+        text = (PROJECT / "roles" / role / "tasks" / "main.yml").read_text()
+        assert "from_json).unit" not in text and "| from_json if status_record_raw" not in text
+    status = (PROJECT / "roles" / "status" / "tasks" / "main.yml").read_text()
+    assert "sparkplay.spark.sparkplay_records | first" in status
+
+
+# -- apply's registry lookup under recipe import's fetch policy ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "realm",
+    ["http://169.254.169.254/latest/meta-data/", "https://127.0.0.1:5000/token", "https://10.0.0.7/token",
+     "https://[::1]/token", "file:///etc/passwd", "https://localhost/token"],
+)  # fmt: skip
+def test_a_public_registrys_token_realm_may_not_point_inward(realm):
+    origin = "https://registry-1.docker.io/v2/org/engine/manifests/latest"
+    with pytest.raises(registry.RegistryError, match="the registry lookup stopped"):
+        registry._token(f'Bearer realm="{realm}",service="x"', "org/engine", origin)
+
+
+def test_the_registry_lookups_redirects_follow_the_same_rule():
+    origin = "https://registry.example.com/v2/x/manifests/latest"
+    for inward in ("https://127.0.0.1/x", "http://registry.example.com/x", "https://192.168.1.1/x"):
+        with pytest.raises(BadInput):
+            fetch.check_hop(origin, inward)
+    fetch.check_hop(origin, "https://cdn.example.org/blob")  # outward https is a registry's normal redirect
+
+
+# -- the GGUF header reader bounds its time -----------------------------------------------------------------
+
+
+def _gguf(path: Path, entries: list[bytes], count: int) -> Path:
+    with path.open("wb") as fh:
+        fh.write(b"GGUF" + struct.pack("<IQQ", 3, 0, count) + b"".join(entries))
+    return path
+
+
+def _key(name: str, kind: int) -> bytes:
+    return struct.pack("<Q", len(name)) + name.encode() + struct.pack("<I", kind)
+
+
+def test_a_header_of_tens_of_millions_of_empty_strings_is_refused_within_about_a_second(tmp_path):
+    """2^26 empty strings fit in the 1 GiB bound (512 MiB of zero lengths, a sparse file here): the reader
+    before looped over them in Python for minutes."""
+    path = _gguf(tmp_path / "h.gguf", [_key("tokenizer.ggml.tokens", 9) + struct.pack("<IQ", 8, 1 << 26)], 1)
+    with path.open("r+b") as fh:
+        fh.truncate(path.stat().st_size + (1 << 26) * 8)
+    started = time.monotonic()
+    with pytest.raises(sparkplay_gguf.GGUFError, match="takes more than 1 s"):
+        sparkplay_gguf.header_fields(str(path), ("block_count",))
+    assert time.monotonic() - started < 3
+
+
+def test_a_real_sized_vocabulary_is_read_well_within_the_bound(tmp_path):
+    tokens = b"".join(struct.pack("<Q", len(t)) + t for t in (f"tok{i}".encode() for i in range(256_000)))
+    entries = [_key("general.architecture", 8) + struct.pack("<Q", 5) + b"llama",
+               _key("tokenizer.ggml.tokens", 9) + struct.pack("<IQ", 8, 256_000) + tokens,
+               _key("tokenizer.ggml.scores", 9) + struct.pack("<IQ", 6, 256_000) + b"\0" * 4 * 256_000,
+               _key("llama.block_count", 4) + struct.pack("<I", 32)]  # fmt: skip
+    path = _gguf(tmp_path / "real.gguf", entries, 4)
+    started = time.monotonic()
+    assert sparkplay_gguf.header_fields(str(path), ("block_count",)) == {
+        "general.architecture": "llama", "llama.block_count": 32}  # fmt: skip
+    assert time.monotonic() - started < sparkplay_gguf.MAX_SECONDS / 2
+
+
+def test_a_string_array_that_claims_more_than_the_file_holds_ends_early(tmp_path):
+    path = _gguf(tmp_path / "short.gguf", [_key("t", 9) + struct.pack("<IQ", 8, 10) + struct.pack("<Q", 1 << 20)], 1)
+    with pytest.raises(sparkplay_gguf.GGUFError, match="ends early"):
+        sparkplay_gguf.header_fields(str(path), ("block_count",))
+
+
+# -- the mirror's run-time folder and whom it signals -------------------------------------------------------
+
+
+def test_the_mirrors_run_folder_is_tightened_and_a_strangers_is_refused(tmp_path):
+    from sparkplay.nodetools.ckpt import sync
+    from sparkplay.nodetools.ckpt.common import Failure
+
+    loose = tmp_path / "run"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    sync.own_folder(loose)
+    assert oct(loose.stat().st_mode & 0o777) == "0o700"
+    link = tmp_path / "link"
+    link.symlink_to(loose)
+    with pytest.raises(Failure, match="not a folder of this user's"):
+        sync.own_folder(link)
+
+
+def test_the_mirror_signals_only_its_own_sync_never_a_process_with_a_sync_argument(tmp_path):
+    from sparkplay.nodetools.ckpt import sync
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "sync"])
+    try:
+        time.sleep(0.2)
+        assert not sync._is_sync(other.pid)
+        assert not sync._is_sync(True) and not sync._is_sync(-1) and not sync._is_sync("1")
+        status = tmp_path / "status.json"
+        status.write_text(json.dumps({"pid": other.pid}))
+        assert sync.stop(status) == {"stopped": False}
+        assert other.poll() is None  # still running: nothing was signalled
+    finally:
+        other.kill()
+
+
+# -- probe (and so status) took a squatter on the API port for the engine, and sent it the key ----------------
+
+
+def test_the_probe_names_a_squatter_on_the_api_port_and_never_sends_it_the_key(tmp_path, capsys):
+    import argparse
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from sparkplay.engines.systemd import env_file
+    from sparkplay.nodetools.serve import common as serve_common
+    from sparkplay.nodetools.serve import ready as serve_ready
+
+    seen: list[str] = []
+
+    class Squatter(BaseHTTPRequestHandler):  # a local user's fake API, bound before the engine
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            seen.append(f"{self.path} {self.headers.get('Authorization')}")
+            body = json.dumps({"data": [{"id": "m"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Squatter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "serve.env").write_text(env_file({"VLLM_API_KEY": "sk-the-real-key-0123456789"}, "native"))
+    args = argparse.Namespace(url=f"http://127.0.0.1:{server.server_address[1]}", model="m",
+                              unit="sparkplay-serve.service", container=None, api_key_env="VLLM_API_KEY",
+                              env_file=str(tmp_path / "serve.env"), env_format="native")  # fmt: skip
+    try:
+        assert serve_ready.cmd_probe(args) == 0
+    finally:
+        server.shutdown()
+        serve_common.API_KEY.clear()
+    look = json.loads(capsys.readouterr().out)
+    assert look["answers"] is False and look["health"] is False
+    assert f"is held by PID {os.getpid()}" in look["why"] and "not by sparkplay-serve.service" in look["why"]
+    assert seen == []  # never asked, so never sent the key
