@@ -257,7 +257,8 @@ def test_a_recipe_cannot_allow_its_own_requests(tmp_path):
     [
         "everything",
         "*",
-        "env:OMP_NUM_THREADS",
+        "env:1BAD",
+        "env:A-B",
         "package:",
         "prefix_cache",
         "mod:",
@@ -274,8 +275,18 @@ def test_an_allow_list_entry_that_is_no_request_is_refused(entry):
 
 
 def test_pinned_allow_entries_are_requests():
-    entries = ["mod:fix-parser", "mod:fix-parser@0123456789ab", "pre_exec:0123456789ab"]
+    sha = "0123456789abcdef" * 4
+    entries = [f"mod:qwen3/fix-parser@{sha}", f"pre_exec:qwen3@{sha}", f"preamble:my.recipe@{sha}"]
     assert boundary.check_allow(entries) == frozenset(entries)
+
+
+@pytest.mark.parametrize("entry", ["mod:fix-parser", "mod:fix-parser@0123456789ab", "pre_exec:0123456789ab",
+                                   "preamble:0123456789ab"])  # fmt: skip
+def test_short_or_unscoped_allow_entries_are_refused_with_the_form_that_replaces_them(entry):
+    """48 bits of a hash, or a mod's name alone, admitted any recipe whose code matched (issue 38)."""
+    with pytest.raises(BadInput, match="short hash or a name alone") as caught:
+        boundary.check_allow([entry])
+    assert "RECIPE" in str(caught.value) and "SHA256" in str(caught.value)
 
 
 def test_the_allow_list_the_inventory_gives_reaches_the_plan_and_the_unit_through_ansible():

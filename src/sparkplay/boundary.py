@@ -85,20 +85,31 @@ SYSTEM_FOLDERS = frozenset({"/", "/tmp", "/var", "/var/tmp", "/var/lib", "/var/c
 # Debian policy 5.6.1: lower-case letters, digits, '+', '-', '.'; at least two long, starting alphanumeric
 _DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
 _SHM = re.compile(r"^[0-9]{1,6}(\.[0-9]+)?[bkmgt]?b?$", re.IGNORECASE)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IMAGE_DIR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*\Z")
 
 
 @dataclass(frozen=True)
 class Request:
-    """A privileged request: `name` is what `serve_allow` lists to allow it."""
+    """A privileged request: `name` is what `serve_allow` lists to allow it. Code a recipe brings (a mod, a
+    pre_exec, a preamble) is named by the recipe and the whole sha256 of that code: an allow given for one
+    recipe's commands admits no other recipe, nor other commands (a short prefix could be matched)."""
 
     name: str
     key: str  # the recipe field that asks
     what: str  # what it does to a host, one line
-    pinned: str | None = None  # a serve_allow entry that allows only this exact content (a mod's NAME@SHA12)
 
     def __str__(self) -> str:
         return f"{self.key}: {self.what} (privileged: runs only with serve_allow: [{self.name}] in the inventory)"
+
+
+# serve_allow's forms of code a recipe brings: scoped to the recipe, pinned by the whole sha256
+_SCOPED = re.compile(
+    r"(?:mod:(?P<recipe>[a-z0-9][a-z0-9._-]{0,63})/(?P<mod>[A-Za-z0-9][A-Za-z0-9_.-]*)"
+    r"|(?P<kind>pre_exec|preamble):(?P<owner>[a-z0-9][a-z0-9._-]{0,63}))@(?P<sha>[0-9a-f]{64})"
+)
+# the forms before issue 38: a mod by name alone or a 12-digit (48-bit) prefix, a pre_exec/preamble prefix
+_OLD_FORM = re.compile(r"(?:mod:(?P<mod>[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@[0-9a-f]{12})?|(?P<kind>pre_exec|preamble):[0-9a-f]{12})")
 
 
 def loads_code(name: str) -> bool:
@@ -135,16 +146,15 @@ def requests(recipe: Mapping[str, Any]) -> list[Request]:
                 Request(f"env:{name}", f"serve.env.{name}", "sets a variable that changes what code the engine loads")
             )
     for mod in engine.get("mods") or []:
-        found.append(Request(f"mod:{mod['name']}", "engine.mods", f"runs {mod['name']}/run.sh (sha256 "
-                             f"{mod['sha256'][:12]}) as root in the engine's container before the engine",
-                             f"mod:{mod['name']}@{mod['sha256'][:12]}"))  # fmt: skip
+        found.append(Request(f"mod:{recipe['name']}/{mod['name']}@{mod['sha256']}", "engine.mods",
+                             f"runs {mod['name']}/run.sh as root in the engine's container before the engine"))  # fmt: skip
     for kind, when in (("pre_exec", "before the engine"), ("preamble", "in the shell that then starts the engine")):
         commands = engine.get(kind)
         if commands:
             first = str(commands["commands"][0])
             first = first[:60] + "..." if len(first) > 60 else first
             what = f"runs {len(commands['commands'])} command(s) by bash as root in every rank's engine container"
-            found.append(Request(f"{kind}:{str(commands['sha256'])[:12]}", f"engine.{kind}",
+            found.append(Request(f"{kind}:{recipe['name']}@{commands['sha256']}", f"engine.{kind}",
                                  f"{what} {when} (the first: {first})"))  # fmt: skip
     if str(serve.get("bind") or "127.0.0.1") not in LOOPBACK:
         found.append(
@@ -169,36 +179,47 @@ def enforce(
     """Refuse the first privileged request the inventory does not allow; return the names allowed and used."""
     used = []
     for request in effective(recipe, inventory_knobs, bind):
-        if request.name not in allow and (request.pinned is None or request.pinned not in allow):
+        if request.name not in allow:
             raise BadInput(
                 f"recipe {recipe['name']}: {request.key} {request.what}: a privileged request the inventory "
                 "does not allow",
-                f"if you trust the recipe, add {request.pinned or request.name!r} to serve_allow in the inventory; "
+                f"if you trust the recipe, add {request.name!r} to serve_allow in the inventory; "
                 "otherwise remove it from the recipe",
             )
         used.append(request.name)
     return used
 
 
-def check_allow(allow: Iterable[Any]) -> frozenset[str]:
-    """The inventory's serve_allow, each entry one a recipe could request."""
+def check_allow(allow: Iterable[Any], recipe: Mapping[str, Any] | None = None) -> frozenset[str]:
+    """The inventory's serve_allow, each entry one a recipe could request. An entry of the old forms (a mod
+    by name alone, a 12-digit hash) is refused with the form that replaces it (the exact entry, when the
+    recipe in use asks for that code)."""
     names = []
     for entry in allow:
         text = str(entry)
+        old = _OLD_FORM.fullmatch(text)
+        if old:
+            wanted = [r.name for r in (requests(recipe) if recipe else [])
+                      if r.name.startswith(f"mod:{recipe['name']}/{old['mod']}@" if old["mod"] else f"{old['kind']}:")]  # fmt: skip
+            form = "mod:RECIPE/NAME@SHA256" if old["mod"] else f"{old['kind']}:RECIPE@SHA256"
+            raise BadInput(
+                f"serve_allow entry {text!r} names code by a short hash or a name alone, which another recipe's "
+                "code could match",
+                f"write {wanted[0]!r}" if wanted else f"write {form} (the whole sha256, as `sparkplay recipe "
+                "import` and `up` print it)",
+            )
         known = (
             text in PRIVILEGED_KNOBS
             or text == "bind"
             or (text.startswith("package:") and len(text) > 8)
-            or (text.startswith("env:") and loads_code(text[4:]))
-            or bool(re.fullmatch(r"mod:[A-Za-z0-9][A-Za-z0-9_.-]*(@[0-9a-f]{12})?", text))
-            or bool(re.fullmatch(r"(pre_exec|preamble):[0-9a-f]{12}", text))
+            or (text.startswith("env:") and bool(_ENV_NAME.fullmatch(text[4:])))
+            or bool(_SCOPED.fullmatch(text))
         )
         if not known:
             raise BadInput(
                 f"serve_allow names {text!r}, which is no privileged request",
-                f"use {', '.join(sorted(PRIVILEGED_KNOBS))}, bind, package:NAME, env:NAME (a loader variable), "
-                "mod:NAME (or NAME@SHA12: that content only), pre_exec:SHA12 or preamble:SHA12 (as the import shows "
-                "them)",
+                f"use {', '.join(sorted(PRIVILEGED_KNOBS))}, bind, package:NAME, env:NAME, mod:RECIPE/NAME@SHA256, "
+                "pre_exec:RECIPE@SHA256 or preamble:RECIPE@SHA256 (as the import shows them)",
             )
         names.append(text)
     return frozenset(names)

@@ -245,7 +245,7 @@ def with_launch(
         health_timeout_s=int(merged["serve_health_timeout"] or 0) or None,
         state_dir=state,
         docker=doc["engine"]["docker"],
-        allow=check_allow(merged["serve_allow"] or []),
+        allow=check_allow(merged["serve_allow"] or [], recipe),
         slot=doc.get("slot"),
     )
     plan = build(recipe, nodes, options)

@@ -2,7 +2,7 @@
 orchestration/hooks.py: each string by `docker exec <container> bash -c '<cmd>'`, in order, the first failure
 stopping the launch; the recipe's own entries before its mods'). sparkplay carries them as one privileged request:
 rendered as sparkrun renders them (`{key}` from the recipe's defaults and model, an unknown `{...}` left as it is),
-pinned by a sha256 over the commands, shown at import, run only where the inventory allows `pre_exec:<sha12>`.
+pinned by a sha256 over the commands, shown at import, run only where the inventory allows `pre_exec:<recipe>@<sha256>`.
 
 A `copy` entry (a file from the control machine, `docker cp`) has no place here: sparkplay reads no file from the
 machine it runs on for a recipe. A recipe with one keeps its pre_exec not honoured, and the import says why.
@@ -53,9 +53,3 @@ def read(entries: Any, values: dict[str, Any]) -> tuple[dict[str, Any] | None, s
     if len(commands) > MAX_COMMANDS or any(len(c) > MAX_CHARS or "\0" in c for c in commands):
         return None, f"more than {MAX_COMMANDS} commands, or one over {MAX_CHARS} characters"
     return {"commands": commands, "sha256": digest(commands)}, ""
-
-
-def allow_name(commands: dict[str, Any], kind: str = "pre_exec") -> str:
-    """The serve_allow entry that lets these commands run (a pre_exec, or a command's preamble): pinned to
-    their hash."""
-    return f"{kind}:{commands['sha256'][:12]}"

@@ -134,8 +134,7 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
             Problem(
                 request.key,
                 f"privileged request: {request.what}",
-                f"it runs only where the inventory allows it (serve_allow: [{request.name!r}]"
-                + (f", or {request.pinned!r} for this content only)" if request.pinned else ")"),
+                f"it runs only where the inventory allows it (serve_allow: [{request.name!r}])",
                 "warning",
             )
         )

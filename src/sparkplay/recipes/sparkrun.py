@@ -273,19 +273,19 @@ def to_raw(
     for mod in found_mods:
         raw.note("engine.mods", "derived", f"mod {mod['name']} (sha256 {mod['sha256'][:12]}, {len(mod['files'])} "
                  f"file(s)): a privileged request: its run.sh runs as root in the engine's container before the "
-                 f"engine, only where the inventory allows mod:{mod['name']} (serve_allow)")  # fmt: skip
+                 f"engine, only where the inventory allows it (serve_allow: the entry the warning below names)")  # fmt: skip
     raw.pre_exec = pre_exec
     raw.preamble = {"commands": script, "sha256": hooks.digest(script)} if script else None
     if raw.preamble:
         raw.note("engine.preamble", "derived", f"the command runs {len(script)} command(s) before the engine (sha256 "
                  f"{raw.preamble['sha256'][:12]}): a privileged request: in the engine's container on every rank, in "
-                 f"the shell that then starts the engine, only where the inventory allows "
-                 f"{hooks.allow_name(raw.preamble, 'preamble')} (serve_allow)")  # fmt: skip
+                 f"the shell that then starts the engine, only where the inventory allows it (serve_allow: the "
+                 f"entry the warning below names)")  # fmt: skip
     if pre_exec:
         raw.note("engine.pre_exec", "derived", f"{len(pre_exec['commands'])} command(s) (sha256 "
                  f"{pre_exec['sha256'][:12]}): a privileged request: each runs by bash as root in every rank's engine "
-                 f"container before the engine (and its mods), only where the inventory allows "
-                 f"{hooks.allow_name(pre_exec)} (serve_allow)")  # fmt: skip
+                 f"container before the engine (and its mods), only where the inventory allows it (serve_allow: "
+                 f"the entry the warning below names)")  # fmt: skip
     raw.revision = _text(data, "model_revision", where)
     raw.bench = bench_profile
     if bench_profile:
