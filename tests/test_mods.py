@@ -180,9 +180,8 @@ def test_the_import_command_finds_mods_in_a_folder_it_is_given_and_shows_each_as
     assert without.returncode == 0 and "not honoured: extra.sparkrun_not_honoured.mods" in without.stderr
     proc = cli(root, "recipe", "import", str(recipe), "--mods-from", str(tmp_path / "reg" / "eugr" / "mods"), "--yes")
     assert proc.returncode == 0, proc.stderr
-    assert (
-        "privileged request: runs fix-parser/run.sh" in proc.stderr and "serve_allow: ['mod:qwen3-vllm/fix-parser@" in proc.stderr
-    )
+    assert "privileged request: runs fix-parser/run.sh" in proc.stderr
+    assert "serve_allow: ['mod:qwen3-vllm/fix-parser@" in proc.stderr
     saved = yaml.safe_load((root / "recipes" / "qwen3-vllm.yml").read_text())
     assert saved["engine"]["mods"][0]["name"] == "fix-parser"
 

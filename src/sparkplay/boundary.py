@@ -109,7 +109,9 @@ _SCOPED = re.compile(
     r"|(?P<kind>pre_exec|preamble):(?P<owner>[a-z0-9][a-z0-9._-]{0,63}))@(?P<sha>[0-9a-f]{64})"
 )
 # the forms before issue 38: a mod by name alone or a 12-digit (48-bit) prefix, a pre_exec/preamble prefix
-_OLD_FORM = re.compile(r"(?:mod:(?P<mod>[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@[0-9a-f]{12})?|(?P<kind>pre_exec|preamble):[0-9a-f]{12})")
+_OLD_FORM = re.compile(
+    r"(?:mod:(?P<mod>[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@[0-9a-f]{12})?|(?P<kind>pre_exec|preamble):[0-9a-f]{12})"
+)
 
 
 def loads_code(name: str) -> bool:
@@ -146,8 +148,8 @@ def requests(recipe: Mapping[str, Any]) -> list[Request]:
                 Request(f"env:{name}", f"serve.env.{name}", "sets a variable that changes what code the engine loads")
             )
     for mod in engine.get("mods") or []:
-        found.append(Request(f"mod:{recipe['name']}/{mod['name']}@{mod['sha256']}", "engine.mods",
-                             f"runs {mod['name']}/run.sh as root in the engine's container before the engine"))  # fmt: skip
+        what = f"runs {mod['name']}/run.sh as root in the engine's container before the engine"
+        found.append(Request(f"mod:{recipe['name']}/{mod['name']}@{mod['sha256']}", "engine.mods", what))
     for kind, when in (("pre_exec", "before the engine"), ("preamble", "in the shell that then starts the engine")):
         commands = engine.get(kind)
         if commands:
@@ -199,14 +201,15 @@ def check_allow(allow: Iterable[Any], recipe: Mapping[str, Any] | None = None) -
         text = str(entry)
         old = _OLD_FORM.fullmatch(text)
         if old:
-            wanted = [r.name for r in (requests(recipe) if recipe else [])
-                      if r.name.startswith(f"mod:{recipe['name']}/{old['mod']}@" if old["mod"] else f"{old['kind']}:")]  # fmt: skip
+            prefix = f"mod:{(recipe or {}).get('name')}/{old['mod']}@" if old["mod"] else f"{old['kind']}:"
+            wanted = [r.name for r in (requests(recipe) if recipe else []) if r.name.startswith(prefix)]
             form = "mod:RECIPE/NAME@SHA256" if old["mod"] else f"{old['kind']}:RECIPE@SHA256"
             raise BadInput(
                 f"serve_allow entry {text!r} names code by a short hash or a name alone, which another recipe's "
                 "code could match",
-                f"write {wanted[0]!r}" if wanted else f"write {form} (the whole sha256, as `sparkplay recipe "
-                "import` and `up` print it)",
+                f"write {wanted[0]!r}"
+                if wanted
+                else f"write {form} (the whole sha256, as `sparkplay recipe import` and `up` print it)",
             )
         known = (
             text in PRIVILEGED_KNOBS

@@ -273,7 +273,8 @@ def to_raw(
     for mod in found_mods:
         raw.note("engine.mods", "derived", f"mod {mod['name']} (sha256 {mod['sha256'][:12]}, {len(mod['files'])} "
                  f"file(s)): a privileged request: its run.sh runs as root in the engine's container before the "
-                 f"engine, only where the inventory allows it (serve_allow: the entry the warning below names)")  # fmt: skip
+                 f"engine, only where the inventory allows it (serve_allow: the entry the warning below "
+                 f"names)")  # fmt: skip
     raw.pre_exec = pre_exec
     raw.preamble = {"commands": script, "sha256": hooks.digest(script)} if script else None
     if raw.preamble:
