@@ -26,7 +26,7 @@ from sparkplay.errors import BadInput
 from sparkplay.managed import reset_removable
 from sparkplay.recipes import fetch, model, registry
 from tests.conftest import PROJECT
-from tests.test_boundary import recipe
+from tests.test_boundary import imported, plan, recipe, refused
 
 sys.path.insert(0, str(PROJECT / "collections"))
 from ansible_collections.sparkplay.spark.plugins.module_utils import sparkplay_gguf
@@ -312,3 +312,92 @@ def test_the_probe_names_a_squatter_on_the_api_port_and_never_sends_it_the_key(t
     assert look["answers"] is False and look["health"] is False
     assert f"is held by PID {os.getpid()}" in look["why"] and "not by sparkplay-serve.service" in look["why"]
     assert seen == []  # never asked, so never sent the key
+
+
+# -- environment names that load code, move code caches, or twin a confined flag -----------------------------
+
+REVIEW_NAMES = ["NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "VLLM_LOGGING_CONFIG_PATH", "HOME",
+                "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "HF_MODULES_CACHE"]  # fmt: skip
+OUR_NAMES = ["NCCL_CONF_FILE", "NCCL_ENV_PLUGIN", "GGML_BACKEND_PATH", "TORCH_HOME", "CUDA_CACHE_PATH",
+             "VLLM_ALLOW_INSECURE_SERIALIZATION", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "SOME_VENDOR_PLUGIN",
+             "TRANSFORMERS_CACHE", "VLLM_RPC_BASE_PATH"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", REVIEW_NAMES + OUR_NAMES)
+@pytest.mark.parametrize("name_of_recipe", ["lab-tiny", "glm53"])  # native and docker
+def test_a_name_that_loads_code_or_moves_a_code_cache_is_a_request_in_every_runtime(name, name_of_recipe):
+    doc = recipe(name_of_recipe)
+    doc["serve"]["env"][name] = f"{ROOT_OF_MODELS}/evil--payload/x"
+    refused(doc, f"serve.env.{name}", f"'env:{name}'")
+    assert f"env:{name}" in plan(doc, allow=frozenset({f"env:{name}"}))["privileged"]
+
+
+ROOT_OF_MODELS = "/var/lib/sparkplay/models"
+
+
+@pytest.mark.parametrize("name", ["LLAMA_ARG_RPC", "LLAMA_ARG_HOST", "LLAMA_ARG_PORT", "LLAMA_ARG_MODEL",
+                                  "LLAMA_ARG_LORA", "LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_API_KEY", "LLAMA_ARG_LOG_FILE",
+                                  "LLAMA_ARG_MMPROJ", "LLAMA_ARG_SLOT_SAVE_PATH", "VLLM_DP_MASTER_IP"])  # fmt: skip
+def test_the_env_twin_of_a_flag_sparkplay_owns_or_confines_is_refused_like_the_flag(tmp_path, name):
+    """--rpc is refused in a recipe's flags; LLAMA_ARG_RPC pointed a native llama.cpp at any RPC server, which
+    then got the model's layers and every prompt's activations."""
+    for which in ("lab-tiny", "glm53"):
+        doc = recipe(which)
+        doc["serve"]["env"][name] = "10.9.9.9:50052"
+        with pytest.raises(BadInput, match=f"serve.env.{name} is .*twin") as caught:
+            plan(doc, allow=frozenset({f"env:{name}"}))  # no allow lets it through
+        assert "give the flag in serve.args" in str(caught.value)
+    doc = recipe("lab-tiny")
+    doc["serve"]["env"][name] = "x"
+    with pytest.raises(BadInput, match="twin"):
+        imported(tmp_path, doc)  # refused at import too
+
+
+def test_the_native_environment_is_an_allow_list_of_plain_names():
+    doc = recipe("lab-tiny")
+    doc["serve"]["env"] |= {"OMP_NUM_THREADS": "4", "GGML_CUDA_NO_PINNED": "1", "LLAMA_ARG_THREADS": "8",
+                            "PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "INFO"}  # fmt: skip
+    assert plan(doc)["privileged"] == []
+    for name in ("ACME_TUNING", "GGML_SOMETHING_NEW", "MALLOC_ARENA_MAX", "ODD_PLACE_DIR"):
+        unknown = recipe("lab-tiny")
+        unknown["serve"]["env"][name] = "1"
+        refused(unknown, f"serve.env.{name}", f"'env:{name}'")
+    # in a container the image's variables are many and its own: only code-loading names are requests there
+    docker = recipe("glm53")
+    docker["serve"]["env"] |= {"ACME_TUNING": "1", "MALLOC_ARENA_MAX": "2"}
+    assert plan(docker)["privileged"] == []
+
+
+def test_the_seed_recipes_import_and_plan_with_no_allow():
+    for name in ("lab-tiny", "lab-small", "lab-vllm", "glm53", "glm53-atlas"):
+        assert plan(recipe(name))["privileged"] == [], name
+
+
+# -- flags that make an engine import Python ----------------------------------------------------------------
+
+
+def test_a_plugin_file_is_a_request_scoped_to_the_recipe(tmp_path):
+    doc = recipe("glm53")
+    doc["serve"]["args"] += ["--tool-parser-plugin", "/root/.cache/vllm/evil.py"]
+    refused(doc, "serve.args --tool-parser-plugin", "imports the Python file /root/.cache/vllm/evil.py",
+            "'code:glm53/--tool-parser-plugin'")  # fmt: skip
+    assert plan(doc, allow=frozenset({"code:glm53/--tool-parser-plugin"}))["privileged"] == [
+        "code:glm53/--tool-parser-plugin"]  # fmt: skip
+    other = {**doc, "name": "other"}
+    refused(other, "'code:other/--tool-parser-plugin'", allow=frozenset({"code:glm53/--tool-parser-plugin"}))
+
+
+@pytest.mark.parametrize(("flag", "value", "shown"), [
+    ("--trust-remote-code", None, "runs the Python the checkpoint ships"),
+    ("--worker-extension-cls", "evil.Ext", "imports the Python class evil.Ext"),
+    ("--logits-processors", "evil:Proc", "imports the Python logits processor(s) evil:Proc"),
+    ("--middleware", "evil.mw", "imports the Python middleware evil.mw"),
+    ("--logits-processor-pattern", ".*", "lets API callers load Python logits processors"),
+    ("--allowed-local-media-path", "/", "lets API callers read files under /"),
+])  # fmt: skip
+def test_flags_that_import_code_are_shown_at_import_as_what_they_are(flag, value, shown):
+    doc = recipe("glm53")
+    doc["serve"]["args"] += [flag] + ([value] if value else [])
+    said = [f"{p.key}: {p.message}" for p in model.problems(doc) if p.severity == "warning"]
+    assert any(f"serve.args {flag}: {shown}" in line for line in said), said
+    assert plan(doc)["privileged"] == []  # code from the pinned checkpoint or the image: shown, not refused

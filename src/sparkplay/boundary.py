@@ -29,6 +29,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sparkplay import codepaths
 from sparkplay.errors import BadInput
 
 # what a recipe may set on its engine's container beyond sparkplay's own options (serve.ulimits, container_user)
@@ -58,10 +59,7 @@ LOADER_NAMES = GLIBC_UNSECURE | frozenset({
 # exported functions, macOS's loader
 LOADER_PREFIXES = ("LD_", "PYTHON", "PERL", "RUBY", "NODE_", "BASH_FUNC_", "DYLD_")
 # Python's variables that only tune the interpreter and load nothing
-PYTHON_PLAIN = frozenset({
-    "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONFAULTHANDLER", "PYTHONIOENCODING",
-    "PYTHONUTF8", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "PYTHONOPTIMIZE",
-})  # fmt: skip
+PYTHON_PLAIN = codepaths.PYTHON_PLAIN
 
 # knobs whose effect reaches past the engine's own folders
 PRIVILEGED_KNOBS = {
@@ -107,6 +105,7 @@ class Request:
 _SCOPED = re.compile(
     r"(?:mod:(?P<recipe>[a-z0-9][a-z0-9._-]{0,63})/(?P<mod>[A-Za-z0-9][A-Za-z0-9_.-]*)"
     r"|(?P<kind>pre_exec|preamble):(?P<owner>[a-z0-9][a-z0-9._-]{0,63}))@(?P<sha>[0-9a-f]{64})"
+    r"|code:[a-z0-9][a-z0-9._-]{0,63}/--[a-z][a-z0-9-]*"
 )
 # the forms before issue 38: a mod by name alone or a 12-digit (48-bit) prefix, a pre_exec/preamble prefix
 _OLD_FORM = re.compile(
@@ -142,11 +141,12 @@ def requests(recipe: Mapping[str, Any]) -> list[Request]:
                         f"installs the Debian package {package} as root (the {engine['name']} engine does not need it)",
                     )
                 )
-    for name in sorted(serve.get("env") or {}):
-        if loads_code(name):
-            found.append(
-                Request(f"env:{name}", f"serve.env.{name}", "sets a variable that changes what code the engine loads")
-            )
+    for name, what in codepaths.env_requests(engine["name"], engine["runtime"], serve.get("env") or {}, loads_code):
+        found.append(Request(f"env:{name}", f"serve.env.{name}", what))
+    for flag, value in codepaths.code_flags(serve.get("args") or []):
+        if flag in codepaths.PLUGIN_FILES:  # a file no pin covers (the checkpoint's and the image's are pinned)
+            what = codepaths.CODE_FLAGS[flag].format(value=value)
+            found.append(Request(f"code:{recipe['name']}/{flag}", f"serve.args {flag}", what))
     for mod in engine.get("mods") or []:
         what = f"runs {mod['name']}/run.sh as root in the engine's container before the engine"
         found.append(Request(f"mod:{recipe['name']}/{mod['name']}@{mod['sha256']}", "engine.mods", what))
@@ -222,7 +222,7 @@ def check_allow(allow: Iterable[Any], recipe: Mapping[str, Any] | None = None) -
             raise BadInput(
                 f"serve_allow names {text!r}, which is no privileged request",
                 f"use {', '.join(sorted(PRIVILEGED_KNOBS))}, bind, package:NAME, env:NAME, mod:RECIPE/NAME@SHA256, "
-                "pre_exec:RECIPE@SHA256 or preamble:RECIPE@SHA256 (as the import shows them)",
+                "pre_exec:RECIPE@SHA256, preamble:RECIPE@SHA256 or code:RECIPE/--FLAG (as the import shows them)",
             )
         names.append(text)
     return frozenset(names)
@@ -318,6 +318,10 @@ def confine(recipe: Mapping[str, Any]) -> None:
     user = serve.get("container_user")
     if user is not None and not CONTAINER_USER.match(str(user)):
         raise BadInput(f"serve.container_user {user!r} is not a user name or uid[:gid]", "give root, 0 or 1000:1000")
+    for name in serve.get("env") or {}:
+        twin = codepaths.refused_twin(engine["name"], str(name))
+        if twin:
+            raise BadInput(f"serve.env.{name} {twin}", "give the flag in serve.args, where it is checked, or remove it")
     if engine["runtime"] == "native":  # the engine's own argv is confined once planned (plan.build)
         for name, value in (serve.get("env") or {}).items():
             if ".." in str(value).split("/"):

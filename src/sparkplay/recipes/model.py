@@ -20,7 +20,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from sparkplay import boundary
+from sparkplay import boundary, codepaths
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, imageref
 
@@ -128,6 +128,13 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
                     "warning",
                 )
             )
+    # flags that run code that is not the engine's own, shown as what they are (a plugin file no pin covers is
+    # a privileged request below)
+    for flag, value in codepaths.code_flags(doc["serve"].get("args") or []):
+        if flag not in codepaths.PLUGIN_FILES:
+            found.append(Problem(f"serve.args {flag}", codepaths.CODE_FLAGS[flag].format(value=value or "(none)"),
+                                 "serve it only if you trust where that code comes from (the checkpoint's "
+                                 "repository, the image)", "warning"))  # fmt: skip
     # shown, never refused here: the inventory may allow them (serve_allow); the plan refuses the others
     for request in boundary.requests(doc):
         found.append(
