@@ -401,3 +401,57 @@ def test_flags_that_import_code_are_shown_at_import_as_what_they_are(flag, value
     said = [f"{p.key}: {p.message}" for p in model.problems(doc) if p.severity == "warning"]
     assert any(f"serve.args {flag}: {shown}" in line for line in said), said
     assert plan(doc)["privileged"] == []  # code from the pinned checkpoint or the image: shown, not refused
+
+
+# -- engines in containers: no capability but their own, no privilege to gain, their own caches -------------
+
+
+def _docker_options(doc: dict, **options) -> list[str]:
+    return plan(doc, **options)["ranks"][0]["container_options"]
+
+
+def _caps(options: list[str]) -> tuple[list[str], list[str]]:
+    added = [options[i + 1] for i, o in enumerate(options) if o == "--cap-add"]
+    dropped = [options[i + 1] for i, o in enumerate(options) if o == "--cap-drop"]
+    return dropped, added
+
+
+@pytest.mark.parametrize("name", ["glm53", "glm53-atlas"])
+def test_every_engine_container_drops_every_capability_but_its_documented_ones(name):
+    """Docker's defaults gave every engine CAP_NET_RAW on the host's network: a packet socket read another
+    model's bearer key and prompt on the gateway-to-engine hop."""
+    options = _docker_options(recipe(name))
+    dropped, added = _caps(options)
+    assert dropped == ["ALL"] and "NET_RAW" not in added and "SYS_ADMIN" not in added
+    assert set(added) <= {"IPC_LOCK", "SYS_NICE"}
+    assert options[options.index("--security-opt") + 1] == "no-new-privileges=true"
+
+
+def test_a_one_node_vllm_keeps_its_ipc_namespace_and_a_cluster_shares_the_hosts():
+    one = recipe("glm53")
+    one["topology"].update(nodes=1, tensor_parallel=1)
+    assert "--ipc" not in _docker_options(one) and "--shm-size" in _docker_options(one)
+    assert _docker_options(recipe("glm53"))[_docker_options(recipe("glm53")).index("--ipc") + 1] == "host"
+
+
+def test_each_deployment_compiles_into_a_cache_of_its_own():
+    """Every vLLM deployment mounted one read-write compile cache, whose generated code the next one loaded."""
+
+    def cache(slot: str | None) -> str:
+        (mount,) = [m for m in plan(recipe("glm53"), slot=slot)["ranks"][0]["mounts"]
+                    if m["target"] == "/root/.cache/vllm"]  # fmt: skip
+        return mount["source"]
+
+    primary, coder, chat = cache(None), cache("coder"), cache("chat")
+    assert len({primary, coder, chat}) == 3 and primary == "/var/lib/sparkplay/cache/vllm"
+    assert coder.startswith("/var/lib/sparkplay/cache/") and not coder.startswith(primary + "/")
+
+
+def test_each_added_native_deployment_runs_as_a_user_of_its_own_with_a_home_of_its_own():
+    primary, added = plan(recipe("lab-small")), plan(recipe("lab-small"), slot="lab-small")
+    assert primary["user"] == "sparkplay-engine" and primary["home"] == "/var/lib/sparkplay/engine"
+    assert added["user"] == names.engine_user("lab-small") and added["user"].startswith("sparkplay-e-")
+    assert len(added["user"]) <= 32 and added["home"] == "/var/lib/sparkplay/engine@lab-small"
+    assert f"User={added['user']}" in added["sandbox"] and "ReadWritePaths=/var/lib/sparkplay/engine@lab-small" in (
+        added["sandbox"])  # fmt: skip
+    assert names.engine_user("a" * 64) != names.engine_user("a" * 63)

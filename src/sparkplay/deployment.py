@@ -28,7 +28,7 @@ from sparkplay import __version__, checkpoints, topology
 from sparkplay.boundary import check_allow
 from sparkplay.deployments import gateway
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
-from sparkplay.engines.names import ADDED_DIR, RECORD, UNIT_DIR, UNITS, for_slot
+from sparkplay.engines.names import ADDED_DIR, ADDED_USER_PREFIX, RECORD, UNIT_DIR, UNITS, for_slot
 from sparkplay.engines.plan import ENGINE_USER, build
 from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
@@ -97,6 +97,7 @@ def node_constants(_: Any = None) -> dict[str, Any]:
     unit folder and the default state folder."""
     return {
         "engine_user": ENGINE_USER,
+        "added_user_prefix": ADDED_USER_PREFIX,
         "serve_tool": TOOLS["serve"],
         "units": list(UNITS.values()),
         "unit_dir": UNIT_DIR,

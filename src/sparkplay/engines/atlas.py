@@ -23,7 +23,7 @@ from typing import Any
 
 from sparkplay import boundary, checkpoints
 from sparkplay.engines import atlas_gb10
-from sparkplay.engines.context import Context, engine_args, fabric_env, served_name
+from sparkplay.engines.context import CONFINED, Context, engine_args, fabric_env, served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes.known import ATLAS_FAMILIES, atlas_family
 
@@ -52,8 +52,8 @@ REPLACED = ("--host", "--port")
 PREFIX_GB_RANGE = (16, 100)
 CONTAINER_OPTIONS = [
     "--network", "host", "--ipc", "host", "--shm-size", "32g", "--memory", "114g",
-    "--gpus", "all", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK", "--cap-add", "SYS_NICE",
-    "--ulimit", "memlock=-1:-1", "--security-opt", "no-new-privileges=true", "--stop-timeout", "60",
+    "--gpus", "all", "--device", "/dev/infiniband", *CONFINED, "--cap-add", "IPC_LOCK", "--cap-add", "SYS_NICE",
+    "--ulimit", "memlock=-1:-1", "--stop-timeout", "60",
 ]  # fmt: skip
 
 
@@ -104,6 +104,8 @@ def plan(ctx: Context) -> dict[str, Any]:
         return atlas_gb10.plan(ctx)
     recipe, knobs = ctx.recipe, ctx.knobs
     state = ctx.options.state_dir.rstrip("/")
+    slot = ctx.options.slot  # an added deployment's compiled kernels are its own
+    cuda_cache = f"{state}/atlas-cuda-cache" + (f"@{slot}" if slot is not None else "")
     check_knobs(knobs, [ctx.model_root, state])
     args = engine_args(recipe, REPLACED, (), "atlas")
     model = recipe["model"]
@@ -130,7 +132,7 @@ def plan(ctx: Context) -> dict[str, Any]:
              {"source": overlay_dir, "target": overlay["mount"], "readonly": True}]
             if overlay and overlay_dir else []
         ),
-        {"source": f"{state}/atlas-cuda-cache", "target": CUDA_CACHE, "readonly": False},
+        {"source": cuda_cache, "target": CUDA_CACHE, "readonly": False},
         {"source": profile_path, "target": PROFILE_IN_CONTAINER, "readonly": True},
     ]  # fmt: skip
     drafter_mount = next((c.get("mount") for c in model.get("checkpoints") or [] if c["role"] == "drafter"), None)
@@ -138,7 +140,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         mounts.insert(1, {"source": drafter, "target": drafter, "readonly": True})
         if drafter_mount:
             mounts.insert(2, {"source": drafter, "target": drafter_mount, "readonly": True})
-    directories = [f"{state}/atlas-cuda-cache"]
+    directories = [cuda_cache]
     if knobs.get("prefix_cache_dir"):
         directory = boundary.check_host_folder(knobs["prefix_cache_dir"], "prefix_cache_dir", [])
         mounts.append({"source": directory, "target": PREFIX_CACHE, "readonly": False})

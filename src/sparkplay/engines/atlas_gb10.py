@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkplay import checkpoints
-from sparkplay.engines.context import Context, engine_args, fabric_env, with_served_name
+from sparkplay.engines.context import CONFINED, Context, engine_args, fabric_env, with_served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
@@ -29,8 +29,8 @@ OWNED = ("--rank", "--world-size", "--master-addr", "--master-port")
 PROFILE_KNOBS = ("kv_shard", "display_carveout", "fabric_siblings", "prefix_cache_dir", "prefix_cache_gb")
 CONTAINER_OPTIONS = [
     "--entrypoint", "spark", "--network", "host", "--ipc", "host", "--shm-size", "32g", "--gpus", "all",
-    "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1:-1",
-    "--security-opt", "no-new-privileges=true", "--stop-timeout", "60",
+    "--device", "/dev/infiniband", *CONFINED, "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1:-1",
+    "--stop-timeout", "60",
 ]  # fmt: skip
 
 

@@ -155,13 +155,22 @@ def engine_args(recipe: Mapping[str, Any], replaced: Sequence[str], owned: Seque
     return cmdline.without_flags(args, *replaced)
 
 
-def gpu_container_options(shm_size: str | None) -> list[str]:
-    """What a GPU engine's container on a Spark is given (vLLM's and SGLang's alike): the host's network and
-    IPC, the GPU and the RDMA devices with the memory lock registration needs, no way to gain privileges."""
+# every engine container: no capability but the ones its engine documents (each adapter adds those), so
+# no raw sockets on the host's network (docker's default CAP_NET_RAW read other models' loopback traffic),
+# no chown/setuid/mknod, and no way to gain privileges back
+CONFINED = ("--cap-drop", "ALL", "--security-opt", "no-new-privileges=true")
+
+
+def gpu_container_options(shm_size: str | None, one_node: bool = False) -> list[str]:
+    """What a GPU engine's container on a Spark is given (vLLM's and SGLang's alike): the host's network (the
+    API on the host's loopback for the gateway and the probe, NCCL over the cable), the GPU and the RDMA
+    devices with the memory lock registration needs (IPC_LOCK, the one capability), no way to gain
+    privileges. The host's IPC namespace only across nodes, as the Spark recipes run it; one node's ranks
+    share memory inside the container (--shm-size)."""
     return [
-        "--network", "host", "--ipc", "host", "--gpus", "all", "--shm-size", shm_size or "32g",
-        "--ulimit", "memlock=-1", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK",
-        "--security-opt", "no-new-privileges=true", "--stop-timeout", "60",
+        "--network", "host", *([] if one_node else ["--ipc", "host"]), "--gpus", "all",
+        "--shm-size", shm_size or "32g", "--ulimit", "memlock=-1", "--device", "/dev/infiniband",
+        *CONFINED, "--cap-add", "IPC_LOCK", "--stop-timeout", "60",
     ]  # fmt: skip
 
 

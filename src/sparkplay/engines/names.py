@@ -9,6 +9,7 @@ complete unit file of that name, no template), a suffix for the rest. Recipe nam
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import re
 from typing import Any
@@ -51,6 +52,31 @@ def for_slot(slot: str | None, record: str = RECORD) -> dict[str, Any]:
         "record": posixpath.join(ADDED_DIR, f"{slot}.json"),
         "watchdog_state": f"watchdog@{slot}.json",
     }
+
+
+# the system user a native engine runs as: the primary's, and one per added deployment (its own uid, so no
+# engine reads another's home, caches or /proc entries: its environment holds the API key)
+ENGINE_USER = "sparkplay-engine"
+ADDED_USER_PREFIX = "sparkplay-e-"
+
+
+def engine_user(slot: str | None) -> str:
+    """The primary's engine user, or the added deployment's: a prefix and 12 hex digits of the slot's sha256
+    (a slot may be 64 characters; a user name is at most 32)."""
+    if slot is None:
+        return ENGINE_USER
+    return ADDED_USER_PREFIX + hashlib.sha256(for_slot(slot)["slot"].encode()).hexdigest()[:12]
+
+
+def engine_home(state: str, slot: str | None) -> str:
+    """The engine user's home, the only folder its sandbox writes (its caches live there)."""
+    return f"{state.rstrip('/') or ''}/engine" + (f"@{slot}" if slot is not None else "")
+
+
+def cache_dir(state: str, slot: str | None, engine: str) -> str:
+    """An engine container's cache folder (compiled kernels, generated code): the deployment's own, so what
+    one deployment writes there no other loads."""
+    return f"{state.rstrip('/')}/cache/{engine}" + (f"@{slot}" if slot is not None else "")
 
 
 def leftovers(records: list[dict[str, Any]]) -> list[str]:

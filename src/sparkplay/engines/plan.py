@@ -19,6 +19,7 @@ from typing import Any
 
 from sparkplay import boundary, topology
 from sparkplay.engines import atlas, firewall, llamacpp, mods, sglang, systemd, vllm
+from sparkplay.engines import names as names_rule
 from sparkplay.engines.context import Context, Node, Options, environment, served_name
 from sparkplay.engines.names import CONTAINER, ENV_FILE, for_slot
 from sparkplay.errors import BadInput
@@ -27,7 +28,7 @@ from sparkplay.recipes import cmdline, imageref, model
 DOCKER = "/usr/bin/docker"
 CONFIG_DIR = "/etc/sparkplay"  # the engine's own files the plan writes (Atlas profile): a container may read them
 # a native engine runs as this system user, its home under the state folder
-ENGINE_USER = "sparkplay-engine"
+ENGINE_USER = names_rule.ENGINE_USER
 # the variable each engine reads its API key from (vLLM's envs, llama.cpp's common args): a key given as
 # a flag would sit in a world-readable unit and in `ps`, so it travels in the 0600 env file instead
 API_KEY_ENV = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
@@ -147,7 +148,8 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
     state = options.state_dir.rstrip("/") or "/"
     mods.apply(deployment, recipe, runtime, state)  # a recipe's mods run in its container before the engine
     ours = [ctx.model_root, state]
-    home = f"{state}/engine"
+    home = names_rule.engine_home(state, options.slot)
+    user = names_rule.engine_user(options.slot)
     api_key_env = None
     for rank_plan in deployment["ranks"]:
         rank_plan["address"] = ctx.nodes[rank_plan["rank"]].address
@@ -188,9 +190,9 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "unit": names["units"]["serve"],
         "env_file": names["env_file"],
         # native: the engine's own user and systemd sandbox; docker: the client needs root's socket
-        "user": ENGINE_USER if runtime == "native" else None,
+        "user": user if runtime == "native" else None,
         "home": home if runtime == "native" else None,
-        "sandbox": systemd.sandbox(ENGINE_USER, home, [ctx.model_root]) if runtime == "native" else [],
+        "sandbox": systemd.sandbox(user, home, [ctx.model_root]) if runtime == "native" else [],
         "privileged": allowed,
         "api": {"bind": ctx.bind, "port": ctx.port, "url": url, "key_env": api_key_env},
         "health": {

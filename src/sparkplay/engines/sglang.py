@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkplay import checkpoints
+from sparkplay.engines import names
 from sparkplay.engines.context import Context, engine_args, fabric_env, gpu_container_options, with_served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
@@ -73,11 +74,12 @@ def plan(ctx: Context) -> dict[str, Any]:
     if pp > 1 and not cmdline.has_flag(args, *PP_FLAGS):
         args += ["--pp-size", str(pp)]
     state = ctx.options.state_dir.rstrip("/")
+    cache = names.cache_dir(state, ctx.options.slot, "sglang")  # the deployment's own
     mounts = [
         {"source": ctx.model_root, "target": ctx.model_root, "readonly": True},
-        {"source": f"{state}/cache/sglang", "target": "/root/.cache/sglang", "readonly": False},
+        {"source": cache, "target": "/root/.cache/sglang", "readonly": False},
     ]
-    options = [*gpu_container_options(recipe["serve"].get("shm_size")), "--entrypoint", "python3"]
+    options = [*gpu_container_options(recipe["serve"].get("shm_size"), count == 1), "--entrypoint", "python3"]
     ranks = []
     for node in ctx.nodes:
         leader = node.leads
@@ -113,7 +115,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         "leader_follows_workers": False,
         # one torch distributed group: a worker of a dead leader never rejoins
         "workers_follow_leader": count > 1,
-        "directories": [f"{state}/cache/sglang"],
+        "directories": [cache],
         "requires": [{"host": n.host, "path": checkpoints.checkpoint_dir(ctx.model_root, c["repo"]),
                       "what": f"the {c['role']} checkpoint {c['repo']}"}
                      for n in ctx.nodes for c in recipe["model"].get("checkpoints") or []],

@@ -22,7 +22,7 @@ import json
 from typing import Any
 
 from sparkplay import checkpoints
-from sparkplay.engines import vllm_cpu
+from sparkplay.engines import names, vllm_cpu
 from sparkplay.engines.context import Context, Node, engine_args, fabric_env, gpu_container_options, with_served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
@@ -135,12 +135,14 @@ def plan(ctx: Context) -> dict[str, Any]:
         sized += ["--distributed-executor-backend", "ray"]
 
     state = ctx.options.state_dir.rstrip("/")
+    # the deployment's own compile cache: code one deployment generates, no other loads
+    cache = names.cache_dir(state, ctx.options.slot, "vllm")
     mounts = [
         {"source": ctx.model_root, "target": ctx.model_root, "readonly": True},
         # autotuned kernels persist here: the hour-long first boot is paid once
-        {"source": f"{state}/cache/vllm", "target": "/root/.cache/vllm", "readonly": False},
+        {"source": cache, "target": "/root/.cache/vllm", "readonly": False},
     ]
-    options = gpu_container_options(recipe["serve"].get("shm_size"))
+    options = gpu_container_options(recipe["serve"].get("shm_size"), len(ctx.nodes) == 1)
     api = ["--host", ctx.bind, "--port", str(ctx.port)]
     ranks = []
     for node in ctx.nodes:
@@ -190,7 +192,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         "leader_follows_workers": False,
         # mp (tensor or data parallel): one process group that a worker of a dead leader never rejoins
         "workers_follow_leader": backend != "ray" and len(ctx.nodes) > 1,
-        "directories": [] if native else [f"{state}/cache/vllm"],
+        "directories": [] if native else [cache],
         # native: the Debian packages the CPU build needs (a virtualenv; libnuma, which its kernels link),
         # and the install the engine role runs (once)
         "packages": list(vllm_cpu.DEBIAN_PACKAGES) if native else [],
