@@ -6,9 +6,10 @@ import copy
 
 import pytest
 
+from sparkplay import imageref
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput
-from sparkplay.recipes import catalog, imageref, model
+from sparkplay.recipes import catalog, model
 from tests.conftest import PROJECT
 from tests.test_engines import nodes
 

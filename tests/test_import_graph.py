@@ -85,7 +85,7 @@ def test_the_walk_finds_a_late_import_circle(tmp_path):
 LAYERS = [
     {"sparkplay", "sparkplay.errors"},
     {"sparkplay.fsutil", "sparkplay.paths", "sparkplay.topology", "sparkplay.fabric", "sparkplay.boundary",
-     "sparkplay.codepaths",
+     "sparkplay.codepaths", "sparkplay.imageref",
      "sparkplay.checkpoints", "sparkplay.hostfacts", "sparkplay.runner", "sparkplay.bench", "sparkplay.nvfp4",
      "sparkplay.nodetools"},
     {"sparkplay.managed", "sparkplay.inventory", "sparkplay.recipes"},  # formats: read and normalise, never plan

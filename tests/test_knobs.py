@@ -83,6 +83,9 @@ EFFECT_TESTS: dict[str, dict[str, str]] = {
         "fabric_netplan_apply_commands": "test_the_apply_commands_are_what_applies_a_changed_netplan_file",
         "serve_watchdog_enabled": "test_the_watchdog_can_be_turned_off_and_on_again",
     },
+    "test_untrusted.py": {
+        "serve_trusted_images": "test_the_trusted_list_is_the_inventorys_and_reaches_the_plan",
+    },
     "test_deployment.py": {
         "sparkplay_model_root": "test_plan_json_prints_the_deployment_from_the_inventory",
         "sparkplay_docker": "test_settings_and_staged_folders_reach_the_deployment",

@@ -248,7 +248,8 @@ def test_conditional_prose_settings_are_never_applied(tmp_path, prose):
 
 
 def plan_of(doc: dict, count: int) -> dict:
-    return build(doc, nodes(count), Options(model_root=ROOT))
+    # every image trusted: these tests are about the plan's rules, and their images are stand-ins (v/v:1)
+    return build(doc, nodes(count), Options(model_root=ROOT, trusted_images=("*",)))
 
 
 def test_golden_pipeline_parallel_plan_over_three_nodes():
@@ -911,7 +912,7 @@ def test_an_atlas_image_of_no_known_family_or_a_profile_knob_elsewhere_is_refuse
     doc = imported(SPARKRUN / "atlas-gb10-ep2.yaml")
     doc["engine"]["image"] = image
     with pytest.raises(BadInput, match=says):
-        build(doc, nodes(2), Options(model_root=ROOT, knobs=knobs))
+        build(doc, nodes(2), Options(model_root=ROOT, knobs=knobs, trusted_images=("*",)))
 
 
 # -- SGLang ----------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkplay import deployments, doctor
+from sparkplay import deployment, deployments, doctor, imageref
 from sparkplay.engines import names
 from sparkplay.engines.context import environment
 from sparkplay.errors import BadInput
@@ -28,8 +28,13 @@ from sparkplay.recipes import fetch, model, registry
 from tests.conftest import PROJECT
 from tests.test_boundary import imported, plan, recipe, refused
 
-sys.path.insert(0, str(PROJECT / "collections"))
-from ansible_collections.sparkplay.spark.plugins.module_utils import sparkplay_gguf
+
+def _gguf_reader():  # imported at test time, after whichever collection loader the session set up
+    sys.path.insert(0, str(PROJECT / "collections"))
+    from ansible_collections.sparkplay.spark.plugins.module_utils import sparkplay_gguf
+
+    return sparkplay_gguf
+
 
 # -- a name with a trailing newline (Python's `$` matches before a final "\n") ------------------------------
 
@@ -212,6 +217,7 @@ def test_a_header_of_tens_of_millions_of_empty_strings_is_refused_within_about_a
     path = _gguf(tmp_path / "h.gguf", [_key("tokenizer.ggml.tokens", 9) + struct.pack("<IQ", 8, 1 << 26)], 1)
     with path.open("r+b") as fh:
         fh.truncate(path.stat().st_size + (1 << 26) * 8)
+    sparkplay_gguf = _gguf_reader()
     started = time.monotonic()
     with pytest.raises(sparkplay_gguf.GGUFError, match="takes more than 1 s"):
         sparkplay_gguf.header_fields(str(path), ("block_count",))
@@ -225,6 +231,7 @@ def test_a_real_sized_vocabulary_is_read_well_within_the_bound(tmp_path):
                _key("tokenizer.ggml.scores", 9) + struct.pack("<IQ", 6, 256_000) + b"\0" * 4 * 256_000,
                _key("llama.block_count", 4) + struct.pack("<I", 32)]  # fmt: skip
     path = _gguf(tmp_path / "real.gguf", entries, 4)
+    sparkplay_gguf = _gguf_reader()
     started = time.monotonic()
     assert sparkplay_gguf.header_fields(str(path), ("block_count",)) == {
         "general.architecture": "llama", "llama.block_count": 32}  # fmt: skip
@@ -233,6 +240,7 @@ def test_a_real_sized_vocabulary_is_read_well_within_the_bound(tmp_path):
 
 def test_a_string_array_that_claims_more_than_the_file_holds_ends_early(tmp_path):
     path = _gguf(tmp_path / "short.gguf", [_key("t", 9) + struct.pack("<IQ", 8, 10) + struct.pack("<Q", 1 << 20)], 1)
+    sparkplay_gguf = _gguf_reader()
     with pytest.raises(sparkplay_gguf.GGUFError, match="ends early"):
         sparkplay_gguf.header_fields(str(path), ("block_count",))
 
@@ -455,3 +463,54 @@ def test_each_added_native_deployment_runs_as_a_user_of_its_own_with_a_home_of_i
     assert f"User={added['user']}" in added["sandbox"] and "ReadWritePaths=/var/lib/sparkplay/engine@lab-small" in (
         added["sandbox"])  # fmt: skip
     assert names.engine_user("a" * 64) != names.engine_user("a" * 63)
+
+
+# -- an engine image is code ----------------------------------------------------------------------------------
+
+DIGEST = "sha256:" + "5e" * 32
+
+
+def _with_image(image: str) -> dict:
+    doc = recipe("glm53")
+    doc["engine"].update(image=image, image_dir=None)
+    return doc
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.12.0", "docker.io/vllm/vllm-openai:latest",
+                                   "nvcr.io/nvidia/vllm:25.11-py3", f"lmsysorg/sglang@{DIGEST}",
+                                   "scitrera/dgx-spark-vllm:0.16.0-t5", "vllm-node",
+                                   "glm53-flash-nvfp4:local"])  # fmt: skip
+def test_the_engines_official_images_and_local_builds_are_trusted(image):
+    assert plan(_with_image(image))["privileged"] == []
+
+
+@pytest.mark.parametrize("image", ["evil/vllm-openai:latest", "ghcr.io/someone/vllm:1",
+                                   "nvcr.io.evil.com/nvidia/vllm:1", "docker.io/vllmx/vllm-openai:1",
+                                   "quay.io/vllm/vllm-openai:1", "localhost:5000/vllm/vllm-openai:1"])  # fmt: skip
+def test_an_image_from_elsewhere_must_be_pinned_and_allowed_by_its_digest(image):
+    doc = _with_image(image)
+    refused(doc, "engine.image", "not among the images the inventory trusts", "not pinned by digest",
+            "sparkplay apply", allow=frozenset({"image:" + image.rsplit(":", 1)[0]}))  # fmt: skip
+    pinned = _with_image(f"{image.rsplit(':', 1)[0]}@{DIGEST}")
+    repo = imageref.repository(pinned["engine"]["image"])
+    refused(pinned, "engine.image", f"'image:{repo}@{DIGEST}'")
+    assert plan(pinned, allow=frozenset({f"image:{repo}@{DIGEST}"}))["privileged"] == [f"image:{repo}@{DIGEST}"]
+    other = _with_image(f"{image.rsplit(':', 1)[0]}@sha256:{'00' * 32}")  # another build under the same name
+    refused(other, "engine.image", allow=frozenset({f"image:{repo}@{DIGEST}"}))
+    assert any(p.key == "engine.image" and "privileged request" in p.message for p in model.problems(doc))
+
+
+def test_the_trusted_list_is_the_inventorys_and_reaches_the_plan():
+    """serve_trusted_images: an ORG/* entry, an exact repository, '*' for every image; others refused."""
+    from tests.test_deployment import facts_of
+
+    doc = _with_image("ghcr.io/myorg/vllm:2")
+    stage_one = deployment.compute(doc, {"rank0": 0, "rank1": 1}, {})
+    with pytest.raises(BadInput, match="not among the images the inventory trusts"):
+        deployment.with_launch(stage_one, doc, facts_of(2), {})
+    for trusted in (["ghcr.io/myorg/*"], ["ghcr.io/myorg/vllm"], ["*"]):
+        launch = deployment.with_launch(stage_one, doc, facts_of(2), {"serve_trusted_images": trusted})["launch"]
+        assert launch["privileged"] == []
+    for bad in ("ghcr.io/myorg/vllm:2", f"x/y@{DIGEST}", "UPPER/Case", ""):
+        with pytest.raises(BadInput, match="serve_trusted_images names"):
+            deployment.with_launch(stage_one, doc, facts_of(2), {"serve_trusted_images": [bad]})

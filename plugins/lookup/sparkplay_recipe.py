@@ -32,6 +32,12 @@ options:
         boundary (sparkplay.boundary) here, before any host is touched, or the lookup fails naming the request.
     type: list
     elements: str
+  trusted_images:
+    description:
+      - The image repositories the inventory trusts (serve_trusted_images; none - the defaults). An engine image
+        from elsewhere is a privileged request, allowed only pinned by digest (image:REPO@DIGEST).
+    type: list
+    elements: str
   knobs:
     description: The inventory's own knob settings (they are the user's choice, not the recipe's request).
     type: dict
@@ -74,12 +80,15 @@ class LookupModule(LookupBase):
                     "no recipe chosen: pass -e recipe=NAME or record one with `sparkplay apply NAME -i INVENTORY`"
                 )
             try:
+                # pinned first: an image from outside the trusted repositories is allowed by its digest
                 doc = catalog.load_for_use(catalog.catalog_dir(PROJECT), name)
+                doc = pin_image(doc, kwargs.get("image_pins") or {})
                 if kwargs.get("allow") is not None:
                     boundary.confine(doc)
                     allow = boundary.check_allow(kwargs["allow"], doc)
-                    boundary.enforce(doc, allow, kwargs.get("knobs") or {}, kwargs.get("bind") or None)
-                results.append(pin_image(doc, kwargs.get("image_pins") or {}))
+                    trusted = boundary.check_trusted(kwargs.get("trusted_images") or boundary.TRUSTED_IMAGES)
+                    boundary.enforce(doc, allow, kwargs.get("knobs") or {}, kwargs.get("bind") or None, trusted)
+                results.append(doc)
             except SparkplayError as exc:
                 raise AnsibleLookupError(str(exc)) from None
         return results

@@ -29,7 +29,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sparkplay import codepaths
+from sparkplay import codepaths, imageref
 from sparkplay.errors import BadInput
 
 # what a recipe may set on its engine's container beyond sparkplay's own options (serve.ulimits, container_user)
@@ -38,34 +38,18 @@ CONTAINER_USER = re.compile(r"^(root|[0-9]+(:[0-9]+)?|[a-z_][a-z0-9_-]{0,31})\Z"
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
-# glibc's list of variables ld.so ignores for setuid programs (elf/dl-unsecvars.h, read 2.40), because
-# each changes what code or data a program loads
-GLIBC_UNSECURE = frozenset({
-    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE",
-    "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR",
-})  # fmt: skip
-# what the shells, interpreters and TLS stacks the engines run read to load code or trust
-LOADER_NAMES = GLIBC_UNSECURE | frozenset({
-    "PATH", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH", "PROMPT_COMMAND",
-    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
-    "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "SSL_CERT_FILE", "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
-    # torch/triton run or load compiled code from these places
-    "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
-    "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "TORCHINDUCTOR_CACHE_DIR", "VLLM_PLUGINS",
-})  # fmt: skip
-# every name with these prefixes: the dynamic loader (ld.so(8): LD_*), Python (python(1): PYTHONPATH,
-# PYTHONSTARTUP, PYTHONHOME, PYTHONWARNINGS imports a category's module ...), Perl, Ruby, Node, bash's
-# exported functions, macOS's loader
-LOADER_PREFIXES = ("LD_", "PYTHON", "PERL", "RUBY", "NODE_", "BASH_FUNC_", "DYLD_")
-# Python's variables that only tune the interpreter and load nothing
-PYTHON_PLAIN = codepaths.PYTHON_PLAIN
-
 # knobs whose effect reaches past the engine's own folders
 PRIVILEGED_KNOBS = {
     "prefix_cache_dir": "bind-mounts the host folder {value} read-write into the engine's container",
     "display_carveout": "adds the SYS_ADMIN capability to the engine's container",
 }
+
+# the image repositories trusted unless the inventory says otherwise (serve_trusted_images): the engines'
+# official images and the catalog's publishers; `ORG/*` takes every repository under ORG
+# (sparkrun's images, scitrera/*, are what most public registries' recipes run; avarok's are Atlas GB10's);
+# `*` alone trusts every image (the check off)
+TRUSTED_IMAGES = ("vllm/vllm-openai", "lmsysorg/sglang", "nvcr.io/nvidia/*", "ghcr.io/ggml-org/llama.cpp",
+                  "ghcr.io/enntity/*", "scitrera/*", "avarok/atlas-gb10")  # fmt: skip
 
 # Debian packages an engine's native runtime needs (what its adapter runs): a recipe's others are requests
 NATIVE_PACKAGES = {
@@ -84,6 +68,7 @@ SYSTEM_FOLDERS = frozenset({"/", "/tmp", "/var", "/var/tmp", "/var/lib", "/var/c
 _DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
 _SHM = re.compile(r"^[0-9]{1,6}(\.[0-9]+)?[bkmgt]?b?$", re.IGNORECASE)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IMAGE_ALLOW = re.compile(r"image:[^@\s]+@sha256:[0-9a-f]{64}")
 _IMAGE_DIR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*\Z")
 
 
@@ -113,17 +98,9 @@ _OLD_FORM = re.compile(
 )
 
 
-def loads_code(name: str) -> bool:
-    """Whether an environment name changes how programs load code, libraries or trust."""
-    if name in LOADER_NAMES:
-        return True
-    if name.startswith("PYTHON"):
-        return name not in PYTHON_PLAIN
-    return name.startswith(LOADER_PREFIXES)
-
-
-def requests(recipe: Mapping[str, Any]) -> list[Request]:
-    """Every privileged request the recipe makes, in a stable order."""
+def requests(recipe: Mapping[str, Any], trusted: Iterable[str] = TRUSTED_IMAGES) -> list[Request]:
+    """Every privileged request the recipe makes, in a stable order (`trusted`: the image repositories the
+    inventory trusts)."""
     engine, serve = recipe["engine"], recipe["serve"]
     found: list[Request] = []
     knobs = recipe.get("knobs") or {}
@@ -141,7 +118,7 @@ def requests(recipe: Mapping[str, Any]) -> list[Request]:
                         f"installs the Debian package {package} as root (the {engine['name']} engine does not need it)",
                     )
                 )
-    for name, what in codepaths.env_requests(engine["name"], engine["runtime"], serve.get("env") or {}, loads_code):
+    for name, what in codepaths.env_requests(engine["name"], engine["runtime"], serve.get("env") or {}):
         found.append(Request(f"env:{name}", f"serve.env.{name}", what))
     for flag, value in codepaths.code_flags(serve.get("args") or []):
         if flag in codepaths.PLUGIN_FILES:  # a file no pin covers (the checkpoint's and the image's are pinned)
@@ -158,6 +135,9 @@ def requests(recipe: Mapping[str, Any]) -> list[Request]:
             what = f"runs {len(commands['commands'])} command(s) by bash as root in every rank's engine container"
             found.append(Request(f"{kind}:{recipe['name']}@{commands['sha256']}", f"engine.{kind}",
                                  f"{what} {when} (the first: {first})"))  # fmt: skip
+    image = _image_request(recipe, trusted)
+    if image:
+        found.append(image)
     if str(serve.get("bind") or "127.0.0.1") not in LOOPBACK:
         found.append(
             Request("bind", "serve.bind", f"the API listens on {serve['bind']}, beyond the leader, unauthenticated")
@@ -165,22 +145,70 @@ def requests(recipe: Mapping[str, Any]) -> list[Request]:
     return found
 
 
-def effective(recipe: Mapping[str, Any], inventory_knobs: Mapping[str, Any], bind: str | None) -> list[Request]:
+def image_trusted(image: str, trusted: Collection[str]) -> bool:
+    """Whether the image's repository is one the inventory trusts (exactly, or under an `ORG/*` entry), or a
+    bare name: a Docker Official Image (Docker curates that namespace) or one built on the node (from the
+    image folder the user put there, engine.image_dir, or by the user's own build)."""
+    repo = imageref.repository(image)
+    if repo is None:
+        return False
+    if "/" not in repo or "*" in trusted:
+        return True
+    for entry in trusted:
+        text = str(entry)
+        if text.endswith("/*"):
+            prefix = imageref.repository(text[:-2] + "/x")
+            if prefix and repo.startswith(prefix[:-1]):
+                return True
+        elif imageref.repository(text) == repo:
+            return True
+    return False
+
+
+def _image_request(recipe: Mapping[str, Any], trusted: Iterable[str]) -> Request | None:
+    """An engine image from outside the trusted repositories: code the recipe chooses, run as root in its
+    container. Allowed only pinned: image:REPO@DIGEST (an unpinned one names no digest, so no allow fits)."""
+    engine = recipe["engine"]
+    image = str(engine.get("image") or "")
+    if engine["runtime"] != "docker" or not image or image_trusted(image, tuple(trusted)):
+        return None
+    repo = imageref.repository(image)
+    if repo is None:  # no image reference at all: the recipe's own error (model.problems) stops it
+        return None
+    digest = image.partition("@")[2] if imageref.pinned(image) else ""
+    what = f"runs the image {image}, from outside the repositories the inventory trusts, as the engine"
+    if not digest:
+        what += " (not pinned by digest: `sparkplay apply` pins its tag; the allow names that digest)"
+    return Request(f"image:{repo}@{digest}" if digest else f"image:{repo}", "engine.image", what)
+
+
+def effective(
+    recipe: Mapping[str, Any], inventory_knobs: Mapping[str, Any], bind: str | None,
+    trusted: Iterable[str] = TRUSTED_IMAGES,
+) -> list[Request]:  # fmt: skip
     """The requests that still come from the recipe once the inventory's own settings are applied: a knob
     the inventory sets (even to null) and an API address it chooses are the user's, not the recipe's."""
     return [
         r
-        for r in requests(recipe)
+        for r in requests(recipe, trusted)
         if not (r.name in PRIVILEGED_KNOBS and r.name in inventory_knobs) and not (r.name == "bind" and bind)
     ]
 
 
 def enforce(
-    recipe: Mapping[str, Any], allow: Collection[str], inventory_knobs: Mapping[str, Any], bind: str | None
-) -> list[str]:
+    recipe: Mapping[str, Any], allow: Collection[str], inventory_knobs: Mapping[str, Any], bind: str | None,
+    trusted: Iterable[str] = TRUSTED_IMAGES,
+) -> list[str]:  # fmt: skip
     """Refuse the first privileged request the inventory does not allow; return the names allowed and used."""
     used = []
-    for request in effective(recipe, inventory_knobs, bind):
+    for request in effective(recipe, inventory_knobs, bind, trusted):
+        if request.name.startswith("image:") and "@" not in request.name:
+            raise BadInput(
+                f"recipe {recipe['name']}: engine.image {recipe['engine']['image']} is not among the images the "
+                "inventory trusts (serve_trusted_images) and is not pinned by digest",
+                f"run `sparkplay apply {recipe['name']}` to pin its tag, then allow the image:REPO@DIGEST it "
+                "prints; or add its repository to serve_trusted_images if you trust everything it publishes",
+            )
         if request.name not in allow:
             raise BadInput(
                 f"recipe {recipe['name']}: {request.key} {request.what}: a privileged request the inventory "
@@ -217,15 +245,36 @@ def check_allow(allow: Iterable[Any], recipe: Mapping[str, Any] | None = None) -
             or (text.startswith("package:") and len(text) > 8)
             or (text.startswith("env:") and bool(_ENV_NAME.fullmatch(text[4:])))
             or bool(_SCOPED.fullmatch(text))
+            or bool(_IMAGE_ALLOW.fullmatch(text) and imageref.repository(text[6:].partition("@")[0]))
         )
         if not known:
             raise BadInput(
                 f"serve_allow names {text!r}, which is no privileged request",
                 f"use {', '.join(sorted(PRIVILEGED_KNOBS))}, bind, package:NAME, env:NAME, mod:RECIPE/NAME@SHA256, "
-                "pre_exec:RECIPE@SHA256, preamble:RECIPE@SHA256 or code:RECIPE/--FLAG (as the import shows them)",
+                "pre_exec:RECIPE@SHA256, preamble:RECIPE@SHA256, code:RECIPE/--FLAG or image:REPO@sha256:DIGEST "
+                "(as the import shows them)",
             )
         names.append(text)
     return frozenset(names)
+
+
+def check_trusted(entries: Iterable[Any]) -> tuple[str, ...]:
+    """The inventory's serve_trusted_images: image repositories (`ORG/NAME`, `REGISTRY/ORG/NAME`) or `ORG/*`."""
+    found = []
+    for entry in entries:
+        text = str(entry)
+        if text == "*":
+            found.append(text)
+            continue
+        name = text[:-2] + "/x" if text.endswith("/*") else text
+        if "@" in text or (not text.endswith("/*") and ":" in text.rsplit("/", 1)[-1]) or not imageref.repository(name):
+            raise BadInput(
+                f"serve_trusted_images names {text!r}, which is no image repository",
+                "give repositories without tag or digest (vllm/vllm-openai, nvcr.io/nvidia/vllm) or ORG/* "
+                "(nvcr.io/nvidia/*)",
+            )
+        found.append(text)
+    return tuple(found)
 
 
 def check_repo(repo: Any, key: str) -> str:

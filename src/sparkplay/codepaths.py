@@ -21,6 +21,37 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+# glibc's list of variables ld.so ignores for setuid programs (elf/dl-unsecvars.h, read 2.40), because
+# each changes what code or data a program loads
+GLIBC_UNSECURE = frozenset({
+    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE",
+    "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR",
+})  # fmt: skip
+# what the shells, interpreters and TLS stacks the engines run read to load code or trust
+LOADER_NAMES = GLIBC_UNSECURE | frozenset({
+    "PATH", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH", "PROMPT_COMMAND",
+    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
+    "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+    # torch/triton run or load compiled code from these places
+    "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
+    "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "TORCHINDUCTOR_CACHE_DIR", "VLLM_PLUGINS",
+})  # fmt: skip
+# every name with these prefixes: the dynamic loader (ld.so(8): LD_*), Python (python(1): PYTHONPATH,
+# PYTHONSTARTUP, PYTHONHOME, PYTHONWARNINGS imports a category's module ...), Perl, Ruby, Node, bash's
+# exported functions, macOS's loader
+LOADER_PREFIXES = ("LD_", "PYTHON", "PERL", "RUBY", "NODE_", "BASH_FUNC_", "DYLD_")
+
+
+def loads_code(name: str) -> bool:
+    """Whether an environment name changes how programs load code, libraries or trust."""
+    if name in LOADER_NAMES:
+        return True
+    if name.startswith("PYTHON"):
+        return name not in PYTHON_PLAIN
+    return name.startswith(LOADER_PREFIXES)
+
+
 # names that load code, or move where an engine keeps code it will load again (caches of compiled or
 # downloaded code, plugin paths, a logging config that may call any callable): a request in every runtime
 CODE_NAMES = frozenset({
@@ -112,7 +143,7 @@ def refused_twin(engine: str, name: str) -> str | None:
     return None
 
 
-def env_requests(engine: str, runtime: str, env: Mapping[str, Any], loads_code: Any) -> Iterator[tuple[str, str]]:
+def env_requests(engine: str, runtime: str, env: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """(name, what it does) for each environment name that is a privileged request."""
     native = runtime == "native"
     plain = COMMON_PLAIN | ENGINE_PLAIN.get(engine, frozenset())

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sparkplay import __version__, checkpoints, topology
-from sparkplay.boundary import check_allow
+from sparkplay.boundary import TRUSTED_IMAGES, check_allow, check_trusted
 from sparkplay.deployments import gateway
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
 from sparkplay.engines.names import ADDED_DIR, ADDED_USER_PREFIX, RECORD, UNIT_DIR, UNITS, for_slot
@@ -55,6 +55,7 @@ TOOLS = {"checkpoint": "/usr/local/lib/sparkplay/sparkplay-ckpt", "serve": "/usr
 LAUNCH_DEFAULTS: dict[str, Any] = {
     "serve_knobs": {},
     "serve_allow": [],
+    "serve_trusted_images": list(TRUSTED_IMAGES),
     "serve_health_timeout": 0,
     "serve_state_dir": STATE_DIR,
     "serve_tool": TOOLS["serve"],
@@ -247,6 +248,7 @@ def with_launch(
         state_dir=state,
         docker=doc["engine"]["docker"],
         allow=check_allow(merged["serve_allow"] or [], recipe),
+        trusted_images=check_trusted(merged["serve_trusted_images"] or []),
         slot=doc.get("slot"),
     )
     plan = build(recipe, nodes, options)

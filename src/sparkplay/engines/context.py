@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkplay import checkpoints, topology
+from sparkplay import boundary, checkpoints, topology
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
@@ -86,6 +86,8 @@ class Options:
     # the privileged requests the inventory allows (serve_allow); None: a rehearsal at import, which checks
     # everything else and shows the requests instead of refusing them
     allow: frozenset[str] | None = frozenset()
+    # the image repositories the inventory trusts (serve_trusted_images): others are requests, pinned
+    trusted_images: tuple[str, ...] = boundary.TRUSTED_IMAGES
     slot: str | None = None  # an added deployment's (engines/names.py); None: the primary
 
 

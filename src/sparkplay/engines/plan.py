@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sparkplay import boundary, topology
+from sparkplay import boundary, imageref, topology
 from sparkplay.engines import atlas, firewall, llamacpp, mods, sglang, systemd, vllm
 from sparkplay.engines import names as names_rule
 from sparkplay.engines.context import Context, Node, Options, environment, served_name
 from sparkplay.engines.names import CONTAINER, ENV_FILE, for_slot
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, imageref, model
+from sparkplay.recipes import cmdline, model
 
 DOCKER = "/usr/bin/docker"
 CONFIG_DIR = "/etc/sparkplay"  # the engine's own files the plan writes (Atlas profile): a container may read them
@@ -140,7 +140,8 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
     boundary.confine(recipe)
     ctx = Context(recipe, check_nodes(nodes, recipe), options)
     names = for_slot(options.slot)
-    allowed = boundary.enforce(recipe, options.allow, options.knobs, options.bind) if options.allow is not None else []
+    allowed = (boundary.enforce(recipe, options.allow, options.knobs, options.bind, options.trusted_images)
+               if options.allow is not None else [])  # fmt: skip
     engine = recipe["engine"]["name"]
     check_knobs(engine, ctx.knobs, options.knobs)
     deployment = ADAPTERS[engine](ctx)

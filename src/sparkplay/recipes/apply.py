@@ -16,11 +16,11 @@ from typing import Any
 import jsonschema
 import yaml
 
+from sparkplay import imageref, topology
 from sparkplay import inventory as inventory_mod
-from sparkplay import topology
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
-from sparkplay.recipes import catalog, imageref, model, registry
+from sparkplay.recipes import catalog, model, registry
 from sparkplay.recipes.diff import deployed_digest, mapping_diff
 
 MARKER = "# Written by `sparkplay apply`"

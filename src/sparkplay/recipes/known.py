@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkplay.recipes import imageref
+from sparkplay import imageref
 
 
 @dataclass(frozen=True)

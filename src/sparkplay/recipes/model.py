@@ -20,9 +20,9 @@ from typing import Any
 import jsonschema
 import yaml
 
-from sparkplay import boundary, codepaths
+from sparkplay import boundary, codepaths, imageref
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, imageref
+from sparkplay.recipes import cmdline
 
 SCHEMA_ID = "sparkplay.recipe/v1"
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")

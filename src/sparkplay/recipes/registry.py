@@ -16,8 +16,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from sparkplay import imageref
 from sparkplay.errors import BadInput, SparkplayError
-from sparkplay.recipes import fetch, imageref
+from sparkplay.recipes import fetch
 
 DOCKER_HUB = "registry-1.docker.io"
 ACCEPT = ", ".join((

@@ -13,8 +13,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from sparkplay import imageref
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, imageref, known, model
+from sparkplay.recipes import cmdline, known, model
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 
