@@ -83,6 +83,57 @@ def test_both_answer_through_the_one_endpoint_as_they_answer_directly():
     assert any(u.isdigit() and int(u) > 60000 for u in user), user
 
 
+# what one engine's sandbox tries against its neighbour (issue 38), run as the engine runs: a transient unit
+# with every [Service] setting of lab-small's own unit (its user, its sandbox)
+NEIGHBOUR_PROBE = """
+import json, os, socket, sys
+pid, home = sys.argv[1], sys.argv[2]
+def attempt(what):
+    try:
+        what()
+        return "allowed"
+    except OSError as exc:
+        return type(exc).__name__
+said = {
+    "packet_socket": attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))),
+    "raw_ip_socket": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)),
+    "list_home": attempt(lambda: os.listdir(home)),
+    "write_home": attempt(lambda: open(os.path.join(home, "planted.py"), "w").close()),
+    "environ": attempt(lambda: open(f"/proc/{pid}/environ", "rb").read()),
+    "sees_pid": pid in os.listdir("/proc"),
+    "uid": os.getuid(),
+}
+print(json.dumps(said))
+"""
+SANDBOX_KEYS = ("User=", "Group=", "WorkingDirectory=", "Environment=HOME=", "NoNewPrivileges=", "Protect", "Private",
+                "Restrict", "LockPersonality=", "CapabilityBoundingSet=", "AmbientCapabilities=", "SystemCall",
+                "UMask=", "ReadWritePaths=")  # fmt: skip
+
+
+def test_an_engine_cannot_see_its_neighbours_traffic_caches_or_environment():
+    """lab-small (added) and lab-tiny's worker share rank 1. From inside lab-small's sandbox: no packet or raw
+    socket (what read another model's bearer key on loopback), the primary engine's home (its caches) neither
+    readable nor writable, the primary's process and its environment (its API key) invisible."""
+    unit = in_node(1, "cat", f"/etc/systemd/system/{SMALL_UNIT}").stdout.split("[Service]", 1)[1]
+    settings = [line for line in unit.splitlines() if line.startswith(SANDBOX_KEYS)]
+    assert any(line.startswith("User=sparkplay-e-") for line in settings), settings
+    primary = in_node(1, "systemctl", "show", "-p", "MainPID", "--value", "sparkplay-serve.service").stdout.strip()
+    assert primary not in ("", "0")
+    home = "/var/lib/sparkplay/engine"
+    assert in_node(1, "stat", "-c", "%U %a", home).stdout.split() == ["sparkplay-engine", "750"]
+    argv = ["systemd-run", "--wait", "--pipe", "--quiet", "--collect", *(f"--property={s}" for s in settings),
+            "/usr/bin/python3", "-c", NEIGHBOUR_PROBE, primary, home]  # fmt: skip
+    said = json.loads(in_node(1, *argv).stdout)
+    assert said["packet_socket"] != "allowed" and said["raw_ip_socket"] != "allowed", said
+    assert said["list_home"] == "PermissionError" and said["write_home"] != "allowed", said
+    assert said["environ"] != "allowed" and said["sees_pid"] is False, said
+    assert said["uid"] != int(in_node(1, "id", "-u", "sparkplay-engine").stdout)
+    assert in_node(1, "test", "-e", f"{home}/planted.py", check=False).returncode == 1
+    # and its own home is its own: the primary's user cannot read it either
+    own = in_node(1, "stat", "-c", "%U %a", "/var/lib/sparkplay/engine@lab-small").stdout.split()
+    assert own[0].startswith("sparkplay-e-") and own[1] in ("700", "750")
+
+
 def test_a_third_that_cannot_fit_is_refused_naming_the_node_and_nothing_changes():
     """lab-small's model with a 256M-token context: a 128 GiB KV cache, more than the lab's host has."""
     doc = lab_small_as("lab-huge", 1 << 28, 9934)

@@ -219,7 +219,15 @@ def main() -> None:
     try:
         plain = [{"path": p, "owner": "root", "group": "root", "mode": "0755"} for p in params["folders"]]
         for entry in plain + params["directories"]:
-            uid, gid = ids(entry["owner"], entry["group"])
+            try:
+                uid, gid = ids(entry["owner"], entry["group"])
+            except KeyError:
+                if not module.check_mode:
+                    raise
+                # a user an earlier task of this run makes (which check mode only said it would): the folder
+                # would be made for it
+                changed.append(entry["path"])
+                continue
             if folder(entry["path"], mode_of(entry["mode"]), uid, gid, module.check_mode):
                 changed.append(entry["path"])
         outcome = converge(
