@@ -514,3 +514,59 @@ def test_the_trusted_list_is_the_inventorys_and_reaches_the_plan():
     for bad in ("ghcr.io/myorg/vllm:2", f"x/y@{DIGEST}", "UPPER/Case", ""):
         with pytest.raises(BadInput, match="serve_trusted_images names"):
             deployment.with_launch(stage_one, doc, facts_of(2), {"serve_trusted_images": [bad]})
+
+
+# a real container under the plan's own options (the GPU and RDMA devices and the unlimited memory lock left
+# out: CI has neither, and may raise no rlimit), on the
+# host's network as an engine runs: what a packet socket, a raw socket and a chown do there
+CONTAINED_PROBE = """
+import json, os, socket
+def attempt(what):
+    try:
+        what()
+        return "allowed"
+    except OSError as exc:
+        return type(exc).__name__
+print(json.dumps({
+    "packet_socket": attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))),
+    "raw_ip_socket": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)),
+    "chown": attempt(lambda: os.chown("/srv", 1000, 1000)),
+    "mknod": attempt(lambda: os.mknod("/tmp/null2", 0o600 | 0o020000, os.makedev(1, 3))),
+}))
+"""
+
+
+def _container_options_without_devices(options: list[str]) -> list[str]:
+    kept, skip = [], False
+    for option in options:
+        if skip:
+            skip = False
+        elif option in ("--gpus", "--device", "--ulimit"):
+            skip = True
+        else:
+            kept.append(option)
+    return kept
+
+
+@pytest.mark.usefixtures("lab_host")
+@pytest.mark.lab
+def test_an_engine_container_on_the_host_network_can_open_no_packet_socket():
+    """Docker's defaults (the plan before) let a container on the host's network open a packet socket and read
+    other models' loopback traffic; the plan's options (cap-drop ALL, IPC_LOCK back) leave it none."""
+    from sparkplay.lab import image
+
+    tag, _ = image.ensure_image(image.ImageRecipe())
+    options = _container_options_without_devices(_docker_options(recipe("glm53")))
+    assert "--network" in options and options[options.index("--network") + 1] == "host"
+
+    def probe(opts: list[str]) -> dict:
+        done = subprocess.run(["docker", "run", "--rm", *opts, "--entrypoint", "/usr/bin/python3", tag, "-c",
+                               CONTAINED_PROBE], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    defaults = probe(["--network", "host"])
+    assert defaults["packet_socket"] == "allowed"  # what the review used: the test can fail
+    confined = probe(options)
+    assert confined == {"packet_socket": "PermissionError", "raw_ip_socket": "PermissionError",
+                        "chown": "PermissionError", "mknod": "PermissionError"}, confined  # fmt: skip
