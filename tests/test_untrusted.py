@@ -516,9 +516,9 @@ def test_the_trusted_list_is_the_inventorys_and_reaches_the_plan():
             deployment.with_launch(stage_one, doc, facts_of(2), {"serve_trusted_images": [bad]})
 
 
-# a real container under the plan's own options (the GPU and RDMA devices and the unlimited memory lock left
-# out: CI has neither, and may raise no rlimit), on the
-# host's network as an engine runs: what a packet socket, a raw socket and a chown do there
+# a real container under the plan's own options, on the host's network as an engine runs (the GPU and RDMA
+# devices and the unlimited memory lock left out: CI has neither, and may raise no rlimit): what a packet
+# socket, a raw socket, a chown and a mknod do there
 CONTAINED_PROBE = """
 import json, os, socket
 def attempt(what):
