@@ -17,6 +17,7 @@ import yaml
 
 from tests.conftest import PROJECT, lab_cli, lab_small_as, run_cli
 from tests.test_lab import in_node
+from tests.test_untrusted import ESCAPE_ATTEMPTS
 
 pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host", "own_lab")]
 
@@ -85,26 +86,18 @@ def test_both_answer_through_the_one_endpoint_as_they_answer_directly():
 
 # what one engine's sandbox tries against its neighbour (issue 38), run as the engine runs: a transient unit
 # with every [Service] setting of lab-small's own unit (its user, its sandbox)
-NEIGHBOUR_PROBE = """
-import json, os, socket, sys
+NEIGHBOUR_PROBE = (
+    ESCAPE_ATTEMPTS
+    + """
 pid, home = sys.argv[1], sys.argv[2]
-def attempt(what):
-    try:
-        what()
-        return "allowed"
-    except OSError as exc:
-        return type(exc).__name__
-said = {
-    "packet_socket": attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))),
-    "raw_ip_socket": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)),
-    "list_home": attempt(lambda: os.listdir(home)),
-    "write_home": attempt(lambda: open(os.path.join(home, "planted.py"), "w").close()),
-    "environ": attempt(lambda: open(f"/proc/{pid}/environ", "rb").read()),
-    "sees_pid": pid in os.listdir("/proc"),
-    "uid": os.getuid(),
-}
+said["list_home"] = attempt(lambda: os.listdir(home))
+said["write_home"] = attempt(lambda: open(os.path.join(home, "planted.py"), "w").close())
+said["environ"] = attempt(lambda: open(f"/proc/{pid}/environ", "rb").read())
+said["sees_pid"] = pid in os.listdir("/proc")
+said["uid"] = os.getuid()
 print(json.dumps(said))
 """
+)
 SANDBOX_KEYS = ("User=", "Group=", "WorkingDirectory=", "Environment=HOME=", "NoNewPrivileges=", "Protect", "Private",
                 "Restrict", "LockPersonality=", "CapabilityBoundingSet=", "AmbientCapabilities=", "SystemCall",
                 "UMask=", "ReadWritePaths=")  # fmt: skip

@@ -516,24 +516,32 @@ def test_the_trusted_list_is_the_inventorys_and_reaches_the_plan():
             deployment.with_launch(stage_one, doc, facts_of(2), {"serve_trusted_images": [bad]})
 
 
-# a real container under the plan's own options, on the host's network as an engine runs (the GPU and RDMA
-# devices and the unlimited memory lock left out: CI has neither, and may raise no rlimit): what a packet
-# socket, a raw socket, a chown and a mknod do there
-CONTAINED_PROBE = """
-import json, os, socket
+# what a process tries, run in another process (a transient unit, a container), to reach past its sandbox:
+# each attempt "allowed" or the name of the error; a probe adds its own attempts to `said` and prints it
+ESCAPE_ATTEMPTS = """
+import json, os, socket, sys
 def attempt(what):
     try:
         what()
         return "allowed"
     except OSError as exc:
         return type(exc).__name__
-print(json.dumps({
+said = {
     "packet_socket": attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))),
     "raw_ip_socket": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)),
-    "chown": attempt(lambda: os.chown("/srv", 1000, 1000)),
-    "mknod": attempt(lambda: os.mknod("/tmp/null2", 0o600 | 0o020000, os.makedev(1, 3))),
-}))
+}
 """
+# a real container under the plan's own options, on the host's network as an engine runs (the GPU and RDMA
+# devices and the unlimited memory lock left out: CI has neither, and may raise no rlimit): a chown and a
+# mknod besides the sockets
+CONTAINED_PROBE = (
+    ESCAPE_ATTEMPTS
+    + """
+said["chown"] = attempt(lambda: os.chown("/srv", 1000, 1000))
+said["mknod"] = attempt(lambda: os.mknod("/tmp/null2", 0o600 | 0o020000, os.makedev(1, 3)))
+print(json.dumps(said))
+"""
+)
 
 
 def _container_options_without_devices(options: list[str]) -> list[str]:
