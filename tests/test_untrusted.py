@@ -29,11 +29,17 @@ from tests.conftest import PROJECT
 from tests.test_boundary import imported, plan, recipe, refused
 
 
-def _gguf_reader():  # imported at test time, after whichever collection loader the session set up
-    sys.path.insert(0, str(PROJECT / "collections"))
-    from ansible_collections.sparkplay.spark.plugins.module_utils import sparkplay_gguf
+def _gguf_reader():
+    """The module the nodes run, loaded by path: importing it through `ansible_collections` here would set
+    that package up before the collection loader the role-rendering tests install."""
+    import importlib.util
 
-    return sparkplay_gguf
+    spec = importlib.util.spec_from_file_location(
+        "sparkplay_gguf_under_test", PROJECT / "plugins" / "module_utils" / "sparkplay_gguf.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # -- a name with a trailing newline (Python's `$` matches before a final "\n") ------------------------------
@@ -48,6 +54,14 @@ def test_a_recipe_name_with_a_newline_is_refused(name):
     assert any("name" in p for p in model.schema_errors(doc))
     with pytest.raises(ValueError, match="is not a recipe name"):
         names.for_slot(name)
+
+
+def test_an_image_or_a_shared_memory_size_with_a_trailing_newline_is_refused():
+    assert not imageref.is_reference("vllm/vllm-openai:v1\n") and imageref.is_reference("vllm/vllm-openai:v1")
+    doc = recipe("glm53")
+    doc["serve"]["shm_size"] = "32g\n"
+    with pytest.raises(BadInput, match="is not a size"):
+        plan(doc)
 
 
 def test_an_env_name_with_a_trailing_newline_is_refused_by_the_schema_and_the_env_file():

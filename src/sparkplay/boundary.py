@@ -66,7 +66,7 @@ SYSTEM_FOLDERS = frozenset({"/", "/tmp", "/var", "/var/tmp", "/var/lib", "/var/c
                             "/mnt", "/media", "/usr/local"})  # fmt: skip
 # Debian policy 5.6.1: lower-case letters, digits, '+', '-', '.'; at least two long, starting alphanumeric
 _DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
-_SHM = re.compile(r"^[0-9]{1,6}(\.[0-9]+)?[bkmgt]?b?$", re.IGNORECASE)
+_SHM = re.compile(r"^[0-9]{1,6}(\.[0-9]+)?[bkmgt]?b?\Z", re.IGNORECASE)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IMAGE_ALLOW = re.compile(r"image:[^@\s]+@sha256:[0-9a-f]{64}")
 _IMAGE_DIR = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*\Z")

@@ -21,7 +21,7 @@ _DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9a-fA-F:]+\])(?::[0-9]+
 _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 REFERENCE = re.compile(
-    rf"^(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_PATH}(?:/{_PATH})*)(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?$"
+    rf"^(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_PATH}(?:/{_PATH})*)(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?\Z"
 )
 MAX_NAME = 255
 
