@@ -17,7 +17,8 @@ import yaml
 
 from sparkplay import boundary, importing
 from sparkplay import deployment as deployment_mod
-from sparkplay.engines.plan import ENGINE_USER, Options, build, stand_in_nodes
+from sparkplay.engines.names import ENGINE_USER
+from sparkplay.engines.plan import Options, build, stand_in_nodes
 from sparkplay.errors import BadInput
 from sparkplay.managed import reset_removable, reset_state_dirs
 from sparkplay.recipes import catalog, model

@@ -368,7 +368,7 @@ def confine(recipe: Mapping[str, Any]) -> None:
     if user is not None and not CONTAINER_USER.match(str(user)):
         raise BadInput(f"serve.container_user {user!r} is not a user name or uid[:gid]", "give root, 0 or 1000:1000")
     for name in serve.get("env") or {}:
-        twin = codepaths.refused_twin(engine["name"], str(name))
+        twin = codepaths.refused_twin(str(name))
         if twin:
             raise BadInput(f"serve.env.{name} {twin}", "give the flag in serve.args, where it is checked, or remove it")
     if engine["runtime"] == "native":  # the engine's own argv is confined once planned (plan.build)

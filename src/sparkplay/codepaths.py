@@ -133,8 +133,9 @@ CODE_FLAGS = {
 PLUGIN_FILES = ("--tool-parser-plugin", "--reasoning-parser-plugin")
 
 
-def refused_twin(engine: str, name: str) -> str | None:
-    """Why `name` is refused as the environment twin of a flag sparkplay owns or confines, or None."""
+def refused_twin(name: str) -> str | None:
+    """Why `name` is refused as the environment twin of a flag sparkplay owns or confines, or None (whatever
+    the engine: a twin means nothing to the others)."""
     if name.startswith("LLAMA_ARG_") and name.removeprefix("LLAMA_ARG_") not in LLAMA_ARG_PLAIN:
         flag = "--" + name.removeprefix("LLAMA_ARG_").lower().replace("_", "-")
         return f"is llama.cpp's environment twin of {flag}, which sparkplay owns or checks"

@@ -28,8 +28,8 @@ from sparkplay import __version__, checkpoints, topology
 from sparkplay.boundary import TRUSTED_IMAGES, check_allow, check_trusted
 from sparkplay.deployments import gateway
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
-from sparkplay.engines.names import ADDED_DIR, ADDED_USER_PREFIX, RECORD, UNIT_DIR, UNITS, for_slot
-from sparkplay.engines.plan import ENGINE_USER, build
+from sparkplay.engines.names import ADDED_DIR, ADDED_USER_PREFIX, ENGINE_USER, RECORD, UNIT_DIR, UNITS, for_slot
+from sparkplay.engines.plan import build
 from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
 

@@ -143,7 +143,7 @@ SECRET_IN_TEXT = (
     re.compile(rf"(?i)((?:--)?[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_]*[\"']?[ \t]*[=:][ \t]*)(?!<redacted>)"
                r"\[[^\]\n]+\]"),
     re.compile(rf"(?i)((?:--)?[A-Za-z0-9_.-]*{_SECRET_WORD}"
-               r"[A-Za-z0-9_]*[\"']?[ \t]*[=:][ \t]*[\"']?)(?!<redacted>)(?!\[<redacted>)[^\s\"',;}]+"),
+               r"[A-Za-z0-9_]*[\"']?[ \t]*[=:][ \t]*[\"']?)(?!<redacted>)[^\s\"',;}]+"),
     re.compile(r"(?i)(--[a-z-]*(?:token|secret|password|api-key)[a-z-]*[ \t]+)(?!<redacted>)(?!-)\S+"),
     re.compile(r"(?i)(\bbearer[ \t]+)(?!<redacted>)[^\s\"']+"),
     re.compile(r"(?i)(\bauthorization[\"']?[ \t]*[=:][ \t]*[\"']?(?:basic|token|digest)[ \t]+)(?!<redacted>)[^\s\"']+"),

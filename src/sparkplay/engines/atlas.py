@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkplay import boundary, checkpoints
-from sparkplay.engines import atlas_gb10
+from sparkplay.engines import atlas_gb10, names
 from sparkplay.engines.context import CONFINED, Context, engine_args, fabric_env, served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes.known import ATLAS_FAMILIES, atlas_family
@@ -104,8 +104,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         return atlas_gb10.plan(ctx)
     recipe, knobs = ctx.recipe, ctx.knobs
     state = ctx.options.state_dir.rstrip("/")
-    slot = ctx.options.slot  # an added deployment's compiled kernels are its own
-    cuda_cache = f"{state}/atlas-cuda-cache" + (f"@{slot}" if slot is not None else "")
+    cuda_cache = names.slotted(f"{state}/atlas-cuda-cache", ctx.options.slot)  # its compiled kernels, its own
     check_knobs(knobs, [ctx.model_root, state])
     args = engine_args(recipe, REPLACED, (), "atlas")
     model = recipe["model"]

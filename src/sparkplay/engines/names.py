@@ -68,15 +68,20 @@ def engine_user(slot: str | None) -> str:
     return ADDED_USER_PREFIX + hashlib.sha256(for_slot(slot)["slot"].encode()).hexdigest()[:12]
 
 
+def slotted(path: str, slot: str | None) -> str:
+    """A folder of the deployment's own: the primary's `path`, an added deployment's `path@SLOT`."""
+    return path + (f"@{slot}" if slot is not None else "")
+
+
 def engine_home(state: str, slot: str | None) -> str:
     """The engine user's home, the only folder its sandbox writes (its caches live there)."""
-    return f"{state.rstrip('/') or ''}/engine" + (f"@{slot}" if slot is not None else "")
+    return slotted(f"{state.rstrip('/')}/engine", slot)
 
 
 def cache_dir(state: str, slot: str | None, engine: str) -> str:
     """An engine container's cache folder (compiled kernels, generated code): the deployment's own, so what
     one deployment writes there no other loads."""
-    return f"{state.rstrip('/')}/cache/{engine}" + (f"@{slot}" if slot is not None else "")
+    return slotted(f"{state.rstrip('/')}/cache/{engine}", slot)
 
 
 def leftovers(records: list[dict[str, Any]]) -> list[str]:

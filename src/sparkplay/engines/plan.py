@@ -19,16 +19,13 @@ from typing import Any
 
 from sparkplay import boundary, imageref, topology
 from sparkplay.engines import atlas, firewall, llamacpp, mods, sglang, systemd, vllm
-from sparkplay.engines import names as names_rule
 from sparkplay.engines.context import Context, Node, Options, environment, served_name
-from sparkplay.engines.names import CONTAINER, ENV_FILE, for_slot
+from sparkplay.engines.names import CONTAINER, ENV_FILE, engine_home, engine_user, for_slot
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, model
 
 DOCKER = "/usr/bin/docker"
 CONFIG_DIR = "/etc/sparkplay"  # the engine's own files the plan writes (Atlas profile): a container may read them
-# a native engine runs as this system user, its home under the state folder
-ENGINE_USER = names_rule.ENGINE_USER
 # the variable each engine reads its API key from (vLLM's envs, llama.cpp's common args): a key given as
 # a flag would sit in a world-readable unit and in `ps`, so it travels in the 0600 env file instead
 API_KEY_ENV = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
@@ -149,8 +146,8 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
     state = options.state_dir.rstrip("/") or "/"
     mods.apply(deployment, recipe, runtime, state)  # a recipe's mods run in its container before the engine
     ours = [ctx.model_root, state]
-    home = names_rule.engine_home(state, options.slot)
-    user = names_rule.engine_user(options.slot)
+    home = engine_home(state, options.slot)  # a native engine's user and home: the deployment's own
+    user = engine_user(options.slot)
     api_key_env = None
     for rank_plan in deployment["ranks"]:
         rank_plan["address"] = ctx.nodes[rank_plan["rank"]].address
