@@ -2,7 +2,9 @@
 
 The engines behind it here are stand-ins (small HTTP servers in this process that answer as an OpenAI server
 does: a JSON reply, a server-sent-event stream they release step by step, an engine's own 400), so each test can
-hold a stream open while the routes change. The serve role does not run the gateway yet (#28): no lab test.
+hold a stream open while the routes change, and record what reached them, so a smuggled or rewritten request
+that got through would show. The attacks are the ones a local user tried on the first gateway (#39).
+tests/test_several_lab.py runs the real one, installed by the serve role, on the lab.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkplay.nodetools.serve.gateway import make_server
+from sparkplay.nodetools.serve.gateway import in_thread
 
 
 class Engine(BaseHTTPRequestHandler):
@@ -26,11 +28,17 @@ class Engine(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     name = "engine"
     release: threading.Event
+    seen: list[str]
+
+    def do_GET(self) -> None:
+        self.seen.append(self.path)
+        self._reply(200, b"{}")
 
     def log_message(self, *_: object) -> None:
         pass
 
     def do_POST(self) -> None:
+        self.seen.append(self.path)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if body.get("max_tokens") == -1:
             reply = json.dumps({"error": {"message": "max_tokens must be at least 1", "type": "BadRequestError"}})
@@ -60,18 +68,19 @@ class Engine(BaseHTTPRequestHandler):
 
 
 def start(server: ThreadingHTTPServer) -> str:
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}"
 
 
 @pytest.fixture
-def engines() -> Iterator[dict[str, tuple[str, threading.Event]]]:
+def engines() -> Iterator[dict[str, tuple[str, threading.Event, list[str]]]]:
     found, servers = {}, []
     for name in ("coder", "chat"):
-        release = threading.Event()
-        server = ThreadingHTTPServer(("127.0.0.1", 0), type(name, (Engine,), {"name": name, "release": release}))
+        release, seen = threading.Event(), []
+        server = ThreadingHTTPServer(("127.0.0.1", 0), type(name, (Engine,), {"name": name, "release": release,
+                                                                               "seen": seen}))  # fmt: skip
         servers.append(server)
-        found[name] = (start(server), release)
+        found[name] = (start(server), release, seen)
     yield found
     for server in servers:
         server.shutdown()
@@ -86,14 +95,19 @@ def write_routes(path: Path, routes: dict[str, str]) -> None:
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
 
 
+def serve(routes: Path, *extra: str) -> tuple[int, object]:
+    (_, port), stop = in_thread(["--routes", str(routes), "--listen", "127.0.0.1:0", "--max-body", "4096",
+                                 "--timeout", "10", "--grace", "0.2", *extra])  # fmt: skip
+    return port, stop
+
+
 @pytest.fixture
 def gateway(tmp_path, engines) -> Iterator[tuple[http.client.HTTPConnection, Path]]:
     routes = tmp_path / "routes.json"
     write_routes(routes, {"coder": engines["coder"][0], "chat": engines["chat"][0]})
-    server = make_server(str(routes), "127.0.0.1:0", max_body=4096, timeout_s=10)
-    start(server)
-    yield http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10), routes
-    server.shutdown()
+    port, stop = serve(routes)
+    yield http.client.HTTPConnection("127.0.0.1", port, timeout=10), routes
+    stop()
 
 
 def post(conn: http.client.HTTPConnection, body: dict, path: str = "/v1/chat/completions") -> tuple[int, dict]:
@@ -105,9 +119,11 @@ def post(conn: http.client.HTTPConnection, body: dict, path: str = "/v1/chat/com
 
 def test_requests_go_to_the_deployment_serving_their_model_and_the_list_has_every_one(gateway):
     conn, _ = gateway
+    # the client's own Authorization is the gateway's business, never the engine's
     assert post(conn, {"model": "coder"}) == (200, {"served_by": "coder", "path": "/v1/chat/completions",
-                                                    "auth": "Bearer k"})  # fmt: skip
-    assert post(conn, {"model": "chat"}, "/v1/completions?x=1")[1]["path"] == "/v1/completions?x=1"
+                                                    "auth": None})  # fmt: skip
+    assert post(conn, {"model": "chat"}, "/v1/embeddings")[1] == {"served_by": "chat", "path": "/v1/embeddings",
+                                                                  "auth": None}  # fmt: skip
     conn.request("GET", "/v1/models")
     listed = json.loads(conn.getresponse().read())
     assert [(m["id"], m["recipe"]) for m in listed["data"]] == [("chat", "r-chat"), ("coder", "r-coder")]
@@ -119,7 +135,7 @@ def test_an_unknown_model_an_engines_error_a_silent_engine_and_a_large_body_answ
     assert (
         status == 404
         and body["error"]["code"] == "model_not_found"
-        and "served: chat, coder" in body["error"]["message"]
+        and "served here: chat, coder" in body["error"]["message"]
     )
     assert post(conn, {"model": "chat", "max_tokens": -1}) == (
         400,
@@ -127,7 +143,8 @@ def test_an_unknown_model_an_engines_error_a_silent_engine_and_a_large_body_answ
     )  # the engine's own, passed through
     write_routes(routes, {"coder": "http://127.0.0.1:9", "chat": engines["chat"][0]})  # nothing listens on 9
     status, body = post(conn, {"model": "coder"})
-    assert status == 502 and "r-coder" in body["error"]["message"]
+    assert status == 502 and "'coder' does not answer" in body["error"]["message"]
+    assert "127.0.0.1" not in json.dumps(body) and ":9" not in json.dumps(body)  # the upstream stays unsaid
     status, body = post(conn, {"model": "chat", "prompt": "x" * 5000})
     assert status == 413
 

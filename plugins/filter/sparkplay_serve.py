@@ -24,6 +24,8 @@ FILTERS = {
     "sparkplay_records_of": "sparkplay.deployments:of_slot",
     "sparkplay_gateway": "sparkplay.deployments:gateway",
     "sparkplay_added_rows": "sparkplay.deployments:added_rows",
+    "sparkplay_gateway_row": "sparkplay.deployments:gateway_row",
+    "sparkplay_gateway_upstream_key": "sparkplay.engines.names:upstream_key",
     "sparkplay_added_leftovers": "sparkplay.engines.names:leftovers",
     # `none | sparkplay_node_constants`: the engine user, serve tool, units, unit and state folders
     "sparkplay_node_constants": "sparkplay.deployment:node_constants",

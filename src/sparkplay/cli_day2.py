@@ -50,9 +50,12 @@ def status(
     if rows is None or result.exit_code not in (ExitCode.OK, ExitCode.HOSTS_UNREACHABLE):
         finish(result, "status")
         raise typer.Exit(int(ExitCode.FAILED))
-    if as_json:  # the primary's rows as before; the added deployments' under their own key when there are any
+    gateways = result.custom.get("sparkplay_status_gateway") or []
+    if as_json:  # the primary's rows as before; the added deployments' and the gateway under their own keys
         added_rows = result.custom.get("sparkplay_status_added") or []
-        sys.stdout.write(json.dumps({"ranks": rows, "added": added_rows} if added_rows else rows, indent=2) + "\n")
+        more = {"added": added_rows} if added_rows else {}
+        more |= {"gateway": gateways[0]} if gateways else {}
+        sys.stdout.write(json.dumps({"ranks": rows, **more} if more else rows, indent=2) + "\n")
         raise typer.Exit(int(result.exit_code))
     table = Table(box=None)
     for column in ("rank", "host", "unit", "state", "since", "health", "model", "watchdog"):
@@ -72,6 +75,9 @@ def status(
             more.add_row(*(str(row[c]) for c in ("recipe", "host", "unit")), f"[{style}]{row['state']}[/{style}]",
                          *(str(row[c]) for c in ("health", "model", "claim_gib")))  # fmt: skip
         out.print(more)
+    for gateway in gateways:
+        out.print(gateway["line"], style="green" if gateway["up"] else "red", markup=False, highlight=False)
+    if added:
         for row in added:
             if row.get("why"):
                 err.print(f"{row['recipe']} on {row['host']}: {row['why']}", markup=False, highlight=False)

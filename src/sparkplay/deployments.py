@@ -17,7 +17,11 @@ from typing import Any
 from sparkplay.engines import names
 from sparkplay.errors import BadInput
 
+# the gateway's names on the leader: its unit and user; the routes file (root's, 0644); its folder of secrets
+# (root:USER 0750: the endpoint's keys and each deployment's own key, upstream/SLOT.key, 0640); its virtualenv
 GATEWAY = {"unit": "sparkplay-gateway.service", "routes": "/etc/sparkplay/gateway-routes.json",
+           "user": "sparkplay-gateway", "secrets": "/etc/sparkplay/gateway", "keys": "/etc/sparkplay/gateway/keys",
+           "upstream_keys": names.GATEWAY_UPSTREAM_KEYS, "venv": "/opt/sparkplay/gateway",
            "bind": "127.0.0.1", "port": 9930}  # fmt: skip
 TOOL_PATH = re.compile(r"^(/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)+\Z")  # a plain absolute path, no '..'/'.' parts
 
@@ -70,9 +74,11 @@ def _named_by_slot(record: Mapping[str, Any], host: str, path: str) -> dict[str,
 
 
 def routes(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any] = (), new: Mapping[str, Any] | None = None,
-           new_host: str | None = None) -> dict[str, Any]:  # fmt: skip
+           new_host: str | None = None, default: str | None = None) -> dict[str, Any]:  # fmt: skip
     """The gateway's routes file: each served name to its deployment's API, from the leaders' records less
-    the slots `drop_slots` (one being replaced or stopped) plus the record `new` (this run's, on `new_host`)."""
+    the slots `drop_slots` (one being replaced or stopped) plus the record `new` (this run's, on `new_host`),
+    and the model a request without `model` goes to: `default` (a served name, or the recipe serving one) when
+    it is served, else the primary's."""
     dropped = set(drop_slots)
     leaders = [r for r in found if r.get("role") == "leader" and r.get("slot") not in dropped]
     if new is not None:
@@ -81,7 +87,35 @@ def routes(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any] = (), n
     for record in sorted(leaders, key=lambda r: (r.get("slot") is not None, str(r.get("slot")))):
         models[str(record["served_name"])] = {"url": str(record["api_url"]), "recipe": record.get("recipe"),
                                              "slot": record.get("slot"), "host": record.get("host")}  # fmt: skip
-    return {"models": models}
+    named = [n for n, r in models.items() if default and default in (n, r["recipe"])]
+    primary = [n for n, r in models.items() if r["slot"] is None]
+    return {"models": models, "default": (named or primary or [None])[0]}
+
+
+def gateway_row(routes_text: str | None, show: str | None, host: str) -> dict[str, Any] | None:
+    """`status`'s line for the gateway on `host`, from its routes file and `systemctl show -p ActiveState -p
+    ExecStart` of its unit: where it listens, whether it asks for keys, its state, the models it routes and
+    the default; None where it does not run (no routes file)."""
+    if not routes_text:
+        return None
+    table = _json(routes_text)
+    props = dict(line.split("=", 1) for line in str(show or "").splitlines() if "=" in line)
+    argv = re.search(r"argv\[\]=([^;]*)", props.get("ExecStart", ""))
+    words = argv.group(1).split() if argv else []
+    listen = words[words.index("--listen") + 1] if "--listen" in words[:-1] else None
+    host_part = listen.rpartition(":")[0] if listen else ""
+    if host_part in ("0.0.0.0", "[::]", ""):  # noqa: S104  (a wildcard bind: say where it answers on the node)
+        listen = listen and f"127.0.0.1:{listen.rpartition(':')[2]}"
+    state = props.get("ActiveState") or "unknown"
+    models = sorted(table["models"]) if isinstance(table.get("models"), dict) else []
+    keys = "--keys" in words
+    url = f"http://{listen}/v1" if listen else "(unit not found)"
+    row = {"host": host, "url": url, "keys_required": keys, "state": state, "up": state == "active",
+           "models": models, "default": table.get("default")}  # fmt: skip
+    row["line"] = (f"gateway on {host}: {url} ({'keys required' if keys else 'no key asked'}), {state}, routes "
+                   f"{', '.join(models) or 'nothing'}; a request without `model` goes to "
+                   f"{row['default'] or 'no model (404)'}")  # fmt: skip
+    return row
 
 
 def of_slot(found: Iterable[Mapping[str, Any]], name: str | None) -> list[dict[str, Any]]:

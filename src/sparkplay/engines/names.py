@@ -84,6 +84,15 @@ def cache_dir(state: str, slot: str | None, engine: str) -> str:
     return slotted(f"{state.rstrip('/')}/cache/{engine}", slot)
 
 
+# the gateway's folder of each deployment's own engine key (deployments.GATEWAY has the rest of its names)
+GATEWAY_UPSTREAM_KEYS = "/etc/sparkplay/gateway/upstream"
+
+
+def upstream_key(slot: str | None) -> str:
+    """The file the gateway reads a deployment's engine key from (`primary.key` for the primary's)."""
+    return posixpath.join(GATEWAY_UPSTREAM_KEYS, f"{slot or 'primary'}.key")
+
+
 def leftovers(records: list[dict[str, Any]]) -> list[str]:
     """The files an added deployment leaves once stopped (its record, env file and units), from its slot's
     names, never from paths a record holds."""
@@ -91,6 +100,6 @@ def leftovers(records: list[dict[str, Any]]) -> list[str]:
     for record in records:
         if record.get("slot"):
             named = for_slot(str(record["slot"]))
-            found += [named["record"], named["env_file"]]
+            found += [named["record"], named["env_file"], upstream_key(str(record["slot"]))]
             found += [posixpath.join(UNIT_DIR, named["units"][part]) for part in ("serve", "watchdog")]
     return found

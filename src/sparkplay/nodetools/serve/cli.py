@@ -6,6 +6,7 @@ import argparse
 
 from .bench import cmd_bench
 from .explain import cmd_explain
+from .gateway import add_arguments as add_gateway_arguments
 from .gateway import cmd_gateway
 from .group import cmd_restart_workers
 from .memory import cmd_memguard, cmd_release
@@ -71,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fabric-env", help="the fabric role's env file (names the cable's twins)")
     p.set_defaults(func=cmd_watchdog)
     p = sub.add_parser("gateway")
-    p.add_argument("--routes", required=True, help="the routes file: served name -> deployment URL (JSON)")
-    p.add_argument("--listen", default="127.0.0.1:9000", help="ADDR:PORT (loopback unless the user says otherwise)")
-    p.add_argument("--max-body", type=int, default=16 * 1024 * 1024)
-    p.add_argument("--timeout", type=float, default=900, help="seconds an upstream may stay silent")
+    add_gateway_arguments(p)
     p.set_defaults(func=cmd_gateway)
     p = sub.add_parser("bench")
     p.add_argument("--url", required=True)

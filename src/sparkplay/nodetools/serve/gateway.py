@@ -1,187 +1,297 @@
-"""One OpenAI-compatible endpoint in front of every deployment on the leader, routing by the request's `model`.
+"""One OpenAI-compatible endpoint in front of every deployment of the cluster, routing by the request's `model`.
 
-Why sparkplay's own and not LiteLLM's proxy (docs/serving.md "The gateway" has the measurements): LiteLLM adds
-or removes a model without a restart only with a PostgreSQL database behind it (its STORE_MODEL_IN_DB), and a
-restart drops the in-flight streams of every other model; its proxy app registers 90 routes (keys, users,
-prompts, MCP) whose advisories include SQL injection in the key check and template injection reachable without
-a master key, the posture of a loopback gateway. What is needed here is narrow: route, list, stream, pass errors
-through, follow a routes file. This does that and nothing else, on the standard library.
+Why sparkplay's own routing and not LiteLLM's proxy (docs/serving.md "The gateway" has the measurements):
+LiteLLM adds or removes a model without a restart only with a PostgreSQL database behind it, and its proxy
+registers 90 routes (keys, users, prompts, MCP) whose advisories include SQL injection in the key check. What
+is needed here is narrow: route, list, stream, pass errors through, follow a routes file. The HTTP itself is
+aiohttp's (its parser refuses the framing tricks: Transfer-Encoding beside Content-Length, two lengths, digits
+that are not ASCII), run from a virtualenv of pinned, hashed packages (roles/serve/files/gateway.lock).
 
-The routes file (JSON, written atomically by the serve role) maps each served name to its deployment:
-    {"models": {"NAME": {"url": "http://127.0.0.1:8000", "recipe": "R"}, ...}}
-It is re-read when its modification time changes (and on SIGHUP): a request already forwarded keeps its
-upstream, so adding or stopping one model never touches another's in-flight request. Every request runs on its
-own thread.
+Bounded everywhere: at most `max_connections` connections (503 above; asyncio holds an idle one for the cost
+of its socket), a request's headers within `idle_timeout` of the connection's start or last answer, its body
+within `body_timeout` and `max_body` bytes, all bodies held at once within `body_budget`, `model` read
+without building the body (gateway_body.py), only a plain /v1/... path forwarded. An upstream's address and
+error reach the journal, never the client. The routes file is re-read when it changes (gateway_files.py): a
+request already forwarded keeps its upstream, so adding or stopping one model never touches another's.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
+import asyncio
+import contextlib
 import json
+import logging
 import signal
+import socket
+import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-# what a client may send through (hop-by-hop headers and the host are the gateway's own)
-FORWARDED = ("content-type", "authorization", "accept", "x-request-id")
-PASSED_BACK = ("content-type", "x-request-id", "cache-control")
-CHUNK = 64 * 1024
+from .gateway_body import BadBody, forwarded_path, model_of
+from .gateway_files import Keys, Routes, UpstreamKeys
+
+# what a client may send through (hop-by-hop headers, the host and its key are the gateway's own)
+FORWARDED = ("content-type", "accept", "x-request-id")
+PASSED_BACK = ("content-type", "x-request-id", "cache-control", "content-encoding")
+BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+        b"Connection: close\r\nContent-Length: 115\r\n\r\n"
+        b'{"error": {"message": "the gateway holds as many connections as it may", '
+        b'"type": "api_error", "code": "overloaded"}}')  # fmt: skip
 
 
-class Routes:
-    """The routes file, re-read when it changes; a broken file keeps the last good routes (and says so once)."""
+def _error(status: int, message: str, kind: str, code: str, **headers: str) -> Any:
+    from aiohttp import web
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.lock = threading.Lock()
-        self.stamp: tuple[int, int] | None = None
-        self.models: dict[str, dict[str, str]] = {}
-        self.problem = ""
+    body = json.dumps({"error": {"message": message, "type": kind, "code": code}})
+    return web.Response(status=status, text=body, content_type="application/json", headers=headers)
 
-    def current(self, force: bool = False) -> dict[str, dict[str, str]]:
+
+def _journal(line: str) -> None:
+    print(f"sparkplay-gateway: {line}", file=sys.stderr, flush=True)
+
+
+class Gateway:
+    def __init__(self, routes: Routes, keys: Keys | None, upstream_keys: UpstreamKeys, *, max_body: int,
+                 body_budget: int, body_timeout: float, timeout_s: float) -> None:  # fmt: skip
+        self.routes, self.keys, self.upstream_keys = routes, keys, upstream_keys
+        self.max_body, self.body_budget, self.body_timeout, self.timeout_s = (
+            max_body,
+            body_budget,
+            body_timeout,
+            timeout_s,
+        )
+        self.held = 0  # body bytes held by requests in flight
+        self.session: Any = None
+
+    async def start(self) -> None:
+        import aiohttp
+
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.timeout_s)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
+                                             skip_auto_headers=("User-Agent", "Accept-Encoding"))  # fmt: skip
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def handle(self, request: Any) -> Any:
+        if self.keys is not None and not self.keys.admits(request.headers.get("Authorization")):
+            return _error(401, "this gateway needs `Authorization: Bearer KEY` with one of its keys",
+                          "invalid_request_error", "invalid_api_key", **{"WWW-Authenticate": "Bearer"})  # fmt: skip
+        path = forwarded_path(request.raw_path)
+        if request.method == "GET":
+            return self._get(request.raw_path)
+        if request.method != "POST":
+            return _error(405, f"{request.method} is not served here", "invalid_request_error", "method_not_allowed")
+        if path is None:
+            return _error(400, "only POST /v1/... (a plain path: no dot segments, escapes or query) is forwarded",
+                          "invalid_request_error", "bad_request")  # fmt: skip
+        length = request.content_length
+        if length is None:
+            return _error(411, "a POST needs a Content-Length", "invalid_request_error", "length_required")
+        if length > self.max_body:
+            return _error(413, f"the body is over {self.max_body} bytes", "invalid_request_error", "too_large")
+        if self.held + length > self.body_budget:
+            return _error(503, "the gateway holds as many request bodies as it may; try again",
+                          "api_error", "overloaded", **{"Retry-After": "1"})  # fmt: skip
+        self.held += length
         try:
-            info = self.path.stat()
-            stamp = (info.st_mtime_ns, info.st_size)
-        except OSError:
-            stamp = None
-        with self.lock:
-            if force or stamp != self.stamp:
-                self.stamp = stamp
-                self._load()
-            return self.models
+            return await self._post(request, path, length)
+        finally:
+            self.held -= length
 
-    def _load(self) -> None:
-        try:
-            data = json.loads(self.path.read_text())
-            models = data["models"]
-            checked = {str(k): {"url": str(v["url"]), "recipe": str(v.get("recipe", ""))} for k, v in models.items()}
-            for name, route in checked.items():
-                url = urlsplit(route["url"])
-                if url.scheme != "http" or not url.hostname or url.path not in ("", "/"):
-                    raise ValueError(f"{name}: {route['url']} is not http://HOST:PORT")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            self.problem = f"{self.path}: {exc}"
-            return
-        self.models, self.problem = checked, ""
+    def _get(self, raw: str) -> Any:
+        from aiohttp import web
 
-
-def _error(status: int, message: str, kind: str, code: str) -> tuple[int, bytes]:
-    return status, json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
-
-
-class Gateway(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "sparkplay-gateway"
-    routes: Routes
-    max_body: int
-    timeout_s: float
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # the journal gets one line per failure instead (prompts never reach it)
-
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        models = self.routes.current()
-        path = urlsplit(self.path).path
-        if path == "/health":
-            self._send(200, json.dumps({"status": "ok", "models": sorted(models)}).encode())
-        elif path == "/v1/models":
+        table = self.routes.current()
+        models = table["models"]
+        if raw == "/health":
+            return web.json_response({"status": "ok", "models": sorted(models), "default": self._default(table)})
+        if raw == "/v1/models":
             data = [{"id": name, "object": "model", "owned_by": "sparkplay", "recipe": route["recipe"]}
                     for name, route in sorted(models.items())]  # fmt: skip
-            self._send(200, json.dumps({"object": "list", "data": data}).encode())
-        elif path.startswith("/v1/models/") and path[len("/v1/models/") :] in models:
-            name = path[len("/v1/models/") :]
-            self._send(200, json.dumps({"id": name, "object": "model", "owned_by": "sparkplay"}).encode())
-        else:
-            self._send(*_error(404, f"no such route: {path}", "invalid_request_error", "not_found"))
+            return web.json_response({"object": "list", "data": data})
+        name = raw.removeprefix("/v1/models/")
+        if raw.startswith("/v1/models/") and name in models:
+            return web.json_response({"id": name, "object": "model", "owned_by": "sparkplay"})
+        return _error(404, "no such route (GET serves /health, /v1/models, /v1/models/NAME)",
+                      "invalid_request_error", "not_found")  # fmt: skip
 
-    def do_POST(self) -> None:
-        path = urlsplit(self.path).path
-        length = self.headers.get("Content-Length")
-        if not path.startswith("/v1/") or length is None or not length.isdigit():
-            self._send(*_error(400, "POST /v1/... with a Content-Length", "invalid_request_error", "bad_request"))
-            return
-        if int(length) > self.max_body:
-            self.close_connection = True
-            self._send(*_error(413, f"the body is over {self.max_body} bytes", "invalid_request_error", "too_large"))
-            return
-        body = self.rfile.read(int(length))
+    @staticmethod
+    def _default(table: dict[str, Any]) -> str | None:
+        default = table["default"]
+        return default if default in table["models"] else None
+
+    async def _post(self, request: Any, path: str, length: int) -> Any:
         try:
-            model = json.loads(body).get("model")
-        except (ValueError, AttributeError):
-            model = None
-        models = self.routes.current()
-        if not isinstance(model, str) or model not in models:
+            async with asyncio.timeout(self.body_timeout):
+                body = await request.content.readexactly(length)
+        except (TimeoutError, asyncio.IncompleteReadError):
+            return _error(408, f"the body did not arrive within {self.body_timeout:g} s",
+                          "invalid_request_error", "timeout")  # fmt: skip
+        try:
+            model = model_of(body)
+        except BadBody as exc:
+            return _error(400, f"the body is not a request the gateway can route: {exc}",
+                          "invalid_request_error", "bad_request")  # fmt: skip
+        table = self.routes.current()
+        models = table["models"]
+        name = model if model is not None else self._default(table)
+        if name is None or name not in models:
             served = ", ".join(sorted(models)) or "none"
-            self._send(*_error(404, f"model {model!r} is not served here (served: {served})",
-                               "invalid_request_error", "model_not_found"))  # fmt: skip
-            return
-        self._forward(models[model], model, body)
+            said = "names no model and no default is set" if model is None else f"asks for {model!r}"
+            return _error(404, f"the request {said}; served here: {served}", "invalid_request_error",
+                          "model_not_found")  # fmt: skip
+        return await self._forward(request, models[name], name, path, body)
 
-    def _forward(self, route: dict[str, str], model: str, body: bytes) -> None:
-        url = urlsplit(route["url"])
-        headers = {k: v for k, v in self.headers.items() if k.lower() in FORWARDED}
-        upstream = http.client.HTTPConnection(url.hostname or "", url.port or 80, timeout=self.timeout_s)
+    async def _forward(self, request: Any, route: dict[str, Any], name: str, path: str, body: bytes) -> Any:
+        import aiohttp
+        from aiohttp import web
+
+        headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED}
+        key = self.upstream_keys.of(route["slot"])
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
         try:
-            upstream.request("POST", self.path, body=body, headers=headers)
-            reply = upstream.getresponse()
-        except OSError as exc:
-            upstream.close()
-            self._send(*_error(502, f"model {model!r} (recipe {route['recipe']}) does not answer at {route['url']}: "
-                               f"{exc}", "api_error", "upstream_unavailable"))  # fmt: skip
-            return
-        try:
-            self._relay(reply)
-        finally:
-            upstream.close()
-
-    def _relay(self, reply: http.client.HTTPResponse) -> None:
-        """The upstream's status, headers and body, each piece passed on as it arrives (streams stay streams)."""
-        self.send_response(reply.status)
-        for name, value in reply.getheaders():
-            if name.lower() in PASSED_BACK:
-                self.send_header(name, value)
-        length = reply.getheader("Content-Length")
-        if length is not None:
-            self.send_header("Content-Length", length)
-        else:
-            self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        try:
-            while piece := reply.read1(CHUNK):
-                self.wfile.write(piece if length is not None else b"%x\r\n%s\r\n" % (len(piece), piece))
-                self.wfile.flush()
-            if length is None:
-                self.wfile.write(b"0\r\n\r\n")
-        except OSError:  # the client went away, or the upstream broke off: nothing more can be said to either
-            self.close_connection = True
+            upstream = await self.session.request("POST", route["url"] + path, data=body, headers=headers)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            _journal(f"model {name} (recipe {route['recipe']}) at {route['url']}: {type(exc).__name__}: {exc}")
+            return _error(502, f"model {name!r} does not answer now (the gateway's journal says why)",
+                          "api_error", "upstream_unavailable", **{"Retry-After": "5"})  # fmt: skip
+        async with upstream:
+            passed = {k: v for k, v in upstream.headers.items() if k.lower() in PASSED_BACK}
+            if upstream.content_length is not None and upstream.content_length <= 1 << 20:
+                try:
+                    data = await upstream.read()
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    _journal(f"model {name} at {route['url']} broke off its answer: {type(exc).__name__}")
+                    return _error(502, f"model {name!r} broke off its answer", "api_error", "upstream_broke_off")
+                return web.Response(status=upstream.status, body=data, headers=passed)
+            reply = web.StreamResponse(status=upstream.status, headers=passed)
+            if upstream.content_length is not None:
+                reply.content_length = upstream.content_length
+            else:
+                reply.enable_chunked_encoding()
+            await reply.prepare(request)
+            try:
+                async for piece in upstream.content.iter_any():  # each piece passed on as it arrives
+                    await reply.write(piece)
+                await reply.write_eof()
+            except (aiohttp.ClientError, OSError, TimeoutError, ConnectionError) as exc:
+                # the client went away, or the upstream broke off: nothing more can be said to either
+                _journal(f"a stream of model {name} ended early: {type(exc).__name__}")
+                request.transport and request.transport.close()
+            return reply
 
 
-def make_server(routes_file: str, listen: str, max_body: int = 16 * 1024 * 1024, timeout_s: float = 900) -> Any:
-    """The gateway's server, bound, not yet serving."""
-    host, _, port = listen.rpartition(":")
-    routes = Routes(Path(routes_file))
-    routes.current(force=True)
-    handler = type("Handler", (Gateway,), {"routes": routes, "max_body": max_body, "timeout_s": timeout_s})
-    server = ThreadingHTTPServer((host.strip("[]"), int(port)), handler)
-    server.daemon_threads = True
-    server.routes = routes  # type: ignore[attr-defined]
-    return server
+class _OneLine(logging.Logger):
+    """aiohttp's log of a refused request as one journal line, without its traceback: a client that sends
+    bad requests on purpose gets no page of the journal for each."""
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        error = sys.exc_info()[1]
+        self.error(f"{msg} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
+                   *args, **kwargs)  # fmt: skip
+
+
+class _Busy(asyncio.Protocol):
+    """What a connection above the cap gets: one 503 and the door."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.write(BUSY)  # type: ignore[attr-defined]
+        transport.close()
+
+
+async def serve(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> None:
+    from aiohttp import web
+
+    gateway = Gateway(Routes(Path(args.routes)), Keys(Path(args.keys)) if args.keys else None,
+                      UpstreamKeys(Path(args.upstream_keys) if args.upstream_keys else None),
+                      max_body=args.max_body, body_budget=args.body_budget, body_timeout=args.body_timeout,
+                      timeout_s=args.timeout)  # fmt: skip
+    gateway.routes.current(force=True)
+    await gateway.start()
+    server = web.Server(gateway.handle, keepalive_timeout=args.idle_timeout, access_log=None, logger=_logger(),
+                        max_line_size=8190, max_field_size=8190, max_headers=100)  # fmt: skip
+    cap = args.max_connections
+
+    def protocol() -> asyncio.BaseProtocol:
+        return _Busy() if len(server._connections) >= cap else server()
+
+    host, _, port = args.listen.rpartition(":")
+    loop = asyncio.get_running_loop()
+    listener = await loop.create_server(protocol, host.strip("[]"), int(port), backlog=args.backlog,
+                                        reuse_address=True)  # fmt: skip
+    args.bound = listener.sockets[0].getsockname()[:2]
+    stop = asyncio.Event()
+    for sig, act in ((signal.SIGHUP, lambda: gateway.routes.current(force=True)), (signal.SIGTERM, stop.set)):
+        with contextlib.suppress(RuntimeError, ValueError):  # not the main thread (tests run it beside theirs)
+            loop.add_signal_handler(sig, act)
+    args.stop = stop
+    if ready is not None:
+        ready()
+    try:
+        await stop.wait()
+    finally:
+        listener.close()
+        await server.shutdown(args.grace)
+        await gateway.close()
+
+
+def _logger() -> logging.Logger:
+    logger = _OneLine("sparkplay-gateway")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("sparkplay-gateway: %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    return logger
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--routes", required=True, help="the routes file: served name -> deployment URL (JSON)")
+    p.add_argument("--listen", default="127.0.0.1:9930", help="ADDR:PORT (loopback unless the user says otherwise)")
+    p.add_argument("--keys", help="a file of the keys clients must present (Bearer); none: no key asked")
+    p.add_argument("--upstream-keys", help="a folder of each deployment's own key (SLOT.key, primary.key)")
+    p.add_argument("--max-body", type=int, default=16 << 20, help="bytes of one request's body at most")
+    p.add_argument("--body-budget", type=int, default=256 << 20, help="bytes of all bodies held at once")
+    p.add_argument("--max-connections", type=int, default=4096)
+    p.add_argument("--backlog", type=int, default=1024)
+    p.add_argument("--idle-timeout", type=float, default=15, help="seconds for a request's headers to arrive")
+    p.add_argument("--body-timeout", type=float, default=60, help="seconds for a request's body to arrive")
+    p.add_argument("--timeout", type=float, default=900, help="seconds an upstream may stay silent")
+    p.add_argument("--grace", type=float, default=10, help="seconds requests in flight get to end at a stop")
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    server = make_server(args.routes, args.listen, args.max_body, args.timeout)
-    signal.signal(signal.SIGHUP, lambda *_: server.routes.current(force=True))
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
-    server.serve_forever()
+    try:
+        import aiohttp  # noqa: F401  (the gateway's one dependency: its virtualenv has it)
+    except ImportError:
+        _journal("aiohttp is not installed for this Python: run the gateway from its virtualenv "
+                 "(the serve role installs it: /opt/sparkplay/gateway)")  # fmt: skip
+        return 2
+    socket.setdefaulttimeout(None)
+    asyncio.run(serve(args))
     return 0
+
+
+def in_thread(argv: list[str]) -> tuple[tuple[str, int], Callable[[], None]]:
+    """The gateway serving on a thread of its own (tests and benchmarks/gateway.py): its address, and a stop."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    loop = asyncio.new_event_loop()
+    up = threading.Event()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(serve(args, up.set)), daemon=True)
+    thread.start()
+    if not up.wait(10):
+        raise RuntimeError("the gateway did not start")
+
+    def stop() -> None:
+        loop.call_soon_threadsafe(args.stop.set)
+        thread.join(10)
+
+    return args.bound, stop

@@ -1,0 +1,161 @@
+"""The files the gateway reads while it runs, each re-read when it changes and each refused unless it is what
+root wrote: the routes (root's, 0644 at most), the endpoint's keys and every deployment's own key (root's,
+readable by the gateway's group at most). None is followed through a link.
+
+The routes file (JSON, written atomically by the serve role) maps each served name to its deployment:
+    {"models": {"NAME": {"url": "http://127.0.0.1:8000", "recipe": "R", "slot": null}, ...}, "default": "NAME"}
+A keys file holds one key a line (blank lines and `#` comments aside). An engine's own key is the one line of
+UPSTREAM_KEYS/SLOT.key (`primary.key` for the primary deployment).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import stat
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+MAX_FILE = 1 << 20
+ROOT = 0
+
+
+def read_guarded(path: Path, most: int, owner: int = ROOT) -> bytes:
+    """The file's bytes; OSError/ValueError unless it is a regular file (not a link), owned by `owner`, with no
+    mode bit outside `most` and at most MAX_FILE bytes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("is not a regular file")
+        if info.st_uid != owner:
+            raise ValueError(f"is owned by uid {info.st_uid}, not root")
+        if stat.S_IMODE(info.st_mode) & ~most:
+            raise ValueError(f"has mode {stat.S_IMODE(info.st_mode):04o}; {most:04o} at most")
+        if info.st_size > MAX_FILE:
+            raise ValueError(f"is over {MAX_FILE} bytes")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(MAX_FILE + 1)
+    finally:
+        os.close(fd)
+
+
+class Watched:
+    """A file read again when its stamp (inode, mtime, size) changes; a bad file keeps the last good content
+    (and says so once in the journal)."""
+
+    most = 0o644
+
+    def __init__(self, path: Path, owner: int = ROOT) -> None:
+        self.path, self.owner = path, owner
+        self.lock = threading.Lock()
+        self.stamp: tuple[int, int, int] | None = None
+        self.problem = ""
+        self.value: Any = self.empty()
+
+    def empty(self) -> Any:
+        return None
+
+    def parse(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+    def current(self, force: bool = False) -> Any:
+        try:
+            info = os.lstat(self.path)
+            stamp: tuple[int, int, int] | None = (info.st_ino, info.st_mtime_ns, info.st_size)
+        except OSError:
+            stamp = None
+        with self.lock:
+            if force or stamp != self.stamp:
+                self.stamp = stamp
+                self._load()
+            return self.value
+
+    def _load(self) -> None:
+        try:
+            self.value, problem = self.parse(read_guarded(self.path, self.most, self.owner)), ""
+        except FileNotFoundError:
+            self.value, problem = self.empty(), ""
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            problem = f"{self.path}: {exc}"
+        if problem and problem != self.problem:
+            print(f"sparkplay-gateway: {problem}; keeping what it said before", file=sys.stderr, flush=True)
+        self.problem = problem
+
+
+class Routes(Watched):
+    def empty(self) -> dict[str, Any]:
+        return {"models": {}, "default": None}
+
+    def parse(self, data: bytes) -> dict[str, Any]:
+        raw = json.loads(data)
+        models: dict[str, dict[str, Any]] = {}
+        for name, route in raw["models"].items():
+            url = urlsplit(str(route["url"]))
+            if url.scheme != "http" or not url.hostname or url.path not in ("", "/") or url.query:
+                raise ValueError(f"{name}: {route['url']} is not http://HOST:PORT")
+            slot = route.get("slot")
+            models[str(name)] = {"url": f"http://{url.netloc}", "recipe": str(route.get("recipe") or ""),
+                                 "slot": None if slot is None else str(slot)}  # fmt: skip
+        default = raw.get("default")
+        return {"models": models, "default": default if isinstance(default, str) else None}
+
+
+class Keys(Watched):
+    """The keys a client may present. An unreadable or bad file refuses every request (fails closed)."""
+
+    most = 0o640
+
+    def empty(self) -> list[bytes]:
+        return []
+
+    def parse(self, data: bytes) -> list[bytes]:
+        lines = [line.strip() for line in data.decode().splitlines()]
+        keys = [hashlib.sha256(line.encode()).digest() for line in lines if line and not line.startswith("#")]
+        if not keys:
+            raise ValueError("holds no key")
+        return keys
+
+    def _load(self) -> None:
+        super()._load()
+        if self.problem or self.stamp is None:
+            self.value = None  # nothing is let through on a file that is gone or wrong
+
+    def admits(self, header: str | None) -> bool:
+        keys = self.current()
+        if not keys or not header or not header.startswith("Bearer "):
+            return False
+        given = hashlib.sha256(header[len("Bearer ") :].strip().encode()).digest()
+        # every key compared, in constant time each: neither which key nor how much of one matched shows
+        return sum(hmac.compare_digest(given, key) for key in keys) > 0
+
+
+class UpstreamKeys:
+    """Each deployment's own key, for the gateway to present to it (clients never see it)."""
+
+    def __init__(self, folder: Path | None, owner: int = ROOT) -> None:
+        self.folder, self.owner = folder, owner
+        self.files: dict[str, Watched] = {}
+
+    def of(self, slot: str | None) -> str | None:
+        if self.folder is None:
+            return None
+        name = "primary" if slot is None else slot
+        if name not in self.files:
+            self.files[name] = _OneKey(self.folder / f"{name}.key", self.owner)
+        return self.files[name].current()
+
+
+class _OneKey(Watched):
+    most = 0o640
+
+    def parse(self, data: bytes) -> str | None:
+        key = data.decode().strip()
+        if not key or "\n" in key or "\r" in key:
+            raise ValueError("is not one key on one line")
+        return key
