@@ -133,8 +133,9 @@ def with_idle(gateway: int, idle: int, requests: int) -> dict:
         for sock in held:
             sock.close()
     delay = round(busy["median_ms"] - quiet["median_ms"], 3)
-    print(f"with {idle} idle connections held on the gateway: median {busy['median_ms']} ms, p95 {busy['p95_ms']} ms"
-          f" (without them {quiet['median_ms']} ms, p95 {quiet['p95_ms']} ms): {delay} ms later", flush=True)  # fmt: skip
+    print(f"with {idle} idle connections held on the gateway: median {busy['median_ms']} ms, p95 "
+          f"{busy['p95_ms']} ms (without them {quiet['median_ms']} ms, p95 {quiet['p95_ms']} ms): {delay} ms later",
+          flush=True)  # fmt: skip
     return {"idle": idle, "without": quiet, "with": busy, "delay_median_ms": delay}
 
 

@@ -9,7 +9,9 @@ role with the real defaults, before and after: the new value must show there.
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -100,6 +102,23 @@ def _admission_given() -> dict[str, Any]:
 
 
 GATEWAY = {"ansible_managed": "x", "serve_unit_dir": "/etc/systemd/system"}
+# a keys file as the controller holds it (0600), for the option that names one
+KEYS_FILE = Path(tempfile.mkdtemp(prefix="sparkplay-keys.")) / "gateway-keys"
+KEYS_FILE.write_text("sk-test\n")
+KEYS_FILE.chmod(0o600)
+
+
+def _gateway_routes_given() -> dict[str, Any]:
+    """This run adds lab-small beside lab-tiny (the primary): the routes the gateway gets."""
+    from sparkplay.deployments import records
+
+    found = records({"spark0": _records()})
+    small = next(r for r in found if r["slot"] == "lab-small")
+    leader = {"role": "leader", "host": "spark0", "record": small}
+    return {"serve_records_found": [r for r in found if r["slot"] is None],
+            "sparkplay_deployment": {"slot": "lab-small"},
+            "serve_deployment": {"launch": {"ranks": [leader]}}}  # fmt: skip
+
 
 EFFECTS: dict[str, Effect] = {
     "serve_force_admit": Effect(
@@ -116,6 +135,22 @@ EFFECTS: dict[str, Effect] = {
     ),
     "serve_gateway_bind": Effect(
         "serve", "roles/serve/templates/sparkplay-gateway.service.j2", "::1", given=GATEWAY, shows="[::1]:9930"
+    ),
+    "serve_gateway_keys_file": Effect(
+        "serve",
+        "roles/serve/templates/sparkplay-gateway.service.j2",
+        str(KEYS_FILE),
+        given=GATEWAY,
+        shows='"--keys" "/etc/sparkplay/gateway/keys"',
+    ),
+    "serve_gateway_default_model": Effect(
+        "serve",
+        "roles/serve/tasks/gateway.yml",
+        "lab-small",
+        "Serve | Note the gateway's routes",
+        ("ansible.builtin.set_fact", "serve_gateway_routes"),
+        _gateway_routes_given(),
+        shows="'default': 'lab-small'",
     ),
     "stop_recipe": Effect(
         "stop",

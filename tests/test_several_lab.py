@@ -4,8 +4,8 @@ whose memory claim cannot fit refused with the reason and nothing changed; stopp
 answering. Marked `lab`.
 
 Everything is real: the CLI driving ansible-runner, the units under systemd in both nodes, llama.cpp from
-Debian, the gateway unit as its own dynamic user, /proc/meminfo of the nodes (the host's: the lab's containers
-share its memory). The tests run in file order on one lab of their own.
+Debian, the gateway unit as its own user (aiohttp from its hash-pinned virtualenv), /proc/meminfo of the
+nodes (the host's: the lab's containers share its memory). The tests run in file order on one lab of their own.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ SMALL_UNIT = "sparkplay-serve@lab-small.service"
 cli = lab_cli
 
 
-def curl(url: str, body: dict | None = None, timeout: float = 20) -> str:
+def curl(url: str, body: dict | None = None, timeout: float = 20, key: str | None = None) -> str:
     data = ["-H", "Content-Type: application/json", "-d", json.dumps(body)] if body is not None else []
+    data += ["-H", f"Authorization: Bearer {key}"] if key else []
     return in_node(0, "curl", "-s", "-m", str(timeout), *data, url, check=False).stdout
 
 
@@ -79,9 +80,15 @@ def test_both_answer_through_the_one_endpoint_as_they_answer_directly():
     assert stream.count("data: ") >= 3 and stream.rstrip().endswith("data: [DONE]")
     missing = ask("lab-huge")
     assert missing["error"]["code"] == "model_not_found" and "lab-small, lab-tiny" in missing["error"]["message"]
-    # the gateway runs as a user of its own, not root
-    user = in_node(0, "ps", "-o", "user=", "-C", "python3").stdout.split()
-    assert any(u.isdigit() and int(u) > 60000 for u in user), user
+    # a request without `model` goes to the default: the primary's
+    plain = json.loads(curl(f"{GATEWAY}/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                            "max_tokens": 4}))  # fmt: skip
+    assert plain["model"] == "lab-tiny", plain
+    # the gateway runs as a user of its own, not root, from its virtualenv
+    pid = in_node(0, "systemctl", "show", "-p", "MainPID", "--value", "sparkplay-gateway.service").stdout.strip()
+    owner = in_node(0, "ps", "-o", "uid=,args=", "-p", pid).stdout.split()
+    assert owner[0] == in_node(0, "id", "-u", "sparkplay-gateway").stdout.strip() != "0", owner
+    assert owner[1] == "/opt/sparkplay/gateway/bin/python3", owner
 
 
 # what one engine's sandbox tries against its neighbour (issue 38), run as the engine runs: a transient unit
@@ -156,6 +163,10 @@ def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
     doc = json.loads(proc.stdout)
     assert [r["recipe"] for r in doc["added"]] == ["lab-small"] and doc["added"][0]["up"]
     assert all(r["up"] for r in doc["ranks"])
+    gateway = doc["gateway"]
+    assert (gateway["url"], gateway["keys_required"], gateway["up"], gateway["default"]) == (
+        GATEWAY, False, True, "lab-tiny"), gateway  # fmt: skip
+    assert gateway["models"] == ["lab-small", "lab-tiny"]
     pid = in_node(1, "systemctl", "show", SMALL_UNIT, "--property=MainPID").stdout
     # plain up of the primary keeps today's meaning, and leaves the added model serving
     proc = cli("up", "lab-tiny", "--yes")
@@ -188,3 +199,44 @@ def test_stopping_one_leaves_the_other_answering_and_frees_its_claim():
         assert in_node(1, "test", "-e", gone, check=False).returncode == 1, gone
     nothing = cli("stop", "lab-small", "--yes")
     assert nothing.returncode != 0 and "No deployment of recipe lab-small" in nothing.stdout + nothing.stderr
+
+
+def test_a_gateway_with_keys_refuses_a_request_without_one_and_engines_keep_theirs(tmp_path):
+    """The inventory names a keys file (0600 on the controller); lab-small's model comes back as lab-keyed,
+    with a key of its own (--api-key): a client needs one of the gateway's keys and never the engine's."""
+    keys = tmp_path / "gateway-keys"
+    keys.write_text("# the team\nsk-lab-one\nsk-lab-two\n")
+    keys.chmod(0o644)
+    settings = PROJECT / "inventory" / "lab" / "group_vars" / "all" / "sparkplay.yml"
+    recipe = PROJECT / "recipes" / "lab-keyed.yml"
+    small = yaml.safe_load((PROJECT / "recipes" / "lab-small.yml").read_text())
+    doc = lab_small_as("lab-keyed", int(small["context_length"]), 9935)
+    doc["serve"]["args"] += ["--api-key", "engine-only-key"]
+    before = settings.read_text()
+    try:
+        recipe.write_text(yaml.safe_dump(doc, sort_keys=False))
+        settings.write_text(before + f"\nserve_gateway_keys_file: {keys}\n")
+        refused = cli("up", "lab-keyed", "--add", "--node", "sparkplay-lab-rank1", "--yes")
+        assert refused.returncode != 0 and "mode 0600" in refused.stdout + refused.stderr  # others may read it
+        keys.chmod(0o600)
+        proc = cli("up", "lab-keyed", "--add", "--node", "sparkplay-lab-rank1", "--yes")
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+        body = {"model": "lab-keyed", "messages": [{"role": "user", "content": "What is 17*23?"}], "max_tokens": 4}
+        bare = json.loads(curl(f"{GATEWAY}/chat/completions", body) or "{}")
+        assert bare["error"]["code"] == "invalid_api_key", bare
+        engine_key = json.loads(curl(f"{GATEWAY}/chat/completions", body, key="engine-only-key") or "{}")
+        assert engine_key["error"]["code"] == "invalid_api_key"
+        for key in ("sk-lab-one", "sk-lab-two"):
+            answer = json.loads(curl(f"{GATEWAY}/chat/completions", body, key=key) or "{}")
+            assert answer.get("model") == "lab-keyed", answer
+        assert in_node(0, "stat", "-c", "%U:%G %a", "/etc/sparkplay/gateway/keys").stdout.split() == [
+            "root:sparkplay-gateway", "640"]  # fmt: skip
+        status = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
+        assert status["gateway"]["keys_required"] is True
+        address = json.loads(in_node(1, "cat", "/etc/sparkplay/serve.d/lab-keyed.json").stdout)["address"]
+        direct = in_node(1, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-d", json.dumps(body),
+                         f"http://{address}:9935/v1/chat/completions", check=False).stdout  # fmt: skip
+        assert direct == "401"  # the engine's own key holds
+    finally:
+        settings.write_text(before)
+        recipe.unlink(missing_ok=True)

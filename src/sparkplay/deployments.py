@@ -20,7 +20,8 @@ from sparkplay.errors import BadInput
 # the gateway's names on the leader: its unit and user; the routes file (root's, 0644); its folder of secrets
 # (root:USER 0750: the endpoint's keys and each deployment's own key, upstream/SLOT.key, 0640); its virtualenv
 GATEWAY = {"unit": "sparkplay-gateway.service", "routes": "/etc/sparkplay/gateway-routes.json",
-           "user": "sparkplay-gateway", "secrets": "/etc/sparkplay/gateway", "keys": "/etc/sparkplay/gateway/keys",
+           "user": "sparkplay-gateway", "secrets": "/etc/sparkplay/gateway",
+           "client_keys": "/etc/sparkplay/gateway/keys",
            "upstream_keys": names.GATEWAY_UPSTREAM_KEYS, "venv": "/opt/sparkplay/gateway",
            "bind": "127.0.0.1", "port": 9930}  # fmt: skip
 TOOL_PATH = re.compile(r"^(/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)+\Z")  # a plain absolute path, no '..'/'.' parts

@@ -206,25 +206,44 @@ class _Busy(asyncio.Protocol):
         transport.close()
 
 
-async def serve(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> None:
+def _capped_server() -> type:
     from aiohttp import web
 
+    class Capped(web.Server):
+        """aiohttp's server, counting connections as it takes them (asyncio may accept a batch before any is
+        registered), and answering 503 above the cap."""
+
+        def __init__(self, cap: int, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.cap, self.open = cap, 0
+
+        def __call__(self) -> Any:
+            if self.open >= self.cap:
+                return _Busy()
+            self.open += 1
+            return super().__call__()
+
+        def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
+            self.open -= 1
+            super().connection_lost(handler, exc)
+
+    return Capped
+
+
+async def serve(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> None:
     gateway = Gateway(Routes(Path(args.routes)), Keys(Path(args.keys)) if args.keys else None,
                       UpstreamKeys(Path(args.upstream_keys) if args.upstream_keys else None),
                       max_body=args.max_body, body_budget=args.body_budget, body_timeout=args.body_timeout,
                       timeout_s=args.timeout)  # fmt: skip
     gateway.routes.current(force=True)
     await gateway.start()
-    server = web.Server(gateway.handle, keepalive_timeout=args.idle_timeout, access_log=None, logger=_logger(),
-                        max_line_size=8190, max_field_size=8190, max_headers=100)  # fmt: skip
-    cap = args.max_connections
-
-    def protocol() -> asyncio.BaseProtocol:
-        return _Busy() if len(server._connections) >= cap else server()
+    server = _capped_server()(args.max_connections, gateway.handle, keepalive_timeout=args.idle_timeout,
+                              access_log=None, logger=_logger(), max_line_size=8190, max_field_size=8190,
+                              max_headers=100)  # fmt: skip
 
     host, _, port = args.listen.rpartition(":")
     loop = asyncio.get_running_loop()
-    listener = await loop.create_server(protocol, host.strip("[]"), int(port), backlog=args.backlog,
+    listener = await loop.create_server(server, host.strip("[]"), int(port), backlog=args.backlog,
                                         reuse_address=True)  # fmt: skip
     args.bound = listener.sockets[0].getsockname()[:2]
     stop = asyncio.Event()
