@@ -142,6 +142,19 @@ def two_stage(name: str, settings: dict | None = None, count: int = 2) -> dict:
     return deployment.with_launch(stage_one, doc, facts_of(count), settings)
 
 
+def test_a_recipe_served_on_demand_is_recorded_so_and_never_the_primary():
+    added = {"serve_mode": "add", "serve_on_demand": ["lab-small"]}
+    record = two_stage("lab-small", added, 1)["launch"]["ranks"][0]["record"]
+    assert record["on_demand"] is True and record["slot"] == "lab-small"
+    other = two_stage("lab-small", {"serve_mode": "add", "serve_on_demand": ["lab-other"]}, 1)
+    assert other["launch"]["ranks"][0]["record"]["on_demand"] is False
+    assert two_stage("lab-small", {"serve_mode": "add"}, 1)["launch"]["ranks"][0]["record"]["on_demand"] is False
+    with pytest.raises(BadInput, match="serves as the primary"):
+        two_stage("lab-tiny", {"serve_on_demand": ["lab-tiny"]})
+    with pytest.raises(BadInput, match="serve_on_demand is not a list"):
+        two_stage("lab-small", {"serve_mode": "add", "serve_on_demand": "lab-small"}, 1)
+
+
 def test_stage_two_gives_each_rank_its_command_units_and_record():
     got = two_stage("lab-tiny")
     launch = got["launch"]

@@ -90,6 +90,12 @@ EFFECT_TESTS: dict[str, dict[str, str]] = {
         "sparkplay_model_root": "test_plan_json_prints_the_deployment_from_the_inventory",
         "sparkplay_docker": "test_settings_and_staged_folders_reach_the_deployment",
         "serve_memory_claim_gib": "test_the_serve_settings_reach_stage_two",
+        "serve_on_demand": "test_a_recipe_served_on_demand_is_recorded_so_and_never_the_primary",
+    },
+    "test_role_options.py": {
+        "serve_on_demand_ttl": "test_the_on_demand_knobs_reach_the_gateways_routes",
+        "serve_on_demand_wait": "test_the_on_demand_knobs_reach_the_gateways_routes",
+        "serve_on_demand_budget_gib": "test_the_on_demand_knobs_reach_the_gateways_routes",
     },
     "test_provision_lab.py": {
         "sparkplay_confirm_overwrite": "test_confirming_backs_up_and_replaces_it",

@@ -115,9 +115,11 @@ def _gateway_routes_given() -> dict[str, Any]:
     found = records({"spark0": _records()})
     small = next(r for r in found if r["slot"] == "lab-small")
     leader = {"role": "leader", "host": "spark0", "record": small}
+    meminfo = "MemTotal:       25165824 kB\nMemAvailable:   20971520 kB\n"
     return {"serve_records_found": [r for r in found if r["slot"] is None],
             "sparkplay_deployment": {"slot": "lab-small"},
-            "serve_deployment": {"launch": {"ranks": [leader]}}}  # fmt: skip
+            "serve_deployment": {"launch": {"ranks": [leader]}}, "ansible_play_hosts_all": ["spark0"],
+            "hostvars": {"spark0": {"serve_node_memory": {"meminfo": meminfo}}}}  # fmt: skip
 
 
 EFFECTS: dict[str, Effect] = {
@@ -620,3 +622,15 @@ def test_an_option_set_to_another_value_changes_what_its_role_does(option: str):
     if effect.where != ("when",) and (effect.shows or isinstance(effect.value, str | int)):
         wanted = effect.shows or str(effect.value)
         assert wanted in str(after), f"{wanted!r} not in {after}"  # the value (or what it selects) shows
+
+
+def test_the_on_demand_knobs_reach_the_gateways_routes():
+    """serve_on_demand_ttl, serve_on_demand_wait and serve_on_demand_budget_gib, rendered from the gateway's
+    task: the routes file the gateway and the swapper read carries them (the budget per node)."""
+    base = role_vars("serve", **_gateway_routes_given())
+    routes = rendered(EFFECTS["serve_gateway_default_model"], base)
+    assert (routes["ttl_s"], routes["wait_s"]) == (600, 120)
+    assert routes["budgets"] == {"spark0": 24 * 2**30 - 4 * 2**30}  # MemTotal less the reserve: nothing pinned claims
+    knobs = {"serve_on_demand_ttl": 45, "serve_on_demand_wait": 30, "serve_on_demand_budget_gib": 2.5}
+    routes = rendered(EFFECTS["serve_gateway_default_model"], {**base, **knobs})
+    assert (routes["ttl_s"], routes["wait_s"], routes["budgets"]) == (45, 30, {"spark0": int(2.5 * 2**30)})

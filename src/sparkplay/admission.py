@@ -258,7 +258,7 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
         if leads and host == leader and _port(record.get("api_url", "")) == launch["api"]["port"]:
             raise BadInput(f"port {launch['api']['port']} on {host} is {owner}'s API",
                            "choose another port (sparkplay up --port N, or -e serve_port=N)")  # fmt: skip
-        if claim.get("bytes"):
+        if claim.get("bytes") and not record.get("on_demand"):  # on demand: the gateway keeps those within budget
             others[(host, record.get("slot"))] = Claim(str(record.get("recipe")), host, int(claim["bytes"]),
                                                        str(claim.get("how", "")))  # fmt: skip
     if gateway and (leader, launch["api"]["port"]) == (gateway[0], int(gateway[1])):

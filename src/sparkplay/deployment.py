@@ -63,6 +63,7 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
     "serve_watchdog_enabled": True,
     "serve_watchdog_state": None,
     "serve_memory_claim_gib": 0,
+    "serve_on_demand": [],
 }
 OVERLAY_EXPECT = 864  # MTP expert matrices of GLM-5.x (layer 45: 288 experts x gate/up/down)
 
@@ -252,6 +253,7 @@ def with_launch(
         slot=doc.get("slot"),
     )
     plan = build(recipe, nodes, options)
+    plan["on_demand"] = _on_demand(recipe, doc.get("slot"), merged["serve_on_demand"])
     if _off_leader(doc, nodes) and plan["api"]["bind"] in ("0.0.0.0", "::", "*", ""):  # noqa: S104 - we only connect
         plan["api"]["url"] = f"http://{nodes[0].address}:{plan['api']['port']}"  # where the gateway reaches it
     digest = plan_digest(plan)  # of the launch plan alone: what every rank of one run shares
@@ -287,11 +289,27 @@ def with_launch(
             "watch_unit": units["watch"] if watch else None,
             "watchdog_unit": units["watchdog"] if watchdog else None,
             "watchdog_state": watchdog_state if watchdog else None,
+            # started by the gateway when a request asks for it, stopped when idle (serve_on_demand)
+            "on_demand": plan.get("on_demand", False),
         }  # fmt: skip
     plan["memory_claim"] = _memory_claim(recipe, merged)
     plan["probe"] = {"url": plan["api"]["url"], "model": plan["served_name"], "prompt": plan["health"]["prompt"],
                      "timeout_s": plan["health"]["timeout_s"]}  # fmt: skip
     return {**doc, "launch": plan}
+
+
+def _on_demand(recipe: Mapping[str, Any], slot: str | None, listed: Any) -> bool:
+    """Whether this deployment is served on demand: an added one the inventory's serve_on_demand names (the
+    primary always serves)."""
+    if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+        raise BadInput("serve_on_demand is not a list of recipe names", "write it as [NAME, ...]")
+    if recipe["name"] not in listed:
+        return False
+    if slot is None:
+        raise BadInput(f"serve_on_demand names {recipe['name']}, which this run serves as the primary (always on)",
+                       f"add it beside the primary instead (sparkplay up {recipe['name']} --add), or drop it "
+                       "from serve_on_demand")  # fmt: skip
+    return True
 
 
 MAX_CLAIM_GIB = 1 << 20  # a PiB: beyond any node; a larger number is a typo or an attack, not a claim

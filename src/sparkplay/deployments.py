@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sparkplay import admission
 from sparkplay.engines import names
 from sparkplay.errors import BadInput
 
@@ -22,7 +23,9 @@ from sparkplay.errors import BadInput
 GATEWAY = {"unit": "sparkplay-gateway.service", "routes": "/etc/sparkplay/gateway-routes.json",
            "user": "sparkplay-gateway", "secrets": "/etc/sparkplay/gateway",
            "client_keys": "/etc/sparkplay/gateway/keys",
-           "upstream_keys": names.GATEWAY_UPSTREAM_KEYS, "venv": "/opt/sparkplay/gateway",
+           "upstream_keys": names.GATEWAY_UPSTREAM_KEYS, "state": "/run/sparkplay-gateway/state.json",
+           "swapper_unit": "sparkplay-swapper.service", "swapper_socket": "/run/sparkplay-swapper/swapper.sock",
+           "venv": "/opt/sparkplay/gateway",
            "bind": "127.0.0.1", "port": 9930}  # fmt: skip
 TOOL_PATH = re.compile(r"^(/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)+\Z")  # a plain absolute path, no '..'/'.' parts
 
@@ -75,28 +78,64 @@ def _named_by_slot(record: Mapping[str, Any], host: str, path: str) -> dict[str,
 
 
 def routes(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any] = (), new: Mapping[str, Any] | None = None,
-           new_host: str | None = None, default: str | None = None) -> dict[str, Any]:  # fmt: skip
+           new_host: str | None = None, default: str | None = None, demand: Mapping[str, Any] | None = None,
+           previous: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """The gateway's routes file: each served name to its deployment's API, from the leaders' records less
     the slots `drop_slots` (one being replaced or stopped) plus the record `new` (this run's, on `new_host`),
     and the model a request without `model` goes to: `default` (a served name, or the recipe serving one) when
-    it is served, else the primary's."""
+    it is served, else the primary's. A model served on demand carries its claim and units; `demand` (the serve
+    role's {ttl_s, wait_s, budget_gib, meminfo: {host: /proc/meminfo}}) gives each node's budget for them, and
+    the TTL and wait; without it (the stop role) they carry over from `previous`, the file as it was."""
     dropped = set(drop_slots)
     leaders = [r for r in found if r.get("role") == "leader" and r.get("slot") not in dropped]
     if new is not None:
         leaders.append({**new, "host": new_host})
     models: dict[str, dict[str, Any]] = {}
     for record in sorted(leaders, key=lambda r: (r.get("slot") is not None, str(r.get("slot")))):
-        models[str(record["served_name"])] = {"url": str(record["api_url"]), "recipe": record.get("recipe"),
-                                             "slot": record.get("slot"), "host": record.get("host")}  # fmt: skip
-    named = [n for n, r in models.items() if default and default in (n, r["recipe"])]
+        route = {"url": str(record["api_url"]), "recipe": record.get("recipe"), "slot": record.get("slot"),
+                 "host": record.get("host")}  # fmt: skip
+        if record.get("on_demand") and record.get("slot"):
+            named = names.for_slot(str(record["slot"]))["units"]
+            units = [named["serve"], *([named["watchdog"]] if record.get("watchdog_unit") else [])]
+            route |= {"on_demand": True, "claim": int((record.get("claim") or {}).get("bytes") or 0), "units": units}
+        models[str(record["served_name"])] = route
+    named_default = [n for n, r in models.items() if default and default in (n, r["recipe"])]
     primary = [n for n, r in models.items() if r["slot"] is None]
-    return {"models": models, "default": (named or primary or [None])[0]}
+    table: dict[str, Any] = {"models": models, "default": (named_default or primary or [None])[0]}
+    if demand is not None:
+        counted = [*found, *([{**new, "host": new_host, "new": True}] if new else [])]
+        table |= {"ttl_s": float(demand.get("ttl_s") or 600), "wait_s": float(demand.get("wait_s") or 120),
+                  "budgets": budgets(counted, drop_slots, demand)}  # fmt: skip
+    else:
+        table |= {k: (previous or {})[k] for k in ("ttl_s", "wait_s", "budgets") if k in (previous or {})}
+    return table
 
 
-def gateway_row(routes_text: str | None, show: str | None, host: str) -> dict[str, Any] | None:
-    """`status`'s line for the gateway on `host`, from its routes file and `systemctl show -p ActiveState -p
-    ExecStart` of its unit: where it listens, whether it asks for keys, its state, the models it routes and
-    the default; None where it does not run (no routes file)."""
+def budgets(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any],
+            demand: Mapping[str, Any]) -> dict[str, int]:  # fmt: skip
+    """Each node's memory for models on demand at once: serve_on_demand_budget_gib where set, else what the
+    admission rule leaves (MemTotal less the reserve and every always-on deployment's claim)."""
+    given = float(demand.get("budget_gib") or 0)
+    dropped = set(drop_slots)
+    out = {}
+    for host, text in (demand.get("meminfo") or {}).items():
+        if given > 0:
+            out[host] = int(given * admission.GIB)
+            continue
+        pinned = sum(int((r.get("claim") or {}).get("bytes") or 0) for r in found
+                     if r.get("host") == host and not r.get("on_demand")
+                     and (r.get("slot") not in dropped or r.get("new")))  # fmt: skip
+        out[host] = max(0, admission.meminfo(str(text))[0] - admission.RESERVE - pinned)
+    return out
+
+
+def gateway_row(
+    routes_text: str | None, show: str | None, host: str, state_text: str | None = None
+) -> dict[str, Any] | None:
+    """`status`'s line for the gateway on `host`, from its routes file, `systemctl show -p ActiveState -p
+    ExecStart` of its unit and its state file: where it listens, whether it asks for keys, its state, each
+    model it routes with the model's state (serving, loading, stopped on demand), and the default; None where
+    it does not run (no routes file)."""
     if not routes_text:
         return None
     table = _json(routes_text)
@@ -111,11 +150,14 @@ def gateway_row(routes_text: str | None, show: str | None, host: str) -> dict[st
     models = sorted(table["models"]) if isinstance(table.get("models"), dict) else []
     keys = "--keys" in words
     url = f"http://{listen}/v1" if listen else "(unit not found)"
+    said = _json(state_text).get("models") if state == "active" else None
+    routed = table.get("models") if isinstance(table.get("models"), dict) else {}
+    states = {n: _model_state(n, routed.get(n) or {}, said) for n in models}
     row = {"host": host, "url": url, "keys_required": keys, "state": state, "up": state == "active",
-           "models": models, "default": table.get("default")}  # fmt: skip
+           "models": models, "model_states": states, "default": table.get("default")}  # fmt: skip
     row["line"] = (f"gateway on {host}: {url} ({'keys required' if keys else 'no key asked'}), {state}, routes "
-                   f"{', '.join(models) or 'nothing'}; a request without `model` goes to "
-                   f"{row['default'] or 'no model (404)'}")  # fmt: skip
+                   + (", ".join(f"{n} ({s})" for n, s in states.items()) or "nothing")
+                   + f"; a request without `model` goes to {row['default'] or 'no model (404)'}")  # fmt: skip
     return row
 
 
@@ -161,6 +203,14 @@ def added_rows(
                        + (f": {row['why']}" if row["why"] else ""))  # fmt: skip
         rows.append(row)
     return rows
+
+
+def _model_state(name: str, route: Mapping[str, Any], said: Any) -> str:
+    """What the gateway says of a model, or what is known without it (on demand: not asked for yet)."""
+    seen = said.get(name) if isinstance(said, dict) else None
+    if isinstance(seen, dict) and seen.get("state") in ("serving", "loading", "stopped on demand"):
+        return str(seen["state"]) + (" on demand" if route.get("on_demand") and seen["state"] == "serving" else "")
+    return "on demand, not asked for yet" if route.get("on_demand") else "always on"
 
 
 def _json(text: Any) -> dict[str, Any]:

@@ -61,12 +61,18 @@ sparkplay-serve bench --url URL --model NAME --benchy PATH --tokenizer T --corpu
     Started as root with --as-user, it reads the API's key (--api-key-env)
     first, then drops to that user for everything else; llama-benchy gets
     the key through its environment, never its command line.
-sparkplay-serve gateway --routes FILE [--listen ADDR:PORT] [--max-body BYTES] [--timeout S]
-    One OpenAI-compatible endpoint for every deployment on the leader: a
-    POST /v1/... goes to the deployment serving its `model` (streams passed
-    on as they arrive, errors as the engine gave them), /v1/models lists
-    every served name. The routes file is re-read when it changes (and on
-    SIGHUP), so adding or stopping a model never restarts the gateway.
+sparkplay-serve gateway --routes FILE [--listen ADDR:PORT] [--keys FILE] [--upstream-keys DIR]
+        [--swapper SOCKET] [--state FILE] (bounds: see --help)
+    One OpenAI-compatible endpoint for every deployment on the leader, on
+    aiohttp (run from its virtualenv): a POST /v1/... goes to the deployment
+    serving its `model` (streams passed on as they arrive, errors as the
+    engine gave them), /v1/models lists every served name, /metrics counts.
+    A model served on demand is started (through the swapper) when asked
+    for, stopped when idle past its TTL or to make room. The routes file is
+    re-read when it changes (and on SIGHUP): no restart to add or stop one.
+sparkplay-serve swapper --routes FILE --socket PATH [--group G]
+    As root, beside the gateway: starts and stops the units of the models
+    the routes file marks on demand, when the gateway asks on PATH.
 sparkplay-serve probe --url URL --model NAME [--api-key-env NAME --env-file FILE]
     One look: JSON {health, models, served, answers, answer_s[, why]}; answers
     is a four-token completion within 10 s (what status calls health).

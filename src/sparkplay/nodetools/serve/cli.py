@@ -12,6 +12,8 @@ from .group import cmd_restart_workers
 from .memory import cmd_memguard, cmd_release
 from .ports import cmd_run, cmd_wait_ports
 from .ready import cmd_probe, cmd_ready, cmd_verify_unit
+from .swapper import add_arguments as add_swapper_arguments
+from .swapper import cmd_swapper
 from .watch import cmd_watch
 from .watchdog import cmd_watchdog
 
@@ -74,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("gateway")
     add_gateway_arguments(p)
     p.set_defaults(func=cmd_gateway)
+    p = sub.add_parser("swapper")
+    add_swapper_arguments(p)
+    p.set_defaults(func=cmd_swapper)
     p = sub.add_parser("bench")
     p.add_argument("--url", required=True)
     p.add_argument("--model", required=True)

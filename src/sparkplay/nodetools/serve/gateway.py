@@ -26,11 +26,14 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import gateway_metrics
 from .gateway_body import BadBody, forwarded_path, model_of
+from .gateway_demand import Demand, Unavailable
 from .gateway_files import Keys, Routes, UpstreamKeys
 
 # what a client may send through (hop-by-hop headers, the host and its key are the gateway's own)
@@ -65,6 +68,8 @@ class Gateway:
         )
         self.held = 0  # body bytes held by requests in flight
         self.session: Any = None
+        self.metrics = gateway_metrics.make()
+        self.demand = Demand(None, None, self.metrics)
 
     async def start(self) -> None:
         import aiohttp
@@ -73,6 +78,23 @@ class Gateway:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.timeout_s)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
                                              skip_auto_headers=("User-Agent", "Accept-Encoding"))  # fmt: skip
+        self.demand.session = self.session
+
+    async def tend(self, state_file: Path | None) -> None:
+        """Every second: stop the on-demand models idle past their TTL, and keep the state file (what status
+        shows of each model) current."""
+        said = b""
+        while True:
+            table = self.routes.current()
+            await self.demand.reap(table)
+            if state_file is not None:
+                now = json.dumps({"models": self.demand.snapshot(table), "default": self._default(table)}).encode()
+                if now != said:
+                    staged = state_file.with_suffix(".new")
+                    staged.write_bytes(now)
+                    staged.replace(state_file)
+                    said = now
+            await asyncio.sleep(1)
 
     async def close(self) -> None:
         if self.session is not None:
@@ -110,7 +132,11 @@ class Gateway:
         table = self.routes.current()
         models = table["models"]
         if raw == "/health":
-            return web.json_response({"status": "ok", "models": sorted(models), "default": self._default(table)})
+            return web.json_response({"status": "ok", "models": self.demand.snapshot(table),
+                                      "default": self._default(table)})  # fmt: skip
+        if raw == "/metrics":
+            data, kind = self.metrics.text()
+            return web.Response(body=data, headers={"Content-Type": kind})
         if raw == "/v1/models":
             data = [{"id": name, "object": "model", "owned_by": "sparkplay", "recipe": route["recipe"]}
                     for name, route in sorted(models.items())]  # fmt: skip
@@ -118,7 +144,7 @@ class Gateway:
         name = raw.removeprefix("/v1/models/")
         if raw.startswith("/v1/models/") and name in models:
             return web.json_response({"id": name, "object": "model", "owned_by": "sparkplay"})
-        return _error(404, "no such route (GET serves /health, /v1/models, /v1/models/NAME)",
+        return _error(404, "no such route (GET serves /health, /metrics, /v1/models, /v1/models/NAME)",
                       "invalid_request_error", "not_found")  # fmt: skip
 
     @staticmethod
@@ -146,9 +172,22 @@ class Gateway:
             said = "names no model and no default is set" if model is None else f"asks for {model!r}"
             return _error(404, f"the request {said}; served here: {served}", "invalid_request_error",
                           "model_not_found")  # fmt: skip
-        return await self._forward(request, models[name], name, path, body)
+        started = time.monotonic()
+        try:
+            await self.demand.acquire(name, models[name], table)
+        except Unavailable as exc:
+            self.metrics.answered(name, 503, time.monotonic() - started, time.monotonic() - started)
+            return _error(503, str(exc), "api_error", "model_unavailable", **{"Retry-After": str(exc.retry_after)})
+        broken = True
+        try:
+            reply, broken = await self._forward(request, models[name], name, path, body, started)
+            return reply
+        finally:
+            self.demand.release(name, broken)
 
-    async def _forward(self, request: Any, route: dict[str, Any], name: str, path: str, body: bytes) -> Any:
+    async def _forward(self, request: Any, route: dict[str, Any], name: str, path: str, body: bytes,
+                       started: float) -> tuple[Any, bool]:  # fmt: skip
+        """The engine's answer passed on, and whether the engine could not be reached."""
         import aiohttp
         from aiohttp import web
 
@@ -160,8 +199,10 @@ class Gateway:
             upstream = await self.session.request("POST", route["url"] + path, data=body, headers=headers)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             _journal(f"model {name} (recipe {route['recipe']}) at {route['url']}: {type(exc).__name__}: {exc}")
+            self.metrics.answered(name, 502, time.monotonic() - started, time.monotonic() - started)
             return _error(502, f"model {name!r} does not answer now (the gateway's journal says why)",
-                          "api_error", "upstream_unavailable", **{"Retry-After": "5"})  # fmt: skip
+                          "api_error", "upstream_unavailable", **{"Retry-After": "5"}), True  # fmt: skip
+        first_byte = time.monotonic() - started
         async with upstream:
             passed = {k: v for k, v in upstream.headers.items() if k.lower() in PASSED_BACK}
             if upstream.content_length is not None and upstream.content_length <= 1 << 20:
@@ -169,8 +210,9 @@ class Gateway:
                     data = await upstream.read()
                 except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                     _journal(f"model {name} at {route['url']} broke off its answer: {type(exc).__name__}")
-                    return _error(502, f"model {name!r} broke off its answer", "api_error", "upstream_broke_off")
-                return web.Response(status=upstream.status, body=data, headers=passed)
+                    return _error(502, f"model {name!r} broke off its answer", "api_error", "upstream_broke_off"), True
+                self.metrics.answered(name, upstream.status, first_byte, time.monotonic() - started)
+                return web.Response(status=upstream.status, body=data, headers=passed), False
             reply = web.StreamResponse(status=upstream.status, headers=passed)
             if upstream.content_length is not None:
                 reply.content_length = upstream.content_length
@@ -185,7 +227,8 @@ class Gateway:
                 # the client went away, or the upstream broke off: nothing more can be said to either
                 _journal(f"a stream of model {name} ended early: {type(exc).__name__}")
                 request.transport and request.transport.close()
-            return reply
+            self.metrics.answered(name, upstream.status, first_byte, time.monotonic() - started)
+            return reply, False
 
 
 class _OneLine(logging.Logger):
@@ -236,7 +279,9 @@ async def serve(args: argparse.Namespace, ready: Callable[[], None] | None = Non
                       max_body=args.max_body, body_budget=args.body_budget, body_timeout=args.body_timeout,
                       timeout_s=args.timeout)  # fmt: skip
     gateway.routes.current(force=True)
+    gateway.demand.swapper = args.swapper
     await gateway.start()
+    tending = asyncio.get_running_loop().create_task(gateway.tend(Path(args.state) if args.state else None))
     server = _capped_server()(args.max_connections, gateway.handle, keepalive_timeout=args.idle_timeout,
                               access_log=None, logger=_logger(), max_line_size=8190, max_field_size=8190,
                               max_headers=100)  # fmt: skip
@@ -256,6 +301,7 @@ async def serve(args: argparse.Namespace, ready: Callable[[], None] | None = Non
     try:
         await stop.wait()
     finally:
+        tending.cancel()
         listener.close()
         await server.shutdown(args.grace)
         await gateway.close()
@@ -282,6 +328,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-timeout", type=float, default=15, help="seconds for a request's headers to arrive")
     p.add_argument("--body-timeout", type=float, default=60, help="seconds for a request's body to arrive")
     p.add_argument("--timeout", type=float, default=900, help="seconds an upstream may stay silent")
+    p.add_argument("--swapper", help="the swapper's socket (starts and stops models served on demand)")
+    p.add_argument("--state", help="a file the gateway keeps each model's state in (status reads it)")
     p.add_argument("--grace", type=float, default=10, help="seconds requests in flight get to end at a stop")
 
 

@@ -90,7 +90,7 @@ class Watched:
 
 class Routes(Watched):
     def empty(self) -> dict[str, Any]:
-        return {"models": {}, "default": None}
+        return {"models": {}, "default": None, "budgets": {}, "ttl_s": None, "wait_s": None}
 
     def parse(self, data: bytes) -> dict[str, Any]:
         raw = json.loads(data)
@@ -101,9 +101,18 @@ class Routes(Watched):
                 raise ValueError(f"{name}: {route['url']} is not http://HOST:PORT")
             slot = route.get("slot")
             models[str(name)] = {"url": f"http://{url.netloc}", "recipe": str(route.get("recipe") or ""),
-                                 "slot": None if slot is None else str(slot)}  # fmt: skip
+                                 "slot": None if slot is None else str(slot), "host": str(route.get("host") or ""),
+                                 "on_demand": route.get("on_demand") is True, "claim": int(route.get("claim") or 0),
+                                 "units": [str(u) for u in route.get("units") or []]}  # fmt: skip
         default = raw.get("default")
-        return {"models": models, "default": default if isinstance(default, str) else None}
+        budgets = {str(h): int(b) for h, b in (raw.get("budgets") or {}).items()}
+        return {
+            "models": models,
+            "default": default if isinstance(default, str) else None,
+            "budgets": budgets,
+            "ttl_s": float(raw.get("ttl_s") or 0) or None,
+            "wait_s": float(raw.get("wait_s") or 0) or None,
+        }
 
 
 class Keys(Watched):

@@ -1,0 +1,193 @@
+"""Models served on demand behind the gateway: started when asked for, the least recently used stopped to make
+room, never one with a request in flight, stopped after their TTL, refused clearly when they cannot fit.
+
+The engines are the stand-ins of test_gateway.py, each started and stopped by a stand-in swapper (a unix
+socket server in this process, speaking the swapper's protocol) instead of systemd: units cannot run here.
+The real swapper's own checks (which models and units it acts on) are tested at the end; the lab runs the
+whole of it (tests/test_several_lab.py)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import socketserver
+import threading
+import time
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from sparkplay.nodetools.serve.gateway import in_thread
+from sparkplay.nodetools.serve.gateway_files import Routes
+from sparkplay.nodetools.serve.swapper import units_of
+from tests.test_gateway import Engine
+
+GIB = 1 << 30
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Lab:
+    """Stand-in engines on fixed ports, started and stopped through a stand-in swapper's socket."""
+
+    def __init__(self, folder: Path, names: list[str], claim: int, budget: int, ttl: float) -> None:
+        self.ports = {name: free_port() for name in names}
+        self.running: dict[str, ThreadingHTTPServer] = {}
+        self.ops: list[str] = []
+        self.release = threading.Event()
+        self.fail: set[str] = set()
+        self.routes = folder / "routes.json"
+        self.routes.write_text(json.dumps({
+            "models": {n: {"url": f"http://127.0.0.1:{p}", "recipe": n, "slot": n, "host": "n1", "on_demand": True,
+                           "claim": claim, "units": [f"sparkplay-serve@{n}.service"]} for n, p in self.ports.items()},
+            "budgets": {"n1": budget}, "ttl_s": ttl, "wait_s": 10}))  # fmt: skip
+        self.socket = str(folder / "swapper.sock")
+        lab = self
+
+        class Swapper(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                asked = json.loads(self.rfile.readline())
+                lab.ops.append(f"{asked['op']} {asked['model']}")
+                ok = asked["model"] not in lab.fail
+                if ok:
+                    (lab.start if asked["op"] == "start" else lab.stop)(asked["model"])
+                self.wfile.write(json.dumps({"ok": ok, "error": None if ok else "unit failed"}).encode() + b"\n")
+
+        self.swapper = socketserver.ThreadingUnixStreamServer(self.socket, Swapper)
+        threading.Thread(target=self.swapper.serve_forever, args=(0.05,), daemon=True).start()
+
+    def start(self, name: str) -> None:
+        ThreadingHTTPServer.allow_reuse_address = True
+        handler = type(name, (Engine,), {"name": name, "release": self.release, "seen": []})
+        server = ThreadingHTTPServer(("127.0.0.1", self.ports[name]), handler)
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        self.running[name] = server
+
+    def stop(self, name: str) -> None:
+        server = self.running.pop(name, None)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def close(self) -> None:
+        for name in list(self.running):
+            self.stop(name)
+        self.swapper.shutdown()
+        self.swapper.server_close()
+
+
+@pytest.fixture
+def lab(tmp_path):
+    made = []
+
+    def make(claim: int = GIB, budget: int = int(2.5 * GIB), ttl: float = 600) -> tuple[Lab, int, Path]:
+        lab = Lab(tmp_path, ["alpha", "beta", "gamma"], claim, budget, ttl)
+        state = tmp_path / "state.json"
+        (_, port), stop = in_thread(["--routes", str(lab.routes), "--listen", "127.0.0.1:0", "--swapper", lab.socket,
+                                     "--state", str(state), "--grace", "0.2"])  # fmt: skip
+        made.append((lab, stop))
+        return lab, port, state
+
+    yield make
+    for lab, stop in made:
+        stop()
+        lab.close()
+
+
+def ask(port: int, model: str, stream: bool = False) -> tuple[int, dict, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps({"model": model, "stream": stream}),
+                 headers={"Content-Type": "application/json"})  # fmt: skip
+    reply = conn.getresponse()
+    body = reply.read()
+    return reply.status, (json.loads(body) if not stream else {"raw": body.decode()}), dict(reply.getheaders())
+
+
+def test_each_asked_for_is_started_and_the_least_recently_used_makes_room(lab):
+    lab, port, _ = lab()
+    assert [ask(port, m)[:2] for m in ("alpha", "beta")] == [
+        (200, {"served_by": "alpha", "path": "/v1/chat/completions", "auth": None}),
+        (200, {"served_by": "beta", "path": "/v1/chat/completions", "auth": None})]  # fmt: skip
+    assert ask(port, "alpha")[0] == 200  # alpha used last now: beta is the least recently used
+    status, body, _ = ask(port, "gamma")  # 3 x 1 GiB do not fit in 2.5 GiB
+    assert status == 200 and body["served_by"] == "gamma"
+    assert lab.ops == ["start alpha", "start beta", "stop beta", "start gamma"]
+    assert sorted(lab.running) == ["alpha", "gamma"]
+
+
+def test_a_model_with_a_request_in_flight_is_never_stopped_to_make_room(lab):
+    lab, port, _ = lab()
+    assert ask(port, "alpha")[0] == 200
+    assert ask(port, "beta")[0] == 200
+    streaming = threading.Thread(target=ask, args=(port, "alpha", True))  # alpha: in flight, and the LRU
+    streaming.start()
+    time.sleep(0.3)
+    status, _, _ = ask(port, "gamma")
+    assert status == 200 and lab.ops[-2:] == ["stop beta", "start gamma"] and "stop alpha" not in lab.ops
+    lab.release.set()
+    streaming.join(10)
+
+
+def test_idle_models_stop_after_their_ttl_and_status_can_read_it(lab):
+    lab, port, state = lab(ttl=1)
+    assert ask(port, "alpha")[0] == 200
+    said = json.loads(state.read_text()) if state.exists() else {}
+    for _ in range(50):
+        if not lab.running:
+            break
+        time.sleep(0.1)
+    assert lab.running == {} and lab.ops == ["start alpha", "stop alpha"]
+    time.sleep(1.2)
+    said = json.loads(state.read_text())
+    assert said["models"]["alpha"]["state"] == "stopped on demand"
+    assert ask(port, "alpha")[0] == 200  # and it comes back when asked for again
+
+
+def test_what_cannot_fit_or_start_is_a_clear_503_with_retry_after(lab):
+    lab, port, _ = lab(claim=3 * GIB)
+    status, body, headers = ask(port, "alpha")
+    assert status == 503 and "claims 3.0 GiB, more than the 2.5 GiB" in body["error"]["message"]
+    assert headers["Retry-After"] and lab.ops == []
+
+
+def test_a_model_whose_unit_fails_to_start_is_a_503_and_the_journal_has_why(lab):
+    lab, port, _ = lab()
+    lab.fail.add("alpha")
+    status, body, headers = ask(port, "alpha")
+    assert status == 503 and "could not be started" in body["error"]["message"] and "Retry-After" in headers
+    lab.fail.clear()
+    assert ask(port, "alpha")[0] == 200  # the next request tries again
+
+
+def test_the_metrics_count_loads_evictions_and_requests_per_model(lab):
+    lab, port, _ = lab()
+    for model in ("alpha", "beta", "gamma"):
+        assert ask(port, model)[0] == 200
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    assert 'sparkplay_gateway_load_seconds_count{model="gamma"} 1.0' in text
+    assert 'sparkplay_gateway_evictions_total{model="alpha"} 1.0' in text
+    assert 'sparkplay_gateway_requests_total{code="200",model="beta"} 1.0' in text
+    assert 'sparkplay_gateway_queue_depth{model="alpha"} 0.0' in text
+
+
+def test_the_swapper_acts_only_on_models_on_demand_and_their_own_units(tmp_path):
+    route = {"url": "http://127.0.0.1:9", "slot": "lab-a", "on_demand": True,
+             "units": ["sparkplay-serve@lab-a.service", "sparkplay-serve-watchdog@lab-a.service"]}  # fmt: skip
+    assert units_of(route) == ["sparkplay-serve@lab-a.service", "sparkplay-serve-watchdog@lab-a.service"]
+    for units in (["ssh.service"], ["sparkplay-serve@lab-b.service"], ["sparkplay-serve@lab-a.service; reboot"], []):
+        with pytest.raises(ValueError):
+            units_of({**route, "units": units})
+    with pytest.raises(ValueError):
+        units_of({**route, "slot": None})
+    # the routes it reads are the gateway's: a file not root's, or a link, is not read
+    routes = tmp_path / "routes.json"
+    routes.write_text(json.dumps({"models": {"a": route}}))
+    assert Routes(routes).current()["models"]["a"]["on_demand"] is True
