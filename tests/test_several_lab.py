@@ -11,6 +11,7 @@ nodes (the host's: the lab's containers share its memory). The tests run in file
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
@@ -240,3 +241,60 @@ def test_a_gateway_with_keys_refuses_a_request_without_one_and_engines_keep_thei
     finally:
         settings.write_text(before)
         recipe.unlink(missing_ok=True)
+
+
+ON_DEMAND = ["lab-od-a", "lab-od-b", "lab-od-c"]
+
+
+def test_models_on_demand_start_when_asked_for_make_room_lru_and_stop_after_their_ttl(tmp_path):
+    """Three copies of lab-small's model with a 1M-token context (half a GiB of KV cache each, allocated for
+    real: a claim of about 1.1 GiB), on demand on rank 1 within a budget of 2.5 GiB: two fit, three do not.
+    Each is proven at `up` and stopped; asked for in turn through the gateway, each answers, the least
+    recently used is stopped to make room, no request fails; idle past the TTL, they stop."""
+    settings = PROJECT / "inventory" / "lab" / "group_vars" / "all" / "sparkplay.yml"
+    before = settings.read_text()
+    recipes = [PROJECT / "recipes" / f"{name}.yml" for name in ON_DEMAND]
+    try:
+        for port, (name, path) in enumerate(zip(ON_DEMAND, recipes, strict=True), start=9941):
+            path.write_text(yaml.safe_dump(lab_small_as(name, 1 << 20, port), sort_keys=False))
+        settings.write_text(before + f"\nserve_on_demand: {ON_DEMAND}\nserve_on_demand_ttl: 40\n"
+                            "serve_on_demand_budget_gib: 2.5\n")  # fmt: skip
+        for name in ON_DEMAND:
+            proc = cli("up", name, "--add", "--node", "sparkplay-lab-rank1", "--yes")
+            assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+            assert active(name) is False, name  # proven, then stopped until asked for
+        claim = json.loads(in_node(1, "cat", "/etc/sparkplay/serve.d/lab-od-a.json").stdout)["claim"]["bytes"]
+        assert 1.0 * 2**30 < claim < 1.25 * 2**30, claim
+        took = {}
+        for name in ON_DEMAND:  # a, then b beside it, then c: a (the least recently used) makes room
+            started = time.monotonic()
+            out = in_node(0, "curl", "-sN", "-m", "60", "-H", "Content-Type: application/json", "-d",
+                          json.dumps({"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+                                      "stream": True}), f"{GATEWAY}/chat/completions", check=False).stdout  # fmt: skip
+            took[name] = round(time.monotonic() - started, 1)
+            assert out.rstrip().endswith("data: [DONE]"), (name, out[-500:])
+        assert [active(n) for n in ON_DEMAND] == [False, True, True]
+        assert max(took.values()) < 15, took  # a stopped llama.cpp model answers within 15 s of being asked for
+        print(f"swap times (request for a stopped model -> its whole short stream): {took}")
+        journal = in_node(0, "journalctl", "-u", "sparkplay-gateway", "--no-pager", "-o", "cat").stdout
+        assert "stopping lab-od-a: evicted (least recently used) to make room for lab-od-c" in journal
+        status = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)["gateway"]
+        assert status["model_states"]["lab-od-a"] == "stopped on demand", status
+        assert status["model_states"]["lab-od-c"] == "serving on demand", status
+        for _ in range(60):  # idle past the TTL (40 s): b and c stop
+            if not any(active(n) for n in ON_DEMAND):
+                break
+            time.sleep(2)
+        assert [active(n) for n in ON_DEMAND] == [False, False, False]
+        assert "idle for 40 s (its TTL)" in in_node(0, "journalctl", "-u", "sparkplay-gateway", "--no-pager",
+                                                    "-o", "cat").stdout  # fmt: skip
+    finally:
+        settings.write_text(before)
+        for path in recipes:
+            path.unlink(missing_ok=True)
+
+
+def active(name: str) -> bool:
+    return (
+        in_node(1, "systemctl", "is-active", f"sparkplay-serve@{name}.service", check=False).stdout.strip() == "active"
+    )
