@@ -101,7 +101,7 @@ def test_an_added_docker_deployment_gets_its_own_container_and_env_file():
 @pytest.mark.parametrize(
     ("name", "settings", "message"),
     [
-        ("lab-vllm", {"serve_mode": "add"}, "runs on 2 nodes; an added deployment runs on one"),
+        ("lab-vllm", {"serve_mode": "add", "serve_node": "rank1"}, "serve_node rank1 places a one-node deployment"),
         (
             "lab-small",
             {"serve_mode": "add", "serve_node": "elsewhere"},
@@ -335,8 +335,9 @@ def test_what_a_stop_removes_comes_from_the_slots_names_never_a_records_paths():
                "env_file": "/etc/passwd", "path": "/etc/shadow"}  # fmt: skip
     assert names.leftovers([hostile, {"slot": None, "env_file": "/etc/sparkplay/serve.env"}]) == [
         "/etc/sparkplay/serve.d/lab-small.json", "/etc/sparkplay/serve.d/lab-small.env",
-        "/etc/systemd/system/sparkplay-serve@lab-small.service",
-        "/etc/systemd/system/sparkplay-serve-watchdog@lab-small.service"]  # fmt: skip
+        "/etc/sparkplay/peer-firewall@lab-small.nft", "/etc/systemd/system/sparkplay-serve@lab-small.service",
+        "/etc/systemd/system/sparkplay-serve-watchdog@lab-small.service",
+        "/etc/systemd/system/sparkplay-peer-firewall@lab-small.service"]  # fmt: skip
     with pytest.raises(ValueError, match="is not a recipe name"):
         names.leftovers([{"slot": "../../etc/x"}])
 
@@ -346,3 +347,50 @@ def test_a_llamacpp_worker_claims_its_part_of_the_leaders_kv_cache():
     launch = staged("lab-tiny")["launch"]
     got = admission.decide(launch, hosts(), [])["claims"]
     assert got["rank0"] == got["rank1"] and "512-token KV cache" in got["rank1"]["how"]
+
+
+def test_the_gateway_copies_another_deployments_key_from_its_env_file_and_nothing_else():
+    import base64
+
+    from sparkplay.deployments import gateway_key_file
+    from sparkplay.engines.systemd import env_file
+
+    for runtime in ("docker", "native"):
+        text = env_file({"LLAMA_API_KEY": 'k"e$y\\1', "OTHER": "x"}, runtime)
+        read = {"item": {"slot": "lab-small", "api_key_env": "LLAMA_API_KEY", "runtime": runtime},
+                "content": base64.b64encode(text.encode()).decode()}  # fmt: skip
+        made = gateway_key_file(read, "sparkplay-gateway")
+        assert made == {"path": "/etc/sparkplay/gateway/upstream/lab-small.key", "content": 'k"e$y\\1\n',
+                        "owner": "root", "group": "sparkplay-gateway", "mode": "0640", "secret": True}  # fmt: skip
+    primary = {"item": {"slot": None, "api_key_env": "VLLM_API_KEY"}, "content": base64.b64encode(b"A=1\n").decode()}
+    assert gateway_key_file(primary, "g") is None  # no key in the file: nothing written
+    primary["content"] = base64.b64encode(b"VLLM_API_KEY=s3\n").decode()
+    assert gateway_key_file(primary, "g")["path"] == "/etc/sparkplay/gateway/upstream/primary.key"
+
+
+def test_an_added_deployment_spanning_both_nodes_meets_on_ports_of_its_own_behind_its_own_firewall():
+    """lab-tiny's model across both ranks as an added deployment beside lab-tiny (the primary): its RPC port
+    follows its API port, its records name the ports each rank holds, its firewall is its own."""
+    doc = {**recipe("lab-tiny"), "name": "lab-pair", "topology": {**recipe("lab-tiny")["topology"], "nodes": 2}}
+    doc["model"] = {**doc["model"], "served_name": "lab-pair"}
+    doc["serve"] = {**doc["serve"], "port": 9945}
+    settings = {"serve_mode": "add"}
+    pair = deployment.with_launch(deployment.compute(doc, RANKS, settings), doc, facts_of(2), settings)["launch"]
+    leader, worker = pair["ranks"]
+    assert (leader["host"], worker["host"]) == ("rank0", "rank1") and pair["slot"] == "lab-pair"
+    assert worker["argv"][-2:] == ["-p", "9946"] and leader["record"]["ports"] == [9945]
+    assert worker["record"]["ports"] == [9946] and worker["record"]["slot"] == "lab-pair"
+    assert pair["firewall"]["unit"] == "sparkplay-peer-firewall@lab-pair.service"
+    assert pair["firewall"]["file"] == "/etc/sparkplay/peer-firewall@lab-pair.nft"
+    assert (
+        f"table inet {pair['firewall']['table']}" in worker["firewall"] and "tcp dport { 9946 }" in worker["firewall"]
+    )
+    primary = staged("lab-tiny")["launch"]
+    assert primary["ranks"][1]["record"]["ports"] == [50052]  # the primary keeps the engine's own port
+    found = record_of(primary, {"rank0": {"bytes": GIB, "how": "x"}, "rank1": {"bytes": GIB, "how": "y"}})
+    got = admission.decide(pair, hosts(), found)
+    assert got["checked"] and sorted(got["claims"]) == ["rank0", "rank1"]  # each rank's claim on its node
+    # a port another deployment's rank holds on the node: refused, naming it and the fix
+    clash = [{**r, "ports": [9946]} if r["host"] == "rank1" else r for r in found]
+    with pytest.raises(BadInput, match="port 9946 on rank1 is recipe lab-tiny"):
+        admission.decide(pair, hosts(), clash)

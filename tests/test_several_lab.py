@@ -202,6 +202,42 @@ def test_stopping_one_leaves_the_other_answering_and_frees_its_claim():
     assert nothing.returncode != 0 and "No deployment of recipe lab-small" in nothing.stdout + nothing.stderr
 
 
+def test_a_deployment_across_both_nodes_added_beside_lab_tiny_answers_and_goes_cleanly():
+    """lab-tiny's model again, as lab-pair across both ranks (llama.cpp's RPC), added beside lab-tiny which
+    spans them too: its worker meets its leader on the port after its API port, behind a firewall table of
+    its own; both answer through the gateway; stopped, it leaves nothing behind and lab-tiny serving."""
+    path = PROJECT / "recipes" / "lab-pair.yml"
+    doc = yaml.safe_load((PROJECT / "recipes" / "lab-tiny.yml").read_text())
+    doc.update(name="lab-pair")
+    doc["topology"]["nodes"] = 2
+    doc["model"]["served_name"] = "lab-pair"
+    args = doc["serve"]["args"]
+    args[args.index("--alias") + 1] = "lab-pair"
+    doc["serve"]["port"] = 9945
+    try:
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        proc = cli("up", "lab-pair", "--add", "--yes")
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+        assert [in_node(r, "systemctl", "is-active", "sparkplay-serve@lab-pair.service").stdout.strip()
+                for r in (0, 1)] == ["active", "active"]  # fmt: skip
+        worker = in_node(1, "systemctl", "show", "-p", "ExecStart", "sparkplay-serve@lab-pair.service").stdout
+        assert "-p 9946" in worker, worker
+        tables = in_node(1, "nft", "list", "tables").stdout
+        assert "table inet sparkplay_" in tables and "table inet sparkplay\n" in tables + "\n", tables
+        assert ask("lab-pair")["model"] == "lab-pair" and ask("lab-tiny")["model"] == "lab-tiny"
+        claims = [json.loads(in_node(r, "cat", "/etc/sparkplay/serve.d/lab-pair.json").stdout)["claim"]["bytes"]
+                  for r in (0, 1)]  # fmt: skip
+        assert all(c > 0 for c in claims), claims  # each rank's claim on its own node
+    finally:
+        path.unlink(missing_ok=True)
+    proc = cli("stop", "lab-pair", "--yes")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    for rank in (0, 1):
+        assert in_node(rank, "test", "-e", "/etc/sparkplay/serve.d/lab-pair.json", check=False).returncode == 1
+    assert "sparkplay_" not in in_node(1, "nft", "list", "tables").stdout.replace("inet sparkplay\n", "")
+    assert ask("lab-tiny")["model"] == "lab-tiny"
+
+
 def test_a_gateway_with_keys_refuses_a_request_without_one_and_engines_keep_theirs(tmp_path):
     """The inventory names a keys file (0600 on the controller); lab-small's model comes back as lab-keyed,
     with a key of its own (--api-key): a client needs one of the gateway's keys and never the engine's."""

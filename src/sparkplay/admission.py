@@ -238,6 +238,9 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
     here = {r["host"] for r in launch["ranks"]}
     others: dict[tuple[str, Any], Claim] = {}
     freed = dict.fromkeys(here, 0)
+    wanted_ports: dict[str, set[int]] = {}
+    for rank in launch["ranks"]:
+        wanted_ports.setdefault(rank["host"], set()).update(rank.get("record", {}).get("ports") or [])
     for record in found:
         host, claim = record["host"], record.get("claim") or {}
         if record.get("slot") == slot:  # this deployment's own: its memory comes back when it restarts
@@ -258,6 +261,11 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
         if leads and host == leader and _port(record.get("api_url", "")) == launch["api"]["port"]:
             raise BadInput(f"port {launch['api']['port']} on {host} is {owner}'s API",
                            "choose another port (sparkplay up --port N, or -e serve_port=N)")  # fmt: skip
+        taken = set(record.get("ports") or []) & wanted_ports.get(host, set())
+        if taken:
+            raise BadInput(f"port {min(taken)} on {host} is {owner}'s (its API or where its ranks meet)",
+                           "choose another API port (sparkplay up --port N): an added deployment's ranks meet on "
+                           "the ports after it")  # fmt: skip
         if claim.get("bytes") and not record.get("on_demand"):  # on demand: the gateway keeps those within budget
             others[(host, record.get("slot"))] = Claim(str(record.get("recipe")), host, int(claim["bytes"]),
                                                        str(claim.get("how", "")))  # fmt: skip

@@ -189,7 +189,8 @@ def _placement(
     recipe: Mapping[str, Any] | None, ranks: Mapping[str, Any], mode: str, node: str
 ) -> list[dict[str, Any]]:
     """The deployment's nodes: the primary runs on every node of the inventory (a recipe for N nodes on exactly
-    N); an added deployment on one, `serve_node` or the leader, so its ports and memory sit beside the others'."""
+    N); an added deployment on one, `serve_node` or the leader, so its ports and memory sit beside the others',
+    or, written for N nodes, on the first N (the leader leads it)."""
     ordered = sorted(ranks.items(), key=lambda item: item[1])
     if mode == "replace":
         if node:
@@ -202,6 +203,13 @@ def _placement(
     if not recipe:
         raise BadInput("serve_mode add needs a recipe", "pass -e recipe=NAME (sparkplay up NAME --add)")
     topology.check_node_count(recipe, len(ranks), GROUP, mode)
+    wanted = (recipe.get("topology") or {}).get("nodes") or 1
+    if wanted > 1:
+        if node:
+            raise BadInput(f"serve_node {node} places a one-node deployment; {recipe['name']} runs on {wanted}",
+                           "leave --node out: it runs on the first ranks, the leader leading")  # fmt: skip
+        return [{"host": host, "rank": int(rank), "role": "leader" if topology.leads(rank) else "worker"}
+                for host, rank in ordered[:wanted]]  # fmt: skip
     host = node or ordered[0][0]
     if host not in ranks:
         raise BadInput(f"serve_node {host} is not in {GROUP}", f"name one of {', '.join(h for h, _ in ordered)}")
@@ -253,7 +261,7 @@ def with_launch(
         slot=doc.get("slot"),
     )
     plan = build(recipe, nodes, options)
-    plan["on_demand"] = _on_demand(recipe, doc.get("slot"), merged["serve_on_demand"])
+    plan["on_demand"] = _on_demand(recipe, doc.get("slot"), merged["serve_on_demand"], len(nodes))
     if _off_leader(doc, nodes) and plan["api"]["bind"] in ("0.0.0.0", "::", "*", ""):  # noqa: S104 - we only connect
         plan["api"]["url"] = f"http://{nodes[0].address}:{plan['api']['port']}"  # where the gateway reaches it
     digest = plan_digest(plan)  # of the launch plan alone: what every rank of one run shares
@@ -291,6 +299,8 @@ def with_launch(
             "watchdog_state": watchdog_state if watchdog else None,
             # started by the gateway when a request asks for it, stopped when idle (serve_on_demand)
             "on_demand": plan.get("on_demand", False),
+            # every port this rank listens on (its API, its rendezvous): admission keeps them apart per node
+            "ports": rank_ports(rank),
         }  # fmt: skip
     plan["memory_claim"] = _memory_claim(recipe, merged)
     plan["probe"] = {"url": plan["api"]["url"], "model": plan["served_name"], "prompt": plan["health"]["prompt"],
@@ -298,9 +308,16 @@ def with_launch(
     return {**doc, "launch": plan}
 
 
-def _on_demand(recipe: Mapping[str, Any], slot: str | None, listed: Any) -> bool:
-    """Whether this deployment is served on demand: an added one the inventory's serve_on_demand names (the
-    primary always serves)."""
+def rank_ports(rank: Mapping[str, Any]) -> list[int]:
+    """The ports a rank of a launch plan listens on: its API's and the ones its peers meet it on."""
+    return sorted(
+        {int(entry["port"]) for entry in rank.get("listen") or []} | {int(p) for p in rank.get("peer_ports") or []}
+    )
+
+
+def _on_demand(recipe: Mapping[str, Any], slot: str | None, listed: Any, nodes: int) -> bool:
+    """Whether this deployment is served on demand: an added one-node one the inventory's serve_on_demand
+    names (the primary always serves)."""
     if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
         raise BadInput("serve_on_demand is not a list of recipe names", "write it as [NAME, ...]")
     if recipe["name"] not in listed:
@@ -309,6 +326,10 @@ def _on_demand(recipe: Mapping[str, Any], slot: str | None, listed: Any) -> bool
         raise BadInput(f"serve_on_demand names {recipe['name']}, which this run serves as the primary (always on)",
                        f"add it beside the primary instead (sparkplay up {recipe['name']} --add), or drop it "
                        "from serve_on_demand")  # fmt: skip
+    if nodes > 1:
+        raise BadInput(f"serve_on_demand names {recipe['name']}, which runs on {nodes} nodes; models on demand "
+                       "run on one node each",
+                       f"drop {recipe['name']} from serve_on_demand to serve it always")  # fmt: skip
     return True
 
 

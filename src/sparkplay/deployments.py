@@ -8,6 +8,7 @@ them, `stop NAME` and `reset` find their units in them.
 
 from __future__ import annotations
 
+import base64
 import json
 import posixpath
 import re
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sparkplay import admission
-from sparkplay.engines import names
+from sparkplay.engines import names, systemd
 from sparkplay.errors import BadInput
 
 # the gateway's names on the leader: its unit and user; the routes file (root's, 0644); its folder of secrets
@@ -72,6 +73,7 @@ def _named_by_slot(record: Mapping[str, Any], host: str, path: str) -> dict[str,
         "watchdog_unit": named["units"]["watchdog"] if record.get("watchdog_unit") else None,
         "container": named["container"],
         "env_file": named["env_file"],
+        "firewall_unit": named["units"]["firewall"],
         # the serve tool the serve role installed (serve_tool moves it): a plain absolute path
         "tool": tool if TOOL_PATH.match(tool) else None,
     }
@@ -127,6 +129,18 @@ def budgets(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any],
                      and (r.get("slot") not in dropped or r.get("new")))  # fmt: skip
         out[host] = max(0, admission.meminfo(str(text))[0] - admission.RESERVE - pinned)
     return out
+
+
+def gateway_key_file(read: Mapping[str, Any], group: str) -> dict[str, Any] | None:
+    """The gateway's copy of another deployment's engine key (root:GROUP 0640, written as a secret), from a
+    slurp of its env file (`read`: the loop result, its item the deployment's record); None without a key."""
+    record = read.get("item") or {}
+    text = base64.b64decode(str(read.get("content") or "")).decode(errors="replace")
+    key = systemd.env_value(text, str(record.get("api_key_env") or ""), str(record.get("runtime") or "docker"))
+    if not key:
+        return None
+    return {"path": names.upstream_key(record.get("slot")), "content": key + "\n", "owner": "root", "group": group,
+            "mode": "0640", "secret": True}  # fmt: skip
 
 
 def gateway_row(

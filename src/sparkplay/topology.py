@@ -60,15 +60,14 @@ def node_count_problem(
     recipe: Mapping[str, Any] | None, count: int, group: str = "sparkplay_nodes", mode: str = "replace"
 ) -> str | None:
     """Why the recipe cannot run on `count` nodes, or None: a recipe written for N nodes runs on exactly N
-    (one GPU per Spark); one added beside what is served (`mode` add) runs on one node of them. The one
-    node-count rule; the message names the fix."""
+    (one GPU per Spark); one added beside what is served (`mode` add) runs on one node of them, or, written
+    for N, on the first N (the leader first). The one node-count rule; the message names the fix."""
     wanted = ((recipe or {}).get("topology") or {}).get("nodes")
     if mode == "add":
-        if wanted in (None, 1):
+        if wanted is None or wanted <= count:
             return None
-        return (f"recipe {recipe.get('name') if recipe else None} runs on {wanted} nodes; an added deployment runs "
-                "on one: serve it as the primary (plain `up`, which replaces what is served), or add a one-node "
-                "recipe")  # fmt: skip
+        return (f"recipe {recipe.get('name') if recipe else None} runs on {wanted} nodes but the inventory has {count} "
+                f"in {group}: list {wanted} hosts in {group}, or add a recipe written for fewer")  # fmt: skip
     if wanted is None or wanted == count:
         return None
     return (f"recipe {recipe.get('name') if recipe else None} runs on {wanted} node(s) but the inventory has {count} "

@@ -154,7 +154,7 @@ def plan(ctx: Context) -> dict[str, Any]:
             **{k: v for k, v in recipe["serve"]["env"].items() if not k.startswith("ATLAS_")},
             "NODE_RANK": str(node.rank),
             "MASTER_ADDR": ctx.leader.address,
-            "MASTER_PORT": str(MASTER_PORT),
+            "MASTER_PORT": str(ctx.rendezvous(MASTER_PORT)),
             "MODEL_PATH": model_in_container,
             "SERVED_MODEL_NAME": served_name(recipe),
             "NCCL_SOCKET_IFNAME": node.nccl_ifnames,
@@ -191,7 +191,7 @@ def plan(ctx: Context) -> dict[str, Any]:
                 # rank r serves its API on port + r; only the leader's is the deployment's
                 "listen": [{"address": ctx.bind, "port": ctx.port + node.rank}],
                 # rank 0's TCPStore listens on every address: the peer firewall guards it
-                "peer_ports": [MASTER_PORT] if node.leads else [],
+                "peer_ports": [ctx.rendezvous(MASTER_PORT)] if node.leads else [],
                 "wait_for": [],
             }
         )

@@ -89,7 +89,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         leader = node.leads
         api = ["--host", ctx.bind, "--port", str(ctx.port)] if leader else ["--port", "0"]
         cluster = ["--rank", str(node.rank), "--world-size", str(world), "--master-addr", ctx.leader.address,
-                   "--master-port", str(MASTER_PORT)] if world > 1 else []  # fmt: skip
+                   "--master-port", str(ctx.rendezvous(MASTER_PORT))] if world > 1 else []  # fmt: skip
         env = {
             **fabric_env(dict(node.fabric_env)),
             **recipe["serve"]["env"],
@@ -110,7 +110,7 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "files": files,
                 "listen": [{"address": ctx.bind, "port": ctx.port}] if leader else [],
                 # rank 0's NCCL bootstrap store answers on every address: the peer firewall guards it
-                "peer_ports": [MASTER_PORT] if leader and world > 1 else [],
+                "peer_ports": [ctx.rendezvous(MASTER_PORT)] if leader and world > 1 else [],
                 "wait_for": [],
             }
         )

@@ -111,6 +111,14 @@ class Context:
     def port(self) -> int:
         return api_address(self.recipe["serve"], self.options.bind, self.options.port)[1]
 
+    def rendezvous(self, base: int, kind: int = 0) -> int:
+        """A port the ranks meet on: the engine's own `base` for the primary; for an added deployment, the
+        port after its API port (`kind` 0), then the next (1, 2), so two deployments spanning the same nodes
+        never share one (admission refuses a port another deployment's rank holds on the node)."""
+        if self.options.slot is None:
+            return base
+        return self.port + 1 + kind
+
     @property
     def knobs(self) -> dict[str, Any]:
         return {**(self.recipe.get("knobs") or {}), **self.options.knobs}

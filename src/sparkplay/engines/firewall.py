@@ -11,6 +11,7 @@ is filtered: every other port, and every other table, is left as it is.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -36,7 +37,15 @@ def cable_addresses(fabric_envs: Iterable[Mapping[str, str]]) -> list[str]:
     return sorted(found, key=ipaddress.ip_address)
 
 
-def ruleset(ports: Sequence[int], peers: Sequence[str]) -> str:
+def names(slot: str | None) -> dict[str, str]:
+    """The primary's table, unit and file, or an added deployment's own (its rules load and go with it)."""
+    if slot is None:
+        return {"unit": UNIT, "file": FILE, "table": TABLE}
+    return {"unit": UNIT.replace(".service", f"@{slot}.service"), "file": FILE.replace(".nft", f"@{slot}.nft"),
+            "table": f"{TABLE}_{hashlib.sha256(slot.encode()).hexdigest()[:12]}"}  # fmt: skip
+
+
+def ruleset(ports: Sequence[int], peers: Sequence[str], table: str = TABLE) -> str:
     """The nft file for one rank: idempotent to load again (the table is made, deleted, made anew)."""
     if not ports:
         return ""
@@ -48,9 +57,9 @@ def ruleset(ports: Sequence[int], peers: Sequence[str]) -> str:
     v6 = [a for a in peers if ipaddress.ip_address(a).version == 6]
     lines = [
         f"# sparkplay: the engine's inter-rank ports ({listed}) answer loopback and the ranks' cable only",
-        f"table inet {TABLE}",
-        f"delete table inet {TABLE}",
-        f"table inet {TABLE} {{",
+        f"table inet {table}",
+        f"delete table inet {table}",
+        f"table inet {table} {{",
         "  chain peers {",
         "    type filter hook input priority filter; policy accept;",
         '    iif "lo" accept',
@@ -63,9 +72,12 @@ def ruleset(ports: Sequence[int], peers: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plan_for(ranks: Sequence[dict[str, Any]], fabric_envs: Iterable[Mapping[str, str]]) -> dict[str, Any]:
-    """Each rank's ruleset (empty where it listens for no peer), under the same peers for every rank."""
+def plan_for(ranks: Sequence[dict[str, Any]], fabric_envs: Iterable[Mapping[str, str]],
+             slot: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Each rank's ruleset (empty where it listens for no peer), under the same peers for every rank, in the
+    deployment's own table (`slot`: an added deployment's)."""
     peers = cable_addresses(fabric_envs)
+    named = names(slot)
     for rank_plan in ranks:
-        rank_plan["firewall"] = ruleset(rank_plan.get("peer_ports") or [], peers)
-    return {"unit": UNIT, "file": FILE, "table": TABLE, "nft": NFT}
+        rank_plan["firewall"] = ruleset(rank_plan.get("peer_ports") or [], peers, named["table"])
+    return {**named, "nft": NFT}

@@ -59,18 +59,19 @@ def plan(ctx: Context) -> dict[str, Any]:
     model = ctx.in_model_root(path, "model.path")
     env = dict(recipe["serve"]["env"])
     workers = ctx.nodes[1:]
-    endpoints = [f"{node.address}:{RPC_PORT}" for node in workers]
+    rpc = ctx.rendezvous(RPC_PORT)
+    endpoints = [f"{node.address}:{rpc}" for node in workers]
     ranks: list[dict[str, Any]] = [
         {
             "rank": node.rank,
             "host": node.host,
             "role": "worker",
             # bound to the cable address only: the RPC protocol has no authentication
-            "argv": [rpc_server(node.machine), "-H", node.address, "-p", str(RPC_PORT)],
+            "argv": [rpc_server(node.machine), "-H", node.address, "-p", str(rpc)],
             "env": env,
-            "listen": [{"address": node.address, "port": RPC_PORT}],
+            "listen": [{"address": node.address, "port": rpc}],
             # bound to the cable already; guarded too (an address can be reached over another interface)
-            "peer_ports": [RPC_PORT],
+            "peer_ports": [rpc],
             "wait_for": [],
         }
         for node in workers

@@ -100,6 +100,6 @@ def leftovers(records: list[dict[str, Any]]) -> list[str]:
     for record in records:
         if record.get("slot"):
             named = for_slot(str(record["slot"]))
-            found += [named["record"], named["env_file"]]
-            found += [posixpath.join(UNIT_DIR, named["units"][part]) for part in ("serve", "watchdog")]
+            found += [named["record"], named["env_file"], firewall.names(str(record["slot"]))["file"]]
+            found += [posixpath.join(UNIT_DIR, named["units"][part]) for part in ("serve", "watchdog", "firewall")]
     return found

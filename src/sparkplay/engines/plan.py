@@ -202,7 +202,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "directories": deployment.get("directories", []),
         "requires": deployment.get("requires", []),
         "parallel": deployment.get("parallel"),
-        "firewall": firewall.plan_for(deployment["ranks"], [n.fabric_env for n in ctx.nodes]),
+        "firewall": firewall.plan_for(deployment["ranks"], [n.fabric_env for n in ctx.nodes], ctx.options.slot),
         "ranks": deployment["ranks"],
     }
 

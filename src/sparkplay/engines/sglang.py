@@ -81,10 +81,11 @@ def plan(ctx: Context) -> dict[str, Any]:
     ]
     options = [*gpu_container_options(recipe["serve"].get("shm_size"), count == 1), "--entrypoint", "python3"]
     ranks = []
+    init = ctx.rendezvous(INIT_PORT)
     for node in ctx.nodes:
         leader = node.leads
         cluster = ["--nnodes", str(count), "--node-rank", str(node.rank),
-                   "--dist-init-addr", f"{ctx.leader.address}:{INIT_PORT}"] if count > 1 else []  # fmt: skip
+                   "--dist-init-addr", f"{ctx.leader.address}:{init}"] if count > 1 else []  # fmt: skip
         env = {
             **fabric_env(dict(node.fabric_env)),
             **recipe["serve"]["env"],
@@ -106,7 +107,7 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "files": [],
                 "listen": [{"address": ctx.bind, "port": ctx.port}] if leader else [],
                 # rank 0's torch distributed store answers on every address: the peer firewall guards it
-                "peer_ports": [INIT_PORT] if leader and count > 1 else [],
+                "peer_ports": [init] if leader and count > 1 else [],
                 "wait_for": [],
             }
         )  # fmt: skip

@@ -100,6 +100,20 @@ def env_file(env: Mapping[str, str], runtime: str = "docker") -> str:
     return "".join(f"{key}={value}\n" for key, value in sorted(env.items()))
 
 
+def env_value(text: str, name: str, runtime: str = "docker") -> str | None:
+    """The value env_file() wrote for `name` (None when the file has none): the gateway presents a
+    deployment's own API key, read back from its env file."""
+    for line in str(text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key == name:
+            if runtime != "native":
+                return value
+            if len(value) < 2 or value[0] != '"' or value[-1] != '"':
+                return None
+            return re.sub(r'\\(["\\`$])', r"\1", value[1:-1])
+    return None
+
+
 def _systemd_escaped(value: str) -> str:
     return "".join(f"\\{c}" if c in '"\\`$' else c for c in value)
 

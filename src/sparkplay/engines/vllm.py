@@ -144,18 +144,21 @@ def plan(ctx: Context) -> dict[str, Any]:
     ]
     options = gpu_container_options(recipe["serve"].get("shm_size"), len(ctx.nodes) == 1)
     api = ["--host", ctx.bind, "--port", str(ctx.port)]
+    ray_port = ctx.rendezvous(RAY_PORT)
+    master_port = ctx.rendezvous(DP_RPC_PORT if dp > 1 else MASTER_PORT, 1)
     ranks = []
     for node in ctx.nodes:
         leader = node.leads
         if backend == "ray":
             entry = "/bin/bash"
             if leader:
-                argv = ["-c", RAY_HEAD, "ray-head", str(RAY_PORT), "serve", model, *sized, *api]
+                argv = ["-c", RAY_HEAD, "ray-head", str(ray_port), "serve", model, *sized, *api]
             else:
-                argv = ["-c", RAY_WORKER, "ray-worker", f"{ctx.leader.address}:{RAY_PORT}"]
+                argv = ["-c", RAY_WORKER, "ray-worker", f"{ctx.leader.address}:{ray_port}"]
         else:
             entry = "vllm"
-            argv = ["serve", model, *sized, *_rank_flags(ctx, node, dp), *(api if leader else ["--headless"])]
+            flags = _rank_flags(ctx, node, dp, master_port)
+            argv = ["serve", model, *sized, *flags, *(api if leader else ["--headless"])]
             if native:  # the program itself starts the command line (no container entrypoint)
                 argv = [vllm_cpu.program(), *argv]
         env = {
@@ -168,9 +171,9 @@ def plan(ctx: Context) -> dict[str, Any]:
         }
         listen = [{"address": ctx.bind, "port": ctx.port}] if leader else []
         # what the other ranks reach on this one, listening on every address: the peer firewall guards it
-        peer_ports = ([RAY_PORT] if backend == "ray" else [DP_RPC_PORT] if dp > 1 else [MASTER_PORT]) if leader else []
+        peer_ports = ([ray_port] if backend == "ray" else [master_port]) if leader else []
         if backend == "ray" and leader:
-            listen.append({"address": node.address, "port": RAY_PORT})
+            listen.append({"address": node.address, "port": ray_port})
         ranks.append(
             {
                 "rank": node.rank,
@@ -184,7 +187,7 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "listen": listen,
                 "peer_ports": peer_ports,
                 # mp: headless workers connect to the leader; ray: a worker joins the head once it answers
-                "wait_for": [f"{ctx.leader.address}:{RAY_PORT}"] if backend == "ray" and not leader else [],
+                "wait_for": [f"{ctx.leader.address}:{ray_port}"] if backend == "ray" and not leader else [],
             }
         )
     return {
@@ -204,16 +207,16 @@ def plan(ctx: Context) -> dict[str, Any]:
     }
 
 
-def _rank_flags(ctx: Context, node: Node, dp: int) -> list[str]:
-    """How rank `node` finds the others (mp back end)."""
+def _rank_flags(ctx: Context, node: Node, dp: int, port: int) -> list[str]:
+    """How rank `node` finds the others (mp back end), on the leader's `port`."""
     if dp > 1:  # one data-parallel replica per node; rank 0 serves the API and balances
         flags = ["--data-parallel-size-local", "1", "--data-parallel-address", ctx.leader.address,
-                 "--data-parallel-rpc-port", str(DP_RPC_PORT)]  # fmt: skip
+                 "--data-parallel-rpc-port", str(port)]  # fmt: skip
         if not cmdline.has_flag(ctx.recipe["serve"]["args"], "--data-parallel-size", "-dp"):
             flags = ["--data-parallel-size", str(dp), *flags]
         return flags + (["--data-parallel-start-rank", str(node.rank)] if node.rank else [])
     return ["--nnodes", str(len(ctx.nodes)), "--node-rank", str(node.rank),
-            "--master-addr", ctx.leader.address, "--master-port", str(MASTER_PORT)]  # fmt: skip
+            "--master-addr", ctx.leader.address, "--master-port", str(port)]  # fmt: skip
 
 
 def _models(ctx: Context) -> list[tuple[str, str]]:
