@@ -455,3 +455,49 @@ def test_the_watchdogs_counters_carry_the_model_and_unit_so_several_deployments_
     counters["probes"].inc()
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'sparkplay_watchdog_probes_total{model="coder",unit="sparkplay-serve-coder.service"} 1.0' in text
+
+
+@pytest.mark.parametrize(
+    ("serves", "said"),
+    [("chat", "391"), ("embeddings", "an embedding of 3 numbers"), ("rerank", "a ranking of 2 documents"),
+     ("broken", None)],
+)  # fmt: skip
+def test_the_health_proof_uses_the_endpoint_the_model_serves(serves, said):
+    """An embedding model is proven by an embedding and a reranker by a ranking, not by a chat completion
+    they refuse (as llama.cpp's --embeddings and vLLM's pooling runner do, with a 4xx); an engine that fails
+    a chat completion with a 500 is not proven by anything else."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from sparkplay.nodetools.serve.common import completion
+
+    answers = {
+        "chat": {"/v1/chat/completions": (200, {"choices": [{"message": {"content": "391"}}]})},
+        "embeddings": {"/v1/embeddings": (200, {"data": [{"embedding": [0.1, -0.2, 0.3]}]})},
+        "rerank": {"/v1/rerank": (200, {"results": [{"index": 0, "relevance_score": 0.9}, {"index": 1}]})},
+        "broken": {
+            "/v1/chat/completions": (500, {"error": "x"}),
+            "/v1/embeddings": (200, {"data": [{"embedding": [1]}]}),
+        },
+    }[serves]
+
+    class Engine(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            status, body = answers.get(self.path, (400, {"error": "this model does not serve that"}))
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        got = completion(f"http://127.0.0.1:{server.server_address[1]}", "m", "What is 17*23?", 4, timeout=5)
+    finally:
+        server.shutdown()
+    assert (got or {}).get("text") == said
