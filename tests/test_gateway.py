@@ -39,7 +39,8 @@ class Engine(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.seen.append(self.path)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.loads(raw) if self.headers.get("Content-Type") == "application/json" else {}
         if body.get("max_tokens") == -1:
             reply = json.dumps({"error": {"message": "max_tokens must be at least 1", "type": "BadRequestError"}})
             self._reply(400, reply.encode())

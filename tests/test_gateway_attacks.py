@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkplay.nodetools.serve.gateway_body import BadBody, forwarded_path, model_of
+from sparkplay.nodetools.serve.gateway_body import BadBody, forwarded_path, model_of, model_of_form
 from tests.test_gateway import engines, post, serve, write_routes  # noqa: F401  (engines: a fixture)
 
 
@@ -295,3 +295,49 @@ def test_the_unit_bounds_what_the_gateway_may_hold():
     unit = (Path(__file__).parents[1] / "roles/serve/templates/sparkplay-gateway.service.j2").read_text()
     for setting in ("LimitNOFILE=", "TasksMax=", "MemoryMax="):
         assert f"\n{setting}" in unit, setting
+
+
+def form(fields: list[tuple[str, object]]) -> tuple[bytes, str]:
+    """A multipart/form-data body as an independent writer (urllib3, what requests sends) makes it."""
+    from urllib3 import encode_multipart_formdata
+
+    return encode_multipart_formdata(fields)
+
+
+def test_an_audio_forms_model_is_read_from_its_field_as_a_form_parser_does():
+    body, kind = form([("file", ("a.wav", b"RIFF\r\n--not-a-boundary\r\nname=\"model\"\r\n", "audio/wav")),
+                       ("model", "whisper"), ("language", "en")])  # fmt: skip
+    assert model_of_form(body, kind) == "whisper"
+    body, kind = form([("file", ("a.wav", b"RIFF", "audio/wav"))])
+    assert model_of_form(body, kind) is None
+    body, kind = form([("model", "caf\u00e9")])
+    assert model_of_form(body, kind) == "caf\u00e9"
+    quoted = kind.replace("boundary=", 'boundary="') + '"'
+    assert model_of_form(body, quoted) == "caf\u00e9"
+
+
+@pytest.mark.parametrize("case", ["twice", "unclosed", "no boundary", "not utf-8", "no blank line"])
+def test_an_audio_form_the_gateway_cannot_read_as_one_form_is_refused(case):
+    body, kind = form([("model", "a"), ("model", "b")] if case == "twice" else [("model", "a")])
+    if case == "unclosed":
+        body = body[: body.rindex(b"--\r\n")]
+    elif case == "no boundary":
+        kind = "multipart/form-data"
+    elif case == "not utf-8":
+        body = body.replace(b"\r\n\r\na\r\n", b"\r\n\r\n\xff\r\n")
+    elif case == "no blank line":
+        body = body.replace(b"\r\n\r\n", b"\r\n")
+    with pytest.raises(BadBody):
+        model_of_form(body, kind)
+
+
+def test_an_audio_request_is_routed_by_its_forms_model(routes, engines):  # noqa: F811
+    port, stop = serve(routes)
+    try:
+        body, kind = form([("file", ("a.wav", b"RIFF", "audio/wav")), ("model", "chat")])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("POST", "/v1/audio/transcriptions", body=body, headers={"Content-Type": kind})
+        reply = conn.getresponse()
+        assert reply.status == 200 and engines["chat"][2] == ["/v1/audio/transcriptions"], reply.read()
+    finally:
+        stop()

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from . import gateway_metrics
-from .gateway_body import BadBody, forwarded_path, model_of
+from .gateway_body import BadBody, forwarded_path, model_of, model_of_form
 from .gateway_demand import Demand, Unavailable
 from .gateway_files import Keys, Routes, UpstreamKeys
 
@@ -159,8 +159,9 @@ class Gateway:
         except (TimeoutError, asyncio.IncompleteReadError):
             return _error(408, f"the body did not arrive within {self.body_timeout:g} s",
                           "invalid_request_error", "timeout")  # fmt: skip
+        kind = request.headers.get("Content-Type", "")
         try:
-            model = model_of(body)
+            model = model_of_form(body, kind) if kind.lower().startswith("multipart/") else model_of(body)
         except BadBody as exc:
             return _error(400, f"the body is not a request the gateway can route: {exc}",
                           "invalid_request_error", "bad_request")  # fmt: skip

@@ -73,6 +73,41 @@ def model_of(body: bytes, max_depth: int = MAX_DEPTH) -> str | None:
         pos = _skip_ws(body, pos + 1)
 
 
+# RFC 2046's boundary: 1 to 70 characters of a set, maybe quoted
+_BCHARS = "-0-9A-Za-z'()+_,./:=?"
+_BOUNDARY = re.compile(
+    rf"""^multipart/form-data\s*;(?:.*;)?\s*boundary=(?:"([{_BCHARS} ]{{0,69}}[{_BCHARS}])"|([{_BCHARS}]{{1,70}}))"""
+    r"\s*(?:;.*)?\Z",
+    re.IGNORECASE,
+)
+_MODEL_PART = re.compile(rb'^content-disposition:\s*form-data\s*;\s*name="model"\s*\Z', re.IGNORECASE | re.MULTILINE)
+
+
+def model_of_form(body: bytes, content_type: str) -> str | None:
+    """The `model` field of a multipart/form-data body (OpenAI's audio routes send the file beside it); None
+    when it has none; BadBody when it is not one such form or names `model` twice."""
+    match = _BOUNDARY.match(content_type.strip())
+    if match is None:
+        raise BadBody("the body is multipart without a boundary the gateway can read")
+    boundary = b"--" + (match.group(1) or match.group(2)).encode()
+    parts = body.split(boundary)
+    if len(parts) < 3 or not parts[-1].startswith(b"--"):
+        raise BadBody("the multipart body does not end with its closing boundary")
+    found: list[str] = []
+    for part in parts[1:-1]:
+        head, sep, value = part.partition(b"\r\n\r\n")
+        if not sep or not head.startswith(b"\r\n") or not value.endswith(b"\r\n"):
+            raise BadBody("a part of the multipart body is not headers, a blank line and a value")
+        if _MODEL_PART.search(head):
+            try:
+                found.append(value[:-2].decode())
+            except UnicodeDecodeError:
+                raise BadBody("the form's model is not UTF-8") from None
+    if len(found) > 1:
+        raise BadBody("the form names `model` twice")
+    return found[0] if found else None
+
+
 def _end(body: bytes, pos: int, found: str | None) -> str | None:
     if _skip_ws(body, pos) != len(body):
         raise BadBody(f"bytes follow the JSON object at byte {pos}")
