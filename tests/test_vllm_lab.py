@@ -206,6 +206,44 @@ def test_a_wedged_leader_is_restarted_by_the_watchdog_with_every_rank_in_order()
     print(f"lab-vllm: a wedged leader restarted by the watchdog and answering after {took:.0f} s")
 
 
+def test_a_one_node_copy_served_on_demand_is_started_by_the_gateway_when_asked_for(tmp_path):
+    """vLLM's CPU build has no sleep mode (vLLM's is CUDA's alone), so a swap is a start: lab-vllm's model on
+    one node (TP 1) as lab-vllm-od, on demand beside lab-vllm; proven at `up`, then stopped; asked for
+    through the gateway, it answers once started. The time from the request to the answer is its swap
+    time (docs/benchmarks.md)."""
+    import yaml
+
+    from tests.conftest import PROJECT
+
+    doc = yaml.safe_load((PROJECT / "recipes" / "lab-vllm.yml").read_text())
+    doc.update(name="lab-vllm-od")
+    doc["topology"].update(nodes=1, tensor_parallel=1)
+    doc["model"]["served_name"] = "lab-vllm-od"
+    args = doc["serve"]["args"]
+    args[args.index("--served-model-name") + 1] = "lab-vllm-od"
+    doc["serve"]["port"] = 9936
+    recipe = PROJECT / "recipes" / "lab-vllm-od.yml"
+    settings = PROJECT / "inventory" / "lab" / "group_vars" / "all" / "sparkplay.yml"
+    before = settings.read_text()
+    try:
+        recipe.write_text(yaml.safe_dump(doc, sort_keys=False))
+        settings.write_text(before + "\nserve_on_demand: [lab-vllm-od]\nserve_on_demand_wait: 600\n")
+        proc = run_cli("up", "lab-vllm-od", "--add", "-i", "inventory/lab", "--yes", timeout=1800)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+        unit_name = "sparkplay-serve@lab-vllm-od.service"
+        assert in_node(0, "systemctl", "is-active", unit_name, check=False).stdout.strip() != "active"
+        started = time.monotonic()
+        body = {"model": "lab-vllm-od", "prompt": "The two machines", "temperature": 0, "max_tokens": 4}
+        answer = post_on_leader("http://127.0.0.1:9930/v1/completions", body, 600)
+        took = time.monotonic() - started
+        assert answer and answer["choices"][0]["text"], answer
+        print(f"lab-vllm-od on demand: a request for it stopped -> its answer in {took:.0f} s")
+    finally:
+        settings.write_text(before)
+        recipe.unlink(missing_ok=True)
+    assert run_cli("stop", "lab-vllm-od", "-i", "inventory/lab", "--yes").returncode == 0
+
+
 def test_stop_leaves_no_vllm_process_on_either_rank():
     proc = run_cli("stop", "-i", "inventory/lab", "--yes", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr

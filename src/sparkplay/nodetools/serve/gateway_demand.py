@@ -125,6 +125,7 @@ class Demand:
         if budget is None:
             return []
         if claim > budget:
+            _journal(f"refused {name}: it claims {claim} bytes, over the {budget} its node keeps for models on demand")
             raise Unavailable(f"model {name!r} claims {claim / 2**30:.1f} GiB, more than the "
                               f"{budget / 2**30:.1f} GiB its node keeps for models on demand", 3600)  # fmt: skip
         running = {n: r for n, r in table["models"].items()
