@@ -634,3 +634,14 @@ def test_the_on_demand_knobs_reach_the_gateways_routes():
     knobs = {"serve_on_demand_ttl": 45, "serve_on_demand_wait": 30, "serve_on_demand_budget_gib": 2.5}
     routes = rendered(EFFECTS["serve_gateway_default_model"], {**base, **knobs})
     assert (routes["ttl_s"], routes["wait_s"], routes["budgets"]) == (45, 30, {"spark0": int(2.5 * 2**30)})
+
+
+def test_the_gateways_secret_files_hold_one_key_a_line():
+    """The keys file and an engine's key, rendered as the role writes them: real line ends (a literal
+    backslash-n would be a key no client has, and an engine key the engine refuses)."""
+    base = role_vars("serve", **_gateway_routes_given())
+    files = render("{{ serve_gateway_secret_files }}", {**base, "serve_gateway_keys_file": str(KEYS_FILE),
+                                                         "serve_gateway_engine_key": "engine-key"})  # fmt: skip
+    assert [(f["path"], f["content"], f["mode"]) for f in files] == [
+        ("/etc/sparkplay/gateway/keys", "sk-test\n", "0640"),
+        ("/etc/sparkplay/gateway/upstream/lab-small.key", "engine-key\n", "0640")]  # fmt: skip

@@ -27,6 +27,7 @@ FILTERS = {
     "sparkplay_gateway_row": "sparkplay.deployments:gateway_row",
     "sparkplay_gateway_upstream_key": "sparkplay.engines.names:upstream_key",
     "sparkplay_gateway_key_file": "sparkplay.deployments:gateway_key_file",
+    "sparkplay_gateway_secret": "sparkplay.deployments:gateway_secret",
     "sparkplay_added_leftovers": "sparkplay.engines.names:leftovers",
     # `none | sparkplay_node_constants`: the engine user, serve tool, units, unit and state folders
     "sparkplay_node_constants": "sparkplay.deployment:node_constants",

@@ -131,16 +131,20 @@ def budgets(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any],
     return out
 
 
+def gateway_secret(path: str, lines: Iterable[str], group: str) -> dict[str, Any]:
+    """A file of the gateway's secrets (its keys, an engine's key): one a line, root:GROUP 0640, written as a
+    secret (its bytes never in a diff or a log)."""
+    return {"path": path, "content": "".join(f"{line}\n" for line in lines), "owner": "root", "group": group,
+            "mode": "0640", "secret": True}  # fmt: skip
+
+
 def gateway_key_file(read: Mapping[str, Any], group: str) -> dict[str, Any] | None:
     """The gateway's copy of another deployment's engine key (root:GROUP 0640, written as a secret), from a
     slurp of its env file (`read`: the loop result, its item the deployment's record); None without a key."""
     record = read.get("item") or {}
     text = base64.b64decode(str(read.get("content") or "")).decode(errors="replace")
     key = systemd.env_value(text, str(record.get("api_key_env") or ""), str(record.get("runtime") or "docker"))
-    if not key:
-        return None
-    return {"path": names.upstream_key(record.get("slot")), "content": key + "\n", "owner": "root", "group": group,
-            "mode": "0640", "secret": True}  # fmt: skip
+    return gateway_secret(names.upstream_key(record.get("slot")), [key], group) if key else None
 
 
 def gateway_row(
