@@ -293,7 +293,7 @@ def test_models_on_demand_start_when_asked_for_make_room_lru_and_stop_after_thei
     try:
         for port, (name, path) in enumerate(zip(ON_DEMAND, recipes, strict=True), start=9941):
             path.write_text(yaml.safe_dump(lab_small_as(name, 1 << 20, port), sort_keys=False))
-        settings.write_text(before + f"\nserve_on_demand: {ON_DEMAND}\nserve_on_demand_ttl: 40\n"
+        settings.write_text(before + f"\nserve_on_demand: {ON_DEMAND}\nserve_on_demand_ttl: 30\n"
                             "serve_on_demand_budget_gib: 2.5\n")  # fmt: skip
         for name in ON_DEMAND:
             proc = cli("up", name, "--add", "--node", "sparkplay-lab-rank1", "--yes")
@@ -317,12 +317,12 @@ def test_models_on_demand_start_when_asked_for_make_room_lru_and_stop_after_thei
         status = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)["gateway"]
         assert status["model_states"]["lab-od-a"] == "stopped on demand", status
         assert status["model_states"]["lab-od-c"] == "serving on demand", status
-        for _ in range(60):  # idle past the TTL (40 s): b and c stop
+        for _ in range(60):  # idle past the TTL (30 s): b and c stop
             if not any(active(n) for n in ON_DEMAND):
                 break
             time.sleep(2)
         assert [active(n) for n in ON_DEMAND] == [False, False, False]
-        assert "idle for 40 s (its TTL)" in in_node(0, "journalctl", "-u", "sparkplay-gateway", "--no-pager",
+        assert "idle for 30 s (its TTL)" in in_node(0, "journalctl", "-u", "sparkplay-gateway", "--no-pager",
                                                     "-o", "cat").stdout  # fmt: skip
     finally:
         settings.write_text(before)
