@@ -191,3 +191,19 @@ def test_the_swapper_acts_only_on_models_on_demand_and_their_own_units(tmp_path)
     routes = tmp_path / "routes.json"
     routes.write_text(json.dumps({"models": {"a": route}}))
     assert Routes(routes).current()["models"]["a"]["on_demand"] is True
+
+
+def test_the_gateways_install_pins_every_package_with_its_hashes():
+    """What the serve role installs on the leader: aiohttp and prometheus_client (its /metrics), each file's
+    sha256 pinned, from PyPI only."""
+    from tests.conftest import PROJECT
+
+    lock = (PROJECT / "roles/serve/files/gateway.lock").read_text()
+    pinned = {line.split("==")[0] for line in lock.splitlines() if "==" in line and not line.startswith("#")}
+    assert {"aiohttp", "prometheus-client", "multidict", "yarl"} <= pinned
+    body = lock[lock.index("\n\n") :]  # past the header
+    for block in body.split("==")[1:]:
+        assert "--hash=sha256:" in block.split("\n")[1], block[:80]
+    assert "--index-url" not in lock and "--find-links" not in lock and "file://" not in lock
+    tasks = (PROJECT / "roles/serve/tasks/gateway.yml").read_text()
+    assert "--require-hashes" in tasks and "gateway.lock" in tasks

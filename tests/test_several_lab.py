@@ -314,6 +314,8 @@ def test_models_on_demand_start_when_asked_for_make_room_lru_and_stop_after_thei
         print(f"swap times (request for a stopped model -> its whole short stream): {took}")
         journal = in_node(0, "journalctl", "-u", "sparkplay-gateway", "--no-pager", "-o", "cat").stdout
         assert "stopping lab-od-a: evicted (least recently used) to make room for lab-od-c" in journal
+        metrics = in_node(0, "curl", "-s", "http://127.0.0.1:9930/metrics").stdout  # its venv's prometheus_client
+        assert 'sparkplay_gateway_evictions_total{model="lab-od-a"} 1.0' in metrics, metrics[-2000:]
         status = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)["gateway"]
         assert status["model_states"]["lab-od-a"] == "stopped on demand", status
         assert status["model_states"]["lab-od-c"] == "serving on demand", status
