@@ -394,3 +394,14 @@ def test_an_added_deployment_spanning_both_nodes_meets_on_ports_of_its_own_behin
     clash = [{**r, "ports": [9946]} if r["host"] == "rank1" else r for r in found]
     with pytest.raises(BadInput, match="port 9946 on rank1 is recipe lab-tiny"):
         admission.decide(pair, hosts(), clash)
+
+
+def test_status_says_a_model_on_demand_that_is_stopped_is_so_by_design():
+    record = {"recipe": "lab-od-a", "host": "rank1", "unit": "sparkplay-serve@lab-od-a.service", "on_demand": True,
+              "served_name": "lab-od-a", "api_url": "http://192.168.100.11:9941",
+              "claim": {"bytes": 2**30}}  # fmt: skip
+    show = {"item": record, "stdout": "ActiveState=inactive\nSubState=dead\nNRestarts=0\n"}
+    (row,) = deployments.added_rows([show], [{"stdout": "{}"}])
+    assert (row["health"], row["up"]) == ("on demand", True) and "the gateway starts it" in row["line"]
+    (row,) = deployments.added_rows([{**show, "item": {**record, "on_demand": False}}], [{"stdout": "{}"}])
+    assert (row["health"], row["up"]) == ("down", False)  # an always-on one stopped is down

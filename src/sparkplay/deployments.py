@@ -216,6 +216,9 @@ def added_rows(
                "claim_gib": round(int((record.get("claim") or {}).get("bytes") or 0) / 1024**3, 1),
                "up": state.startswith("active") and healthy,
                "why": why or (seen.get("why") if not healthy else None)}  # fmt: skip
+        if record.get("on_demand") and state.startswith("inactive"):  # stopped by design, not by a fault
+            row |= {"health": "on demand", "up": True,
+                    "why": "stopped on demand: the gateway starts it when a request names it"}  # fmt: skip
         row["line"] = (f"{row['recipe']} on {row['host']}: {row['unit']} {state}, {row['health']}, serving "
                        f"{row['model']} at {row['api_url']}, claims {row['claim_gib']} GiB"
                        + (f": {row['why']}" if row["why"] else ""))  # fmt: skip
