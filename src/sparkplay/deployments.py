@@ -106,7 +106,7 @@ def routes(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any] = (), n
     table: dict[str, Any] = {"models": models, "default": (named_default or primary or [None])[0]}
     if demand is not None:
         counted = [*found, *([{**new, "host": new_host, "new": True}] if new else [])]
-        table |= {"ttl_s": float(demand.get("ttl_s") or 600), "wait_s": float(demand.get("wait_s") or 120),
+        table |= {"ttl_s": float(demand["ttl_s"]), "wait_s": float(demand["wait_s"]),
                   "budgets": budgets(counted, drop_slots, demand)}  # fmt: skip
     else:
         table |= {k: (previous or {})[k] for k in ("ttl_s", "wait_s", "budgets") if k in (previous or {})}

@@ -38,10 +38,11 @@ def cable_addresses(fabric_envs: Iterable[Mapping[str, str]]) -> list[str]:
 
 
 def names(slot: str | None) -> dict[str, str]:
-    """The primary's table, unit and file, or an added deployment's own (its rules load and go with it)."""
+    """The primary's table and file, or an added deployment's own (its rules load and go with it); its unit is
+    named with the deployment's other units (engines/names.py)."""
     if slot is None:
-        return {"unit": UNIT, "file": FILE, "table": TABLE}
-    return {"unit": UNIT.replace(".service", f"@{slot}.service"), "file": FILE.replace(".nft", f"@{slot}.nft"),
+        return {"file": FILE, "table": TABLE}
+    return {"file": FILE.replace(".nft", f"@{slot}.nft"),
             "table": f"{TABLE}_{hashlib.sha256(slot.encode()).hexdigest()[:12]}"}  # fmt: skip
 
 
@@ -73,11 +74,11 @@ def ruleset(ports: Sequence[int], peers: Sequence[str], table: str = TABLE) -> s
 
 
 def plan_for(ranks: Sequence[dict[str, Any]], fabric_envs: Iterable[Mapping[str, str]],
-             slot: str | None = None) -> dict[str, Any]:  # fmt: skip
+             slot: str | None = None, unit: str = UNIT) -> dict[str, Any]:  # fmt: skip
     """Each rank's ruleset (empty where it listens for no peer), under the same peers for every rank, in the
-    deployment's own table (`slot`: an added deployment's)."""
+    deployment's own table (`slot`: an added deployment's) loaded by its `unit`."""
     peers = cable_addresses(fabric_envs)
     named = names(slot)
     for rank_plan in ranks:
         rank_plan["firewall"] = ruleset(rank_plan.get("peer_ports") or [], peers, named["table"])
-    return {**named, "nft": NFT}
+    return {**named, "unit": unit, "nft": NFT}

@@ -202,7 +202,9 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "directories": deployment.get("directories", []),
         "requires": deployment.get("requires", []),
         "parallel": deployment.get("parallel"),
-        "firewall": firewall.plan_for(deployment["ranks"], [n.fabric_env for n in ctx.nodes], ctx.options.slot),
+        "firewall": firewall.plan_for(
+            deployment["ranks"], [n.fabric_env for n in ctx.nodes], ctx.options.slot, names["units"]["firewall"]
+        ),
         "ranks": deployment["ranks"],
     }
 

@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-STATES = ("serving", "loading", "stopped on demand")
 DEFAULT_TTL_S, DEFAULT_WAIT_S = 600.0, 120.0  # the routes file's ttl_s and wait_s where it has none
 
 
