@@ -207,3 +207,27 @@ def test_the_gateways_install_pins_every_package_with_its_hashes():
     assert "--index-url" not in lock and "--find-links" not in lock and "file://" not in lock
     tasks = (PROJECT / "roles/serve/tasks/gateway.yml").read_text()
     assert "--require-hashes" in tasks and "gateway.lock" in tasks
+
+
+def test_the_routes_the_roles_write_are_the_routes_the_gateway_reads(tmp_path):
+    """deployments.routes (the serve and stop roles' rule) and gateway_files.Routes (the node's reader) agree
+    on every field the gateway and the swapper act on."""
+    from sparkplay.deployments import routes
+
+    found = [{"role": "leader", "slot": "lab-od-a", "host": "rank1", "served_name": "lab-od-a", "recipe": "lab-od-a",
+              "api_url": "http://192.168.100.11:9941", "on_demand": True, "watchdog_unit": "w",
+              "claim": {"bytes": GIB}},
+             {"role": "leader", "slot": None, "host": "rank0", "served_name": "lab-tiny", "recipe": "lab-tiny",
+              "api_url": "http://127.0.0.1:9931", "claim": {"bytes": 2 * GIB}}]  # fmt: skip
+    meminfo = "MemTotal: 25165824 kB\nMemAvailable: 20971520 kB\n"
+    table = routes(found, demand={"ttl_s": 30, "wait_s": 60, "budget_gib": 0, "meminfo": {"rank0": meminfo}})
+    path = tmp_path / "routes.json"
+    path.write_text(json.dumps(table))
+    read = Routes(path).current()
+    assert read["models"]["lab-od-a"] == {
+        "url": "http://192.168.100.11:9941", "recipe": "lab-od-a", "slot": "lab-od-a", "host": "rank1",
+        "on_demand": True, "claim": GIB,
+        "units": ["sparkplay-serve@lab-od-a.service", "sparkplay-serve-watchdog@lab-od-a.service"]}  # fmt: skip
+    assert read["models"]["lab-tiny"]["on_demand"] is False and read["default"] == "lab-tiny"
+    assert (read["ttl_s"], read["wait_s"], read["budgets"]) == (30, 60, {"rank0": 24 * GIB - 4 * GIB - 2 * GIB})
+    assert units_of(read["models"]["lab-od-a"])  # and the swapper takes its units
