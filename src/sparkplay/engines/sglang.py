@@ -21,8 +21,9 @@ from sparkplay.recipes import cmdline
 from sparkplay.recipes.normalise import draft_source
 
 INIT_PORT = 25000
-# stated by the recipe's own fields (the model, serve.bind/port): set once, effective values
-REPLACED = ("--model-path", "--model", "--host", "--port")
+# stated by the recipe's own fields (the model and its pinned revision, served from the mirror; serve.bind/port):
+# set once, effective values
+REPLACED = ("--model-path", "--model", "--revision", "--host", "--port")
 # only sparkplay knows the ranks
 OWNED = ("--nnodes", "--node-rank", "--dist-init-addr")
 DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")

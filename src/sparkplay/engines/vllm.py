@@ -31,7 +31,8 @@ from sparkplay.recipes.normalise import draft_source
 MASTER_PORT = 29501
 RAY_PORT = 6379
 DP_RPC_PORT = 29550
-REPLACED = ("--host", "--port")
+# stated by the recipe's own fields (the model and its pinned revision, served from the mirror; serve.bind/port)
+REPLACED = ("--model", "--revision", "--host", "--port")
 OWNED = (
     "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--data-parallel-size-local",
     "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
+import sys
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,9 +19,12 @@ import yaml
 from sparkplay import paths
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
-from sparkplay.recipes import fetch, gguf_hub, launcher, model, sparkrun, webjson
+from sparkplay.recipes import compose, fetch, gguf_hub, launcher, launches, model, page, paste, sparkrun, webjson
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.normalise import normalise
+
+# a YAML mapping's first line (`key: value`): shell text never starts so
+YAML_KEY = re.compile(r"^(#[^\n]*\n\s*)*[A-Za-z_][A-Za-z0-9_.-]*:(\s|$)")
 
 # Asked with the question, the lines of the diff and the file at stake;
 # returns the answer. The CLI decides how (terminal, --yes, or no).
@@ -54,44 +59,74 @@ def recipe_path(catalog: Path, name: str) -> Path:
 
 
 def read_source(
-    source: str, name: str | None = None, sets: Sequence[str] = (), mods_from: Sequence[Path] = ()
+    source: str, name: str | None = None, sets: Sequence[str] = (), mods_from: Sequence[Path] = (),
+    pick: int | None = None,
 ) -> dict[str, Any]:
-    """Read SOURCE (an https URL or a file) into a normalised, schema-valid recipe with every field known.
+    """The one recipe SOURCE holds (read_sources says how); a source of several is refused unless --pick names
+    one."""
+    docs = read_sources(source, name, sets, mods_from, pick)
+    if len(docs) > 1:
+        listed = "; ".join(f"{i}) {d['name']}" for i, d in enumerate(docs, 1))
+        raise BadInput(f"{source} holds {len(docs)} engine launches ({listed})", "choose one with --pick N")
+    return docs[0]
+
+
+def read_sources(
+    source: str, name: str | None = None, sets: Sequence[str] = (), mods_from: Sequence[Path] = (),
+    pick: int | None = None,
+) -> list[dict[str, Any]]:
+    """Read SOURCE (an https URL, a file, or - for standard input) into normalised, schema-valid recipes with
+    every field known: one, or one per service of a compose file.
 
     The importer is chosen by the content, never by the file name: a JSON
     object is a recipe website's, TOML is the launcher's recipe.toml, YAML
     with `recipe_version` (or a container and a model) is sparkrun's, YAML
-    with sparkplay's schema is sparkplay's own. `sets` (KEY=VALUE, dotted
-    keys) fill or correct fields after the import; a recipe that still
-    cannot run is refused, naming the field and the --set that fixes it.
+    with sparkplay's schema is sparkplay's own, YAML with `services` is a
+    compose file, HTML or Markdown is a page read for the commands in its
+    code blocks, and anything else is read as shell text (a command line or a
+    script). `sets` (KEY=VALUE, dotted keys) fill or correct fields after the
+    import; a recipe that still cannot run is refused, naming the field and
+    the --set that fixes it.
     """
     if name is not None:
         model.check_name(name)
-    scheme = urlsplit(source).scheme
-    if scheme in ("http", "https"):
-        fetched = fetch.fetch(source)
-        body, sha, content_type = fetched.body, fetched.sha256, fetched.content_type
-    elif scheme and len(scheme) > 1:  # not a Windows drive letter
-        raise BadInput(f"cannot import from a {scheme}: URL", "give an https:// URL or a file path")
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise BadInput(
-                f"{source} does not exist or is not a file", "give the path of a .json, .toml or .yml recipe"
-            )
-        body = path.read_bytes()
-        if len(body) > fetch.MAX_BYTES:
-            raise BadInput(f"{source} is larger than 1 MiB", "a recipe is small; check the file")
-        sha, content_type = hashlib.sha256(body).hexdigest(), ""
+    body, sha, content_type = _body(source)
     try:
-        doc = read(body, source, sha, name, content_type, mods_from)
-        for assignment in sets:
-            apply_set(doc, assignment, source)
-        gguf_hub.apply(doc)  # llama.cpp's -hf, after --set (a model.path given there is used as it is)
+        docs = read_all(body, source, sha, name, content_type, mods_from, pick)
+        for doc in docs:
+            for assignment in sets:
+                apply_set(doc, assignment, source)
+            gguf_hub.apply(doc)  # llama.cpp's -hf, after --set (a model.path given there is used as it is)
     except BadInput as exc:  # every error names the input it is about
         if source in exc.problem:
             raise
         raise BadInput(f"{source}: {exc.problem}", exc.fix) from None
+    for doc in docs:
+        _check_complete(doc, source)
+    return docs
+
+
+def _body(source: str) -> tuple[bytes, str, str]:
+    scheme = urlsplit(source).scheme
+    if scheme in ("http", "https"):
+        fetched = fetch.fetch(source)
+        return fetched.body, fetched.sha256, fetched.content_type
+    if scheme and len(scheme) > 1:  # not a Windows drive letter
+        raise BadInput(f"cannot import from a {scheme}: URL", "give an https:// URL, a file path or - for stdin")
+    if source == "-":
+        body = sys.stdin.buffer.read(fetch.MAX_BYTES + 1)
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise BadInput(f"{source} does not exist or is not a file",
+                           "give the path of a recipe, command line, compose file or page (- reads stdin)")  # fmt: skip
+        body = path.read_bytes()
+    if len(body) > fetch.MAX_BYTES:
+        raise BadInput(f"{source} is larger than 1 MiB", "a recipe is small; check the file")
+    return body, hashlib.sha256(body).hexdigest(), ""
+
+
+def _check_complete(doc: dict[str, Any], source: str) -> None:
     model.check_name(doc.get("name", ""))
     errors = model.schema_errors(doc)
     if errors:
@@ -104,41 +139,100 @@ def read_source(
             f"{source}: {first.key} cannot be determined from the recipe: {first.message}{more}",
             f"{first.fix}, or import with --set {first.key}=VALUE",
         )
-    return doc
 
 
 def read(
     body: bytes, where: str, sha: str, name: str | None, content_type: str = "", mods_from: Sequence[Path] = ()
 ) -> dict[str, Any]:
-    """The normalised recipe from a source's bytes, by what the bytes are."""
+    """The one normalised recipe a source's bytes hold."""
+    docs = read_all(body, where, sha, name, content_type, mods_from)
+    if len(docs) > 1:
+        raise BadInput(f"{where} holds {len(docs)} engine launches", "choose one with --pick N")
+    return docs[0]
+
+
+def read_all(
+    body: bytes, where: str, sha: str, name: str | None, content_type: str = "", mods_from: Sequence[Path] = (),
+    pick: int | None = None,
+) -> list[dict[str, Any]]:
+    """The normalised recipes from a source's bytes, by what the bytes are."""
     text = body.decode("utf-8", errors="replace")
     head = text.lstrip()[:1]
+
+    def source(kind: str) -> dict[str, Any]:
+        return {"kind": kind, "location": where, "sha256": sha, "canonical_url": None}
+
     if head in ("{", "["):
-        src = {"kind": "localairecipes", "location": where, "sha256": sha, "canonical_url": None}
-        return normalise(webjson.to_raw(fetch.parse_json_object(body, where, content_type), src, name))
+        data = fetch.parse_json_object(body, where, content_type)
+        if compose.is_compose(data):
+            return pasted(compose.find(data, where), source("compose"), name, pick, where, "a compose file")
+        return [normalise(webjson.to_raw(data, source("localairecipes"), name))]
     if head == "<" or "html" in content_type.lower():
-        raise BadInput(f"{where} is an HTML page, not a recipe", "use the recipe's raw file or API URL")
+        return pasted(page.find(text, True, where), source("page"), name, pick, where, "an HTML page")
     try:
         data: Any = model.parsed(lambda: tomllib.loads(text), where)
     except tomllib.TOMLDecodeError as exc:
         if where.lower().endswith(".toml"):  # the name only sharpens the error; the content chose the importer
             raise BadInput(f"{where} is not valid TOML ({exc})", "fix the TOML syntax") from None
         data = None
-    if isinstance(data, dict) and data:
-        src = {"kind": "launcher-toml", "location": where, "sha256": sha, "canonical_url": None}
-        return normalise(launcher.to_raw(data, src, name, launcher.leading_comments(text)))
-    doc = model.from_yaml(text, where)  # names the line of a syntax error
+    if isinstance(data, dict) and data and launcher.is_launcher(data):
+        return [normalise(launcher.to_raw(data, source("launcher-toml"), name, launcher.leading_comments(text)))]
+    try:
+        doc = model.parsed(lambda: yaml.safe_load(text), where)
+    except yaml.YAMLError:
+        if YAML_KEY.match(text.lstrip()):  # a mapping with a syntax error: named by its line
+            model.from_yaml(text, where)
+        doc = None
+    if not isinstance(doc, dict):
+        return _shell_text(text, source, name, pick, where)
+    if compose.is_compose(doc):
+        return pasted(compose.find(doc, where), source("compose"), name, pick, where, "a compose file")
     if sparkrun.is_sparkrun(doc):
-        src = {"kind": "sparkrun", "location": where, "sha256": sha, "canonical_url": None}
-        return normalise(sparkrun.to_raw(doc, src, name, where, mods_from))
+        return [normalise(sparkrun.to_raw(doc, source("sparkrun"), name, where, mods_from))]
     if doc.get("schema") != model.SCHEMA_ID:
+        if page.is_markdown(text):
+            return pasted(page.find(text, False, where), source("page"), name, pick, where, "a Markdown page")
         raise BadInput(
-            f"{where} is not a recipe sparkplay knows (a website's JSON, a recipe.toml, a sparkrun or sparkplay YAML)",
+            f"{where} is not a recipe sparkplay knows (a website's JSON, a recipe.toml, a sparkrun or sparkplay YAML, "
+            "a compose file, a page, or a command line)",
             "check the file; sparkrun recipes carry recipe_version, sparkplay's carry schema: " + model.SCHEMA_ID,
         )
     if name is not None:
         doc["name"] = name
-    return doc
+    return [doc]
+
+
+def _shell_text(text: str, source: Callable[[str], dict[str, Any]], name: str | None, pick: int | None,
+                where: str) -> list[dict[str, Any]]:  # fmt: skip
+    """Text that is no recipe format: a page in Markdown, else shell text (a command line, a script, a profile)."""
+    if page.is_markdown(text):
+        return pasted(page.find(text, False, where), source("page"), name, pick, where, "a Markdown page")
+    found, variables = launches.find(text)
+    if not found.launches and not found.elsewhere and not found.ignored and variables.scalars:
+        raise BadInput(
+            f"{where} is a profile of settings (NAME=value lines: {', '.join(list(variables.scalars)[:4])}) for a "
+            "launcher script, with no engine command in it",
+            "import the command or script the launcher runs with these settings (its engine command line)",
+        )
+    return pasted(found, source("command"), name, pick, where, "shell text (a command line or a script)")
+
+
+def pasted(found: launches.Found, src: dict[str, Any], name: str | None, pick: int | None,
+           where: str, shape: str) -> list[dict[str, Any]]:  # fmt: skip
+    """The recipes of the launches a command line, a script, a compose file or a page holds."""
+    chosen = paste.pick(found, pick, where, shape)
+    if len(chosen) > 1 and src["kind"] != "compose":
+        raise BadInput(f"{where} holds {len(chosen)} engine commands: {paste.listing(found)}",
+                       "choose one with --pick N")  # fmt: skip
+    docs = []
+    for launch in chosen:
+        own = f"{name}-{launch.name_hint}" if name and len(chosen) > 1 and launch.name_hint else name
+        docs.append(normalise(paste.to_raw(launch, {**src, "launch": launch.where}, own)))
+    names = [d["name"] for d in docs]
+    if len(set(names)) < len(names):
+        for doc, launch in zip(docs, chosen, strict=True):
+            doc["name"] = model.slugify(f"{doc['name']}-{launch.name_hint or launch.where}")
+    return docs
 
 
 def apply_set(doc: dict[str, Any], assignment: str, where: str) -> None:

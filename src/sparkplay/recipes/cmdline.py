@@ -213,8 +213,8 @@ def parse(text: str) -> Command:
     program = tokens[0].rsplit("/", 1)[-1]
     rest = tokens[1:]
     if program == "vllm" and rest[:1] == ["serve"]:
-        model, args = _split_model(rest[1:])
-        return Command("vllm", model, args, env, pinning)
+        model, args = _split_model(rest[1:])  # vLLM reads --model where no positional model is given
+        return Command("vllm", model or flag_value(args, "--model"), args, env, pinning)
     if program in ("python", "python3") and rest[:2] == ["-m", "vllm.entrypoints.openai.api_server"]:
         args = rest[2:]
         return Command("vllm", flag_value(args, "--model"), args, env, pinning)

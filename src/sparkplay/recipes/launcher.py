@@ -38,6 +38,12 @@ KNOWN_KEYS = {
 ENGINE_NAMES = {"vllm": "vllm", "atlas": "atlas", "llamacpp": "llamacpp", "llama.cpp": "llamacpp"}
 
 
+def is_launcher(data: dict[str, Any]) -> bool:
+    """TOML that is the launcher's recipe.toml: it names its engine, or has the launcher's own keys (a shell
+    profile of NAME="value" lines is TOML too, but only upper-case names)."""
+    return "engine" in data or any(key in KNOWN_KEYS for key in data)
+
+
 def parse_toml(text: str, where: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)

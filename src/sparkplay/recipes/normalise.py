@@ -119,6 +119,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     gguf = _gguf(raw, hub, repo)
     if raw.model and not model_is_repo and raw.engine != "llamacpp":
         repo = _served_path_repo(raw, repo)
+    _revision_flag(raw, repo)
     if raw.pinning:
         raw.note("serve.args", "ignored", f"the command ran the engine under `{' '.join(raw.pinning)}`: sparkplay "
                  "starts the engine itself, one per node, without CPU pinning")  # fmt: skip
@@ -252,6 +253,25 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     _add_other_models(raw, doc)
     doc["provenance"] = raw.provenance
     return doc
+
+
+# the engines' flag for the model's revision (vLLM's and SGLang's --revision: a branch, tag or commit)
+REVISION_FLAGS = {"vllm": "--revision", "sglang": "--revision"}
+
+
+def _revision_flag(raw: RawRecipe, repo: str | None) -> None:
+    """The revision the engine's own flag asks for pins the download (the plan then serves the mirror of it)."""
+    flag = REVISION_FLAGS.get(raw.engine)
+    stated = cmdline.flag_value(raw.args, flag) if flag else None
+    if stated is None or not repo:
+        return
+    if raw.revision not in (None, stated):
+        raise BadInput(f"the engine's {flag} {stated} and the recipe's model revision {raw.revision} differ",
+                       "make them the same")  # fmt: skip
+    if raw.revision is None:
+        raw.revision = stated
+        raw.note("model.revision", "derived", f"the engine's {flag} {stated}: the download is pinned to it, and "
+                 "the engine serves that revision from the mirror (the plan drops the flag)")  # fmt: skip
 
 
 def _checkpoint(role: str, repo: str, revision: str | None) -> dict[str, Any]:

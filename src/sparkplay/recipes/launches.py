@@ -1,0 +1,305 @@
+"""Engine launches in pasted shell text: a command line, `docker run`/`docker exec` around it, `bash -c '...'`
+inside those, `ssh HOST "..."`, eugr's `launch-cluster.sh ... exec ...`, and a script of such lines.
+
+The text is read by sparkplay.recipes.shell (never run); each statement that starts an engine (by the engines'
+own command grammar, sparkplay.recipes.cmdline) becomes a Launch, with what docker was asked around it. Other
+statements are named, not applied.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from sparkplay import imageref
+from sparkplay.errors import BadInput
+from sparkplay.recipes import cmdline, docker_run, shell
+from sparkplay.recipes.docker_run import Container
+
+SHELLS = ("bash", "sh", "zsh", "dash")
+# the programs a statement may run the real command under, and their options that take a value
+WRAPPERS = {"sudo": {"-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T"}, "nohup": set(), "exec": set(),
+            "time": set(), "command": set(), "nice": {"-n"}, "ionice": {"-c", "-n"}, "stdbuf": set(),
+            "env": {"-u", "-C", "-S"}, "timeout": {"-s", "-k"}, "unbuffer": set()}  # fmt: skip
+DOCKERS = ("docker", "podman", "nvidia-docker")
+# the entrypoint of the images whose command is only the engine's arguments (their Dockerfiles' ENTRYPOINT)
+ENTRYPOINTS = {"vllm/vllm-openai": ["vllm", "serve"], "ghcr.io/ggml-org/llama.cpp": ["llama-server"],
+               "ghcr.io/ggerganov/llama.cpp": ["llama-server"]}  # fmt: skip
+# what an engine's own flags say it is, for an image whose entrypoint sparkplay does not know
+FLAG_ENGINES = (("--kernel-target", ["serve"]), ("--model-path", ["python3", "-m", "sglang.launch_server"]),
+                ("-hf", ["llama-server"]), ("--hf-repo", ["llama-server"]), ("--tensor-parallel-size", ["vllm", "serve"]),
+                ("--model", ["vllm", "serve"]))  # fmt: skip
+SSH_VALUED = set("BbcDEeFIiJLlmOopQRSWw")
+EUGR_VALUED = {"-n", "--nodes", "-t", "--name", "--eth-if", "--ib-if", "--apply-mod", "-e", "--env", "--launch-script",
+               "--mem-limit-gb", "--mem-swap-limit-gb", "--pids-limit", "--shm-size-gb"}  # fmt: skip
+IDLE = ("sleep", "tail", "bash", "sh", "/bin/bash", "/bin/sh")
+
+
+@dataclass
+class Launch:
+    """One engine start the text asks for, and everything around it."""
+
+    command: list[str]  # the engine's command words, program first
+    where: str
+    env: dict[str, str] = field(default_factory=dict)
+    container: Container | None = None  # the docker run the engine runs in (its image and options)
+    nodes: int | None = None
+    name_hint: str | None = None  # the container's or service's name
+    preamble: list[str] = field(default_factory=list)  # commands its container's shell runs before it
+    before: list[str] = field(default_factory=list)  # the text's other commands before it
+    notes: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def label(self) -> str:
+        text = shell.shown(shlex.join(self.command))
+        image = f" in {self.container.image}" if self.container else ""
+        return f"{self.where}: {text[:110] + '...' if len(text) > 110 else text}{image}"
+
+
+@dataclass
+class Found:
+    launches: list[Launch] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # other programs the text runs, named
+    elsewhere: list[str] = field(default_factory=list)  # why the engine may be in a file the text does not hold
+    containers: dict[str, Container] = field(default_factory=dict)
+    images: list[str] = field(default_factory=list)
+
+
+def find(
+    text: str, where: str = "line", given: dict[str, str] | None = None, into: Found | None = None
+) -> tuple[Found, shell.Variables]:
+    """Every engine launch in a shell text, in order (`into`: what earlier texts of the same session found, such
+    as the containers a page's earlier blocks started)."""
+    script = shell.read(text, given)
+    found = into if into is not None else Found()
+    first = len(found.launches)
+    exported: dict[str, str] = {}
+    earlier: list[str] = []
+    for statement in script.statements:
+        words = statement.words
+        if words[:1] in (["export"], ["declare"], ["readonly"]):
+            exported.update(w.split("=", 1) for w in words[1:] if "=" in w and not w.startswith("-"))
+            continue
+        count = len(found.launches)
+        _statement(words, f"{where} {statement.line}", dict(exported), found)
+        for launch in found.launches[count:]:
+            launch.before = list(earlier)
+        if len(found.launches) == count and words[:1] not in (["set"], ["cd"]):
+            earlier.append(shell.shown(shlex.join(words)))
+    if script.control_flow:
+        for launch in found.launches[first:]:
+            launch.notes.append(("serve.args", "derived", "the text has if/while/for/case or functions: sparkplay "
+                                 "read its statements in order, without running its conditions or loops"))  # fmt: skip
+    return found, script.variables
+
+
+def _unwrap(words: list[str], env: dict[str, str]) -> list[str]:
+    """The command under sudo/env/nohup/exec... and leading NAME=VALUE words (into env)."""
+    while words:
+        if cmdline.ENV_ASSIGNMENT.match(words[0]):
+            name, _, value = words[0].partition("=")
+            env[name] = value
+            words = words[1:]
+            continue
+        program = posixpath.basename(words[0])
+        if program not in WRAPPERS:
+            return words
+        valued, i = WRAPPERS[program], 1
+        while i < len(words) and words[i].startswith("-"):
+            i += 2 if words[i] in valued else 1
+        if program == "timeout" and i < len(words):
+            i += 1  # its duration
+        if program == "nice" and i < len(words) and words[i - 1].startswith("-") and words[i - 1][1:].isdigit():
+            pass
+        words = words[i:]
+    return words
+
+
+def _statement(words: list[str], at: str, env: dict[str, str], found: Found, depth: int = 0) -> None:
+    if depth > 4:
+        raise BadInput(f"{at}: commands nested more than four deep (ssh, docker, bash -c)", "give the engine's line")
+    words = _unwrap(words, env)
+    if not words:
+        return
+    program = posixpath.basename(words[0])
+    if program in DOCKERS:
+        _docker(words[1:], at, env, found, depth)
+    elif program in SHELLS and len(words) > 2 and re.fullmatch(r"-[a-z]*c[a-z]*", words[1]):
+        _nested(words[2], at, env, None, found, depth)
+    elif program in SHELLS and len(words) > 1 and not words[1].startswith("-"):
+        found.elsewhere.append(f"{at} runs the script {shell.shown(words[1])}, which the text does not hold")
+    elif program == "ssh":
+        host, command = _ssh(words[1:])
+        if command:
+            before = len(found.launches)
+            _nested(" ".join(command), at, {}, None, found, depth)
+            for launch in found.launches[before:]:
+                launch.notes.append(("topology.nodes", "derived", f"the text runs it on {shell.shown(host)} over ssh: "
+                                     "sparkplay runs it on the nodes its inventory gives"))  # fmt: skip
+    elif program.startswith("launch-cluster"):
+        _eugr(words[1:], at, env, found, depth)
+    elif program.startswith("run_cluster") and len(words) > 1:
+        found.images.append(words[1])  # vLLM's examples/online_serving/run_cluster.sh IMAGE HEAD_IP --head|--worker
+        found.ignored.append(f"{program} (starts a Ray node of {words[1]})")
+    else:
+        try:
+            cmdline.parse(shlex.join(words))
+        except BadInput:
+            found.ignored.append(program)
+            return
+        found.launches.append(Launch(words, at, env))
+
+
+def _nested(text: str, at: str, env: dict[str, str], container: Container | None, found: Found, depth: int) -> None:
+    """A command string another program runs (bash -c, ssh): its engine start, and what runs before it there."""
+    inner, _ = find(text, f"{at}, in its command: line")
+    found.ignored += inner.ignored
+    found.elsewhere += inner.elsewhere
+    found.images += inner.images
+    found.containers.update(inner.containers)
+    if not inner.launches:
+        return
+    for launch in inner.launches:
+        launch.env = {**env, **launch.env}
+        if container is not None:  # a shell in a container: what it runs first runs in the engine's container
+            launch.container = launch.container or container
+            launch.preamble = launch.before
+        launch.before = []
+    found.launches += inner.launches
+
+
+def _ssh(words: list[str]) -> tuple[str, list[str]]:
+    i = 0
+    while i < len(words) and words[i].startswith("-"):
+        i += 2 if len(words[i]) == 2 and words[i][1] in SSH_VALUED else 1
+    return (words[i], words[i + 1 :]) if i < len(words) else ("", [])
+
+
+def _docker(words: list[str], at: str, env: dict[str, str], found: Found, depth: int) -> None:
+    if words[:1] == ["container"]:
+        words = words[1:]
+    sub = words[0] if words else ""
+    if sub == "run":
+        container = docker_run.parse_run(words[1:])
+        found.images.append(container.image)
+        if name := container.last("--name"):
+            found.containers[name] = container
+        command = _container_command(container, at)
+        if command is None:
+            return  # an idle container (sleep infinity) for a later docker exec
+        _inside(command, at, container, found, depth)
+    elif sub == "exec":
+        name, command, options = docker_run.parse_exec(words[1:])
+        container = found.containers.get(name)
+        if container is None and len(set(found.images)) == 1:
+            container = Container(found.images[0], [], {})
+            note = (f"docker exec runs it in {shell.shown(name)}, which the text starts from {found.images[0]}: "
+                    "that image is the engine's")  # fmt: skip
+        else:
+            note = ""
+        if container is not None:
+            exec_env = [*container.values("--env"), *options.get("--env", [])]
+            container = Container(container.image, [], {**container.options, "--env": exec_env})
+        before = len(found.launches)
+        _inside(command, at, container, found, depth)
+        for launch in found.launches[before:]:
+            launch.name_hint = launch.name_hint or shell.shown(name)
+            if note:
+                launch.notes.append(("engine.image", "derived", note))
+    elif sub == "compose":
+        found.elsewhere.append(f"{at} runs docker compose: import the compose file itself")
+    else:
+        found.ignored.append(f"docker {sub}".strip())
+
+
+def _inside(command: list[str], at: str, container: Container | None, found: Found, depth: int) -> None:
+    """The command a container runs: the engine itself, or a shell running it."""
+    if not command:
+        return
+    program = posixpath.basename(command[0])
+    if program in SHELLS and len(command) > 2 and re.fullmatch(r"-[a-z]*c[a-z]*", command[1]):
+        before = len(found.launches)
+        _nested(command[2], at, {}, container, found, depth + 1)
+        for launch in found.launches[before:]:
+            launch.name_hint = launch.name_hint or (container.last("--name") if container else None)
+        return
+    if program in SHELLS and len(command) > 1:
+        found.elsewhere.append(f"{at} runs the script {shell.shown(command[1])} inside the container, which the "
+                               "text does not hold")  # fmt: skip
+        return
+    try:
+        cmdline.parse(shlex.join(command))
+    except BadInput:
+        found.ignored.append(program)
+        return
+    found.launches.append(Launch(command, at, {}, container, name_hint=container.last("--name") if container else None))
+
+
+def _container_command(container: Container, at: str) -> list[str] | None:
+    """What a `docker run` runs: its --entrypoint and command, the image's entrypoint before arguments alone."""
+    entrypoint = container.last("--entrypoint")
+    command = list(container.command)
+    if entrypoint is not None:
+        return [*shlex.split(entrypoint), *command] if entrypoint else command
+    if command and posixpath.basename(command[0]) in IDLE and (len(command) == 1 or command[1] != "-c"):
+        if posixpath.basename(command[0]) in ("sleep", "tail") or len(command) == 1:
+            return None
+    repository = imageref.repository(container.image) or container.image
+    known = ENTRYPOINTS.get(repository)
+    if known is not None and (not command or command[0].startswith("-") or not _is_engine(command)):
+        return [*known, *command]
+    if command and not command[0].startswith("-"):
+        return command
+    for flag, program in FLAG_ENGINES:
+        if cmdline.has_flag(command, flag):
+            container.options.setdefault("_entrypoint_note", []).append(" ".join(program))
+            return [*program, *command]
+    return command or None
+
+
+def _is_engine(words: list[str]) -> bool:
+    try:
+        cmdline.parse(shlex.join(words))
+    except BadInput:
+        return False
+    return True
+
+
+def _eugr(words: list[str], at: str, env: dict[str, str], found: Found, depth: int) -> None:
+    """eugr's launch-cluster.sh [options] [exec] COMMAND: the engine runs in its image (-t) on every node (-n)."""
+    options: dict[str, list[str]] = {}
+    i = 0
+    while i < len(words) and words[i].startswith("-"):
+        if words[i] in EUGR_VALUED and i + 1 < len(words):
+            options.setdefault(words[i], []).append(words[i + 1])
+            i += 2
+        else:
+            options.setdefault(words[i], []).append("true")
+            i += 1
+    if script := options.get("--launch-script"):
+        found.elsewhere.append(f"{at} runs the launch script {shell.shown(script[-1])} (a file of eugr's profiles/): "
+                               "import that file")  # fmt: skip
+        return
+    rest = words[i:]
+    if rest[:1] in (["exec"], ["start"]):
+        rest = rest[1:]
+    if not rest:
+        found.ignored.append("launch-cluster.sh (starts its containers, runs no engine)")
+        return
+    image = (options.get("-t") or ["vllm-node"])[-1]
+    container = Container(image, [], {"--env": options.get("-e", []) + options.get("--env", [])})
+    before = len(found.launches)
+    _inside(rest, at, container, found, depth)
+    nodes = options.get("-n") or options.get("--nodes")
+    for launch in found.launches[before:]:
+        if nodes:
+            launch.nodes = len([n for n in nodes[-1].split(",") if n.strip()])
+            launch.notes.append(("topology.nodes", "derived", f"launch-cluster.sh -n {nodes[-1]}: one rank a node"))
+        for mod in options.get("--apply-mod", []):
+            launch.notes.append(("engine.mods", "ignored", f"--apply-mod {shell.shown(mod)}: a mod on the machine "
+                                 "the text was run on, not in the text: import the recipe with --mods-from its "
+                                 "folder's parent, or apply it by hand"))  # fmt: skip
+        if "-t" not in options:
+            launch.notes.append(("engine.image", "derived", "launch-cluster.sh runs its default image vllm-node, "
+                                 "built by eugr's build-and-copy.sh on every node"))  # fmt: skip

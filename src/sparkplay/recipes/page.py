@@ -1,0 +1,121 @@
+"""A page (Markdown or HTML, e.g. NVIDIA's playbooks) read for the engine commands in its code blocks.
+
+Only code is read: Markdown's fenced blocks and HTML's <pre> elements; prose is never executed or trusted. The
+shell blocks are read in page order as one session would run them (a variable a block sets is known to the
+blocks after it); a YAML block that is a compose file gives its services. Each engine command found is listed,
+and the user picks one (`--pick N`) unless there is only one.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import yaml
+
+from sparkplay.errors import BadInput
+from sparkplay.recipes import compose, launches, shell
+from sparkplay.recipes.launches import Found
+
+FENCE = re.compile(r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$", re.MULTILINE)
+SHELL_INFO = ("", "bash", "sh", "shell", "console", "zsh", "shell-session", "sh-session", "terminal", "text",
+              "plaintext", "dockerfile", "docker")  # fmt: skip
+YAML_INFO = ("yaml", "yml", "compose", "docker-compose")
+PROMPT = re.compile(r"^[ \t]*(?:[\w.@-]+(?::[~\w/.-]*)?)?[$#>][ \t]+(?=\S)", re.MULTILINE)
+
+
+def is_markdown(text: str) -> bool:
+    return any(True for _ in _fenced(text))
+
+
+def _fenced(text: str) -> list[tuple[str, str]]:
+    """(info string, body) of each fenced code block (CommonMark: closed by a fence of the same kind, as long)."""
+    blocks: list[tuple[str, str]] = []
+    position = 0
+    while (opening := FENCE.search(text, position)) is not None:
+        fence = opening.group("fence")
+        closing = re.compile(rf"^[ \t]{{0,3}}{fence[0]}{{{len(fence)},}}[ \t]*$", re.MULTILINE)
+        end = closing.search(text, opening.end())
+        body_end = end.start() if end else len(text)
+        blocks.append((opening.group("info").strip().split(" ")[0].lower(), text[opening.end() + 1 : body_end]))
+        position = end.end() if end else len(text)
+    return blocks
+
+
+class _Pre(HTMLParser):
+    """The text of every <pre> element, entities decoded, tags inside it (<code>, <span>) dropped."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.depth = 0
+        self.blocks: list[tuple[str, str]] = []
+        self.current: list[str] = []
+        self.info = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "pre":
+            self.depth += 1
+            self.current, self.info = [], ""
+        if self.depth and tag in ("pre", "code"):
+            classes = " ".join(v or "" for k, v in attrs if k == "class")
+            if m := re.search(r"language-([\w-]+)", classes):
+                self.info = m.group(1).lower()
+        if self.depth and tag == "br":
+            self.current.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "pre" and self.depth:
+            self.depth -= 1
+            if not self.depth:
+                self.blocks.append((self.info, "".join(self.current)))
+
+    def handle_data(self, data: str) -> None:
+        if self.depth:
+            self.current.append(data)
+
+
+def blocks(text: str, html: bool) -> list[tuple[str, str]]:
+    if html:
+        parser = _Pre()
+        parser.feed(text)
+        parser.close()
+        return parser.blocks
+    return _fenced(text)
+
+
+def find(text: str, html: bool, where: str) -> Found:
+    """Every engine command in the page's code blocks, in page order."""
+    found = Found()
+    variables: dict[str, str] = {}
+    unread = 0
+    for number, (info, body) in enumerate(blocks(text, html), 1):
+        at = f"code block {number}"
+        if info in YAML_INFO or (info == "" and re.search(r"^services:\s*$", body, re.MULTILINE)):
+            try:
+                data = yaml.safe_load(body)
+            except yaml.YAMLError:
+                data = None
+            if compose.is_compose(data):
+                inner = compose.find(data, where)
+                for launch in inner.launches:
+                    launch.where = f"{at}, {launch.where}"
+                found.launches += inner.launches
+                found.ignored += inner.ignored
+                continue
+        if info not in SHELL_INFO:
+            continue
+        body = PROMPT.sub("", body)
+        try:
+            shell.read(body)  # a block that is no shell text (output, a fragment) leaves the session as it was
+        except BadInput:
+            unread += 1
+            continue
+        try:
+            _, known = launches.find(body, f"{at}, line", variables, into=found)
+        except BadInput as exc:
+            found.elsewhere.append(f"{at}: {exc.problem}")
+            continue
+        variables = dict(known.scalars)
+    if unread and not found.launches:
+        found.elsewhere.append(f"{unread} code block(s) of the page are not shell text sparkplay can read")
+    return found

@@ -1,0 +1,212 @@
+"""A Launch (an engine start found in a command line, a script, a compose service or a page) as a RawRecipe.
+
+Everything docker was asked around the engine is read against sparkplay's own engine container (the same rules
+as sparkrun's executor_config, recipes/sparkrun_executor.py): what it already has needs nothing, what the
+recipe boundary lets a recipe set is mapped, and the rest is named as not applied. A value the text leaves to
+its reader's shell ($VAR, $(...)) never becomes a recipe's value.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from sparkplay.errors import BadInput
+from sparkplay.recipes import cmdline, hooks, known, shell, sparkrun_executor
+from sparkplay.recipes.docker_run import LIFECYCLE, Container
+from sparkplay.recipes.launches import Found, Launch
+from sparkplay.recipes.model import slugify
+from sparkplay.recipes.raw import RawRecipe
+
+# environment names that hold a secret: never written into a recipe (the HF token is checkpoint_hf_token)
+SECRET = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|CREDENTIALS?)$", re.IGNORECASE)
+HF_CACHE = re.compile(r"(^|/)(\.cache/huggingface|huggingface|hf[-_]?cache)(/|$)", re.IGNORECASE)
+# what sparkplay's engine container already is (engines/context.py), as docker run options
+EXECUTOR_OPTIONS = {"--gpus": "gpus", "--ipc": "ipc", "--network": "network", "--net": "network",
+                    "--device": "devices", "--cap-add": "cap_add", "--ulimit": "ulimit", "--user": "user"}  # fmt: skip
+HANDLED = {"--env", "--volume", "--mount", "--publish", "--shm-size", "--entrypoint", "--runtime", "_entrypoint_note"}
+GPU_RUNTIMES = ("nvidia",)
+
+
+def pick(found: Found, choice: int | None, where: str, shape: str = "shell text") -> list[Launch]:
+    """The launches to import: all of a compose file's services, or the one a text holds or `--pick` names."""
+    launches = found.launches
+    if not launches:
+        if found.elsewhere:
+            raise BadInput(f"{where}: no engine command to import: {found.elsewhere[0]}",
+                           "import the file that holds the engine's command line")  # fmt: skip
+        shown = f" (it runs {', '.join(dict.fromkeys(found.ignored))})" if found.ignored else ""
+        raise BadInput(
+            f"{where} is {shape}, not a recipe, and holds no engine command sparkplay can read{shown}",
+            "give a vllm serve, python -m sglang.launch_server, llama-server or Atlas spark serve command line, with "
+            "or without docker run/exec around it, a compose file, or a page with the command in a code block",
+        )
+    if choice is not None:
+        if not 1 <= choice <= len(launches):
+            raise BadInput(f"--pick {choice}: {where} holds {len(launches)} engine command(s)",
+                           f"pick one from 1 to {len(launches)}")  # fmt: skip
+        return [launches[choice - 1]]
+    return launches
+
+
+def listing(found: Found) -> str:
+    return "; ".join(f"{i}) {launch.label()}" for i, launch in enumerate(found.launches, 1))
+
+
+def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecipe:
+    _check_settled(launch)
+    parsed = cmdline.parse(shlex.join(launch.command))
+    raw = RawRecipe(name="", title="", source=source, engine=parsed.engine, model=parsed.model, args=parsed.args,
+                    pinning=parsed.pinning)  # fmt: skip
+    for key, how, detail in launch.notes:
+        raw.note(key, how, detail)
+    raw.note("serve.args", "derived", f"the engine command at {launch.where}")
+    env = {**launch.env, **parsed.env}
+    container = launch.container
+    if container is not None:
+        env.update(_container_env(container, raw))
+        raw.image = container.image or None
+        _container(container, raw)
+    elif parsed.engine in sparkrun_executor.CONTAINER_ENGINES:
+        raw.note("engine.image", "derived", "the command runs the engine outside a container: sparkplay runs it "
+                 "in the engine's image, which the text does not name")  # fmt: skip
+    raw.env = _without_secrets(env, raw)
+    raw.nodes = launch.nodes
+    if launch.preamble:
+        raw.preamble = {"commands": launch.preamble, "sha256": hooks.digest(launch.preamble)}
+        raw.note("engine.preamble", "derived", f"the container's shell runs {len(launch.preamble)} command(s) before "
+                 f"the engine (sha256 {raw.preamble['sha256'][:12]}): a privileged request, run in the engine's "
+                 "container on every rank only where the inventory allows it")  # fmt: skip
+    if launch.before:
+        raw.note("serve.args", "ignored", "not applied: the text's other commands before the engine: "
+                 + "; ".join(c[:60] for c in launch.before[:6]) + (" ..." if len(launch.before) > 6 else ""))  # fmt: skip
+    served = cmdline.flag_value(parsed.args, "--served-model-name", "--alias", "-a")
+    raw.title = served or parsed.model or launch.name_hint or parsed.engine
+    hint = launch.name_hint if launch.name_hint and not shell.unknowns(launch.name_hint) else None
+    model_name = (parsed.model or "").rstrip("/").rsplit("/", 1)[-1] or None
+    raw.name = name or slugify(served or hint or model_name or parsed.engine)
+    return raw
+
+
+def _check_settled(launch: Launch) -> None:
+    """A word the text leaves to its reader's shell cannot be a recipe's: refused, naming it."""
+    fields = [*launch.command, *(f"{k}={v}" for k, v in launch.env.items() if not SECRET.search(k))]
+    if launch.container is not None:
+        fields.append(launch.container.image)
+        fields += [e for e in launch.container.values("--env") if "=" in e and not SECRET.search(e.split("=")[0])]
+    for text in fields:
+        if names := shell.unknowns(text):
+            unset = names[0]
+            what = "a command substitution" if unset.startswith(("$(", "`")) else f"${unset.lstrip('$')}"
+            raise BadInput(
+                f"the command at {launch.where} uses {what}, which the text never sets ({shell.shown(text)[:80]})",
+                f"set it in the text before the command (NAME=value) or write its value in place of {what}",
+            )
+    for text in fields:
+        if m := re.search(r"<[A-Za-z][A-Za-z0-9_ .:/-]*>", text):
+            raise BadInput(f"the command at {launch.where} holds the placeholder {m.group(0)} ({text[:80]})",
+                           f"replace {m.group(0)} with its value in the text")  # fmt: skip
+
+
+def _container_env(container: Container, raw: RawRecipe) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for entry in container.values("--env"):
+        name, eq, value = entry.partition("=")
+        if not eq:
+            raw.note("serve.env", "ignored", f"{name}: docker takes it from the environment of whoever runs the "
+                     f"command; not in the text, so not applied (import with --set serve.env.{name}=VALUE)")  # fmt: skip
+            continue
+        env[name] = value
+    for path in container.values("--env-file"):
+        raw.note("serve.env", "ignored", f"--env-file {shell.shown(path)}: a file on the machine the text was "
+                 "run on, not in the text: its settings are not applied (import with --set serve.env.NAME=VALUE)")  # fmt: skip
+    return env
+
+
+def _without_secrets(env: dict[str, str], raw: RawRecipe) -> dict[str, str]:
+    kept = {}
+    for name, value in env.items():
+        if SECRET.search(name):
+            where = "checkpoint_hf_token in the inventory's vault" if name.startswith(("HF_", "HUGGING")) else (
+                "the inventory (serve_api_key for an engine's API key)")  # fmt: skip
+            raw.note("serve.env", "ignored", f"{name} left out: a secret is never stored in a recipe; sparkplay "
+                     f"takes it from {where}")  # fmt: skip
+        elif shell.unknowns(value):
+            raw.note("serve.env", "ignored", f"{name}: its value {shell.shown(value)} comes from the shell of "
+                     f"whoever runs the text; not applied (import with --set serve.env.{name}=VALUE)")  # fmt: skip
+        else:
+            kept[name] = value
+    return kept
+
+
+def _container(container: Container, raw: RawRecipe) -> None:
+    """docker's options around the engine, against sparkplay's own container."""
+    options = container.options
+    if "_entrypoint_note" in options:
+        raw.note("serve.args", "derived", f"{container.image} runs what its command gives after its entrypoint, "
+                 f"which sparkplay does not know: the engine's flags say it is `{options['_entrypoint_note'][-1]}`")  # fmt: skip
+    executor: dict[str, Any] = {}
+    for option, key in EXECUTOR_OPTIONS.items():
+        values = [shell.shown(v) for v in options.get(option, [])]
+        if not values:
+            continue
+        executor[key] = values if key in ("devices", "cap_add", "ulimit") else values[-1]
+    if options.get("--runtime"):
+        runtime = options["--runtime"][-1]
+        if runtime in GPU_RUNTIMES:
+            executor.setdefault("gpus", "all")
+        else:
+            executor["runtime"] = runtime
+    if executor.get("gpus") is not None:
+        executor["gpus"] = str(executor["gpus"]).strip("\"'")
+    mapped = sparkrun_executor.read(executor, raw.engine)
+    raw.ulimits, raw.container_user = mapped.ulimits, mapped.user
+    for key, value in mapped.left.items():
+        raw.note(f"extra.docker.{key}", "ignored", f"{key} {value}: not applied: sparkplay's engine container has "
+                 "the host's network and IPC, every GPU, the RDMA devices and IPC_LOCK, and no other capability, "
+                 "device or privilege a recipe asks (docs/security.md)")  # fmt: skip
+    if shm := options.get("--shm-size"):
+        if raw.engine in sparkrun_executor.CONTAINER_ENGINES:
+            raw.shm_size = shm[-1]
+    for spec in [*options.get("--volume", []), *options.get("--mount", [])]:
+        raw.note("extra.docker.volume", "ignored", _mount_note(shell.shown(spec)))
+    _ports(options.get("--publish", []), raw)
+    others = sorted(k for k in options if k not in EXECUTOR_OPTIONS and k not in HANDLED and k not in LIFECYCLE)
+    for option in others:
+        raw.note(f"extra.docker.{option.lstrip('-')}", "ignored", f"docker {option} {' '.join(options[option])}: "
+                 "not applied: sparkplay's engine container is never privileged and takes no other docker option "
+                 "from a recipe (docs/security.md)")  # fmt: skip
+    if life := sorted(k for k in options if k in LIFECYCLE):
+        raw.note("extra.docker.lifecycle", "ignored", f"{', '.join(life)}: the container's life and name are "
+                 "sparkplay's systemd unit's (it starts, restarts and removes it)")  # fmt: skip
+
+
+def _mount_note(spec: str) -> str:
+    target = spec.split(":")[1] if ":" in spec and not spec.startswith(("type=", "source=", "src=")) else spec
+    if HF_CACHE.search(target) or HF_CACHE.search(spec.split(":")[0]):
+        return (f"{spec}: the Hugging Face cache: sparkplay downloads the model once, mirrors it to every rank "
+                "and mounts its own model root instead")  # fmt: skip
+    return (f"{spec}: not applied: sparkplay mounts no host folder a recipe names (its engines see the model "
+            "root and their own cache; docs/security.md); a model served from there is named by model.repo")  # fmt: skip
+
+
+def _ports(specs: list[str], raw: RawRecipe) -> None:
+    """docker -p [IP:]HOST:CONTAINER: with the host's network, the engine listens on the host's port itself."""
+    engine_port = cmdline.flag_value(raw.args, "--port")
+    container_port = int(engine_port) if engine_port and engine_port.isdigit() else known.ENGINES[raw.engine].port
+    for spec in specs:
+        parts = shell.shown(spec).split("/", 1)[0].rsplit(":", 2)
+        if len(parts) < 2 or not parts[-1].isdigit():
+            continue
+        host_port = parts[-2]
+        if int(parts[-1]) != container_port or not host_port.isdigit():
+            continue
+        if len(parts) == 3 and parts[0]:
+            raw.bind = parts[0].strip("[]")
+            raw.note("serve.bind", "derived", f"docker -p {spec}: the API is published on {raw.bind}")
+        if int(host_port) != container_port:
+            raw.port = int(host_port)
+            raw.args = cmdline.with_flag(raw.args, "--port", host_port) if engine_port else raw.args
+            raw.note("serve.port", "derived", f"docker -p {spec} publishes the engine's port {container_port} as "
+                     f"{host_port}: sparkplay runs the engine on the host's network, so it listens on {host_port}")  # fmt: skip
