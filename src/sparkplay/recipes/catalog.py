@@ -26,6 +26,9 @@ from sparkplay.recipes.normalise import normalise
 # a YAML mapping's first line (`key: value`): shell text never starts so
 YAML_KEY = re.compile(r"^(#[^\n]*\n\s*)*[A-Za-z_][A-Za-z0-9_.-]*:(\s|$)")
 
+# a copied terminal's prompt before a command (`$ vllm serve ...`)
+PROMPT = re.compile(r"^[ \t]*\$[ \t]+(?=\S)", re.MULTILINE)
+
 # Asked with the question, the lines of the diff and the file at stake;
 # returns the answer. The CLI decides how (terminal, --yes, or no).
 Confirm = Callable[[str, list[str], Path], bool]
@@ -207,7 +210,7 @@ def _shell_text(text: str, source: Callable[[str], dict[str, Any]], name: str | 
     """Text that is no recipe format: a page in Markdown, else shell text (a command line, a script, a profile)."""
     if page.is_markdown(text):
         return pasted(page.find(text, False, where), source("page"), name, pick, where, "a Markdown page")
-    found, variables = launches.find(text)
+    found, variables = launches.find(PROMPT.sub("", text))
     if not found.launches and not found.elsewhere and not found.ignored and variables.scalars:
         raise BadInput(
             f"{where} is a profile of settings (NAME=value lines: {', '.join(list(variables.scalars)[:4])}) for a "

@@ -49,6 +49,8 @@ class Launch:
     name_hint: str | None = None  # the container's or service's name
     preamble: list[str] = field(default_factory=list)  # commands its container's shell runs before it
     before: list[str] = field(default_factory=list)  # the text's other commands before it
+    operators: list[str] = field(default_factory=list)  # what the shell does around those (a pipe, a redirect)
+    after: list[str] = field(default_factory=list)  # the text's commands after it
     notes: list[tuple[str, str, str]] = field(default_factory=list)
 
     def label(self) -> str:
@@ -76,6 +78,7 @@ def find(
     first = len(found.launches)
     exported: dict[str, str] = {}
     earlier: list[str] = []
+    operators: list[str] = []
     for statement in script.statements:
         words = statement.words
         if words[:1] in (["export"], ["declare"], ["readonly"]):
@@ -84,9 +87,19 @@ def find(
         count = len(found.launches)
         _statement(words, f"{where} {statement.line}", dict(exported), found)
         for launch in found.launches[count:]:
-            launch.before = list(earlier)
-        if len(found.launches) == count and words[:1] not in (["set"], ["cd"]):
-            earlier.append(shell.shown(shlex.join(words)))
+            launch.before, launch.operators = list(earlier), list(operators)
+            if statement.piped or statement.redirected or statement.background:
+                launch.notes.append(("serve.args", "ignored", "the text pipes, redirects or backgrounds the engine's "
+                                     "output: sparkplay's unit runs it in the foreground and its journal keeps "
+                                     "the output"))  # fmt: skip
+        if len(found.launches) > count or words[:1] in (["set"], ["cd"]):
+            continue
+        text = shell.shown(shlex.join(words))
+        for launch in found.launches[first:]:
+            launch.after.append(text)
+        earlier.append(text)
+        if statement.piped or statement.redirected or statement.background:
+            operators.append(text)
     if script.control_flow:
         for launch in found.launches[first:]:
             launch.notes.append(("serve.args", "derived", "the text has if/while/for/case or functions: sparkplay "
@@ -163,10 +176,20 @@ def _nested(text: str, at: str, env: dict[str, str], container: Container | None
     for launch in inner.launches:
         launch.env = {**env, **launch.env}
         if container is not None:  # a shell in a container: what it runs first runs in the engine's container
+            if launch.after:
+                raise _container_script(f"{launch.after[0]!r} runs after the engine")
+            if launch.operators:
+                raise _container_script(f"{launch.operators[0]!r} uses a pipe, a redirect or & before the engine")
             launch.container = launch.container or container
             launch.preamble = launch.before
         launch.before = []
     found.launches += inner.launches
+
+
+def _container_script(why: str) -> BadInput:
+    return BadInput(f"the container's shell runs more than the engine: {why}",
+                    "reduce the container's command to the engine's line (settings exported and simple commands "
+                    "before it are fine: sparkplay runs those as a privileged request)")  # fmt: skip
 
 
 def _ssh(words: list[str]) -> tuple[str, list[str]]:
@@ -192,15 +215,17 @@ def _docker(words: list[str], at: str, env: dict[str, str], found: Found, depth:
     elif sub == "exec":
         name, command, options = docker_run.parse_exec(words[1:])
         container = found.containers.get(name)
+        note = ""
         if container is None and len(set(found.images)) == 1:
             container = Container(found.images[0], [], {})
             note = (f"docker exec runs it in {shell.shown(name)}, which the text starts from {found.images[0]}: "
                     "that image is the engine's")  # fmt: skip
-        else:
-            note = ""
-        if container is not None:
-            exec_env = [*container.values("--env"), *options.get("--env", [])]
-            container = Container(container.image, [], {**container.options, "--env": exec_env})
+        elif container is None:
+            container = Container("", [], {})
+            note = (f"docker exec runs it in the container {shell.shown(name)}, which the text does not start: "
+                    "its image is not known")  # fmt: skip
+        exec_env = [*container.values("--env"), *options.get("--env", [])]
+        container = Container(container.image, [], {**container.options, "--env": exec_env})
         before = len(found.launches)
         _inside(command, at, container, found, depth)
         for launch in found.launches[before:]:
@@ -300,6 +325,6 @@ def _eugr(words: list[str], at: str, env: dict[str, str], found: Found, depth: i
             launch.notes.append(("engine.mods", "ignored", f"--apply-mod {shell.shown(mod)}: a mod on the machine "
                                  "the text was run on, not in the text: import the recipe with --mods-from its "
                                  "folder's parent, or apply it by hand"))  # fmt: skip
-        if "-t" not in options:
-            launch.notes.append(("engine.image", "derived", "launch-cluster.sh runs its default image vllm-node, "
-                                 "built by eugr's build-and-copy.sh on every node"))  # fmt: skip
+        launch.notes.append(("engine.image", "ignored", f"launch-cluster.sh runs the image {image}, which eugr's "
+                             "build-and-copy.sh builds on every node, not pulled from a registry: build it under that "
+                             "tag on every node first, or --set engine.image to a published image"))  # fmt: skip

@@ -104,8 +104,24 @@ def _gguf(raw: RawRecipe, hub: str | None, repo: str | None) -> dict[str, Any] |
             "projector": None, "draft_ref": draft, "draft": None}  # fmt: skip
 
 
+def _vllm_spelling(raw: RawRecipe) -> None:
+    """vLLM's parser reads `--max_model_len` as `--max-model-len` (FlexibleArgumentParser turns a long option's
+    underscores into dashes): written as vLLM reads it, so every rule here sees the flag."""
+    if raw.engine != "vllm":
+        return
+    cleaned = []
+    for arg in raw.args:
+        name, eq, value = arg.partition("=")
+        cleaned.append(name.replace("_", "-") + eq + value if name.startswith("--") and "_" in name else arg)
+    if cleaned != raw.args:
+        changed = [a.partition("=")[0] for a, b in zip(raw.args, cleaned, strict=True) if a != b]
+        raw.note("serve.args", "cleaned", f"{', '.join(changed)} written with dashes, as vLLM's parser reads them")
+        raw.args = cleaned
+
+
 def normalise(raw: RawRecipe) -> dict[str, Any]:
     """The normalised recipe document (not yet schema-validated)."""
+    _vllm_spelling(raw)
     flags.check_json_flags(raw.args)
     _check_one_line(raw)
     engine_defaults = known.ENGINES[raw.engine]

@@ -98,7 +98,10 @@ def _check_settled(launch: Launch) -> None:
     for text in fields:
         if names := shell.unknowns(text):
             unset = names[0]
-            what = "a command substitution" if unset.startswith(("$(", "`")) else f"${unset.lstrip('$')}"
+            if unset.startswith(("$(", "`")):
+                raise BadInput(f"the command at {launch.where} uses a command substitution ({shell.shown(text)[:80]}), "
+                               "whose value only running it would give", "write its value in its place")  # fmt: skip
+            what = f"${unset.lstrip('$')}"
             raise BadInput(
                 f"the command at {launch.where} uses {what}, which the text never sets ({shell.shown(text)[:80]})",
                 f"set it in the text before the command (NAME=value) or write its value in place of {what}",
