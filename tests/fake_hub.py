@@ -19,8 +19,12 @@ LFS_MIN = 1024
 
 
 class FakeHub:
-    def __init__(self, repos: dict[str, dict[str, bytes]], commit: str = "c" * 40) -> None:
-        self.repos, self.commit = repos, commit
+    def __init__(
+        self, repos: dict[str, dict[str, bytes]], commit: str = "c" * 40,
+        history: dict[str, dict[str, dict[str, bytes]]] | None = None,
+    ) -> None:  # fmt: skip
+        # repos: what each repository's main holds (at `commit`); history: older commits, repo -> commit -> files
+        self.repos, self.commit, self.history = repos, commit, history or {}
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, authorization)
         hub = self
 
@@ -64,13 +68,16 @@ class FakeHub:
         parts = urlsplit(handler.path)
         path = unquote(parts.path)
         self.requests.append((handler.command, path, handler.headers.get("Authorization")))
-        js = {"Content-Type": "application/json", "X-Repo-Commit": self.commit}
         for repo, files in self.repos.items():
             info = f"/api/models/{repo}/revision/"
             tree = f"/api/models/{repo}/tree/"
             resolve = f"/{repo}/resolve/"
+            revision = next((path[len(p) :].split("/", 1)[0] for p in (info, tree, resolve) if path.startswith(p)), "")
+            commit = revision if revision in self.history.get(repo, {}) else self.commit
+            files = self.history.get(repo, {}).get(revision, files)
+            js = {"Content-Type": "application/json", "X-Repo-Commit": commit}
             if path.startswith(info) or path == f"/api/models/{repo}":
-                data = {"id": repo, "modelId": repo, "sha": self.commit, "private": False,
+                data = {"id": repo, "modelId": repo, "sha": commit, "private": False,
                         "siblings": [{"rfilename": name} for name in sorted(files)]}  # fmt: skip
                 return self._send(handler, 200, json.dumps(data).encode(), js, body)
             if path.startswith(tree):
@@ -82,11 +89,11 @@ class FakeHub:
                     return self._send(handler, 404, b"not found", {"X-Error-Code": "EntryNotFound"}, body)
                 data = files[name]
                 entry = self._entry(name, data)
-                headers = {"X-Repo-Commit": self.commit, "Content-Type": "application/octet-stream",
+                headers = {"X-Repo-Commit": commit, "Content-Type": "application/octet-stream",
                            "ETag": f'"{entry["oid"]}"'}  # fmt: skip
                 if "lfs" in entry:
                     headers["ETag"] = f'"{entry["lfs"]["oid"]}"'
                     headers["X-Linked-Etag"] = f'"{entry["lfs"]["oid"]}"'
                     headers["X-Linked-Size"] = str(len(data))
                 return self._send(handler, 200, data, headers, body)
-        self._send(handler, 404, b"no such repo", {"X-Error-Code": "RepoNotFound"}, body)
+        self._send(handler, 404, b"no such repo", {"X-Error-Code": "RepoNotFound"}, body)  # fmt: skip

@@ -54,8 +54,22 @@ def _load_any(project: Path, ref: str) -> dict[str, Any]:
 @recipe_app.command("import")
 @reports_errors
 def recipe_import(
-    source: Annotated[str, typer.Argument(help="An https URL, a .json file, a recipe.toml, or a sparkplay .yml.")],
-    name: Annotated[str | None, typer.Option("--name", help="Save under this name (default: from the recipe).")] = None,
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="An https URL, a file, or - for standard input: a recipe (website "
+            "JSON, recipe.toml, sparkrun or sparkplay YAML), a command line or "
+            "script, a docker compose file, or a page (Markdown or HTML)."
+        ),
+    ],
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            help="Save under this name (default: from the recipe); with "
+            "several compose services, the prefix of each one's name.",
+        ),
+    ] = None,
     sets: Annotated[
         list[str] | None,
         typer.Option(
@@ -63,6 +77,17 @@ def recipe_import(
             metavar="KEY=VALUE",
             help="Fill or correct a field the recipe leaves out or gets wrong (dotted key, e.g. engine.image=REPO:TAG, "
             "model.revision=COMMIT, serve.bind=0.0.0.0); repeatable.",
+        ),
+    ] = None,
+    pick: Annotated[
+        int | None,
+        typer.Option(
+            "--pick",
+            min=1,
+            metavar="N",
+            help="The Nth engine command of a page or "
+            "script that holds several (the error lists them), or one service of "
+            "a compose file.",
         ),
     ] = None,
     mods_from: Annotated[
@@ -79,11 +104,20 @@ def recipe_import(
 ) -> None:
     """Import a recipe into recipes/NAME.yml; asks before replacing a different one.
 
-    The format is read from the content: a recipe website's JSON, a launcher recipe.toml,
-    a sparkrun recipe YAML or a sparkplay recipe YAML.
+    The format is read from the content: a recipe website's JSON, a launcher recipe.toml, a sparkrun
+    or sparkplay recipe YAML, a command line or script (vllm serve, python -m sglang.launch_server,
+    llama-server, spark serve, with docker run/exec around them), a docker compose file (each engine
+    service a recipe), or a page whose code blocks hold the command.
     """
     root = project_dir(project)
-    doc = importing.import_source(source, name, sets or (), mods_from or ())
+    docs = importing.import_sources(source, name, sets or (), mods_from or (), pick)
+    saved = [_save_one(root, doc, yes) for doc in docs]
+    if len(saved) > 1:  # a compose file's services: the first the primary, the others added beside it
+        out.print(f"serve them: sparkplay up {saved[0]} -i INVENTORY, then "
+                  + ", ".join(f"sparkplay up {n} --add -i INVENTORY" for n in saved[1:]), markup=False)  # fmt: skip
+
+
+def _save_one(root: Path, doc: dict[str, Any], yes: bool) -> str:
     result = catalog.save(catalog.catalog_dir(root), doc, make_confirm(yes))
 
     def shown(path: Path) -> Path:  # a checkout's recipes/ as before; an installed sparkplay's in full
@@ -98,11 +132,12 @@ def recipe_import(
     for problem in model.problems(doc):
         err.print(str(problem), markup=False, highlight=False)
     for note in doc.get("provenance") or []:
-        if note.get("how") in ("narrowed", "overridden", "added"):
+        if note.get("how") in ("narrowed", "overridden", "added", "pinned"):
             err.print(f"note: {note['key']}: {note['detail']}", markup=False, highlight=False)
         elif note.get("how") == "ignored":
             kept = " (kept in the recipe's extra)" if note["key"].startswith("extra.") else ""
             err.print(f"not honoured: {note['key']}: {note['detail']}{kept}", markup=False, highlight=False)
+    return str(doc["name"])
 
 
 @recipe_app.command("list")

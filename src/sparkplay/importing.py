@@ -17,21 +17,44 @@ from sparkplay.recipes import catalog, cmdline
 
 
 def import_source(
-    source: str, name: str | None = None, sets: Sequence[str] = (), mods_from: Sequence[Path] = ()
+    source: str,
+    name: str | None = None,
+    sets: Sequence[str] = (),
+    mods_from: Sequence[Path] = (),
+    pick: int | None = None,
 ) -> dict[str, Any]:
-    """SOURCE (an https URL or a file) as a recipe that can be deployed (catalog.read_source says how it is
-    read); one that could never start (its plan refused on stand-in nodes) is refused, naming the source."""
-    doc = catalog.read_source(source, name, sets, mods_from)
+    """SOURCE's one recipe (import_sources says how); a source of several needs --pick."""
+    docs = import_sources(source, name, sets, mods_from, pick)
+    if len(docs) > 1:
+        listed = "; ".join(f"{i}) {d['name']}" for i, d in enumerate(docs, 1))
+        raise BadInput(f"{source} holds {len(docs)} engine launches ({listed})", "choose one with --pick N")
+    return docs[0]
+
+
+def import_sources(
+    source: str,
+    name: str | None = None,
+    sets: Sequence[str] = (),
+    mods_from: Sequence[Path] = (),
+    pick: int | None = None,
+) -> list[dict[str, Any]]:
+    """SOURCE (an https URL, a file, or - for stdin) as recipes that can be deployed (catalog.read_sources says
+    how it is read: one, or one per engine service of a compose file); one that could never start (its plan
+    refused on stand-in nodes) is refused, naming the source."""
+    docs = catalog.read_sources(source, name, sets, mods_from, pick)
     root = deployment.DEFAULTS["sparkplay_model_root"]
-    try:  # what the recipe alone decides must plan: an import that could never start is no import
-        plan.rehearse(doc, root)
-    except BadInput as exc:
-        raise BadInput(f"{source}: the recipe cannot be planned as written: {exc.problem}", exc.fix) from None
-    for key in plan.env_not_passed(doc, root):
-        doc["provenance"].append({"key": f"serve.env.{key}", "how": "overridden", "detail": (
-            f"the recipe sets {key}={doc['serve']['env'][key]!r}; the {doc['engine']['name']} plan sets it on each "
-            "node itself (from that node's cable, paths and rank), so the recipe's value is not used")})  # fmt: skip
-    for flag, why in plan.ADDED_FLAGS.get(doc["engine"]["name"], {}).items():
-        if not cmdline.has_flag(doc["serve"]["args"], flag):
-            doc["provenance"].append({"key": "serve.args", "how": "added", "detail": f"{flag}: {why}"})
-    return doc
+    for doc in docs:
+        try:  # what the recipe alone decides must plan: an import that could never start is no import
+            plan.rehearse(doc, root)
+        except BadInput as exc:
+            raise BadInput(f"{source}: recipe {doc['name']} cannot be planned as written: {exc.problem}",
+                           exc.fix) from None  # fmt: skip
+        for key in plan.env_not_passed(doc, root):
+            doc["provenance"].append({"key": f"serve.env.{key}", "how": "overridden", "detail": (
+                f"the recipe sets {key}={doc['serve']['env'][key]!r}; the {doc['engine']['name']} plan sets it on "
+                "each node itself (from that node's cable, paths and rank), so the recipe's value is not used"
+            )})  # fmt: skip
+        for flag, why in plan.ADDED_FLAGS.get(doc["engine"]["name"], {}).items():
+            if not cmdline.has_flag(doc["serve"]["args"], flag):
+                doc["provenance"].append({"key": "serve.args", "how": "added", "detail": f"{flag}: {why}"})
+    return docs

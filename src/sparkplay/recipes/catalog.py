@@ -62,7 +62,10 @@ def recipe_path(catalog: Path, name: str) -> Path:
 
 
 def read_source(
-    source: str, name: str | None = None, sets: Sequence[str] = (), mods_from: Sequence[Path] = (),
+    source: str,
+    name: str | None = None,
+    sets: Sequence[str] = (),
+    mods_from: Sequence[Path] = (),
     pick: int | None = None,
 ) -> dict[str, Any]:
     """The one recipe SOURCE holds (read_sources says how); a source of several is refused unless --pick names
@@ -75,7 +78,10 @@ def read_source(
 
 
 def read_sources(
-    source: str, name: str | None = None, sets: Sequence[str] = (), mods_from: Sequence[Path] = (),
+    source: str,
+    name: str | None = None,
+    sets: Sequence[str] = (),
+    mods_from: Sequence[Path] = (),
     pick: int | None = None,
 ) -> list[dict[str, Any]]:
     """Read SOURCE (an https URL, a file, or - for standard input) into normalised, schema-valid recipes with
@@ -155,7 +161,12 @@ def read(
 
 
 def read_all(
-    body: bytes, where: str, sha: str, name: str | None, content_type: str = "", mods_from: Sequence[Path] = (),
+    body: bytes,
+    where: str,
+    sha: str,
+    name: str | None,
+    content_type: str = "",
+    mods_from: Sequence[Path] = (),
     pick: int | None = None,
 ) -> list[dict[str, Any]]:
     """The normalised recipes from a source's bytes, by what the bytes are."""
@@ -230,7 +241,12 @@ def pasted(found: launches.Found, src: dict[str, Any], name: str | None, pick: i
     docs = []
     for launch in chosen:
         own = f"{name}-{launch.name_hint}" if name and len(chosen) > 1 and launch.name_hint else name
-        docs.append(normalise(paste.to_raw(launch, {**src, "launch": launch.where}, own)))
+        raw = paste.to_raw(launch, {**src, "launch": launch.where}, own)
+        if src["kind"] == "compose" and found.ignored:
+            raw.note("extra.compose.services", "ignored", "the compose file's other services run no engine and are "
+                     f"not applied: {', '.join(found.ignored)}")  # fmt: skip
+            raw.extra.setdefault("compose", {})["services"] = list(found.ignored)
+        docs.append(normalise(raw))
     names = [d["name"] for d in docs]
     if len(set(names)) < len(names):
         for doc, launch in zip(docs, chosen, strict=True):

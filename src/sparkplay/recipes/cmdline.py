@@ -52,6 +52,8 @@ def context_value(engine: str, text: str) -> int | None:
                 return int(float(number) * _DECIMAL[suffix])
             if number.isdigit():
                 return int(number) * _BINARY[suffix]
+    if engine == "llamacpp" and value == "0":
+        return None  # llama.cpp: 0 is the model's own context length
     if value.isdigit():
         return int(value)
     raise BadInput(f"{flag} has a value the engine does not read: {text!r}", f"give {flag} a whole number of tokens")

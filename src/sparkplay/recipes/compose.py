@@ -15,7 +15,8 @@ from typing import Any
 from sparkplay.errors import BadInput
 from sparkplay.recipes import launches, shell
 from sparkplay.recipes.docker_run import Container
-from sparkplay.recipes.launches import Found, Launch
+from sparkplay.recipes.launches import Found
+from sparkplay.recipes.shell_words import Piece, Word
 
 # service keys -> the docker run option each is
 OPTIONS = {"ipc": "--ipc", "network_mode": "--network", "shm_size": "--shm-size", "user": "--user",
@@ -42,7 +43,7 @@ def interpolate(value: Any) -> Any:
         if "$" not in value:
             return value
         escaped = value.replace("$$", "\ue001")
-        text = shell.Variables().text(shell.Word([shell.Piece(escaped, True, True)]))
+        text = shell.Variables().text(Word([Piece(escaped, True, True)]))
         return text.replace("\ue001", "$")
     if isinstance(value, list):
         return [interpolate(v) for v in value]
@@ -65,9 +66,9 @@ def find(data: dict[str, Any], where: str) -> Found:
         if spec.get("entrypoint") is not None:
             container.options["--entrypoint"] = [shlex.join(_words(spec["entrypoint"], at))]
         count = len(found.launches)
-        command = launches._container_command(container, at)  # noqa: SLF001 - one rule for run and compose
+        command = launches._container_command(container, at)
         if command is not None:
-            launches._inside(command, at, container, found, 0)  # noqa: SLF001
+            launches._inside(command, at, container, found, 0)
         if len(found.launches) == count:
             what = image or "a built image"
             found.ignored.append(f"service {service} ({what})")
@@ -85,7 +86,9 @@ def _notes(spec: dict[str, Any], service: str) -> list[tuple[str, str, str]]:
         notes.append(("engine.image", "ignored", f"service {service}: {how} built from the compose file's build: "
                       "section, not pulled: build it under that tag on every node first, or --set engine.image "
                       "to a published image"))  # fmt: skip
-    others = sorted(k for k in spec if k not in QUIET and k not in OPTIONS and k not in LISTS and not k.startswith("x-"))
+    others = sorted(
+        k for k in spec if k not in QUIET and k not in OPTIONS and k not in LISTS and not k.startswith("x-")
+    )
     for key in others:
         notes.append((f"extra.compose.{key}", "ignored", f"service {service}: compose's {key} is not applied"))
     return notes
@@ -128,7 +131,9 @@ def _options(spec: dict[str, Any], at: str) -> dict[str, list[str]]:
 
 def _environment(value: Any) -> list[str]:
     if isinstance(value, dict):  # a null value is taken from the machine's environment: docker's bare -e NAME
-        return [str(k) if v is None else f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in value.items()]
+        return [
+            str(k) if v is None else f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in value.items()
+        ]
     if isinstance(value, list):
         return [str(v) for v in value]
     return []

@@ -32,7 +32,8 @@ RUN_SWITCHES = frozenset({
 })  # fmt: skip
 RUN_SHORT = {"-a": "--attach", "-c": "--cpu-shares", "-e": "--env", "-h": "--hostname", "-l": "--label",
              "-m": "--memory", "-p": "--publish", "-u": "--user", "-v": "--volume", "-w": "--workdir",
-             "-d": "--detach", "-i": "--interactive", "-t": "--tty", "-P": "--publish-all", "-q": "--quiet"}  # fmt: skip
+             "-d": "--detach", "-i": "--interactive", "-t": "--tty", "-P": "--publish-all",
+             "-q": "--quiet"}  # fmt: skip
 EXEC_VALUED = frozenset({"--detach-keys", "--env", "--env-file", "--user", "--workdir"})
 EXEC_SWITCHES = frozenset({"--detach", "--interactive", "--privileged", "--tty"})
 EXEC_SHORT = {"-e": "--env", "-u": "--user", "-w": "--workdir", "-d": "--detach", "-i": "--interactive",

@@ -191,7 +191,7 @@ def derive(raw: RawRecipe) -> dict[str, Any]:
         }
     rpc = flag(a, "--rpc")
     return {
-        "context_length": whole(flag(a, *cmdline.CONTEXT_FLAGS["llamacpp"]), "--ctx-size"),
+        "context_length": context(raw, "llamacpp"),  # 0: the model's own length
         "tensor_parallel": None,
         "pipeline_parallel": None,
         "expert_parallel": None,

@@ -178,7 +178,7 @@ def apply(doc: dict[str, Any]) -> None:
         notes.append(("model.gguf.projector", "derived", f"llama.cpp loads the vision projector {choice.mmproj} "
                       "with -hf (the recipe has no --no-mmproj): passed as --mmproj"))  # fmt: skip
     if not pinned:
-        notes.append(("model.revision", "derived", f"{repo} at main is {choice.commit}: the commit whose files "
+        notes.append(("model.revision", "pinned", f"{repo} at main is {choice.commit}: the commit whose files "
                       "were chosen, so every run serves the same ones"))  # fmt: skip
     doc.setdefault("provenance", []).extend({"key": k, "how": how, "detail": d} for k, how, d in notes)
 
@@ -195,6 +195,6 @@ def _apply_draft(doc: dict[str, Any], gguf: dict[str, Any]) -> None:
     choice = resolve(gguf["draft_ref"], None, drafter.get("revision"), False, LISTER)
     gguf["draft"] = f"{checkpoints.checkpoint_folder(repo)}/{choice.model}"
     drafter["revision"], drafter["files"] = choice.commit, list(choice.files)
-    doc.setdefault("provenance", []).append({"key": "model.gguf.draft", "how": "derived", "detail": (
+    doc.setdefault("provenance", []).append({"key": "model.gguf.draft", "how": "pinned", "detail": (
         f"llama.cpp's -hf rule on the draft {repo}'s files at {choice.commit[:12]}: {choice.model}, served as -md "
         "from the mirror")})  # fmt: skip

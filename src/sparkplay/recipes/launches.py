@@ -29,7 +29,8 @@ ENTRYPOINTS = {"vllm/vllm-openai": ["vllm", "serve"], "ghcr.io/ggml-org/llama.cp
                "ghcr.io/ggerganov/llama.cpp": ["llama-server"]}  # fmt: skip
 # what an engine's own flags say it is, for an image whose entrypoint sparkplay does not know
 FLAG_ENGINES = (("--kernel-target", ["serve"]), ("--model-path", ["python3", "-m", "sglang.launch_server"]),
-                ("-hf", ["llama-server"]), ("--hf-repo", ["llama-server"]), ("--tensor-parallel-size", ["vllm", "serve"]),
+                ("-hf", ["llama-server"]), ("--hf-repo", ["llama-server"]),
+                ("--tensor-parallel-size", ["vllm", "serve"]),
                 ("--model", ["vllm", "serve"]))  # fmt: skip
 SSH_VALUED = set("BbcDEeFIiJLlmOopQRSWw")
 EUGR_VALUED = {"-n", "--nodes", "-t", "--name", "--eth-if", "--ib-if", "--apply-mod", "-e", "--env", "--launch-script",
@@ -267,9 +268,9 @@ def _container_command(container: Container, at: str) -> list[str] | None:
     command = list(container.command)
     if entrypoint is not None:
         return [*shlex.split(entrypoint), *command] if entrypoint else command
-    if command and posixpath.basename(command[0]) in IDLE and (len(command) == 1 or command[1] != "-c"):
-        if posixpath.basename(command[0]) in ("sleep", "tail") or len(command) == 1:
-            return None
+    idle = command and posixpath.basename(command[0]) in IDLE and (len(command) == 1 or command[1] != "-c")
+    if idle and (posixpath.basename(command[0]) in ("sleep", "tail") or len(command) == 1):
+        return None  # sleep infinity, tail -f /dev/null, a bare shell: kept for a later docker exec
     repository = imageref.repository(container.image) or container.image
     known = ENTRYPOINTS.get(repository)
     if known is not None and (not command or command[0].startswith("-") or not _is_engine(command)):

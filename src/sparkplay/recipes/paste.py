@@ -64,7 +64,12 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
     raw.note("serve.args", "derived", f"the engine command at {launch.where}")
     env = {**launch.env, **parsed.env}
     container = launch.container
-    if container is not None:
+    if container is not None and parsed.engine not in sparkrun_executor.CONTAINER_ENGINES:
+        raw.note("engine.image", "ignored", f"sparkplay runs {parsed.engine} from the node's packages, not in a "
+                 f"container: the image {container.image or '(unknown)'} and docker's options around it are not "
+                 "used")  # fmt: skip
+        env.update(_container_env(container, raw))
+    elif container is not None:
         env.update(_container_env(container, raw))
         raw.image = container.image or None
         _container(container, raw)
@@ -80,11 +85,13 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
                  "container on every rank only where the inventory allows it")  # fmt: skip
     if launch.before:
         raw.note("serve.args", "ignored", "not applied: the text's other commands before the engine: "
-                 + "; ".join(c[:60] for c in launch.before[:6]) + (" ..." if len(launch.before) > 6 else ""))  # fmt: skip
+                 + "; ".join(c[:60] for c in launch.before[:6])
+                 + (" ..." if len(launch.before) > 6 else ""))  # fmt: skip
     served = cmdline.flag_value(parsed.args, "--served-model-name", "--alias", "-a")
     raw.title = served or parsed.model or launch.name_hint or parsed.engine
     hint = launch.name_hint if launch.name_hint and not shell.unknowns(launch.name_hint) else None
-    model_name = (parsed.model or "").rstrip("/").rsplit("/", 1)[-1] or None
+    hub = cmdline.flag_value(parsed.args, "-hf", "-hfr", "--hf-repo") if parsed.engine == "llamacpp" else None
+    model_name = (parsed.model or (hub or "").split(":")[0]).rstrip("/").rsplit("/", 1)[-1] or None
     raw.name = name or slugify(served or hint or model_name or parsed.engine)
     return raw
 
@@ -118,12 +125,14 @@ def _container_env(container: Container, raw: RawRecipe) -> dict[str, str]:
         name, eq, value = entry.partition("=")
         if not eq:
             raw.note("serve.env", "ignored", f"{name}: docker takes it from the environment of whoever runs the "
-                     f"command; not in the text, so not applied (import with --set serve.env.{name}=VALUE)")  # fmt: skip
+                     f"command; not in the text, so not applied (import with --set "
+                     f"serve.env.{name}=VALUE)")  # fmt: skip
             continue
         env[name] = value
     for path in container.values("--env-file"):
         raw.note("serve.env", "ignored", f"--env-file {shell.shown(path)}: a file on the machine the text was "
-                 "run on, not in the text: its settings are not applied (import with --set serve.env.NAME=VALUE)")  # fmt: skip
+                 "run on, not in the text: its settings are not applied (import with --set "
+                 "serve.env.NAME=VALUE)")  # fmt: skip
     return env
 
 
@@ -148,7 +157,8 @@ def _container(container: Container, raw: RawRecipe) -> None:
     options = container.options
     if "_entrypoint_note" in options:
         raw.note("serve.args", "derived", f"{container.image} runs what its command gives after its entrypoint, "
-                 f"which sparkplay does not know: the engine's flags say it is `{options['_entrypoint_note'][-1]}`")  # fmt: skip
+                 "which sparkplay does not know: the engine's flags say it is "
+                 f"`{options['_entrypoint_note'][-1]}`")  # fmt: skip
     executor: dict[str, Any] = {}
     for option, key in EXECUTOR_OPTIONS.items():
         values = [shell.shown(v) for v in options.get(option, [])]
@@ -165,22 +175,26 @@ def _container(container: Container, raw: RawRecipe) -> None:
         executor["gpus"] = str(executor["gpus"]).strip("\"'")
     mapped = sparkrun_executor.read(executor, raw.engine)
     raw.ulimits, raw.container_user = mapped.ulimits, mapped.user
+    left: dict[str, Any] = raw.extra.setdefault("docker", {})  # what docker was asked and sparkplay leaves
+    left.update(mapped.left)
     for key, value in mapped.left.items():
         raw.note(f"extra.docker.{key}", "ignored", f"{key} {value}: not applied: sparkplay's engine container has "
                  "the host's network and IPC, every GPU, the RDMA devices and IPC_LOCK, and no other capability, "
                  "device or privilege a recipe asks (docs/security.md)")  # fmt: skip
-    if shm := options.get("--shm-size"):
-        if raw.engine in sparkrun_executor.CONTAINER_ENGINES:
-            raw.shm_size = shm[-1]
+    if (shm := options.get("--shm-size")) and raw.engine in sparkrun_executor.CONTAINER_ENGINES:
+        raw.shm_size = shm[-1]
     for spec in [*options.get("--volume", []), *options.get("--mount", [])]:
+        left.setdefault("volume", []).append(shell.shown(spec))
         raw.note("extra.docker.volume", "ignored", _mount_note(shell.shown(spec)))
     _ports(options.get("--publish", []), raw)
     others = sorted(k for k in options if k not in EXECUTOR_OPTIONS and k not in HANDLED and k not in LIFECYCLE)
     for option in others:
+        left[option.lstrip("-")] = [shell.shown(v) for v in options[option]]
         raw.note(f"extra.docker.{option.lstrip('-')}", "ignored", f"docker {option} {' '.join(options[option])}: "
                  "not applied: sparkplay's engine container is never privileged and takes no other docker option "
                  "from a recipe (docs/security.md)")  # fmt: skip
     if life := sorted(k for k in options if k in LIFECYCLE):
+        left["lifecycle"] = life
         raw.note("extra.docker.lifecycle", "ignored", f"{', '.join(life)}: the container's life and name are "
                  "sparkplay's systemd unit's (it starts, restarts and removes it)")  # fmt: skip
 
@@ -191,7 +205,8 @@ def _mount_note(spec: str) -> str:
         return (f"{spec}: the Hugging Face cache: sparkplay downloads the model once, mirrors it to every rank "
                 "and mounts its own model root instead")  # fmt: skip
     return (f"{spec}: not applied: sparkplay mounts no host folder a recipe names (its engines see the model "
-            "root and their own cache; docs/security.md); a model served from there is named by model.repo")  # fmt: skip
+            "root and their own cache; docs/security.md); a model served from there is named by "
+            "model.repo")  # fmt: skip
 
 
 def _ports(specs: list[str], raw: RawRecipe) -> None:
@@ -212,4 +227,5 @@ def _ports(specs: list[str], raw: RawRecipe) -> None:
             raw.port = int(host_port)
             raw.args = cmdline.with_flag(raw.args, "--port", host_port) if engine_port else raw.args
             raw.note("serve.port", "derived", f"docker -p {spec} publishes the engine's port {container_port} as "
-                     f"{host_port}: sparkplay runs the engine on the host's network, so it listens on {host_port}")  # fmt: skip
+                     f"{host_port}: sparkplay runs the engine on the host's network, so it listens on "
+                     f"{host_port}")  # fmt: skip

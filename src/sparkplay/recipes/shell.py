@@ -12,35 +12,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sparkplay.errors import BadInput
+from sparkplay.recipes.shell_words import REDIRECTS, UNKNOWN, Piece, Word, lex, matching, unknown
 
-# What an expansion the text cannot settle becomes: `UNKNOWN + name + UNKNOWN`, never a value
-UNKNOWN = "\ue000"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
-_OPERATORS = ("&&", "||", ";;", ";", "|&", "|", "&", "(", ")")
-_REDIRECTS = ("&>>", "&>", ">>", ">&", ">|", "<<<", "<<-", "<<", "<&", "<>", ">", "<")
 _BLOCK_OPEN = {"case": "esac"}
 _CONTROL = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "{", "}", "!", "[[", "]]"}
 MAX_TEXT = 1 << 20
-
-
-@dataclass
-class Piece:
-    text: str
-    quoted: bool  # in quotes: no field splitting
-    expand: bool  # '$' forms in it are expansions (not inside single quotes, not escaped)
-
-
-@dataclass
-class Word:
-    pieces: list[Piece] = field(default_factory=list)
-    array: list[Word] | None = None  # NAME=( ... ): the words of an array assignment
-
-    def raw(self) -> str:
-        return "".join(p.text for p in self.pieces)
 
 
 @dataclass
@@ -53,189 +34,6 @@ class Statement:
     redirected: bool = False
     piped: bool = False
     depth: int = 0  # inside if/while/for bodies
-
-
-def _lex(text: str) -> Iterator[tuple[str, Word | str, int]]:
-    """("word", Word, line) and ("op", operator, line) tokens; a heredoc's body is consumed with its redirect."""
-    i, n, line = 0, len(text), 1
-    heredocs: list[str] = []
-    word: Word | None = None
-
-    def flush() -> Iterator[tuple[str, Word | str, int]]:
-        nonlocal word
-        if word is not None:
-            yield "word", word, line
-            word = None
-
-    def add(piece: Piece) -> None:
-        nonlocal word
-        if word is None:
-            word = Word()
-        last = word.pieces[-1] if word.pieces else None
-        if last is not None and not last.quoted and not piece.quoted and last.expand and piece.expand:
-            last.text += piece.text  # bare characters run together, so `$NAME` stays one expansion
-        else:
-            word.pieces.append(piece)
-
-    while i < n:
-        c = text[i]
-        if c == "\\" and i + 1 < n:
-            if text[i + 1] == "\n":
-                i, line = i + 2, line + 1
-                continue
-            add(Piece(text[i + 1], True, False))
-            i += 2
-        elif c == "'":
-            end = text.find("'", i + 1)
-            if end < 0:
-                raise _unbalanced("'", line)
-            add(Piece(text[i + 1 : end], True, False))
-            line += text.count("\n", i, end)
-            i = end + 1
-        elif c == '"':
-            i, line = _double(text, i + 1, line, add)
-        elif c == "$" and i + 1 < n and text[i + 1] in "({":
-            end = _matching(text, i + 1)
-            if end < 0:
-                raise _unbalanced(text[i + 1], line)
-            add(Piece(text[i : end + 1], False, True))
-            line += text.count("\n", i, end)
-            i = end + 1
-        elif c == "`":
-            end = text.find("`", i + 1)
-            if end < 0:
-                raise _unbalanced("`", line)
-            add(Piece(UNKNOWN + "`...`" + UNKNOWN, False, False))
-            i = end + 1
-        elif c == "~" and word is None:
-            add(Piece(_unknown("HOME"), False, False))  # the home folder of whoever runs it: not the text's
-            i += 1
-        elif c == "#" and word is None:
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-        elif c == "\n":
-            yield from flush()
-            yield "op", "\n", line
-            line += 1
-            i += 1
-            for delimiter in heredocs:  # the bodies start on the next line
-                i, line = _skip_heredoc(text, i, line, delimiter)
-            heredocs = []
-        elif c in " \t\r":
-            yield from flush()
-            i += 1
-        elif c == "(" and word is not None and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\+?=", word.raw()):
-            end = _matching(text, i)
-            if end < 0:
-                raise _unbalanced("(", line)
-            inner = [w for kind, w, _ in _lex(text[i + 1 : end]) if kind == "word" and isinstance(w, Word)]
-            word.array = inner
-            line += text.count("\n", i, end)
-            i = end + 1
-        elif c == "<" and (m := re.match(r"<([A-Za-z][A-Za-z0-9_ .:/-]{0,80})>", text[i:])) and "\n" not in m.group(0):
-            add(Piece(m.group(0), True, False))  # a page's placeholder (<your-token>), not a redirect
-            i += len(m.group(0))
-        elif (op := next((o for o in (*_REDIRECTS, *_OPERATORS) if text.startswith(o, i)), None)) is not None:
-            if op in _REDIRECTS and word is not None and word.raw().isdigit():
-                word = None  # 2>&1: the descriptor belongs to the redirect
-            yield from flush()
-            if op in ("<<", "<<-"):
-                j = i + len(op)
-                m = re.match(r"\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1", text[j:])
-                if m:
-                    heredocs.append(m.group(2))
-                    i = j + m.end()
-                    yield "op", "<<", line
-                    continue
-            yield "op", op, line
-            i += len(op)
-        else:
-            add(Piece(c, False, True))
-            i += 1
-    yield from flush()
-    if heredocs:
-        raise BadInput(f"the here-document <<{heredocs[0]} is never ended", "end it with its delimiter line")
-
-
-def _unbalanced(what: str, line: int) -> BadInput:
-    return BadInput(f"an unbalanced {what} on line {line} of the text: it cannot be split into words",
-                    "fix the quotes or brackets on that line")  # fmt: skip
-
-
-def _double(text: str, i: int, line: int, add: object) -> tuple[int, int]:
-    """A double-quoted string from after its quote: escapes as sh reads them, `$` forms kept for expansion."""
-    buf: list[str] = []
-    n = len(text)
-    assert callable(add)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            add(Piece("".join(buf), True, True))
-            return i + 1, line
-        if c == "\\" and i + 1 < n and text[i + 1] in '$`"\\\n':
-            if text[i + 1] != "\n":
-                add(Piece("".join(buf), True, True))
-                add(Piece(text[i + 1], True, False))
-                buf = []
-            else:
-                line += 1
-            i += 2
-            continue
-        if c == "$" and i + 1 < n and text[i + 1] in "({":
-            end = _matching(text, i + 1)
-            if end < 0:
-                raise _unbalanced(text[i + 1], line)
-            buf.append(text[i : end + 1])
-            i = end + 1
-            continue
-        if c == "`":
-            end = text.find("`", i + 1)
-            if end < 0:
-                raise _unbalanced("`", line)
-            add(Piece("".join(buf), True, True))
-            add(Piece(UNKNOWN + "`...`" + UNKNOWN, True, False))
-            buf, i = [], end + 1
-            continue
-        line += c == "\n"
-        buf.append(c)
-        i += 1
-    raise _unbalanced('"', line)
-
-
-def _matching(text: str, i: int) -> int:
-    """The index of the bracket closing the one at `i`, quotes inside skipped; -1 when none."""
-    close = {"(": ")", "{": "}"}[text[i]]
-    depth, j, quote = 0, i, ""
-    while j < len(text):
-        c = text[j]
-        if quote:
-            if c == quote:
-                quote = ""
-            elif c == "\\" and quote == '"':
-                j += 1
-        elif c in "'\"":
-            quote = c
-        elif c == "\\":
-            j += 1
-        elif c == text[i]:
-            depth += 1
-        elif c == close:
-            depth -= 1
-            if depth == 0:
-                return j
-        j += 1
-    return -1
-
-
-def _skip_heredoc(text: str, i: int, line: int, delimiter: str) -> tuple[int, int]:
-    while i < len(text):
-        end = text.find("\n", i)
-        end = len(text) if end < 0 else end
-        current = text[i:end]
-        i, line = end + 1, line + 1
-        if current.strip() == delimiter:
-            return i, line
-    raise BadInput(f"the here-document <<{delimiter} is never ended", "end it with its delimiter line")
 
 
 class Variables:
@@ -321,17 +119,18 @@ class Variables:
 
     def _dollar(self, text: str, i: int) -> tuple[int, str, list[str] | None]:
         nxt = text[i + 1]
+        end = matching(text, i + 1) if nxt in "({" else 0
+        if end < 0:  # never closed: nothing after it can be read as the shell would
+            return len(text), unknown(text[i:]), None
         if nxt == "(":
-            end = _matching(text, i + 1)
             return end + 1, UNKNOWN + "$(...)" + UNKNOWN, None
         if nxt == "{":
-            end = _matching(text, i + 1)
             return end + 1, *self._braced(text[i + 2 : end])
         if m := _NAME.match(text, i + 1):
             value = self.value(m.group(0))
-            return m.end(), value if value is not None else _unknown(m.group(0)), None
+            return m.end(), value if value is not None else unknown(m.group(0)), None
         if nxt.isdigit() or nxt in "@*#?$!-":
-            return i + 2, _unknown("$" + nxt), None
+            return i + 2, unknown("$" + nxt), None
         return i + 1, "$", None
 
     def _braced(self, inner: str) -> tuple[str, list[str] | None]:
@@ -339,7 +138,7 @@ class Variables:
         if m:
             elements = self.arrays.get(m.group(1))
             if elements is None:
-                return _unknown(m.group(1)), None
+                return unknown(m.group(1)), None
             if m.group(2) == "@":
                 return "", list(elements)
             if m.group(2) == "*":
@@ -348,7 +147,7 @@ class Variables:
             return (elements[index] if index < len(elements) else ""), None
         m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?)([-=+?])(.*))?", inner, re.DOTALL)
         if not m:
-            return _unknown("${" + inner + "}"), None
+            return unknown("${" + inner + "}"), None
         name, colon, op, word = m.groups()
         value = self.value(name)
         unset = value is None or (colon == ":" and value == "")
@@ -361,12 +160,8 @@ class Variables:
         elif op == "+":
             return ("" if unset else alternative), None
         elif op == "?" and unset:
-            return _unknown(name), None
-        return (value if value is not None else _unknown(name)), None
-
-
-def _unknown(name: str) -> str:
-    return UNKNOWN + name + UNKNOWN
+            return unknown(name), None
+        return (value if value is not None else unknown(name)), None
 
 
 def unknowns(text: str) -> list[str]:
@@ -438,7 +233,7 @@ def read(text: str, given: dict[str, str] | None = None) -> Script:
                 _assign(variables, word)
             return
         expanded: list[str] = []
-        prefix = [f"{_ASSIGN.match(w.raw()).group(1)}={_value(variables, w)}" for w in assignments]  # type: ignore[union-attr]
+        prefix = [f"{w.raw().split('=', 1)[0].rstrip('+')}={_value(variables, w)}" for w in assignments]
         for word in ws:
             expanded.extend(variables.expand(word))
         if expanded and expanded[0] in ("export", "readonly", "declare", "local", "typeset"):
@@ -449,42 +244,39 @@ def read(text: str, given: dict[str, str] | None = None) -> Script:
             return
         statements.append(Statement([*prefix, *expanded], line, op == "&", redirected, piped, depth))
 
-    tokens = list(_lex(text))
-    for at, (kind, token, line) in enumerate(tokens):
-        if token == "(" and len(words) == 1 and at + 1 < len(tokens) and tokens[at + 1][1] == ")":
+    items = list(lex(text))
+    for at, (_, item, line) in enumerate(items):
+        if item == "(" and len(words) == 1 and at + 1 < len(items) and items[at + 1][1] == ")":
             words = []  # name() { ... }: a function's body runs only when called; not read
             skip_until.append("}")
             control = True
             continue
-        if kind == "word":
-            assert isinstance(token, Word)
+        if isinstance(item, Word):
             if after_redirect:
                 after_redirect = False
                 continue
             if not words:
                 start_line = line
-            words.append(token)
+            words.append(item)
             continue
-        if token in _REDIRECTS or token == "<<":
+        if item in REDIRECTS:
             redirected = True
-            after_redirect = token not in ("<<",)
+            after_redirect = item != "<<"  # a here-document's delimiter was read with it
             continue
-        if token in ("(", ")", ";;"):
+        if item in ("(", ")", ";;"):
             end(";")
             continue
-        piped = token in ("|", "|&")
-        end(str(token))
+        piped = item in ("|", "|&")
+        end(item)
     piped = False
     end("\n")
     return Script(statements, control, variables)
 
 
 def _value(variables: Variables, word: Word) -> str:
-    raw = word.raw()
-    m = _ASSIGN.match(raw)
-    assert m is not None
-    rest = Word(_after(word.pieces, len(m.group(0))))
-    return variables.text(rest)
+    """An assignment word's value (NAME=value), expanded without field splitting."""
+    m = _ASSIGN.match(word.raw())
+    return variables.text(Word(_after(word.pieces, len(m.group(0)) if m else 0)))
 
 
 def _after(pieces: list[Piece], skip: int) -> list[Piece]:
@@ -501,7 +293,8 @@ def _after(pieces: list[Piece], skip: int) -> list[Piece]:
 
 def _assign(variables: Variables, word: Word) -> None:
     m = _ASSIGN.match(word.raw())
-    assert m is not None
+    if m is None:
+        return
     name, append = m.group(1), m.group(2) == "+"
     if word.array is not None:
         elements = [f for w in word.array for f in variables.expand(w)]

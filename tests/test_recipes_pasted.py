@@ -1,0 +1,347 @@
+"""Recipes as users paste them: command lines, docker run/exec, scripts, compose files and pages.
+
+The fixtures under tests/fixtures/pasted/ were written for these tests from the engines' and docker's own
+documentation (vLLM's `vllm serve` and api_server, SGLang's launch_server, llama.cpp's llama-server, docker's
+run/exec options, the Compose Specification, Markdown and HTML code blocks) in the shapes guides, forums and
+playbook pages use, with hostile ones beside them. No host is involved; the hub is a test double
+(tests/fake_hub.py) where one is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkplay import boundary, checkpoints, importing
+from sparkplay.engines.plan import Options, build
+from sparkplay.errors import BadInput, SparkplayError
+from sparkplay.recipes import catalog, shell
+from tests.conftest import PROJECT
+from tests.fake_hub import FakeHub
+from tests.test_ckpt_tool import TOOL
+from tests.test_engines import ROOT, nodes
+from tests.test_recipes import cli as run_cli
+from tests.test_recipes_wild import notes, plan_of
+
+PASTED = PROJECT / "tests" / "fixtures" / "pasted"
+VLLM = "engine.image=vllm/vllm-openai:v0.11.2"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """An empty sparkplay project."""
+    root = tmp_path / "project"
+    (root / "playbooks").mkdir(parents=True)
+    (root / "ansible.cfg").write_text("[defaults]\n")
+    return root
+
+
+def imported(name: str, *sets: str, pick: int | None = None) -> dict:
+    return importing.import_source(str(PASTED / name), None, sets, (), pick)
+
+
+def all_notes(doc: dict) -> str:
+    return "\n".join(f"{n['key']} {n['how']} {n['detail']}" for n in doc["provenance"])
+
+
+# -- command lines -----------------------------------------------------------------
+
+
+def test_a_plain_vllm_serve_line_imports_with_its_flags_and_asks_for_the_image():
+    with pytest.raises(BadInput, match=r"engine.image cannot be determined.*--set engine.image="):
+        imported("vllm-serve.txt")
+    doc = imported("vllm-serve.txt", VLLM)
+    assert doc["source"]["kind"] == "command" and doc["source"]["launch"] == "line 1"
+    assert doc["model"]["repo"] == "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8"
+    assert doc["topology"]["nodes"] == 2 and doc["topology"]["tensor_parallel"] == 2
+    assert doc["context_length"] == 65536 and doc["knobs"]["gpu_memory_utilization"] == 0.85
+    assert doc["serve"]["bind"] == "127.0.0.1" and "serve.bind" in notes(doc, "narrowed")
+
+
+def test_vllm_reads_underscored_flags_and_so_does_the_import():
+    doc = imported("api-server-underscores.sh", VLLM)
+    assert doc["context_length"] == 15000 and doc["serve"]["port"] == 9003
+    assert doc["model"]["served_name"] == "llama31" and doc["name"] == "llama31"
+    assert "--max-model-len=15000" in doc["serve"]["args"] and "--max_model_len=15000" not in doc["serve"]["args"]
+    assert "dashes" in notes(doc, "cleaned")["serve.args"]
+    assert doc["serve"]["env"] == {"CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_a_prompt_before_a_copied_command_is_no_part_of_it(monkeypatch):
+    from sparkplay.recipes import gguf_hub
+
+    commit = "f" * 40
+    monkeypatch.setattr(gguf_hub, "LISTER", lambda repo, rev: (commit, ["gpt-oss-20b-mxfp4.gguf", "README.md"]))
+    doc = imported("llama-server-hf.txt")
+    assert doc["engine"]["name"] == "llamacpp" and doc["model"]["revision"] == commit
+    # the import says which commit -hf was pinned to (the CLI prints it)
+    assert commit in notes(doc, "pinned")["model.revision"]
+
+
+# -- docker run, docker exec, bash -c, ssh -----------------------------------------------
+
+
+def test_docker_run_around_vllm_maps_docker_options_and_names_the_rest():
+    doc = imported("docker-run-vllm-openai.sh")
+    assert doc["engine"]["image"] == "vllm/vllm-openai:v0.11.2"
+    assert doc["model"]["repo"] == "Qwen/Qwen3-VL-30B-A3B-Instruct"  # ${MODEL:-...} from the script itself
+    assert doc["serve"]["shm_size"] == "16g" and doc["serve"]["ulimits"] == ["stack=67108864"]
+    assert doc["serve"]["port"] == 8080 and doc["serve"]["bind"] == "127.0.0.1"  # -p 127.0.0.1:8080:8000
+    assert doc["serve"]["env"] == {"VLLM_USE_FLASHINFER_SAMPLER": "1"}  # HF_TOKEN never lands in a recipe
+    assert "--api-key" not in doc["serve"]["args"]  # ${API_KEY:+...} with API_KEY unset is nothing
+    text = all_notes(doc)
+    assert "HF_TOKEN left out" in text and "Hugging Face cache" in text and "docker rm -f qwen-vl" in text
+    assert doc["extra"]["docker"]["volume"] == ["$HOME/.cache/huggingface:/root/.cache/huggingface"]
+
+
+def test_the_revision_flag_pins_the_download_and_the_plan_serves_the_mirror():
+    doc = imported("docker-run-vllm-openai.sh")
+    pin = "5a42f3c9a8f2e3d4b5c6d7e8f90a1b2c3d4e5f60"
+    assert doc["model"]["revision"] == pin and doc["model"]["checkpoints"][0]["revision"] == pin
+    assert "--revision" in notes(doc, "derived")["model.revision"]
+    (leader,) = plan_of(doc, 1)["ranks"]
+    argv = leader["argv"]
+    assert "--revision" not in argv and "--model" not in argv  # the mirror is that revision, at its own path
+    assert any(a.endswith("/Qwen--Qwen3-VL-30B-A3B-Instruct") for a in argv)
+
+
+def test_sglang_in_docker_with_its_revision():
+    doc = imported("sglang-docker.sh")
+    assert doc["engine"]["name"] == "sglang" and doc["engine"]["image"] == "lmsysorg/sglang:spark"
+    assert doc["model"]["revision"] == "0f2a1e9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f"
+    assert doc["context_length"] == 32768 and doc["serve"]["shm_size"] == "32g" and doc["serve"]["port"] == 30000
+    assert "HF_TOKEN" not in doc["serve"]["env"]
+    (leader,) = plan_of(doc, 1)["ranks"]
+    assert "--revision" not in leader["argv"]
+
+
+def test_a_bash_c_inside_the_container_carries_what_it_runs_first_as_a_privileged_request():
+    doc = imported("nvcr-bash-c.sh")
+    assert doc["engine"]["image"] == "nvcr.io/nvidia/vllm:25.11-py3"
+    assert doc["engine"]["preamble"]["commands"] == ["pip install --no-cache-dir fastsafetensors"]
+    asked = [r.name for r in boundary.requests(doc)]
+    assert f"preamble:{doc['name']}@{doc['engine']['preamble']['sha256']}" in asked
+
+
+def test_docker_exec_after_a_comment_into_a_container_the_text_does_not_start():
+    with pytest.raises(BadInput, match=r"engine\.image"):
+        imported("docker-exec-comment.sh")
+    doc = imported("docker-exec-comment.sh", VLLM)
+    assert doc["serve"]["env"] == {"VLLM_MARLIN_USE_ATOMIC_ADD": "1"}  # exported inside bash -c
+    assert doc["topology"]["nodes"] == 4 and doc["serve"]["distributed_backend"] is None
+    assert "which the text does not start" in all_notes(doc)
+
+
+def test_eugr_launch_cluster_gives_nodes_image_and_names_its_mods():
+    doc = imported("eugr-launch-cluster.sh")
+    assert doc["topology"]["nodes"] == 2 and doc["engine"]["image"] == "vllm-node-tf5"
+    assert "build-and-copy.sh" in notes(doc, "ignored")["engine.image"]
+    assert "--apply-mod mods/fix-Salyut1-GLM-4.7-NVFP4" in notes(doc, "ignored")["engine.mods"]
+
+
+def test_ssh_around_docker_run_on_another_host():
+    doc = imported("ssh-docker.sh")
+    assert doc["engine"]["image"] == "vllm/vllm-openai:cu130-nightly"  # the entrypoint is vllm serve
+    assert doc["model"]["repo"] == "Qwen/Qwen3.5-35B-A3B-FP8" and doc["serve"]["shm_size"] == "16g"
+    assert "over ssh" in all_notes(doc)
+
+
+def test_a_launcher_script_with_defaults_arrays_and_argument_parsing():
+    doc = imported("launcher-script.sh", VLLM)
+    assert doc["model"]["repo"] == "nvidia/Qwen3-235B-A22B-FP4"  # the default, not the case branch's $2
+    assert doc["context_length"] == 131072 and doc["topology"]["nodes"] == 2
+    assert doc["knobs"]["gpu_memory_utilization"] == 0.88  # ARGS+=(...)
+    assert doc["serve"]["env"] == {"NCCL_IB_GID_INDEX": "3"} and doc["model"]["served_name"] == "qwen3-235b"
+    assert "conditions or loops" in all_notes(doc) and "journal" in all_notes(doc)
+
+
+def test_llama_cpp_in_docker_runs_from_the_nodes_packages_and_says_so(monkeypatch):
+    from sparkplay.recipes import gguf_hub
+
+    monkeypatch.setattr(gguf_hub, "LISTER", lambda repo, rev: ("a" * 40, ["Qwen3-8B-Q4_K_M.gguf"]))
+    doc = imported("llama-docker.sh")
+    assert doc["engine"]["runtime"] == "native" and doc["engine"]["image"] is None
+    assert doc["model"]["checkpoints"][0]["files"] == ["Qwen3-8B-Q4_K_M.gguf"] and doc["context_length"] == 16384
+    assert "from the node's packages" in notes(doc, "ignored")["engine.image"]
+
+
+# -- what the boundary keeps out -----------------------------------------------------
+
+
+def test_hostile_docker_options_are_named_and_never_reach_the_plan():
+    doc = imported("hostile-docker.sh")
+    left = doc["extra"]["docker"]
+    assert left["privileged"] == ["true"] and left["pid"] == ["host"] and "/:/host" in left["volume"]
+    assert left["cap_add"] == ["SYS_ADMIN"] and left["devices"] == ["/dev/mem"]
+    asked = [r.name for r in boundary.requests(doc, ("*",))]
+    assert "env:LD_PRELOAD" in asked  # env that loads code: a privileged request, as for any recipe
+    allowed = Options(model_root=ROOT, trusted_images=("*",), allow=("env:LD_PRELOAD",))
+    (leader,) = build(doc, nodes(1), allowed)["ranks"]
+    text = json.dumps(leader)
+    for word in ("--privileged", "SYS_ADMIN", "/dev/mem", "seccomp=unconfined", "/:/host", "--pid"):
+        assert word not in text
+
+
+@pytest.mark.parametrize(
+    ("fixture", "says"),
+    [
+        ("pipe-before-engine.sh", "uses a pipe, a redirect or & before the engine"),
+        ("after-engine.sh", "runs after the engine"),
+        ("script-file.sh", "runs the script /serve.sh inside the container, which the text does not hold"),
+        ("unset-model.sh", r"uses \$MODEL_ID, which the text never sets"),
+        ("substitution.sh", "command substitution"),
+        ("two-commands.sh", r"holds 2 engine commands: 1\) line 1: vllm serve Qwen/Qwen3-8B.*--pick N"),
+        ("profile.conf", r"is a profile of settings \(NAME=value lines: MODEL, PORT, TP\)"),
+        ("compose-unset.yml", r"service vllm uses \$MODEL, which the text never sets"),
+        ("compose-no-engine.yml", r"is a compose file, not a recipe, and holds no engine command.*webui"),
+        ("page-no-code.md", "is a Markdown page, not a recipe, and holds no engine command"),
+    ],
+)
+def test_what_cannot_be_imported_is_one_line_naming_the_input_and_nothing_is_written(project, fixture, says):
+    (project / "recipes").mkdir(exist_ok=True)
+    before = sorted(p.name for p in (project / "recipes").iterdir())
+    proc = run_cli(project, "recipe", "import", str(PASTED / fixture), "--yes")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert str(PASTED / fixture) in proc.stderr
+    assert __import__("re").search(says, proc.stderr), proc.stderr
+    assert sorted(p.name for p in (project / "recipes").iterdir()) == before
+
+
+def test_pick_chooses_one_of_several():
+    doc = imported("two-commands.sh", VLLM, pick=2)
+    assert doc["model"]["repo"] == "Qwen/Qwen3-0.6B" and doc["name"] == "small" and doc["serve"]["port"] == 8002
+    with pytest.raises(BadInput, match=r"--pick 3: .* holds 2 engine command"):
+        imported("two-commands.sh", VLLM, pick=3)
+
+
+# -- compose files -----------------------------------------------------------------
+
+
+def test_a_compose_file_is_one_recipe_per_engine_service(project):
+    docs = importing.import_sources(str(PASTED / "compose-two-models.yml"))
+    coder, chat = docs
+    assert [coder["name"], chat["name"]] == ["coder", "chat"]
+    assert coder["engine"]["image"] == chat["engine"]["image"] == "vllm/vllm-openai:v0.11.2"  # ${VLLM_TAG:-...}
+    assert coder["model"]["served_name"] == "coder" and coder["serve"]["port"] == 8001
+    assert coder["context_length"] == 65536 and coder["knobs"]["gpu_memory_utilization"] == 0.45
+    assert chat["model"]["repo"] == "openai/gpt-oss-20b" and chat["serve"]["port"] == 8002
+    for doc in docs:  # the x- anchor's settings, merged into each service
+        assert doc["serve"]["shm_size"] == "16gb" and doc["serve"]["ulimits"] == ["stack=67108864"]
+        assert doc["serve"]["env"] == {"VLLM_ATTENTION_BACKEND": "FLASHINFER"}
+        assert "webui" in notes(doc, "ignored")["extra.compose.services"]
+    proc = run_cli(project, "recipe", "import", str(PASTED / "compose-two-models.yml"), "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert "sparkplay up coder -i INVENTORY, then sparkplay up chat --add -i INVENTORY" in proc.stdout
+    assert (project / "recipes" / "coder.yml").is_file() and (project / "recipes" / "chat.yml").is_file()
+
+
+def test_a_compose_service_with_entrypoint_long_ports_and_volumes():
+    doc = imported("compose-sglang-entrypoint.yaml")
+    assert doc["engine"]["name"] == "sglang" and doc["context_length"] == 40960
+    assert doc["serve"]["port"] == 30001 and doc["serve"]["bind"] == "127.0.0.1"
+    assert doc["serve"]["env"] == {"HF_HUB_ENABLE_HF_TRANSFER": "1", "SGLANG_ENABLE_JIT_DEEPGEMM": "false"}
+    assert doc["extra"]["docker"]["cap_add"] == ["SYS_PTRACE"] and doc["extra"]["docker"]["privileged"] == ["true"]
+
+
+def test_a_compose_file_in_json_and_a_model_file_on_the_authors_disk():
+    with pytest.raises(BadInput, match="outside the model root"):
+        imported("compose-llamacpp.json")
+
+
+# -- pages -------------------------------------------------------------------------
+
+
+def test_a_playbook_page_reads_only_its_code_blocks_in_order():
+    doc = imported("page-playbook.md")
+    assert doc["source"]["kind"] == "page" and doc["source"]["launch"] == "code block 3, line 1"
+    # the image from block 2's docker run, its tag from block 1's export; the prose's command never read
+    assert doc["engine"]["image"] == "nvcr.io/nvidia/vllm:25.11-py3"
+    assert doc["model"]["repo"] == "Qwen/Qwen2.5-Math-1.5B-Instruct" and doc["context_length"] == 4096
+    assert "evil" not in json.dumps(doc)
+
+
+def test_an_html_page_lists_its_commands_and_pick_chooses():
+    with pytest.raises(BadInput, match=r"holds 2 engine commands: 1\) code block 1.*2\) code block 2.*--pick N"):
+        imported("page-two-choices.html")
+    first, second = imported("page-two-choices.html", pick=1), imported("page-two-choices.html", pick=2)
+    assert first["engine"]["name"] == "vllm" and first["context_length"] == 16384
+    assert second["engine"]["name"] == "sglang" and second["engine"]["image"] == "lmsysorg/sglang:spark"
+    assert "prose/ignored" not in json.dumps([first, second])
+
+
+def test_standard_input_is_a_source(project):
+    text = (PASTED / "sglang-docker.sh").read_text()
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkplay", "recipe", "import", "-", "--yes", "--project-dir", str(project)],
+        input=text, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (project / "recipes" / "qwen3-8b.yml").is_file()
+
+
+# -- the shell reader ----------------------------------------------------------------
+
+
+def test_the_shell_reader_expands_as_the_shell_does():
+    script = shell.read(
+        'A="x y"\nB=(1 "2 3")\nC=${UNSET:-d}\nprint $A "$A" "${B[@]}" ${B[*]} $C ${C:+alt} ${UNSET:+no} \'$A\' "\\$A"'
+    )
+    (statement,) = script.statements
+    assert statement.words == ["print", "x", "y", "x y", "1", "2 3", "1", "2", "3", "d", "alt", "$A", "$A"]
+
+
+# -- the revision pin, downloaded --------------------------------------------------------
+
+
+def test_the_revision_from_the_command_is_the_commit_mirrored(tmp_path):
+    """The download is the checkpoint tool's, against the stand-in hub whose main has moved on."""
+    old, new = b'{"weights": "old"}', b'{"weights": "new"}'
+    pin = "1" * 40
+    hub = FakeHub(
+        {"org/tiny": {"config.json": new}}, commit="2" * 40, history={"org/tiny": {pin: {"config.json": old}}}
+    )
+    source = tmp_path / "cmd.sh"
+    source.write_text(f"docker run --gpus all vllm/vllm-openai:v0.11.2 --model org/tiny --revision {pin}\n")
+    doc = importing.import_source(str(source))
+    (ckpt,) = checkpoints.sources(doc, "/models")
+    assert ckpt["revision"] == pin and ckpt["pinned"]
+    tool = TOOL
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hf")}
+    dest = tmp_path / "models" / "org--tiny"
+    try:
+        for args in (["download", "--repo", ckpt["repo"], "--revision", ckpt["revision"], "--dest", str(dest)],
+                     ["manifest", str(dest), "--revision", ckpt["revision"]]):  # fmt: skip
+            proc = subprocess.run([sys.executable, str(tool), *args], capture_output=True, text=True, check=False,
+                                  env=env, timeout=120)  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+    finally:
+        hub.close()
+    assert (dest / "config.json").read_bytes() == old  # the pinned commit's bytes, not main's
+    marker = json.loads(Path(json.loads(proc.stdout)["marker"]).read_text())
+    assert marker["revision"] == pin  # the mirror is marked complete for the recipe's pin
+    assert any(pin in path for _, path, _ in hub.requests)
+
+
+# -- no input produces a traceback ----------------------------------------------------
+
+
+def test_mangled_inputs_are_imports_or_one_line_errors():
+    """Every fixture cut short, with quotes, brackets and operators sprinkled in: never anything but BadInput."""
+    rng = random.Random(40)  # noqa: S311 - a fixed sequence of test inputs, not a secret
+    noise = ["'", '"', "\\", "$(", "${", "`", "(", ")", "|", "&&", ";", "<<EOF\n", "\n", "#", "=", "--", "<x>", "~"]
+    for path in sorted(PASTED.iterdir()):
+        text = path.read_text()
+        for _ in range(25):
+            cut = text[: rng.randrange(len(text) + 1)]
+            for _ in range(rng.randrange(4)):
+                at = rng.randrange(len(cut) + 1)
+                cut = cut[:at] + rng.choice(noise) + cut[at:]
+            with contextlib.suppress(SparkplayError):
+                catalog.read_all(cut.encode(), f"{path.name}-mangled", "0" * 64, None)
