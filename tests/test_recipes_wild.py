@@ -904,15 +904,25 @@ def test_an_atlas_gb10_recipe_without_a_served_name_answers_under_its_model_and_
 @pytest.mark.parametrize(
     ("image", "knobs", "says"),
     [
-        ("ghcr.io/other/atlas:1", {}, "is no Atlas image family sparkplay knows"),
+        ("ghcr.io/enntity/atlas-sparkglm:1", {}, "is an Atlas sparkglm image, but the recipe's command is the gb10"),
         ("avarok/atlas-gb10:2026.11", {"kv_shard": True}, "knob kv_shard is read by the SparkGLM Atlas images"),
     ],
 )
-def test_an_atlas_image_of_no_known_family_or_a_profile_knob_elsewhere_is_refused(image, knobs, says):
+def test_an_atlas_image_of_the_other_family_or_a_profile_knob_elsewhere_is_refused(image, knobs, says):
     doc = imported(SPARKRUN / "atlas-gb10-ep2.yaml")
     doc["engine"]["image"] = image
     with pytest.raises(BadInput, match=says):
         build(doc, nodes(2), Options(model_root=ROOT, knobs=knobs, trusted_images=("*",)))
+
+
+def test_an_atlas_image_from_another_namespace_is_its_commands_family_and_set_trips_on_nothing():
+    """Issue 40: recognised by what it is (`spark serve`: the GB10 family), not by a list of repositories;
+    --set engine.image changes no field the import derived (no SparkGLM profile knob was filled)."""
+    other = "ghcr.io/atlas-inf/atlas-gb10:sha-5d1c0a7"
+    doc = imported(SPARKRUN / "atlas-gb10-ep2.yaml", f"engine.image={other}")
+    assert doc["engine"]["family"] == "gb10" and "fabric_siblings" not in doc["knobs"]
+    deployment = build(doc, nodes(2), Options(model_root=ROOT, trusted_images=("*",)))
+    assert other in json.dumps(deployment) and len(deployment["ranks"]) == 2
 
 
 # -- SGLang ----------------------------------------------------------------------------------------------------

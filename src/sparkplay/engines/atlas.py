@@ -29,9 +29,16 @@ from sparkplay.recipes.known import ATLAS_FAMILIES, atlas_family
 
 
 def family(recipe: Any) -> str:
-    """The Atlas image family of a recipe, from its image's repository; another image is refused by name."""
+    """The Atlas image family of a recipe: the one its import recognised from its command (engine.family), else
+    (a recipe from before that field) its image's repository; another image is refused by name."""
     image = str(recipe["engine"].get("image") or "")
     found = atlas_family(image)
+    stated = recipe["engine"].get("family")
+    if stated and found not in (None, stated):
+        raise BadInput(f"engine.image {image!r} is an Atlas {found} image, but the recipe's command is the {stated} "
+                       "family's (engine.family)", "make the image and the command agree")  # fmt: skip
+    if stated:
+        return str(stated)
     if found:
         return found
     known = ", ".join(r for repositories in ATLAS_FAMILIES.values() for r in repositories)

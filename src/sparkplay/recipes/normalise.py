@@ -104,6 +104,24 @@ def _gguf(raw: RawRecipe, hub: str | None, repo: str | None) -> dict[str, Any] |
             "projector": None, "draft_ref": draft, "draft": None}  # fmt: skip
 
 
+def _atlas_family(raw: RawRecipe) -> str | None:
+    """An Atlas recipe's image family, by what its command is: SparkGLM's `serve MODEL --kernel-target=...`, or
+    Atlas GB10's `spark serve MODEL` (the form sparkrun's atlas runtime writes). The image's repository only
+    confirms it, so an image from another namespace, or a later --set engine.image, changes nothing."""
+    if raw.engine != "atlas":
+        return None
+    found = "sparkglm" if cmdline.has_flag(raw.args, "--kernel-target") else "gb10"
+    tag_only = raw.image and ":" not in raw.image and "/" not in raw.image  # the repository comes from the table
+    named = known.atlas_family(f"{known.ENGINES['atlas'].image_repository}:{raw.image}" if tag_only else raw.image)
+    if named is None and raw.image:
+        raw.note("engine.family", "derived", f"{raw.image} is an Atlas image sparkplay has not seen: its command "
+                 f"({'serve --kernel-target' if found == 'sparkglm' else 'spark serve'}) is the {found} family's")  # fmt: skip
+    elif named not in (None, found):
+        raise BadInput(f"engine.image {raw.image} is an Atlas {named} image, but the command is the {found} "
+                       "family's", "make the image and the command agree")  # fmt: skip
+    return found
+
+
 def _vllm_spelling(raw: RawRecipe) -> None:
     """vLLM's parser reads `--max_model_len` as `--max-model-len` (FlexibleArgumentParser turns a long option's
     underscores into dashes): written as vLLM reads it, so every rule here sees the flag."""
@@ -140,7 +158,8 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         raw.note("serve.args", "ignored", f"the command ran the engine under `{' '.join(raw.pinning)}`: sparkplay "
                  "starts the engine itself, one per node, without CPU pinning")  # fmt: skip
     served = derived["served_name"]
-    gb10 = raw.engine == "atlas" and known.atlas_family(raw.image) == "gb10"
+    family = _atlas_family(raw)
+    gb10 = family == "gb10"
     if served is None and (raw.engine in ("vllm", "sglang") or gb10) and raw.model:
         # what the engine serves the model as without a name flag: its model argument, as written
         served = raw.model
@@ -195,6 +214,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "image_dir": raw.image_dir,
             "packages": list(engine_defaults.packages) if engine_defaults.runtime == "native" else [],
             "runtime": engine_defaults.runtime,
+            **({"family": family} if family else {}),
             **({"mods": raw.mods} if raw.mods else {}),
             **({"pre_exec": raw.pre_exec} if raw.pre_exec else {}),
             **({"preamble": raw.preamble} if raw.preamble else {}),
@@ -238,7 +258,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         "extra": dict(raw.extra),
     }
     # the SparkGLM Atlas images' profile knobs: no other image (another Atlas family) reads them
-    profile = raw.engine != "atlas" or known.atlas_family(doc["engine"]["image"]) in (None, "sparkglm")
+    profile = raw.engine != "atlas" or family == "sparkglm"
     for key, knob in engine_defaults.knob_env.items() if profile else ():
         if key in doc["serve"]["env"]:
             value = doc["serve"]["env"].pop(key)

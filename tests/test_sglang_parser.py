@@ -1,0 +1,122 @@
+"""SGLang's own argument parser on the argv every SGLang plan gives each rank (make test-sglang).
+
+Real: the `sglang` package from the index (scripts/sglang_venv.py, in .cache/sglang) parses each rank's
+`python3 -m sglang.launch_server ...` words exactly as its server does (tests/sglang/argv_check.py); nothing is
+loaded. The plans are every SGLang recipe here: the catalog's, the registry fixtures and the pasted commands,
+compose files and pages that import as SGLang, each planned on as many Spark nodes as its parallelism asks. A
+flag this SGLang does not know, a value it refuses, or a flag sparkplay adds per rank in a form SGLang rejects
+fails here without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkplay import importing
+from sparkplay.engines.plan import Options, build
+from sparkplay.errors import BadInput, SparkplayError
+from sparkplay.recipes import catalog
+from tests.conftest import PROJECT
+from tests.test_engines import ROOT, nodes
+
+pytestmark = pytest.mark.sglang
+
+VENV = PROJECT / ".cache" / "sglang"
+CHECK = PROJECT / "tests" / "sglang" / "argv_check.py"
+FIXTURES = PROJECT / "tests" / "fixtures"
+MODULE = ["-m", "sglang.launch_server"]
+
+
+def sglang_recipes() -> dict[str, dict[str, Any]]:
+    """Every recipe here whose engine is SGLang (each source's every launch, --pick by --pick)."""
+    found = {}
+    for name in catalog.names(catalog.catalog_dir(PROJECT)):
+        doc = catalog.load_for_use(catalog.catalog_dir(PROJECT), name)
+        if doc["engine"]["name"] == "sglang":
+            found[f"catalog:{name}"] = doc
+    for path in sorted(p for p in FIXTURES.rglob("*") if p.is_file()):
+        for pick in range(1, 9):
+            try:
+                docs = importing.import_sources(str(path), None, (), (), pick)
+            except SparkplayError:
+                break  # a refusal (the importer's own tests hold those), or no Nth launch
+            for doc in docs:
+                if doc["engine"]["name"] == "sglang":
+                    found[f"{path.relative_to(FIXTURES)}#{pick}"] = doc
+    return found
+
+
+def planned(doc: dict[str, Any]) -> dict[str, Any]:
+    refusals = []
+    for count in range(1, 9):
+        try:
+            return build(doc, nodes(count), Options(model_root=ROOT, trusted_images=("*",)))
+        except BadInput as error:
+            refusals.append(f"{count}: {error}")
+    raise AssertionError("no node count plans it: " + "; ".join(refusals))
+
+
+def server_argvs(deployment: dict[str, Any]) -> list[tuple[int, list[str]]]:
+    """Each rank's words after `python3 -m sglang.launch_server`."""
+    return [(r["rank"], r["argv"][2:]) for r in deployment["ranks"] if r["argv"][:2] == MODULE]
+
+
+RECIPES = sglang_recipes()
+
+
+def sglang_check(python: Path, argvs: list[list[str]]) -> list[str | None]:
+    answer = subprocess.run(
+        [python, CHECK], input=json.dumps(argvs), capture_output=True, text=True, timeout=600, check=False,
+        env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert answer.returncode == 0, answer.stderr[-3000:]
+    return json.loads(answer.stdout)
+
+
+@pytest.fixture(scope="module")
+def sglang_python() -> Path:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{VENV} has no SGLang: `make test-sglang` builds it (scripts/sglang_venv.py)")
+    return python
+
+
+@pytest.fixture(scope="module")
+def verdicts(sglang_python: Path) -> dict[str, dict[int, str | None]]:
+    argvs = {key: server_argvs(planned(doc)) for key, doc in RECIPES.items()}
+    flat = [(key, rank, argv) for key, ranks in argvs.items() for rank, argv in ranks]
+    answers = sglang_check(sglang_python, [argv for _, _, argv in flat])
+    found: dict[str, dict[int, str | None]] = {key: {} for key in RECIPES}
+    for (key, rank, _), why in zip(flat, answers, strict=True):
+        found[key][rank] = why
+    return found
+
+
+def test_the_corpus_holds_the_kinds_of_sglang_plan_sparkplay_writes() -> None:
+    """Not only one shape: one node and several, a registry recipe and pasted commands."""
+    plans = [planned(doc) for doc in RECIPES.values()]
+    assert any(len(p["ranks"]) > 1 for p in plans) and any(len(p["ranks"]) == 1 for p in plans)
+    assert any(key.startswith("sparkrun/") for key in RECIPES) and any(key.startswith("pasted/") for key in RECIPES)
+
+
+@pytest.mark.parametrize("key", sorted(RECIPES))
+def test_sglang_parses_every_rank_of_the_plan(key: str, verdicts: dict[str, dict[int, str | None]]) -> None:
+    assert verdicts[key], f"{key}: no rank runs sglang.launch_server"
+    refused = {rank: why for rank, why in verdicts[key].items() if why}
+    assert refused == {}, f"{key}: SGLang refuses rank(s) {refused}"
+
+
+def test_the_check_catches_what_sglang_refuses(sglang_python: Path) -> None:
+    """The check can fail: an unknown flag and a bad value, each named by SGLang's parser."""
+    unknown, bad_value, fine = sglang_check(
+        sglang_python,
+        [["--model-path", "/m", "--no-such-flag"], ["--model-path", "/m", "--tp", "two"], ["--model-path", "/m"]],
+    )
+    assert unknown and "--no-such-flag" in unknown
+    assert bad_value and "two" in bad_value
+    assert fine is None
