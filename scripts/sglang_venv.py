@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-VERSION = "0.5.23"
-TORCH = "2.14.1"  # the sglang wheel's own pin (Requires-Dist: torch==2.14.1)
+VERSION = "0.5.9"  # the SGLang of the images the SGLang recipes here name (scitrera/dgx-spark-sglang:0.5.9)
+TORCH = "2.9.1"  # the sglang wheel's own pin (Requires-Dist: torch==2.9.1)
 IMPORTED = ("numpy", "orjson", "psutil", "pybase64", "requests", "packaging", "pillow", "starlette", "pydantic",
             "pyzmq", "tqdm", "ipython", "aiohttp", "msgspec")  # fmt: skip
 MARKER = ".sparkplay-sglang"

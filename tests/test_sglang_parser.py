@@ -48,6 +48,8 @@ def sglang_recipes() -> dict[str, dict[str, Any]]:
             for doc in docs:
                 if doc["engine"]["name"] == "sglang":
                     found[f"{path.relative_to(FIXTURES)}#{pick}"] = doc
+            if "launch" not in docs[0]["source"]:
+                break  # a recipe file holds one launch; --pick chooses among a page's or a script's
     return found
 
 
