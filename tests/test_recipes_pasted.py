@@ -221,6 +221,28 @@ def test_pick_chooses_one_of_several():
         imported("two-commands.sh", VLLM, pick=3)
 
 
+def test_one_nodes_command_of_a_multi_node_page_gives_the_node_count_not_its_rank():
+    for pick in (1, 2):  # either node's command: the same recipe
+        doc = imported("page-sglang-two-nodes.md", pick=pick)
+        assert doc["topology"]["nodes"] == 2 and doc["topology"]["tensor_parallel"] == 2
+        for flag in ("--nnodes", "--node-rank", "--dist-init-addr"):
+            assert flag not in doc["serve"]["args"]
+        assert "one node's flags" in notes(doc, "cleaned")["serve.args"]
+    ranks = plan_of(doc, 2)["ranks"]
+    assert [r["argv"][r["argv"].index("--node-rank") + 1] for r in ranks] == ["0", "1"]
+
+
+def test_a_script_saved_on_windows_and_uv_run():
+    doc = imported("crlf-uv-run.sh", VLLM)
+    assert doc["context_length"] == 8192 and doc["serve"]["port"] == 8003
+    assert doc["serve"]["env"] == {"VLLM_API_KEY_FILE": "/dev/null"}
+
+
+def test_a_typographic_dash_from_a_web_page_is_named():
+    with pytest.raises(BadInput, match="typographic"):
+        imported("typographic-dash.txt", VLLM)
+
+
 # -- compose files -----------------------------------------------------------------
 
 

@@ -22,7 +22,9 @@ SHELLS = ("bash", "sh", "zsh", "dash")
 # the programs a statement may run the real command under, and their options that take a value
 WRAPPERS = {"sudo": {"-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T"}, "nohup": set(), "exec": set(),
             "time": set(), "command": set(), "nice": {"-n"}, "ionice": {"-c", "-n"}, "stdbuf": set(),
-            "env": {"-u", "-C", "-S"}, "timeout": {"-s", "-k"}, "unbuffer": set()}  # fmt: skip
+            "env": {"-u", "-C", "-S"}, "timeout": {"-s", "-k"}, "unbuffer": set(), "uvx": {"--with", "--from", "-p",
+            "--python"}}  # fmt: skip
+UV_RUN_VALUED = {"--with", "--python", "-p", "--project", "--directory", "--env-file", "--group", "--extra"}
 DOCKERS = ("docker", "podman", "nvidia-docker")
 # the entrypoint of the images whose command is only the engine's arguments (their Dockerfiles' ENTRYPOINT)
 ENTRYPOINTS = {"vllm/vllm-openai": ["vllm", "serve"], "ghcr.io/ggml-org/llama.cpp": ["llama-server"],
@@ -117,9 +119,14 @@ def _unwrap(words: list[str], env: dict[str, str]) -> list[str]:
             words = words[1:]
             continue
         program = posixpath.basename(words[0])
-        if program not in WRAPPERS:
+        if program == "uv" and words[1:2] == ["run"]:  # uv run [options] COMMAND: the command, in uv's env
+            words, program = words[1:], "uv run"
+            valued = UV_RUN_VALUED
+        elif program not in WRAPPERS:
             return words
-        valued, i = WRAPPERS[program], 1
+        else:
+            valued = WRAPPERS[program]
+        i = 1
         while i < len(words) and words[i].startswith("-"):
             i += 2 if words[i] in valued else 1
         if program == "timeout" and i < len(words):

@@ -104,7 +104,7 @@ def find(text: str, html: bool, where: str) -> Found:
                 continue
         if info not in SHELL_INFO:
             continue
-        body = PROMPT.sub("", body)
+        body = PROMPT.sub("", body).replace("\u00a0", " ")  # a rendered page's no-break spaces are blanks
         try:
             shell.read(body)  # a block that is no shell text (output, a fragment) leaves the session as it was
         except BadInput:

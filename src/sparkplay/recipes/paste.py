@@ -29,6 +29,16 @@ HANDLED = {"--env", "--volume", "--mount", "--publish", "--shm-size", "--entrypo
 GPU_RUNTIMES = ("nvidia",)
 
 
+# the flags a multi-node guide gives each node's command, which sparkplay sets per rank itself (engines/vllm.py,
+# engines/sglang.py OWNED): a pasted node's command drops them, and --nnodes gives the node count
+PER_RANK = {
+    "vllm": ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--data-parallel-address",
+             "--data-parallel-rpc-port", "--data-parallel-start-rank", "--data-parallel-size-local"),
+    "sglang": ("--nnodes", "--node-rank", "--dist-init-addr"),
+}  # fmt: skip
+DASHES = ("\u2013", "\u2014", "\u2012", "\u2212")  # what a web page makes of `--`
+
+
 def pick(found: Found, choice: int | None, where: str, shape: str = "shell text") -> list[Launch]:
     """The launches to import: all of a compose file's services, or the one a text holds or `--pick` names."""
     launches = found.launches
@@ -56,11 +66,16 @@ def listing(found: Found) -> str:
 
 def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecipe:
     _check_settled(launch)
+    for word in launch.command:
+        if word.startswith(DASHES):
+            raise BadInput(f"the command at {launch.where} has {word[:30]!r}, whose dash is a typographic one (a web "
+                           "page's rendering of --)", "write the flag with two hyphens (--)")  # fmt: skip
     parsed = cmdline.parse(shlex.join(launch.command))
     raw = RawRecipe(name="", title="", source=source, engine=parsed.engine, model=parsed.model, args=parsed.args,
                     pinning=parsed.pinning)  # fmt: skip
     for key, how, detail in launch.notes:
         raw.note(key, how, detail)
+    _per_rank(raw, launch)
     raw.note("serve.args", "derived", f"the engine command at {launch.where}")
     env = {**launch.env, **parsed.env}
     container = launch.container
@@ -94,6 +109,19 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
     model_name = (parsed.model or (hub or "").split(":")[0]).rstrip("/").rsplit("/", 1)[-1] or None
     raw.name = name or slugify(served or hint or model_name or parsed.engine)
     return raw
+
+
+def _per_rank(raw: RawRecipe, launch: Launch) -> None:
+    """One node's command of a multi-node guide: its per-rank flags are sparkplay's to set; --nnodes counts."""
+    owned = [f for f in PER_RANK.get(raw.engine, ()) if cmdline.has_flag(raw.args, f)]
+    if not owned:
+        return
+    count = cmdline.flag_value(raw.args, "--nnodes")
+    if count and count.isdigit() and launch.nodes is None:
+        launch.nodes = int(count)
+    raw.args = cmdline.without_flags(raw.args, *owned)
+    raw.note("serve.args", "cleaned", f"{', '.join(owned)}: one node's flags in a multi-node command; sparkplay "
+             "sets each rank's own (the leader and the peers from the inventory)")  # fmt: skip
 
 
 def _check_settled(launch: Launch) -> None:

@@ -185,6 +185,7 @@ def read(text: str, given: dict[str, str] | None = None) -> Script:
     """Every simple command in the text, in order, expanded with the assignments before it."""
     if len(text) > MAX_TEXT:
         raise BadInput("the text is larger than 1 MiB", "a command or script is small; check the input")
+    text = text.replace("\r\n", "\n")  # a file saved on Windows: its line ends are the same lines
     variables = Variables(given)
     statements: list[Statement] = []
     control = False
