@@ -114,8 +114,9 @@ def _atlas_family(raw: RawRecipe) -> str | None:
     tag_only = raw.image and ":" not in raw.image and "/" not in raw.image  # the repository comes from the table
     named = known.atlas_family(f"{known.ENGINES['atlas'].image_repository}:{raw.image}" if tag_only else raw.image)
     if named is None and raw.image:
+        shape = "serve --kernel-target" if found == "sparkglm" else "spark serve"
         raw.note("engine.family", "derived", f"{raw.image} is an Atlas image sparkplay has not seen: its command "
-                 f"({'serve --kernel-target' if found == 'sparkglm' else 'spark serve'}) is the {found} family's")  # fmt: skip
+                 f"({shape}) is the {found} family's")  # fmt: skip
     elif named not in (None, found):
         raise BadInput(f"engine.image {raw.image} is an Atlas {named} image, but the command is the {found} "
                        "family's", "make the image and the command agree")  # fmt: skip

@@ -26,9 +26,8 @@ from textwrap import shorten
 from typing import Any
 from urllib.parse import urlsplit
 
-from sparkplay import imageref
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, hooks, mods, sparkrun_executor
+from sparkplay.recipes import cmdline, hooks, mods, sparkrun_executor, sparkrun_rules
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 from sparkplay.recipes.sparkrun_fields import (
@@ -52,8 +51,11 @@ def is_sparkrun(data: Any) -> bool:
     """A mapping that reads as a sparkrun recipe: its version key, or a model with its container or its runtime
     (sparkrun's Recipe needs model and runtime; recipe_version defaults to 2 and the container to the runtime's
     image for the platform)."""
-    return isinstance(data, dict) and "schema" not in data and "services" not in data and (
-        "recipe_version" in data or ("model" in data and ("container" in data or "runtime" in data))
+    return (
+        isinstance(data, dict)
+        and "schema" not in data
+        and "services" not in data
+        and ("recipe_version" in data or ("model" in data and ("container" in data or "runtime" in data)))
     )
 
 
@@ -94,24 +96,6 @@ def _generated_command(engine: str, model: str, defaults: dict[str, Any]) -> tup
     if engine == "sglang":
         return ["python3", "-m", "sglang.launch_server", "--model-path", model, *args], unmapped
     return ["spark", "serve", model, *args], unmapped
-
-
-# the flag each runtime serves a model's name under (sparkrun's runtimes: served_model_name's flag), and its
-# other spellings a command may already hold
-SERVED_FLAGS = {"vllm": ("--served-model-name",), "sglang": ("--served-model-name",),
-                "llamacpp": ("--alias", "-a"), "atlas": ("--model-name", "--served-model-name")}  # fmt: skip
-
-
-def _served_from_defaults(parsed: cmdline.Command, defaults: dict[str, Any]) -> str | None:
-    """sparkrun's rule for a command template (RuntimePlugin._augment_served_model_name, every runtime): a
-    served_model_name in defaults is appended with the runtime's flag where the command has none."""
-    value = defaults.get("served_model_name")
-    flags = SERVED_FLAGS[parsed.engine]
-    if value in (None, "") or cmdline.has_flag(parsed.args, *flags):
-        return None
-    parsed.args = [*parsed.args, flags[0], str(value)]
-    return (f"defaults.served_model_name {value}: sparkrun appends {flags[0]} {value} to a command that leaves it "
-            "out, and so does sparkplay")  # fmt: skip
 
 
 def _vllm_backend(
@@ -211,7 +195,7 @@ def to_raw(
             raise BadInput(
                 f"{where}: runtime {runtime} but the command starts {parsed.engine}'s server", "make them agree"
             )
-        served_note = _served_from_defaults(parsed, defaults)
+        served_note = sparkrun_rules.served_from_defaults(parsed, defaults)
         generated: list[str] = []
         unmapped: list[str] = []
     else:
@@ -341,7 +325,7 @@ def to_raw(
     for key in sorted(k for k in unknown if k not in DESCRIPTIVE):
         raw.note(f"extra.{key}", "ignored", f"{shorten(str(unknown[key]), 80)}: sparkplay does not read sparkrun's "
                  f"{key!r}; what it asks is not applied (kept in the recipe's extra)")  # fmt: skip
-    if raw.image and _built_locally(data, version, runtime):
+    if raw.image and sparkrun_rules.built_locally(data, version, runtime):
         args = " ".join(map(str, data.get("build_args") or []))
         raw.note("engine.image", "ignored", f"{raw.image} is built by the recipe's launcher (eugr's build-and-copy.sh"
                  f"{', build_args ' + args if args else ''}), not pulled from a registry: build it under that tag on "
@@ -378,25 +362,6 @@ def _bench(data: dict[str, Any], where: str) -> tuple[dict[str, Any] | None, dic
         else:
             left[key] = value
     return profile or None, ({"benchmark": left} if left else {})
-
-
-# build-and-copy.sh's flags that still pull the prebuilt runner (sparkrun's eugr builder,
-# _PULL_COMPATIBLE_BUILD_ARGS): any other build_arg asks for a build
-PULL_COMPATIBLE = frozenset({"--tf5", "--pre-tf", "--pre-transformers", "--exp-b12x", "--experimental-b12x"})
-
-
-def _built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
-    """Whether the recipe's image is one its launcher builds rather than pulls, by sparkrun's eugr builder (it is
-    pull-first): an eugr recipe (version 1, build_args, eugr's nightly image, or builder: eugr) is built only
-    when its build_args ask for a build, or when its image is no pullable reference (a bare local tag such as
-    vllm-node, which only eugr's build-and-copy.sh makes)."""
-    image = str(data.get("container") or "")
-    build_args = [str(a) for a in data.get("build_args") or []]
-    eugr = data.get("builder") == "eugr" or (runtime.startswith("vllm") and (
-        version == "1" or bool(build_args) or image.startswith("ghcr.io/spark-arena/dgx-vllm-eugr-nightly")))  # fmt: skip
-    if not eugr:
-        return bool(data.get("builder")) and "/" not in (imageref.repository(image) or image)
-    return any(a not in PULL_COMPATIBLE for a in build_args) or "/" not in (imageref.repository(image) or image)
 
 
 # a backslash, then blanks, then the line's end: bash reads an escaped blank and ends the command there;

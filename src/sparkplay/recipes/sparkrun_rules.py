@@ -1,0 +1,47 @@
+"""sparkrun 0.4.2's rules around a recipe's command and image, read from its source: the served name it appends
+to a command template (runtimes/base.py _augment_served_model_name) and when its eugr builder builds an image
+rather than pulls it (builders/eugr.py: pull-first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkplay import imageref
+from sparkplay.recipes import cmdline
+
+# the flag each runtime serves a model's name under (sparkrun's runtimes: served_model_name's flag), and its
+# other spellings a command may already hold
+SERVED_FLAGS = {"vllm": ("--served-model-name",), "sglang": ("--served-model-name",),
+                "llamacpp": ("--alias", "-a"), "atlas": ("--model-name", "--served-model-name")}  # fmt: skip
+
+
+def served_from_defaults(parsed: cmdline.Command, defaults: dict[str, Any]) -> str | None:
+    """sparkrun's rule for a command template (RuntimePlugin._augment_served_model_name, every runtime): a
+    served_model_name in defaults is appended with the runtime's flag where the command has none."""
+    value = defaults.get("served_model_name")
+    flags = SERVED_FLAGS[parsed.engine]
+    if value in (None, "") or cmdline.has_flag(parsed.args, *flags):
+        return None
+    parsed.args = [*parsed.args, flags[0], str(value)]
+    return (f"defaults.served_model_name {value}: sparkrun appends {flags[0]} {value} to a command that leaves it "
+            "out, and so does sparkplay")  # fmt: skip
+
+
+# build-and-copy.sh's flags that still pull the prebuilt runner (sparkrun's eugr builder,
+# _PULL_COMPATIBLE_BUILD_ARGS): any other build_arg asks for a build
+PULL_COMPATIBLE = frozenset({"--tf5", "--pre-tf", "--pre-transformers", "--exp-b12x", "--experimental-b12x"})
+
+
+def built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
+    """Whether the recipe's image is one its launcher builds rather than pulls, by sparkrun's eugr builder (it is
+    pull-first): an eugr recipe (version 1, build_args, eugr's nightly image, or builder: eugr) is built only
+    when its build_args ask for a build, or when its image is no pullable reference (a bare local tag such as
+    vllm-node, which only eugr's build-and-copy.sh makes)."""
+    image = str(data.get("container") or "")
+    build_args = [str(a) for a in data.get("build_args") or []]
+    nightly = image.startswith("ghcr.io/spark-arena/dgx-vllm-eugr-nightly")
+    eugr = data.get("builder") == "eugr" or (runtime.startswith("vllm") and (version == "1" or bool(build_args)
+                                                                             or nightly))  # fmt: skip
+    if not eugr:
+        return bool(data.get("builder")) and "/" not in (imageref.repository(image) or image)
+    return any(a not in PULL_COMPATIBLE for a in build_args) or "/" not in (imageref.repository(image) or image)
