@@ -243,6 +243,17 @@ def test_a_typographic_dash_from_a_web_page_is_named():
         imported("typographic-dash.txt", VLLM)
 
 
+def test_a_website_json_whose_command_is_a_docker_run_or_a_commented_docker_exec():
+    shapes = PROJECT / "tests" / "fixtures" / "localairecipes" / "shapes"
+    doc = importing.import_source(str(shapes / "docker-run-command.json"))
+    assert doc["source"]["kind"] == "localairecipes" and doc["engine"]["image"] == "vllm/vllm-openai:v0.11.2"
+    assert doc["model"]["repo"] == "Qwen/Qwen3-8B" and doc["context_length"] == 16384
+    assert doc["serve"]["env"] == {"VLLM_USE_V1": "1"}
+    doc = importing.import_source(str(shapes / "comment-then-docker-exec.json"))
+    assert doc["model"]["repo"] == "zai-org/GLM-4.6-FP8" and doc["topology"]["nodes"] == 2
+    assert doc["engine"]["image"] == "vllm/vllm-openai:v0.11.2"  # the JSON's own image field
+
+
 # -- compose files -----------------------------------------------------------------
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from sparkplay import imageref
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, known, model
+from sparkplay.recipes import cmdline, known, launches, model, paste
 from sparkplay.recipes.model import slugify
+from sparkplay.recipes.launches import Launch
 from sparkplay.recipes.raw import RawRecipe
 
 SITE_API = "https://localairecipes.com/api/v1/recipes/{slug}.json"
@@ -153,7 +154,16 @@ def _as_command(text: str) -> str | None:
         except BadInput:
             continue
         return " ".join([*(cmdline.shlex.quote(a) for a in exported), line])
-    return None
+    return text if _pasted(text) else None
+
+
+def _pasted(text: str) -> Launch | None:
+    """The one engine launch a snippet holds in a shape users paste (docker run/exec, bash -c, a comment first)."""
+    try:
+        found, _ = launches.find(text)
+    except BadInput:
+        return None
+    return found.launches[0] if len(found.launches) == 1 else None
 
 
 def _assignments(line: str) -> list[str]:
@@ -257,7 +267,15 @@ def unwrap(data: dict[str, Any]) -> dict[str, Any]:
 def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> RawRecipe:
     data = unwrap(data)
     command, command_field = find_command(data)
-    parsed = cmdline.parse(command)
+    around = None  # the engine's line inside docker run/exec or a shell, as a user pastes it
+    try:
+        parsed = cmdline.parse(command)
+    except BadInput:
+        launch = _pasted(command)
+        if launch is None:
+            raise
+        around = paste.to_raw(launch, source, name)
+        parsed = cmdline.Command(around.engine, around.model, around.args, around.env, around.pinning)
     holders = _holders(data, command_field)
     title = str(_field(data, "title") or _near(holders, "title") or parsed.model or "recipe")
     env_field = _near(holders, "env", (str, dict, list))
@@ -277,6 +295,12 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
     )
     if command_field not in FIELD_NAMES["command"]:
         raw.note("serve.args", "derived", f"the command line found in the recipe's field {command_field}")
+    if around is not None:
+        raw.provenance += around.provenance
+        raw.shm_size, raw.ulimits, raw.container_user = around.shm_size, around.ulimits, around.container_user
+        raw.preamble, raw.nodes = around.preamble, around.nodes
+        if around.extra.get("docker"):
+            raw.extra["docker"] = around.extra["docker"]
     env: dict[str, str] = dict(parsed.env)
     if (mapping := _env_mapping(env_field)) is not None:
         env.update(mapping)
@@ -305,6 +329,8 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
         raw.notes = "\n\n".join(x for x in (env_field, raw.notes) if x)
 
     raw.image, how = find_image(holders, prose)
+    if raw.image is None and around is not None and around.image:
+        raw.image, how = around.image, None  # the docker run's own image
     if how:
         raw.note("engine.image", "derived", how)
     raw.revision, how = find_revision(holders, prose)
