@@ -16,8 +16,8 @@ from typing import Any
 from sparkplay import imageref
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, known, launches, model, paste
-from sparkplay.recipes.model import slugify
 from sparkplay.recipes.launches import Launch
+from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 
 SITE_API = "https://localairecipes.com/api/v1/recipes/{slug}.json"
