@@ -35,7 +35,10 @@ SOURCES = [
     *sorted((FIXTURES / "sparkrun").glob("*.yaml")),
     *sorted((FIXTURES / "launcher").glob("*/recipe.toml")),
     *sorted((FIXTURES / "localairecipes").rglob("*.json")),
+    *sorted((FIXTURES / "pasted").iterdir()),  # command lines, scripts, compose files, pages: every launch
 ]
+# what a pasted source leaves unsaid, given as a user would give it at import
+PASTED_SETS = ("engine.image=vllm/vllm-openai:v0.11.2",)
 
 
 def vllm_recipes() -> dict[str, dict[str, Any]]:
@@ -46,12 +49,17 @@ def vllm_recipes() -> dict[str, dict[str, Any]]:
         if doc["engine"]["name"] == "vllm":
             found[f"catalog:{name}"] = doc
     for path in SOURCES:
-        try:
-            doc = importing.import_source(str(path), None, ())
-        except SparkplayError:
-            continue  # fixtures of refusals: the importer's own tests hold them
-        if doc["engine"]["name"] == "vllm":
-            found[str(path.relative_to(FIXTURES))] = doc
+        sets = PASTED_SETS if path.parent.name == "pasted" else ()
+        for pick in range(1, 9):
+            try:
+                docs = importing.import_sources(str(path), None, sets, (), pick)
+            except SparkplayError:
+                break  # fixtures of refusals (the importer's own tests hold them), or no Nth launch
+            for doc in docs:
+                if doc["engine"]["name"] == "vllm":
+                    found[f"{path.relative_to(FIXTURES)}#{pick}" if pick > 1 else str(path.relative_to(FIXTURES))] = doc
+            if "launch" not in docs[0]["source"]:
+                break
     return found
 
 
