@@ -23,6 +23,7 @@ from sparkplay import boundary, checkpoints, importing
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput, SparkplayError
 from sparkplay.recipes import catalog, shell
+from tests import test_recipes
 from tests.conftest import PROJECT
 from tests.fake_hub import FakeHub
 from tests.test_ckpt_tool import TOOL
@@ -34,13 +35,7 @@ PASTED = PROJECT / "tests" / "fixtures" / "pasted"
 VLLM = "engine.image=vllm/vllm-openai:v0.11.2"
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """An empty sparkplay project."""
-    root = tmp_path / "project"
-    (root / "playbooks").mkdir(parents=True)
-    (root / "ansible.cfg").write_text("[defaults]\n")
-    return root
+project = test_recipes.project  # the fixture: an empty sparkplay project
 
 
 def imported(name: str, *sets: str, pick: int | None = None) -> dict:

@@ -24,11 +24,7 @@ def import_source(
     pick: int | None = None,
 ) -> dict[str, Any]:
     """SOURCE's one recipe (import_sources says how); a source of several needs --pick."""
-    docs = import_sources(source, name, sets, mods_from, pick)
-    if len(docs) > 1:
-        listed = "; ".join(f"{i}) {d['name']}" for i, d in enumerate(docs, 1))
-        raise BadInput(f"{source} holds {len(docs)} engine launches ({listed})", "choose one with --pick N")
-    return docs[0]
+    return catalog.only_one(import_sources(source, name, sets, mods_from, pick), source)
 
 
 def import_sources(

@@ -70,7 +70,11 @@ def read_source(
 ) -> dict[str, Any]:
     """The one recipe SOURCE holds (read_sources says how); a source of several is refused unless --pick names
     one."""
-    docs = read_sources(source, name, sets, mods_from, pick)
+    return only_one(read_sources(source, name, sets, mods_from, pick), source)
+
+
+def only_one(docs: list[dict[str, Any]], source: str) -> dict[str, Any]:
+    """The one recipe of a source; a compose file's several are refused, naming each, until --pick chooses."""
     if len(docs) > 1:
         listed = "; ".join(f"{i}) {d['name']}" for i, d in enumerate(docs, 1))
         raise BadInput(f"{source} holds {len(docs)} engine launches ({listed})", "choose one with --pick N")
@@ -154,10 +158,7 @@ def read(
     body: bytes, where: str, sha: str, name: str | None, content_type: str = "", mods_from: Sequence[Path] = ()
 ) -> dict[str, Any]:
     """The one normalised recipe a source's bytes hold."""
-    docs = read_all(body, where, sha, name, content_type, mods_from)
-    if len(docs) > 1:
-        raise BadInput(f"{where} holds {len(docs)} engine launches", "choose one with --pick N")
-    return docs[0]
+    return only_one(read_all(body, where, sha, name, content_type, mods_from), where)
 
 
 def read_all(
