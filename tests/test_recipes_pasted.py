@@ -193,6 +193,7 @@ def test_hostile_docker_options_are_named_and_never_reach_the_plan():
         ("unset-model.sh", r"uses \$MODEL_ID, which the text never sets"),
         ("substitution.sh", "command substitution"),
         ("two-commands.sh", r"holds 2 engine commands: 1\) line 1: vllm serve Qwen/Qwen3-8B.*--pick N"),
+        ("run-recipe.sh", r"runs run-recipe.sh on the recipe recipes/glm-4.7-nvfp4.yaml.*import the file it names"),
         ("profile.conf", r"is a profile of settings \(NAME=value lines: MODEL, PORT, TP\)"),
         ("compose-unset.yml", r"service vllm uses \$MODEL, which the text never sets"),
         ("compose-no-engine.yml", r"is a compose file, not a recipe, and holds no engine command.*webui"),

@@ -160,6 +160,10 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
                                      "sparkplay runs it on the nodes its inventory gives"))  # fmt: skip
     elif program.startswith("launch-cluster"):
         _eugr(words[1:], at, env, found, depth)
+    elif (program.startswith("run-recipe") or (program == "sparkrun" and words[1:2] == ["run"])) and len(words) > 1:
+        recipe = next((w for w in words[1:] if not w.startswith("-") and w != "run"), "its recipe")
+        found.elsewhere.append(f"{at} runs {program} on the recipe {shell.shown(recipe)} (sparkplay reads sparkrun's "
+                               "and eugr's recipe YAML itself)")  # fmt: skip
     elif program.startswith("run_cluster") and len(words) > 1:
         found.images.append(words[1])  # vLLM's examples/online_serving/run_cluster.sh IMAGE HEAD_IP --head|--worker
         found.ignored.append(f"{program} (starts a Ray node of {words[1]})")

@@ -45,7 +45,7 @@ def pick(found: Found, choice: int | None, where: str, shape: str = "shell text"
     if not launches:
         if found.elsewhere:
             raise BadInput(f"{where}: no engine command to import: {found.elsewhere[0]}",
-                           "import the file that holds the engine's command line")  # fmt: skip
+                           "import the file it names instead")  # fmt: skip
         shown = f" (it runs {', '.join(dict.fromkeys(found.ignored))})" if found.ignored else ""
         raise BadInput(
             f"{where} is {shape}, not a recipe, and holds no engine command sparkplay can read{shown}",
