@@ -374,3 +374,27 @@ def test_mangled_inputs_are_imports_or_one_line_errors():
                 cut = cut[:at] + rng.choice(noise) + cut[at:]
             with contextlib.suppress(SparkplayError):
                 catalog.read_all(cut.encode(), f"{path.name}-mangled", "0" * 64, None)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "A=(" * 3000 + "x" + ")" * 3000,  # arrays in arrays: no bash has them
+        "ssh a " * 5000 + "vllm serve o/m",  # commands in commands, past any real nesting
+        "sudo " * 50000 + "vllm serve o/m --port 1",  # wrappers: read in one pass
+        "${" * 50000,
+        "$(" * 50000,
+        "cat <<EOF\n" + "x\n" * 1000,
+        "vllm serve o/m\x00 --port 1",
+        bytes(range(256)).decode("latin-1") * 50,
+        "```\n" * 5000,
+        "<pre>" * 5000 + "vllm serve o/m",
+    ],
+    ids=["nested-arrays", "ssh-chain", "sudo-chain", "braces", "substitutions", "open-heredoc", "nul", "binary",
+         "fences", "pre"],
+)  # fmt: skip
+def test_inputs_built_to_exhaust_the_reader_end_quickly_in_an_answer(text):
+    try:
+        catalog.read_all(text.encode(), "hostile", "0" * 64, None, "", (), None)
+    except SparkplayError as error:
+        assert "\n" not in str(error)

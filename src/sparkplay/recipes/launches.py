@@ -72,7 +72,7 @@ class Found:
 
 
 def find(
-    text: str, where: str = "line", given: dict[str, str] | None = None, into: Found | None = None
+    text: str, where: str = "line", given: dict[str, str] | None = None, into: Found | None = None, depth: int = 0
 ) -> tuple[Found, shell.Variables]:
     """Every engine launch in a shell text, in order (`into`: what earlier texts of the same session found, such
     as the containers a page's earlier blocks started)."""
@@ -88,7 +88,7 @@ def find(
             exported.update(w.split("=", 1) for w in words[1:] if "=" in w and not w.startswith("-"))
             continue
         count = len(found.launches)
-        _statement(words, f"{where} {statement.line}", dict(exported), found)
+        _statement(words, f"{where} {statement.line}", dict(exported), found, depth)
         for launch in found.launches[count:]:
             launch.before, launch.operators = list(earlier), list(operators)
             if statement.piped or statement.redirected or statement.background:
@@ -112,29 +112,26 @@ def find(
 
 def _unwrap(words: list[str], env: dict[str, str]) -> list[str]:
     """The command under sudo/env/nohup/exec... and leading NAME=VALUE words (into env)."""
-    while words:
-        if cmdline.ENV_ASSIGNMENT.match(words[0]):
-            name, _, value = words[0].partition("=")
+    at = 0
+    while at < len(words):
+        if cmdline.ENV_ASSIGNMENT.match(words[at]):
+            name, _, value = words[at].partition("=")
             env[name] = value
-            words = words[1:]
+            at += 1
             continue
-        program = posixpath.basename(words[0])
-        if program == "uv" and words[1:2] == ["run"]:  # uv run [options] COMMAND: the command, in uv's env
-            words, program = words[1:], "uv run"
-            valued = UV_RUN_VALUED
+        program = posixpath.basename(words[at])
+        if program == "uv" and words[at + 1 : at + 2] == ["run"]:  # uv run [options] COMMAND, in uv's environment
+            at, valued = at + 1, UV_RUN_VALUED
         elif program not in WRAPPERS:
-            return words
+            return words[at:]
         else:
             valued = WRAPPERS[program]
-        i = 1
-        while i < len(words) and words[i].startswith("-"):
-            i += 2 if words[i] in valued else 1
-        if program == "timeout" and i < len(words):
-            i += 1  # its duration
-        if program == "nice" and i < len(words) and words[i - 1].startswith("-") and words[i - 1][1:].isdigit():
-            pass
-        words = words[i:]
-    return words
+        at += 1
+        while at < len(words) and words[at].startswith("-"):
+            at += 2 if words[at] in valued else 1
+        if program == "timeout" and at < len(words):
+            at += 1  # its duration
+    return []
 
 
 def _statement(words: list[str], at: str, env: dict[str, str], found: Found, depth: int = 0) -> None:
@@ -178,7 +175,7 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
 
 def _nested(text: str, at: str, env: dict[str, str], container: Container | None, found: Found, depth: int) -> None:
     """A command string another program runs (bash -c, ssh): its engine start, and what runs before it there."""
-    inner, _ = find(text, f"{at}, in its command: line")
+    inner, _ = find(text, f"{at}, in its command: line", depth=depth + 1)
     found.ignored += inner.ignored
     found.elsewhere += inner.elsewhere
     found.images += inner.images

@@ -38,7 +38,7 @@ class Word:
         return "".join(p.text for p in self.pieces)
 
 
-def lex(text: str) -> Iterator[tuple[str, Word | str, int]]:
+def lex(text: str, in_array: bool = False) -> Iterator[tuple[str, Word | str, int]]:
     """("word", Word, line) and ("op", operator, line) tokens; a heredoc's body is consumed with its redirect."""
     i, n, line = 0, len(text), 1
     heredocs: list[str] = []
@@ -109,9 +109,9 @@ def lex(text: str) -> Iterator[tuple[str, Word | str, int]]:
             i += 1
         elif c == "(" and word is not None and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\+?=", word.raw()):
             end = matching(text, i)
-            if end < 0:
+            if end < 0 or in_array:  # bash has no array inside an array
                 raise _unbalanced("(", line)
-            inner = [w for kind, w, _ in lex(text[i + 1 : end]) if kind == "word" and isinstance(w, Word)]
+            inner = [w for kind, w, _ in lex(text[i + 1 : end], True) if kind == "word" and isinstance(w, Word)]
             word.array = inner
             line += text.count("\n", i, end)
             i = end + 1
