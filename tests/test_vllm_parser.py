@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sparkplay import importing
+from sparkplay import boundary, importing
 from sparkplay.engines import vllm_cpu
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput, SparkplayError
@@ -68,7 +68,9 @@ def planned(doc: dict[str, Any]) -> dict[str, Any]:
     refusals = []
     for count in range(1, 9):
         try:
-            return build(doc, nodes(count), Options(model_root=ROOT))
+            # what the recipe asks of the boundary is allowed: vLLM's parser is the check here
+            allowed = tuple(r.name for r in boundary.requests(doc))
+            return build(doc, nodes(count), Options(model_root=ROOT, allow=allowed))
         except BadInput as error:
             refusals.append(f"{count}: {error}")
     raise AssertionError("no node count plans it: " + "; ".join(refusals))
@@ -86,6 +88,8 @@ def serve_argvs(deployment: dict[str, Any]) -> list[tuple[int, list[str]]]:
             argvs.append((rank["rank"], argv[1:]))
         elif "ray-head" in argv:
             argvs.append((rank["rank"], argv[argv.index("serve") :]))
+        elif argv[:1] == ["-c"] and argv[2:4] == ["vllm", "serve"]:  # mods, pre_exec or a preamble first: "$0" "$@"
+            argvs.append((rank["rank"], argv[3:]))
     return argvs
 
 
