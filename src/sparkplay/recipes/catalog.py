@@ -172,6 +172,8 @@ def read_all(
 ) -> list[dict[str, Any]]:
     """The normalised recipes from a source's bytes, by what the bytes are."""
     text = body.decode("utf-8", errors="replace")
+    if not text.strip():
+        raise BadInput(f"{where} is empty", "give a recipe, a command line or script, a compose file or a page")
     head = text.lstrip()[:1]
 
     def source(kind: str) -> dict[str, Any]:

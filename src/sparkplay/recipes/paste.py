@@ -36,6 +36,7 @@ PER_RANK = {
              "--data-parallel-rpc-port", "--data-parallel-start-rank", "--data-parallel-size-local"),
     "sglang": ("--nnodes", "--node-rank", "--dist-init-addr"),
 }  # fmt: skip
+PRINTABLE = re.compile(r"[^\x20-\x7e\u00a0-\uffff]|[\ufffd\ue000-\uf8ff]")  # what a one-line error may show
 DASHES = ("\u2013", "\u2014", "\u2012", "\u2212")  # what a web page makes of `--`
 
 
@@ -46,7 +47,8 @@ def pick(found: Found, choice: int | None, where: str, shape: str = "shell text"
         if found.elsewhere:
             raise BadInput(f"{where}: no engine command to import: {found.elsewhere[0]}",
                            "import the file it names instead")  # fmt: skip
-        shown = f" (it runs {', '.join(dict.fromkeys(found.ignored))})" if found.ignored else ""
+        programs = ", ".join(dict.fromkeys(PRINTABLE.sub("?", p)[:60] for p in found.ignored[:8]))
+        shown = f" (it runs {programs})" if found.ignored else ""
         raise BadInput(
             f"{where} is {shape}, not a recipe, and holds no engine command sparkplay can read{shown}",
             "give a vllm serve, python -m sglang.launch_server, llama-server or Atlas spark serve command line, with "
