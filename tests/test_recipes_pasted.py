@@ -403,7 +403,7 @@ def test_inputs_built_to_exhaust_the_reader_end_quickly_in_an_answer(text):
 def test_an_empty_source_and_control_characters_in_what_is_named(tmp_path):
     empty = tmp_path / "empty.sh"
     empty.write_text(" \n\t\n")
-    with pytest.raises(BadInput, match="empty.sh is empty"):
+    with pytest.raises(BadInput, match=r"empty\.sh is empty"):
         importing.import_source(str(empty))
     binary = tmp_path / "binary.bin"
     binary.write_bytes(b"\xff\xfe\x00\x1b[31mbad\n")
