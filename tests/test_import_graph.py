@@ -87,14 +87,14 @@ LAYERS = [
     {"sparkplay.fsutil", "sparkplay.paths", "sparkplay.topology", "sparkplay.fabric", "sparkplay.boundary",
      "sparkplay.codepaths", "sparkplay.imageref",
      "sparkplay.checkpoints", "sparkplay.hostfacts", "sparkplay.runner", "sparkplay.bench", "sparkplay.nvfp4",
-     "sparkplay.nodetools"},
+     "sparkplay.nodetools", "sparkplay.stack"},
     {"sparkplay.managed", "sparkplay.inventory", "sparkplay.recipes"},  # formats: read and normalise, never plan
     {"sparkplay.engines"},  # the per-rank launch plans
     {"sparkplay.deployment", "sparkplay.admission", "sparkplay.deployments"},  # the run's plan; what fits; what serves
     {"sparkplay.importing", "sparkplay.doctor", "sparkplay.lab"},
     {"sparkplay.cli_common", "sparkplay.cli_display"},
     {"sparkplay.cli_run", "sparkplay.cli_recipes", "sparkplay.cli_overlay", "sparkplay.cli_bench"},
-    {"sparkplay.cli_day2"},  # day two, on the run helpers
+    {"sparkplay.cli_day2", "sparkplay.cli_lock"},  # day two, on the run helpers
     {"sparkplay.cli"},
     {"sparkplay.__main__"},
 ]  # fmt: skip

@@ -42,6 +42,11 @@ FILTERS = {
     "sparkplay_package_files": "sparkplay.nodetools:package_files",
     "sparkplay_doctor_collect": "sparkplay.doctor:collect",
     "sparkplay_ib_write_bw_gbps": "sparkplay.doctor:ib_write_bw_gbps",
+    "sparkplay_stack_to_read": "sparkplay.stack:what_to_read",
+    "sparkplay_stack_node": "sparkplay.stack:node",
+    "sparkplay_stack_lock": "sparkplay.stack:lock",
+    "sparkplay_stack_drift": "sparkplay.stack:cluster_drift",
+    "sparkplay_stack_holds": "sparkplay.stack:holds",
 }
 
 

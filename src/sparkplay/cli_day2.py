@@ -24,6 +24,7 @@ from sparkplay import __version__
 from sparkplay import doctor as doctor_mod
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, out, reports_errors
+from sparkplay.cli_display import print_drift
 from sparkplay.cli_run import VerboseOpt, YesOpt, ask, finish, hosts_file, leader_host, run, show_plan, stage_one
 from sparkplay.engines.names import UNITS
 from sparkplay.engines.systemd import plan_problems
@@ -55,6 +56,8 @@ def status(
         added_rows = result.custom.get("sparkplay_status_added") or []
         more = {"added": added_rows} if added_rows else {}
         more |= {"gateway": gateways[0]} if gateways else {}
+        drift = result.custom.get("sparkplay_drift") or {}
+        more |= {"drift": drift} if drift.get("locked") else {}
         sys.stdout.write(json.dumps({"ranks": rows, **more} if more else rows, indent=2) + "\n")
         raise typer.Exit(int(result.exit_code))
     table = Table(box=None)
@@ -89,6 +92,7 @@ def status(
     for row in rows:
         if row.get("watchdog_stood_down"):
             err.print(f"watchdog on {row['host']}: {row['watchdog_stood_down']['why']}", markup=False, highlight=False)
+    print_drift(out, result.custom)
     if result.exit_code == ExitCode.HOSTS_UNREACHABLE:
         raise typer.Exit(int(ExitCode.HOSTS_UNREACHABLE))
 
@@ -150,6 +154,7 @@ def doctor(
     table = result.custom.get("sparkplay_doctor_table")
     if table:
         out.print(table, markup=False, highlight=False)
+    print_drift(out, result.custom)
     if bundle is not None:
         write_bundle(bundle, result, started, inventory)
     finish(result, "doctor")

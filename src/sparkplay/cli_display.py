@@ -175,3 +175,16 @@ def print_summary(console: Console, result: RunResult, *, verb: str = "run") -> 
         )
     if result.artifacts:
         console.print(f"[dim]full log: {escape(str(result.artifacts))}[/dim]")
+
+
+def print_drift(console: Console, custom: Mapping[str, Any]) -> None:
+    """The cluster's drift from its lock (the sparkplay_drift stat), a line per difference; nothing unlocked."""
+    drift = custom.get("sparkplay_drift") or {}
+    if not drift.get("locked"):
+        return
+    if not drift.get("lines"):
+        console.print(f"stack: as locked ({drift.get('hash')})", markup=False, highlight=False)
+        return
+    console.print(f"drift from the lock ({drift.get('hash')}):", style="yellow", markup=False, highlight=False)
+    for line in drift["lines"]:
+        console.print(f"  {line}", style="yellow", markup=False, highlight=False)

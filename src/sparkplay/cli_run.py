@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 
-from sparkplay import deployment
+from sparkplay import deployment, stack
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import InventoryOpt, ProjectOpt, confirm, err, inventory_of, out, reports_errors
 from sparkplay.cli_display import RunDisplay, print_summary
@@ -96,6 +97,29 @@ def ask(question: str, yes: bool, refusal: str, fix: str) -> None:
         raise Declined(refusal, fix)
     if not confirm(question):
         raise Declined("declined: nothing was changed", fix)
+
+
+def lock_file(hosts: Path) -> Path:
+    """The inventory's stack lock (sparkplay.stack.FILE, beside its hosts file)."""
+    return hosts.parent / stack.FILE
+
+
+def locked(hosts: Path) -> dict[str, Any] | None:
+    """The inventory's lock as written, or None."""
+    path = lock_file(hosts)
+    if not path.is_file():
+        return None
+    return (yaml.safe_load(path.read_text()) or {}).get(stack.VARIABLE)
+
+
+def relock(root: Path, hosts: Path, recipe: str | None, verbose: int, why: str) -> RunResult:
+    """Lock what runs now (after `up` served a changed recipe, or accepted drift), and say so."""
+    extra = {"recipe": recipe} if recipe else {}
+    result = run(root, "lock.yml", hosts, "lock", verbose=verbose, **extra)
+    doc = locked(hosts)
+    if result.exit_code == ExitCode.OK and doc:
+        out.print(f"locked anew ({why}): {lock_file(hosts)} ({doc.get('hash')})", markup=False, highlight=False)
+    return result
 
 
 # -- init ---------------------------------------------------------------------------
@@ -234,6 +258,9 @@ def up(
         bool,
         typer.Option("--force-admit", help="With --add: serve it even where its memory claim does not fit (risky)."),
     ] = False,
+    accept_drift: Annotated[
+        bool, typer.Option("--accept-drift", help="Go on although the nodes drifted from the lock; lock them anew.")
+    ] = False,
     verbose: VerboseOpt = 0,
     project: ProjectOpt = None,
 ) -> None:
@@ -248,6 +275,7 @@ def up(
             "--set records knobs for the inventory's recipe", "leave it out with --add (serve_knobs applies)"
         )
     placement: dict[str, Any] = {"serve_mode": "add"} if add else {}
+    placement |= {"stack_accept_drift": True} if accept_drift else {}
     placement.update({k: v for k, v in (("serve_node", node), ("serve_port", port)) if v})
     if force_admit:
         placement["serve_force_admit"] = True
@@ -283,6 +311,12 @@ def up(
     if foreign:
         extra["sparkplay_confirm_overwrite"] = True  # confirmed above; each file is backed up by the roles
     result = run(root, playbook, hosts, f"up {recipe}", verbose=verbose, **extra)
+    drift = result.custom.get("sparkplay_drift") or {}
+    if result.exit_code == ExitCode.OK and drift.get("locked") and (drift.get("recipe_changed") or accept_drift):
+        # what the user asked for (another recipe, accepted drift) is the known-good stack now
+        print_summary(out, result, verb=f"up {recipe}")
+        result = relock(root, hosts, recipe, verbose, "the recipe changed" if drift.get("recipe_changed") else
+                        "drift accepted")  # fmt: skip
     finish(result, f"up {recipe}")
 
 

@@ -24,7 +24,7 @@ import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sparkplay import __version__, checkpoints, topology
+from sparkplay import __version__, checkpoints, stack, topology
 from sparkplay.boundary import TRUSTED_IMAGES, check_allow, check_trusted
 from sparkplay.deployments import gateway
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
@@ -107,6 +107,8 @@ def node_constants(_: Any = None) -> dict[str, Any]:
         # where added deployments keep their records, env files (engines/names.py); the gateway's names
         "added_dir": ADDED_DIR,
         "gateway": gateway(),
+        "holds": stack.HOLDS,  # the packages a lock held (reset releases them)
+        "stack_lock": stack.FILE,  # the lock's file, in the inventory's folder (on the controller)
     }
 
 
