@@ -67,6 +67,15 @@ class Effect:
     shows: str | None = None  # what the rendered effect holds afterwards (default: the value itself)
 
 
+STACK_PLAN = {"runtime": "native", "image": None, "packages": ["llama.cpp-tools"], "install": None,
+              "ranks": [{"host": "n0", "exec": ["/usr/bin/llama-server", "-m", "m.gguf"]}]}  # fmt: skip
+STACK_DRIFT = {
+    "sparkplay_stack_lock": {"hash": "sha256:0", "recipe": {"name": "r", "sha256": "0"}, "nodes": {}},
+    "ansible_play_hosts": [], "groups": {"sparkplay_nodes": []},
+    "hostvars": {"localhost": {"stack_drift": {"lines": ["rank 1 (n1): kernel 6.17 (locked 6.14)"], "hash": "x"}}},
+}  # fmt: skip
+
+
 def bench_effect(value: Any, shows: str | None = None) -> Effect:
     """An option of the bench role, seen in the command the bench runs on the leader."""
     return Effect(
@@ -554,6 +563,92 @@ EFFECTS: dict[str, Effect] = {
         "/opt/serve-tool",
         "",
         ("var", "serve_tool_file"),
+    ),
+    # the stack role (docs/lock.md): where the lock goes, what is read, held and refused
+    "stack_lock_file": Effect(
+        "stack",
+        "roles/stack/tasks/drift.yml",
+        "/srv/inventory/stack.yml",
+        "Stack | Refuse a cluster that drifted",
+        ("ansible.builtin.fail", "msg"),
+        {**STACK_DRIFT, "inventory_dir": "/inv"},
+    ),
+    "stack_hold_packages": Effect(
+        "stack", "roles/stack/tasks/lock.yml", False, "Stack | Hold the locked packages", ("when",)
+    ),
+    "stack_plan": Effect(
+        "stack",
+        "roles/stack/tasks/lock.yml",
+        STACK_PLAN,
+        "Stack | Read this node's stack",
+        ("vars", "stack_read_args"),
+        {"inventory_hostname": "n0"},
+        shows="/usr/bin/llama-server",
+    ),
+    "stack_checkpoints": Effect(
+        "stack",
+        "roles/stack/tasks/lock.yml",
+        [{"dest": "/models/org--m"}],
+        "Stack | Read this node's stack",
+        ("vars", "stack_read_args"),
+        {"inventory_hostname": "n0", "stack_plan": STACK_PLAN},
+        shows="/models/org--m",
+    ),
+    "stack_recipe": Effect(
+        "stack",
+        "roles/stack/tasks/drift.yml",
+        {"name": "other"},
+        "Stack | Compare the cluster with its lock",
+        ("ansible.builtin.set_fact", "stack_drift"),
+        STACK_DRIFT,
+        shows="'recipe_changed': True",
+    ),
+    "stack_refuse_drift": Effect(
+        "stack", "roles/stack/tasks/drift.yml", True, "Stack | Refuse a cluster that drifted", ("when",), STACK_DRIFT
+    ),
+    "stack_accept_drift": Effect(
+        "stack",
+        "roles/stack/tasks/drift.yml",
+        True,
+        "Stack | Refuse a cluster that drifted",
+        ("when",),
+        {**STACK_DRIFT, "stack_refuse_drift": True},
+    ),
+    "serve_rollback": Effect(
+        "serve",
+        "roles/serve/tasks/run.yml",
+        False,
+        "Serve | Go back to the last good deployment",
+        ("when",),
+        {
+            "serve_plan": {"ranks": [{"role": "leader", "host": "n0"}]},
+            "hostvars": {"n0": {}},
+            "ansible_check_mode": False,
+        },
+    ),
+    "serve_rollback_file": Effect(
+        "serve",
+        "roles/serve/tasks/rollback.yml",
+        "/srv/kept.json",
+        "Serve | Read the deployment to go back to",
+        ("ansible.builtin.slurp", "src"),
+        {"serve_rollback_file": "/srv/serve.json"},
+    ),
+    "serve_rollback_current": Effect(
+        "serve",
+        "roles/serve/tasks/rollback.yml",
+        "/srv/last-good.json",
+        "Serve | Trade the last good and the previous",
+        ("loop",),
+        {"serve_rollback_file": "/srv/previous.json", "serve_rollback_current": "/srv/serve.json"},
+    ),
+    "serve_rollback_swap": Effect(
+        "serve",
+        "roles/serve/tasks/rollback.yml",
+        True,
+        "Serve | Trade the last good and the previous",
+        ("when",),
+        {"serve_rollback_answered": True},
     ),
     "serve_watchdog_state": Effect(
         "serve",

@@ -4,12 +4,14 @@ by the playbooks. Marked `lab`.
 Everything is real: the sparkplay CLI driving ansible-runner, the units
 under systemd in both nodes, llama.cpp from Debian, the RPC traffic over the
 simulated cable, the completions. Nothing stands in for anything here. The
-tests run in file order on one lab; the last one leaves a broken recipe
-deployed, and the module's teardown removes the lab.
+tests run in file order on one lab: the last ones lock the stack, go back from
+changes that do not answer and reset the nodes; the module's teardown removes
+the lab.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -517,3 +519,111 @@ def test_health_that_never_comes_fails_at_the_timeout_with_every_ranks_journal()
     assert '"rank 0": [' in proc.stdout and '"rank 1": [' in proc.stdout
     assert "sparkplay-serve" in proc.stdout.split('"rank 1": [', 1)[1][:4000]
     assert took < 15 + 120, f"took {took:.0f} s"
+
+
+# -- a known-good stack (#41): the lock, drift, holds, the way back -------------------------------------------
+
+LOCK = PROJECT / "inventory" / "lab" / "group_vars" / "all" / "sparkplay_stack_lock.yml"
+RPC_SERVER = "/usr/libexec/x86_64-linux-gnu/llama/bin/ggml-rpc-server"
+
+
+def served_models() -> list[str]:
+    out = in_node(0, "curl", "-s", "-m", "5", "http://127.0.0.1:9931/v1/models", check=False).stdout
+    return [m["id"] for m in json.loads(out or "{}").get("data", [])]
+
+
+def held(rank: int) -> list[str]:
+    return in_node(rank, "apt-mark", "showhold").stdout.split()
+
+
+@contextlib.contextmanager
+def lab_tiny_variant(name: str, *, args: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> Iterator[None]:
+    """lab-tiny under another name in the catalog (its served name too), for the test's length."""
+    doc = yaml.safe_load((PROJECT / "recipes" / "lab-tiny.yml").read_text())
+    doc["name"] = doc["model"]["served_name"] = name
+    argv = doc["serve"]["args"]
+    argv[argv.index("--alias") + 1] = name
+    for flag, value in (args or {}).items():
+        argv[argv.index(flag) + 1] = value
+        doc["context_length"] = int(value) if flag == "-c" else doc["context_length"]
+    argv += list(extra)
+    path = PROJECT / "recipes" / f"{name}.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        yield
+    finally:
+        path.unlink()
+
+
+def test_a_change_the_engine_refuses_goes_back_to_the_last_good_by_itself_and_serves_again():
+    with lab_tiny_variant("lab-tiny-bad", extra=("--no-such-flag",)):
+        started = time.monotonic()
+        proc = run_cli("up", "lab-tiny-bad", "-i", "inventory/lab", "--yes", "--only", "serve", timeout=1200)
+        took = time.monotonic() - started
+    assert proc.returncode != 0
+    assert "lab-tiny-bad is not serving" in proc.stdout
+    found = re.search(r"went back to the last deployment that answered \(lab-tiny\): it answers again, ([0-9.]+) s",
+                      proc.stdout)  # fmt: skip
+    assert found, proc.stdout[-3000:]
+    print(f"\nrollback: lab-tiny answers again {found.group(1)} s after lab-tiny-bad failed; whole up {took:.0f} s")
+    assert ask() and served_models() == ["lab-tiny"]
+    inventory = yaml.safe_load((PROJECT / "inventory" / "lab" / "group_vars" / "all" / "sparkplay.yml").read_text())
+    assert inventory["sparkplay_recipe"] == "lab-tiny"  # its choice before the failed change is back
+
+
+def test_rollback_returns_to_the_previous_recipe_and_forward_again():
+    with lab_tiny_variant("lab-tiny-two", args={"-c": "256"}):
+        proc = run_cli("up", "lab-tiny-two", "-i", "inventory/lab", "--yes", "--only", "serve", timeout=1200)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        assert served_models() == ["lab-tiny-two"]
+        back = run_cli("rollback", "-i", "inventory/lab", "--yes")
+        assert back.returncode == 0, back.stdout[-3000:]
+        assert "lab-tiny answers again" in back.stdout and served_models() == ["lab-tiny"] and ask()
+        forward = run_cli("rollback", "-i", "inventory/lab", "--yes")  # the last good and the previous traded
+        assert forward.returncode == 0 and served_models() == ["lab-tiny-two"], forward.stdout[-3000:]
+        assert run_cli("rollback", "-i", "inventory/lab", "--yes").returncode == 0 and served_models() == ["lab-tiny"]
+
+
+def test_lock_records_each_nodes_stack_and_holds_the_engine_packages():
+    proc = run_cli("lock", "-i", "inventory/lab", "--yes")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    lock = yaml.safe_load(LOCK.read_text())["sparkplay_stack_lock"]
+    assert lock["recipe"]["name"] == "lab-tiny" and lock["hash"].startswith("sha256:")
+    rank1 = lock["nodes"]["sparkplay-lab-rank1"]
+    # the lab has no GPU: those rows say none, never a guess
+    assert rank1["driver"] is None and rank1["cuda"] is None
+    assert rank1["kernel"] and rank1["os"] and set(rank1["fabric"]) == {"enp1s0f1np1", "enP2p1s0f1np1"}
+    assert rank1["engine_packages"]["llama.cpp-tools"] and rank1["files"][RPC_SERVER].startswith("sha256:")
+    assert rank1["checkpoints"]["/var/lib/sparkplay/models/lab-tiny"]["manifest"]
+    for rank in (0, 1):
+        assert {"llama.cpp-tools", "libggml0-backend-rpc"} <= set(held(rank))
+    again = run_cli("lock", "-i", "inventory/lab")
+    assert again.returncode == 0 and "unchanged" in again.stdout  # locking twice changes nothing
+
+
+def test_a_changed_engine_file_is_drift_that_doctor_and_status_name_and_up_refuses_until_accepted():
+    # a llama.cpp built by hand over the packaged one on rank 1 (the same program plus a byte)
+    in_node(1, "sh", "-c", f"cp -p {RPC_SERVER} {RPC_SERVER}.new && printf '\\n' >> {RPC_SERVER}.new "
+            f"&& mv {RPC_SERVER}.new {RPC_SERVER}")  # fmt: skip
+    said = f"rank 1 (sparkplay-lab-rank1): file {RPC_SERVER} sha256:"
+    status_now = run_cli("status", "-i", "inventory/lab")
+    assert said in status_now.stdout and "(locked sha256:" in status_now.stdout, status_now.stdout[-2000:]
+    doctor = run_cli("doctor", "-i", "inventory/lab")
+    assert said in doctor.stdout, doctor.stdout[-2000:]
+    since = unit(1, "ActiveEnterTimestamp")
+    refused = up("--yes", "--only", "serve")
+    assert refused.returncode != 0 and "drifted from its lock" in refused.stdout and said in refused.stdout
+    assert unit(1, "ActiveEnterTimestamp") == since  # nothing changed
+    accepted = up("--yes", "--accept-drift", "--only", "serve")
+    assert accepted.returncode == 0, accepted.stdout[-3000:]
+    assert "locked anew (drift accepted)" in accepted.stdout
+
+
+def test_reset_releases_the_holds_and_moves_the_lock_aside():
+    assert LOCK.exists()
+    in_node(1, "apt-mark", "hold", "libggml0")  # a person's own hold stays
+    proc = playbook("reset.yml", "-e", "sparkplay_confirm_overwrite=true")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not LOCK.exists() and list((LOCK.parents[2] / ".sparkplay-backups").glob("sparkplay_stack_lock.yml.*"))
+    assert held(0) == [] and held(1) == ["libggml0"]
+    in_node(1, "apt-mark", "unhold", "libggml0")

@@ -29,6 +29,7 @@ FILTERS = {
     "sparkplay_gateway_key_file": "sparkplay.deployments:gateway_key_file",
     "sparkplay_gateway_secret": "sparkplay.deployments:gateway_secret",
     "sparkplay_added_leftovers": "sparkplay.engines.names:leftovers",
+    "sparkplay_slot_names": "sparkplay.engines.names:for_slot",
     # `none | sparkplay_node_constants`: the engine user, serve tool, units, unit and state folders
     "sparkplay_node_constants": "sparkplay.deployment:node_constants",
 }

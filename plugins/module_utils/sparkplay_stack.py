@@ -89,7 +89,7 @@ def fabric_twins(env_file: str) -> list:
     except OSError:
         return []
     for line in lines:
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         if key.strip() == "SPARKPLAY_FABRIC_TWINS":
             twins = [t.strip() for t in value.strip().strip('"').split(",")]
             return [t for t in twins if re.match(r"^[A-Za-z0-9_.:-]{1,15}$", t)]
@@ -101,9 +101,9 @@ def fabric(ifname: str, ethtool: str | None, run: Run) -> str | None:
     if not os.path.exists(f"/sys/class/net/{ifname}"):
         return None
     if ethtool:
-        rc, out, _ = run([ethtool, "-i", ifname])
+        rc, out, _err = run([ethtool, "-i", ifname])
         if rc == 0:
-            fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in out.splitlines())}
+            fields = {k.strip(): v.strip() for k, _sep, v in (line.partition(":") for line in out.splitlines())}
             parts = [fields.get("driver", ""), fields.get("version", "")]
             firmware = fields.get("firmware-version", "")
             if firmware and firmware.upper() != "N/A":
@@ -117,15 +117,15 @@ def docker(docker_cli: str | None, images: list, run: Run) -> tuple:
     """The engine's server version and each image as its repo digest (else its local id), None when absent."""
     if not docker_cli or not os.access(docker_cli, os.X_OK):
         return None, {image: None for image in images}
-    rc, out, _ = run([docker_cli, "version", "--format", "{{.Server.Version}}"])
+    rc, out, _err = run([docker_cli, "version", "--format", "{{.Server.Version}}"])
     server = out.strip() if rc == 0 and out.strip() else None
     found = {}
     for image in images:
-        rc, out, _ = run([docker_cli, "image", "inspect", "--format", "{{json .RepoDigests}} {{.Id}}", image])
+        rc, out, _err = run([docker_cli, "image", "inspect", "--format", "{{json .RepoDigests}} {{.Id}}", image])
         if rc != 0:
             found[image] = None
             continue
-        digests_json, _, image_id = out.strip().rpartition(" ")
+        digests_json, _sep, image_id = out.strip().rpartition(" ")
         try:
             digests = json.loads(digests_json) or []
         except ValueError:
@@ -140,7 +140,7 @@ def files(paths: list) -> dict:
     found = {}
     for path in paths:
         if os.path.isdir(path):
-            dists = sorted(os.path.basename(d) for d, _, names in os.walk(path)
+            dists = sorted(os.path.basename(d) for d, _dirs, names in os.walk(path)
                            if d.endswith(".dist-info") and "RECORD" in names)  # fmt: skip
             digest = hashlib.sha256("\n".join(dists).encode()).hexdigest()
             found[path] = f"{len(dists)} distributions sha256:{digest}" if dists else None

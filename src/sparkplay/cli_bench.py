@@ -10,8 +10,9 @@ from rich.table import Table
 
 from sparkplay import bench as bench_mod
 from sparkplay import inventory as inv_mod
+from sparkplay import stack
 from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, out, reports_errors
-from sparkplay.cli_run import VerboseOpt, finish, hosts_file, run
+from sparkplay.cli_run import VerboseOpt, finish, hosts_file, locked, run
 from sparkplay.errors import BadInput, ExitCode
 from sparkplay.paths import data_dir, project_dir
 from sparkplay.recipes import catalog
@@ -104,6 +105,10 @@ def bench(
     fetched = Path(stats["file"])
     doc = bench_mod.load(fetched)
     recipe_sha256 = bench_mod.digest(recipe_file.read_bytes())
+    # the stack it ran on: the inventory's lock (its hash names it) and what drifted from it during the run
+    doc["stack_lock"] = locked(hosts_file(inventory))
+    doc["stack_lock_hash"] = stack.lock_hash(doc["stack_lock"])
+    doc["stack_drift"] = (result.custom.get("sparkplay_drift") or {}).get("lines") or []
     kept = bench_mod.save(doc, folder, recipe=name, stamp=fetched.stem, recipe_sha256=recipe_sha256,
                           engine_build=stats["engine_build"])  # fmt: skip
     fetched.unlink()
@@ -116,7 +121,11 @@ def bench(
         said = (f"client overhead at concurrency 1: {latency['overhead_ms']} ms "
                 f"(llama-benchy {latency['benchy_ms']} ms, a bare request {latency['bare_ms']} ms)")  # fmt: skip
         out.print(said, markup=False, highlight=False)
+    said = f"stack: {doc['stack_lock_hash']}" if doc["stack_lock_hash"] else "stack: not locked (`sparkplay lock`)"
+    out.print(said + "".join(f"\n  drifted: {line}" for line in doc["stack_drift"]), markup=False, highlight=False)
     if earlier is not None:
+        for line in stack.compare_locks(doc["stack_lock"], earlier.get("stack_lock")):
+            out.print(line, markup=False, highlight=False)
         for line in bench_mod.compare(rows, bench_mod.rows(earlier)):
             c, pp, tg, depth = line["shape"]
             out.print(f"c{c} pp{pp} tg{tg} d{depth} {line['rate']}: {line['now']} vs {line['before']} "

@@ -9,11 +9,13 @@ from typing import Annotated
 
 import typer
 
-from sparkplay.cli_common import InventoryOpt, ProjectOpt, out, reports_errors
-from sparkplay.cli_display import print_drift
-from sparkplay.cli_run import VerboseOpt, YesOpt, ask, finish, hosts_file, lock_file, locked, run
-from sparkplay.errors import ExitCode
+from sparkplay import inventory as inv_mod
+from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, out, reports_errors
+from sparkplay.cli_display import print_drift, print_summary
+from sparkplay.cli_run import VerboseOpt, YesOpt, ask, finish, hosts_file, lock_file, locked, relock, run
+from sparkplay.errors import BadInput, ExitCode
 from sparkplay.paths import project_dir
+from sparkplay.recipes import apply as apply_mod
 
 
 @reports_errors
@@ -54,4 +56,42 @@ def lock(
     finish(result, "lock")
 
 
-COMMANDS = (lock,)
+@reports_errors
+def rollback(
+    name: Annotated[
+        str | None, typer.Argument(help="An added deployment (up --add) to roll back (default: the primary).")
+    ] = None,
+    inventory: InventoryOpt = None,
+    yes: YesOpt = False,
+    verbose: VerboseOpt = 0,
+    project: ProjectOpt = None,
+) -> None:
+    """Go back to the previous deployment that answered (its units, environment and record), prove it
+    answers, and record its recipe in the inventory again; a second rollback comes forward again."""
+    root = project_dir(project)
+    hosts = hosts_file(inventory)
+    primary = inv_mod.recorded_recipe(inv_mod.hosts(hosts))
+    slot = None if name in (None, primary) else name
+    what = f"{name}'s deployment" if slot else "the primary deployment"
+    ask(f"Put back the previous deployment of {what} (it is restarted)?", yes,
+        "a rollback restarts the engine and there is no terminal to ask on: nothing was changed",
+        "rerun with --yes to roll back")  # fmt: skip
+    extra = {"rollback_recipe": slot} if slot else {}
+    result = run(root, "rollback.yml", hosts, f"rollback {name or ''}".strip(), verbose=verbose, **extra)
+    back = result.custom.get("sparkplay_rolled_back") or {}
+    if back.get("ready"):
+        out.print(f"{back.get('recipe')} answers again, {back.get('seconds')} s after the rollback began",
+                  markup=False, highlight=False)  # fmt: skip
+        if slot is None and back.get("recipe") != primary:
+            try:
+                recorded = apply_mod.record(root, str(back["recipe"]), hosts, [], lambda *_: True)
+                out.print(f"{recorded.path}: records {back['recipe']}", markup=False, highlight=False)
+            except BadInput as exc:
+                err.print(f"warning: the inventory still records {primary}: {exc}", markup=False, highlight=False)
+        if slot is None and locked(hosts):  # what answers again is the known-good stack
+            print_summary(out, result, verb="rollback")
+            result = relock(root, hosts, str(back["recipe"]), verbose, "rolled back")
+    finish(result, "rollback")
+
+
+COMMANDS = (lock, rollback)

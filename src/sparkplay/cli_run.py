@@ -122,6 +122,23 @@ def relock(root: Path, hosts: Path, recipe: str | None, verbose: int, why: str) 
     return result
 
 
+def went_back(result: RunResult, recorded: apply_mod.Recorded | None) -> None:
+    """After a change that did not answer: say what sparkplay went back to, and let the inventory record that
+    recipe again (its choice before this run), so a later `up` without a name serves what answers."""
+    back = result.custom.get("sparkplay_rolled_back") or {}
+    if not back:
+        return
+    said = f"it answers again, {back.get('seconds')} s after the failure" if back.get("ready") else (
+        f"it does not answer either: {back.get('why')}")  # fmt: skip
+    out.print(f"went back to the last deployment that answered ({back.get('recipe')}): {said}", style="yellow",
+              markup=False, highlight=False)  # fmt: skip
+    if back.get("ready") and recorded is not None and recorded.backup is not None:
+        catalog.backup(recorded.path, recorded.backup.parent)  # this run's choice is kept too
+        atomic_write(recorded.path, recorded.backup.read_bytes())
+        out.print(f"{recorded.path}: its choice before this run is back ({recorded.backup} restored)",
+                  markup=False, highlight=False)  # fmt: skip
+
+
 # -- init ---------------------------------------------------------------------------
 
 
@@ -311,6 +328,7 @@ def up(
     if foreign:
         extra["sparkplay_confirm_overwrite"] = True  # confirmed above; each file is backed up by the roles
     result = run(root, playbook, hosts, f"up {recipe}", verbose=verbose, **extra)
+    went_back(result, recorded)
     drift = result.custom.get("sparkplay_drift") or {}
     if result.exit_code == ExitCode.OK and drift.get("locked") and (drift.get("recipe_changed") or accept_drift):
         # what the user asked for (another recipe, accepted drift) is the known-good stack now

@@ -167,6 +167,7 @@ def compute(
             "unit_dir": UNIT_DIR,
             "serve_unit": f"{UNIT_DIR}/{names['units']['serve']}",
             "watchdog_state": names["watchdog_state"],
+            "last_good": names["last_good"],  # under serve_state_dir
             "tools": dict(TOOLS),
         },
         "units": names["units"],

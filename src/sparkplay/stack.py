@@ -121,7 +121,9 @@ def _flat(rows: Mapping[str, Any], engine: bool) -> dict[str, Any]:
     return flat
 
 
-def drift(locked: Mapping[str, Any], now: Mapping[str, Any], *, engine: bool = True) -> list[str]:
+def drift(
+    locked: Mapping[str, Any], now: Mapping[str, Any], *, engine: bool = True, against: str = "locked"
+) -> list[str]:
     """What differs on one node, in words: "kernel 6.17.0-1008 (locked 6.14.0-1015)"; the engine's rows too
     unless `engine` is false (another recipe than the lock's is being served)."""
     was, isnow = _flat(locked, engine), _flat(now, engine)
@@ -131,11 +133,11 @@ def drift(locked: Mapping[str, Any], now: Mapping[str, Any], *, engine: bool = T
         if before == after or (item not in was and after is None):
             continue
         if item not in was:
-            said.append(f"{item} {_short(after)} (not in the lock)")
+            said.append(f"{item} {_short(after)} ({'not in the lock' if against == 'locked' else f'none {against}'})")
         elif after is None:
-            said.append(f"{item} is gone (locked {_short(before)})")
+            said.append(f"{item} is gone ({against} {_short(before)})")
         else:
-            said.append(f"{item} {_short(after)} (locked {_short(before)})")
+            said.append(f"{item} {_short(after)} ({against} {_short(before)})")
     return said
 
 
@@ -180,3 +182,25 @@ def holds(
     before = set(ours_before)
     ours = (before & wanted) | {n for n in wanted if not packages[n].get("held")}
     return {"hold": sorted(wanted), "ours": sorted(ours), "release": sorted(before - wanted)}
+
+
+def compare_locks(now: Mapping[str, Any] | None, before: Mapping[str, Any] | None) -> list[str]:
+    """What differed between the stacks two results ran on (their locks), in words, for `bench --compare`."""
+    if not now or not before:
+        return [f"stack: {'this result' if not now else 'the earlier result'} names no lock (`sparkplay lock`)"]
+    if now.get("hash") == before.get("hash"):
+        return [f"stack: the same ({now.get('hash')})"]
+    said = [f"stack: {now.get('hash')} (before {before.get('hash')})"]
+    was, isnow = before.get("recipe") or {}, now.get("recipe") or {}
+    if was != isnow:
+        said.append(f"recipe {isnow.get('name')} sha256:{str(isnow.get('sha256'))[:12]} (before {was.get('name')} "
+                    f"sha256:{str(was.get('sha256'))[:12]})")  # fmt: skip
+    if now.get("sparkplay") != before.get("sparkplay"):
+        said.append(f"sparkplay {now.get('sparkplay')} (before {before.get('sparkplay')})")
+    old_nodes, new_nodes = before.get("nodes") or {}, now.get("nodes") or {}
+    for host in sorted({*old_nodes, *new_nodes}):
+        if host not in old_nodes or host not in new_nodes:
+            said.append(f"{host}: {'only now' if host in new_nodes else 'only before'}")
+            continue
+        said += [f"{host}: {words}" for words in drift(old_nodes[host], new_nodes[host], against="before")]
+    return said

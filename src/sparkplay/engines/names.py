@@ -33,6 +33,8 @@ ENV_FILE = "/etc/sparkplay/serve.env"
 RECORD = "/etc/sparkplay/serve.json"
 ADDED_DIR = "/etc/sparkplay/serve.d"
 WATCHDOG_STATE = "watchdog.json"
+# the last deployment that answered, kept to go back to (under the state folder; `.previous` beside it)
+LAST_GOOD = "last-good/serve.json"
 # a recipe's name, as the schema has it: the slot becomes part of file and unit names
 SLOT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
 
@@ -43,7 +45,7 @@ def for_slot(slot: str | None, record: str = RECORD) -> dict[str, Any]:
         raise ValueError(f"deployment name {slot!r} is not a recipe name ([a-z0-9._-], up to 64)")
     if slot is None:
         return {"slot": None, "units": dict(UNITS), "container": CONTAINER, "env_file": ENV_FILE,
-                "record": record, "watchdog_state": WATCHDOG_STATE}  # fmt: skip
+                "record": record, "watchdog_state": WATCHDOG_STATE, "last_good": LAST_GOOD}  # fmt: skip
     return {
         "slot": slot,
         "units": {part: unit.replace(".service", f"@{slot}.service") for part, unit in UNITS.items()},
@@ -51,6 +53,7 @@ def for_slot(slot: str | None, record: str = RECORD) -> dict[str, Any]:
         "env_file": posixpath.join(ADDED_DIR, f"{slot}.env"),
         "record": posixpath.join(ADDED_DIR, f"{slot}.json"),
         "watchdog_state": f"watchdog@{slot}.json",
+        "last_good": LAST_GOOD.replace(".json", f"@{slot}.json"),
     }
 
 
