@@ -11,6 +11,8 @@ nodes (the host's: the lab's containers share its memory). The tests run in file
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 
 import pytest
@@ -187,6 +189,65 @@ def test_bench_measures_one_model_of_several():
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     kept = sorted((profile.parent / "several" / "lab-small").glob("*.json"))
     assert kept and json.loads(kept[-1].read_text())["invariance"]["identical"]
+
+
+# a client on rank 0 sending one request after another through the gateway until /tmp/stop-client exists: one
+# line per answer, its HTTP status (000: no answer at all)
+CLIENT = r"""
+body='{"model": "lab-small", "messages": [{"role": "user", "content": "What is 17*23?"}], "max_tokens": 4}'
+rm -f /tmp/stop-client /tmp/client-codes
+while [ ! -e /tmp/stop-client ]; do
+  curl -s -o /dev/null -w '%{http_code}\n' -m 60 -H 'Content-Type: application/json' -d "$body" \
+    http://127.0.0.1:9930/v1/chat/completions >> /tmp/client-codes
+done
+"""
+
+
+def test_a_changed_added_deployment_is_updated_beside_itself_and_no_request_through_the_gateway_fails():
+    """lab-small's context changed (512 -> 256 tokens), then `up lab-small --add` again while a client on rank 0
+    sends requests through the gateway one after another: the new version starts beside the old as
+    lab-small.NEW (port 10933), takes the route once it answers; lab-small restarts with it and takes the route
+    back; the stand-in goes. Every request is answered 200, counted."""
+    path = PROJECT / "recipes" / "lab-small.yml"
+    kept = path.read_text()
+    doc = yaml.safe_load(kept)
+    doc["serve"]["args"][doc["serve"]["args"].index("-c") + 1] = "256"
+    doc["context_length"] = 256
+    client = subprocess.Popen(["docker", "exec", "sparkplay-lab-rank0", "bash", "-c", CLIENT])
+    try:
+        time.sleep(2)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        started = time.monotonic()
+        proc = cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes")
+        took = time.monotonic() - started
+        time.sleep(2)
+    finally:
+        path.write_text(kept)
+        in_node(0, "touch", "/tmp/stop-client")
+        client.wait(timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    codes = in_node(0, "cat", "/tmp/client-codes").stdout.split()
+    failed = [c for c in codes if c != "200"]
+    print(
+        f"\nupdate beside itself: {len(codes)} requests through the gateway during a {took:.0f} s `up`, "
+        f"{len(failed)} failed"
+    )
+    assert "lab-small changed: its new version starts beside the running one first" in proc.stdout
+    assert "is routed to http://" in proc.stdout and "nothing is in flight" in proc.stdout
+    assert len(codes) >= 20 and not failed, (len(codes), sorted(set(codes)))
+    # lab-small runs the new version under its own names; the stand-in left nothing behind
+    unit = in_node(1, "systemctl", "cat", SMALL_UNIT).stdout
+    assert re.search(r"-c 256\b|--ctx-size 256\b", unit), unit[-2000:]
+    for gone in (
+        "/etc/sparkplay/serve.d/lab-small.NEW.json",
+        "/etc/systemd/system/sparkplay-serve@lab-small.NEW.service",
+    ):
+        assert in_node(1, "test", "-e", gone, check=False).returncode == 1, gone
+    routes = json.loads(in_node(0, "cat", "/etc/sparkplay/gateway-routes.json").stdout)["models"]
+    assert routes["lab-small"]["slot"] == "lab-small" and routes["lab-small"]["url"].endswith(":9933")
+    # nothing changed since: a rerun starts no stand-in
+    again = cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes")
+    assert again.returncode == 0 and "lab-small is unchanged" in again.stdout, again.stdout[-3000:]
 
 
 def test_stopping_one_leaves_the_other_answering_and_frees_its_claim():

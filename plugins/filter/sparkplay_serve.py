@@ -30,6 +30,10 @@ FILTERS = {
     "sparkplay_gateway_secret": "sparkplay.deployments:gateway_secret",
     "sparkplay_added_leftovers": "sparkplay.engines.names:leftovers",
     "sparkplay_slot_names": "sparkplay.engines.names:for_slot",
+    # an added deployment's update beside itself: its stand-in's slot, whether it is wanted, the routes it moves
+    "sparkplay_standin": "sparkplay.engines.names:standin",
+    "sparkplay_update_beside": "sparkplay.deployments:update_beside",
+    "sparkplay_routes_moved": "sparkplay.deployments:moved",
     # `none | sparkplay_node_constants`: the engine user, serve tool, units, unit and state folders
     "sparkplay_node_constants": "sparkplay.deployment:node_constants",
 }

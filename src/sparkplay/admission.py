@@ -25,11 +25,13 @@ the engine may then fail to allocate, or the node run out of memory and kill a p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkplay.engines import names
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
@@ -251,11 +253,14 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
             freed[host] = max(freed[host], int(claim.get("bytes") or 0))
             continue
         owner = f"recipe {record.get('recipe')} ({'added' if record.get('slot') else 'primary'})"
-        if record.get("recipe") == recipe:
+        # a deployment and its stand-in (engines/names.py) serve one model while it is updated: the same recipe
+        # and served name, their own ports, and both claims counted
+        twin = _twins(slot, record.get("slot"))
+        if record.get("recipe") == recipe and not twin:
             raise BadInput(f"{recipe} is already served on {host} as {owner}",
                            "run the same command it was started with to redeploy it, or stop it first")  # fmt: skip
         leads = record.get("role") == "leader"
-        if leads and record.get("served_name") == launch["served_name"]:
+        if leads and record.get("served_name") == launch["served_name"] and not twin:
             raise BadInput(f"served name {launch['served_name']} is already {owner}'s: the gateway routes by name",
                            "give the recipe another model.served_name, or stop the other")  # fmt: skip
         if leads and host == leader and _port(record.get("api_url", "")) == launch["api"]["port"]:
@@ -267,8 +272,12 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
                            "choose another API port (sparkplay up --port N): an added deployment's ranks meet on "
                            "the ports after it")  # fmt: skip
         if claim.get("bytes") and not record.get("on_demand"):  # on demand: the gateway keeps those within budget
-            others[(host, record.get("slot"))] = Claim(str(record.get("recipe")), host, int(claim["bytes"]),
-                                                       str(claim.get("how", "")))  # fmt: skip
+            # (a twin is named apart: a claim of the recipe being admitted would be taken for its own)
+            label = (
+                f"{record.get('recipe')} ({'its stand-in' if names.stands_in_for(record.get('slot')) else 'running'})"
+            )
+            others[(host, record.get("slot"))] = Claim(label if twin else str(record.get("recipe")), host,
+                                                       int(claim["bytes"]), str(claim.get("how", "")))  # fmt: skip
     if gateway and (leader, launch["api"]["port"]) == (gateway[0], int(gateway[1])):
         raise BadInput(f"port {gateway[1]} on {leader} is the gateway's", "choose another port (sparkplay up --port N)")
     checking = slot is not None or any(c.host in here for c in others.values())
@@ -296,6 +305,13 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
             "checked": checking}  # fmt: skip
 
 
+def _twins(slot: Any, other: Any) -> bool:
+    """Whether two slots are a deployment and its stand-in."""
+    if not slot or not other or slot == other:
+        return False
+    return (names.stands_in_for(slot) or slot) == (names.stands_in_for(other) or other)
+
+
 def verdict(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], found: Sequence[Mapping[str, Any]],
             force: bool = False, gateway: Sequence[Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """decide, with a refusal as {"refused": the one line} for the serve role's own failure message."""
@@ -319,3 +335,28 @@ def memory_limit(claim: Mapping[str, Any] | None) -> dict[str, int] | None:
         return None
     held = int(claim["bytes"])
     return {"max": held + max(held * HEADROOM_PERCENT // 100, MIN_HEADROOM), "high": held}
+
+
+MAX_CLAIM_GIB = 1 << 20  # a PiB: beyond any node; a larger number is a typo or an attack, not a claim
+
+
+def stated_claim(recipe: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The claim each rank makes on its node when the inventory or the recipe states one (GiB), in place of
+    the one admission derives: admission and the engine's memory limit read this same number."""
+    stated = (
+        (settings.get("serve_memory_claim_gib"), "the inventory's serve_memory_claim_gib"),
+        ((recipe.get("serve") or {}).get("memory_claim_gib"), "the recipe's serve.memory_claim_gib"),
+    )
+    for value, where in stated:
+        if value not in (None, 0, "0", ""):
+            try:
+                gib = float(value)
+            except (TypeError, ValueError):
+                gib = -1.0
+            if not math.isfinite(gib) or gib <= 0 or gib > MAX_CLAIM_GIB:  # nan and inf pass a schema's minimum
+                raise BadInput(
+                    f"{where} is {value!r}",
+                    f"give GiB above 0 and at most {MAX_CLAIM_GIB} (0: the claim sparkplay works out)",
+                )
+            return {"bytes": int(gib * 2**30), "how": f"{gib:g} GiB as {where} says"}
+    return None

@@ -19,14 +19,14 @@ same strings wherever they are used.
 
 from __future__ import annotations
 
-import math
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sparkplay import __version__, checkpoints, stack, topology
+from sparkplay import __version__, admission, checkpoints, stack, topology
 from sparkplay.boundary import TRUSTED_IMAGES, check_allow, check_trusted
 from sparkplay.deployments import gateway
+from sparkplay.engines import names as slots
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
 from sparkplay.engines.names import ADDED_DIR, ADDED_USER_PREFIX, ENGINE_USER, RECORD, UNIT_DIR, UNITS, for_slot
 from sparkplay.engines.plan import build
@@ -112,11 +112,14 @@ def node_constants(_: Any = None) -> dict[str, Any]:
     }
 
 
-def _api(recipe: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any] | None:
+def _api(recipe: Mapping[str, Any], settings: Mapping[str, Any], offset: int = 0) -> dict[str, Any] | None:
     if not recipe.get("serve"):
         return None
     bind, port = api_address(recipe["serve"], settings.get("serve_bind"), settings.get("serve_port"))
-    return {"bind": bind, "port": port}
+    if port + offset > 65535:  # a stand-in's: its deployment's port + STANDIN_PORT_OFFSET
+        raise BadInput(f"port {port} leaves no port for {recipe['name']}'s stand-in ({port + offset})",
+                       "choose a port below 64536 (sparkplay up --port N), or serve_update_beside: false")  # fmt: skip
+    return {"bind": bind, "port": port + offset}
 
 
 def compute(
@@ -133,6 +136,8 @@ def compute(
     if mode not in MODES:
         raise BadInput(f"serve_mode {mode!r} is not a mode", "use replace (the default) or add")
     slot = (recipe or {}).get("name") if mode == "add" and recipe else None
+    # the first pass of an added deployment's update: its new version beside the old, as its stand-in
+    slot = slots.standin(slot) if slot is not None and merged.get("serve_standin") else slot
     nodes = _placement(recipe, ranks, mode, str(merged.get("serve_node") or ""))
     names = for_slot(slot, checkpoints.absolute(merged["sparkplay_serve_record"], "sparkplay_serve_record"))
     root = checkpoints.absolute(merged["sparkplay_model_root"], "sparkplay_model_root")
@@ -159,6 +164,7 @@ def compute(
         "nodes": nodes,
         "mode": mode,
         "slot": slot,
+        "stands_in_for": slots.stands_in_for(slot),  # a stand-in's deployment (its update's first pass)
         "paths": {
             "model_root": root,
             "fabric_env": checkpoints.absolute(merged["sparkplay_fabric_env_file"], "sparkplay_fabric_env_file"),
@@ -184,7 +190,7 @@ def compute(
         }
         if engine
         else None,
-        "api": _api(recipe, merged),
+        "api": _api(recipe, merged, slots.STANDIN_PORT_OFFSET if slots.stands_in_for(slot) else 0),
     }
 
 
@@ -251,23 +257,13 @@ def with_launch(
         raise BadInput(f"{', '.join(missing)} has no fabric environment yet", "run provision.yml first (site.yml does)")
     nodes = [Node.from_facts(n["host"], {**facts[n["host"]], "rank": n["rank"]}) for n in doc["nodes"]]
     state = checkpoints.absolute(str(merged["serve_state_dir"]), "serve_state_dir")
-    options = Options(
-        model_root=doc["paths"]["model_root"],
-        bind=_reachable_bind(doc, nodes),
-        port=doc["api"]["port"],
-        knobs=dict(merged["serve_knobs"] or {}),
-        health_timeout_s=int(merged["serve_health_timeout"] or 0) or None,
-        state_dir=state,
-        docker=doc["engine"]["docker"],
-        allow=check_allow(merged["serve_allow"] or [], recipe),
-        trusted_images=check_trusted(merged["serve_trusted_images"] or []),
-        slot=doc.get("slot"),
-    )
-    plan = build(recipe, nodes, options)
-    plan["on_demand"] = _on_demand(recipe, doc.get("slot"), merged["serve_on_demand"], len(nodes))
-    if _off_leader(doc, nodes) and plan["api"]["bind"] in ("0.0.0.0", "::", "*", ""):  # noqa: S104 - we only connect
-        plan["api"]["url"] = f"http://{nodes[0].address}:{plan['api']['port']}"  # where the gateway reaches it
+    plan = _launch(doc, recipe, nodes, merged, doc.get("slot"), doc["api"]["port"])
     digest = plan_digest(plan)  # of the launch plan alone: what every rank of one run shares
+    # a stand-in (names.STANDIN) carries the digest its deployment would have from the same inputs: the same
+    # as the running one's plan_sha256 when nothing changed, so the update needs no stand-in
+    base = slots.stands_in_for(doc.get("slot"))
+    port = doc["api"]["port"] - slots.STANDIN_PORT_OFFSET
+    version = plan_digest(_launch(doc, recipe, nodes, merged, base, port)) if base else digest
     tool = checkpoints.absolute(str(merged["serve_tool"]), "serve_tool")
     # 0: a rank waits for its peers and its cable address as long as it takes (no start is counted meanwhile)
     wait = int(merged["serve_worker_wait"] or 0)
@@ -295,7 +291,7 @@ def with_launch(
             "recipe": plan["recipe"], "engine": plan["engine"], "runtime": plan["runtime"], "rank": rank["rank"],
             "role": rank["role"], "unit": plan["unit"], "address": rank["address"], "served_name": plan["served_name"],
             "api_url": plan["api"]["url"], "tool": tool, "api_key_env": plan["api"]["key_env"],
-            "env_file": plan["env_file"], "state_dir": state, "plan_sha256": digest,
+            "env_file": plan["env_file"], "state_dir": state, "plan_sha256": digest, "version_sha256": version,
             "sparkplay_version": doc["sparkplay_version"], "slot": doc.get("slot"),
             "watch_unit": units["watch"] if watch else None,
             "watchdog_unit": units["watchdog"] if watchdog else None,
@@ -305,10 +301,32 @@ def with_launch(
             # every port this rank listens on (its API, its rendezvous): admission keeps them apart per node
             "ports": rank_ports(rank),
         }  # fmt: skip
-    plan["memory_claim"] = _memory_claim(recipe, merged)
+    plan["memory_claim"] = admission.stated_claim(recipe, merged)
     plan["probe"] = {"url": plan["api"]["url"], "model": plan["served_name"], "prompt": plan["health"]["prompt"],
                      "timeout_s": plan["health"]["timeout_s"]}  # fmt: skip
     return {**doc, "launch": plan}
+
+
+def _launch(doc: Mapping[str, Any], recipe: Mapping[str, Any], nodes: Sequence[Node], merged: Mapping[str, Any],
+            slot: str | None, port: int) -> dict[str, Any]:  # fmt: skip
+    """The engines' launch plan of the deployment in `slot` with its API on `port`."""
+    options = Options(
+        model_root=doc["paths"]["model_root"],
+        bind=_reachable_bind(doc, nodes),
+        port=port,
+        knobs=dict(merged["serve_knobs"] or {}),
+        health_timeout_s=int(merged["serve_health_timeout"] or 0) or None,
+        state_dir=checkpoints.absolute(str(merged["serve_state_dir"]), "serve_state_dir"),
+        docker=doc["engine"]["docker"],
+        allow=check_allow(merged["serve_allow"] or [], recipe),
+        trusted_images=check_trusted(merged["serve_trusted_images"] or []),
+        slot=slot,
+    )
+    plan = build(recipe, nodes, options)
+    plan["on_demand"] = _on_demand(recipe, slot, merged["serve_on_demand"], len(nodes))
+    if _off_leader(doc, nodes) and plan["api"]["bind"] in ("0.0.0.0", "::", "*", ""):  # noqa: S104 - we only connect
+        plan["api"]["url"] = f"http://{nodes[0].address}:{plan['api']['port']}"  # where the gateway reaches it
+    return plan
 
 
 def rank_ports(rank: Mapping[str, Any]) -> list[int]:
@@ -334,31 +352,6 @@ def _on_demand(recipe: Mapping[str, Any], slot: str | None, listed: Any, nodes: 
                        "run on one node each",
                        f"drop {recipe['name']} from serve_on_demand to serve it always")  # fmt: skip
     return True
-
-
-MAX_CLAIM_GIB = 1 << 20  # a PiB: beyond any node; a larger number is a typo or an attack, not a claim
-
-
-def _memory_claim(recipe: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The claim each rank makes on its node when the inventory or the recipe states one (GiB), in place of
-    the one admission derives: admission and the engine's memory limit read this same number."""
-    stated = (
-        (settings.get("serve_memory_claim_gib"), "the inventory's serve_memory_claim_gib"),
-        ((recipe.get("serve") or {}).get("memory_claim_gib"), "the recipe's serve.memory_claim_gib"),
-    )
-    for value, where in stated:
-        if value not in (None, 0, "0", ""):
-            try:
-                gib = float(value)
-            except (TypeError, ValueError):
-                gib = -1.0
-            if not math.isfinite(gib) or gib <= 0 or gib > MAX_CLAIM_GIB:  # nan and inf pass a schema's minimum
-                raise BadInput(
-                    f"{where} is {value!r}",
-                    f"give GiB above 0 and at most {MAX_CLAIM_GIB} (0: the claim sparkplay works out)",
-                )
-            return {"bytes": int(gib * 2**30), "how": f"{gib:g} GiB as {where} says"}
-    return None
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")

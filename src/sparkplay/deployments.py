@@ -90,10 +90,13 @@ def routes(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any] = (), n
     the TTL and wait; without it (the stop role) they carry over from `previous`, the file as it was."""
     dropped = set(drop_slots)
     leaders = [r for r in found if r.get("role") == "leader" and r.get("slot") not in dropped]
-    if new is not None:
-        leaders.append({**new, "host": new_host})
+    leaders.sort(key=lambda r: (r.get("slot") is not None, str(r.get("slot"))))
+    if new is not None:  # this run's deployment routes its served name, whatever else serves it
+        leaders.append({**new, "host": new_host, "new": True})
     models: dict[str, dict[str, Any]] = {}
-    for record in sorted(leaders, key=lambda r: (r.get("slot") is not None, str(r.get("slot")))):
+    for record in leaders:
+        if names.stands_in_for(record.get("slot")) and record["served_name"] in models and not record.get("new"):
+            continue  # a stand-in has its model's route only from its own run until its deployment is back
         route = {"url": str(record["api_url"]), "recipe": record.get("recipe"), "slot": record.get("slot"),
                  "host": record.get("host")}  # fmt: skip
         if record.get("on_demand") and record.get("slot"):
@@ -111,6 +114,41 @@ def routes(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any] = (), n
     else:
         table |= {k: (previous or {})[k] for k in ("ttl_s", "wait_s", "budgets") if k in (previous or {})}
     return table
+
+
+def moved(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The served names whose route a new routes file moves to another API: {model, from, to} each (the
+    gateway drains `from` before the deployment behind it stops)."""
+    was = (before or {}).get("models") if isinstance((before or {}).get("models"), dict) else {}
+    return [{"model": name, "from": str(was[name].get("url")), "to": str(route["url"])}
+            for name, route in sorted(after["models"].items())
+            if isinstance(was.get(name), dict) and was[name].get("url") != route["url"]]  # fmt: skip
+
+
+def update_beside(found: Iterable[Mapping[str, Any]], launch: Mapping[str, Any], wanted: bool = True,
+                  refused: str = "") -> dict[str, Any]:  # fmt: skip
+    """Whether the stand-in `launch` plans (names.STANDIN: an added deployment's update, its first pass) is
+    wanted: {beside, why}. Wanted when its deployment serves on the one node the stand-in runs on, always on, and
+    was deployed from other inputs (its plan_sha256 is not the stand-in's version_sha256), the stand-in admitted
+    beside it (`refused`: admission's line otherwise) and serve_update_beside (`wanted`) not false; otherwise the
+    update (if any) happens in place in the next pass."""
+    base = names.stands_in_for(launch.get("slot"))
+    if base is None:
+        return {"beside": False, "why": "not an added deployment's update"}
+    ranks = launch["ranks"]
+    running = [r for r in found if r.get("slot") == base and r.get("role") == "leader"]
+    if not running:
+        return {"beside": False, "why": f"{base} is not served yet: it starts as itself"}
+    if len(ranks) != 1 or launch.get("on_demand") or running[0].get("host") != ranks[0]["host"]:
+        return {"beside": False, "why": f"{base} runs on more than one node, on demand or elsewhere: updated in place"}
+    if running[0].get("plan_sha256") == ranks[0]["record"]["version_sha256"]:
+        return {"beside": False, "why": f"{base} is unchanged"}
+    if not wanted:
+        return {"beside": False, "why": f"serve_update_beside is false: {base} is updated in place"}
+    if refused:
+        return {"beside": False, "why": f"{base}'s new version does not fit beside the running one ({refused}): "
+                "updated in place, its requests failing while it restarts"}  # fmt: skip
+    return {"beside": True, "why": f"{base} changed: its new version starts beside the running one first"}
 
 
 def budgets(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any],

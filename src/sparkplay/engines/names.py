@@ -35,14 +35,29 @@ ADDED_DIR = "/etc/sparkplay/serve.d"
 WATCHDOG_STATE = "watchdog.json"
 # the last deployment that answered, kept to go back to (under the state folder; `.previous` beside it)
 LAST_GOOD = "last-good/serve.json"
-# a recipe's name, as the schema has it: the slot becomes part of file and unit names
-SLOT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
+# a recipe's name, as the schema has it: the slot becomes part of file and unit names; or an added
+# deployment's stand-in while it is updated (docs/serving.md "Updating an added deployment"): its new version
+# under the slot's name and this suffix, upper case so that no recipe's name is ever a stand-in's, listening
+# on the API port + STANDIN_PORT_OFFSET
+STANDIN = ".NEW"
+STANDIN_PORT_OFFSET = 1000
+SLOT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}(\.NEW)?\Z")
+
+
+def standin(slot: str) -> str:
+    """The slot of `slot`'s stand-in."""
+    return for_slot(f"{slot}{STANDIN}")["slot"]
+
+
+def stands_in_for(slot: str | None) -> str | None:
+    """The slot a stand-in's slot stands in for; None for any other."""
+    return slot.removesuffix(STANDIN) if slot and slot.endswith(STANDIN) else None
 
 
 def for_slot(slot: str | None, record: str = RECORD) -> dict[str, Any]:
     """The names of the deployment in `slot` (None: the primary, with `record` where the inventory keeps it)."""
     if slot is not None and not SLOT.match(str(slot)):
-        raise ValueError(f"deployment name {slot!r} is not a recipe name ([a-z0-9._-], up to 64)")
+        raise ValueError(f"deployment name {slot!r} is not a recipe name ([a-z0-9._-], up to 64) or its stand-in's")
     if slot is None:
         return {"slot": None, "units": dict(UNITS), "container": CONTAINER, "env_file": ENV_FILE,
                 "record": record, "watchdog_state": WATCHDOG_STATE, "last_good": LAST_GOOD}  # fmt: skip

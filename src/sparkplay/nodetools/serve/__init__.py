@@ -31,6 +31,11 @@ sparkplay-serve restart-workers --unit U --peer ADDR ...
     worker killed and started anew over the peer ssh trust, in order, since
     a worker of a dead group never rejoins (vLLM's mp back end, SGLang).
     Exit 1 when a worker could not be restarted (systemd retries the leader).
+sparkplay-serve drain --state FILE --model NAME --to URL --from URL [--timeout S]
+    After the serve role moved a model's route (an added deployment's update
+    beside itself): wait until the gateway's state routes it to the new API
+    and holds no request on the old one. One JSON object; exit 1 at the
+    timeout, naming the requests still in flight.
 sparkplay-serve ready --url URL --model NAME --timeout S --unit U [--peer HOST ...]
     Wait until the API is healthy, lists the model and answers a
     temperature-0 completion, while watching this rank's unit and each

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from .bench import cmd_bench
+from .drain import add_arguments as add_drain_arguments
+from .drain import cmd_drain
 from .explain import cmd_explain
 from .gateway import add_arguments as add_gateway_arguments
 from .gateway import cmd_gateway
@@ -76,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("gateway")
     add_gateway_arguments(p)
     p.set_defaults(func=cmd_gateway)
+    p = sub.add_parser("drain", help="wait until the gateway moved a model's route and the API it left holds nothing")
+    add_drain_arguments(p)
+    p.set_defaults(func=cmd_drain)
     p = sub.add_parser("swapper")
     add_swapper_arguments(p)
     p.set_defaults(func=cmd_swapper)

@@ -67,6 +67,7 @@ class Gateway:
             timeout_s,
         )
         self.held = 0  # body bytes held by requests in flight
+        self.upstreams: dict[str, int] = {}  # each API's requests in flight (a drain waits for 0)
         self.session: Any = None
         self.metrics = gateway_metrics.make()
         self.demand = Demand(None, None, self.metrics)
@@ -88,7 +89,9 @@ class Gateway:
             table = self.routes.current()
             await self.demand.reap(table)
             if state_file is not None:
-                now = json.dumps({"models": self.demand.snapshot(table), "default": self._default(table)}).encode()
+                now = json.dumps({"models": self.demand.snapshot(table), "default": self._default(table),
+                                  "routes": {n: r["url"] for n, r in table["models"].items()},
+                                  "upstreams": self.upstreams}).encode()  # fmt: skip
                 if now != said:
                     staged = state_file.with_suffix(".new")
                     staged.write_bytes(now)
@@ -174,14 +177,26 @@ class Gateway:
             return _error(404, f"the request {said}; served here: {served}", "invalid_request_error",
                           "model_not_found")  # fmt: skip
         started = time.monotonic()
+        url = models[name]["url"]
+        # counted from the moment the route is chosen: a deployment whose route moved stops once this is 0
+        self.upstreams[url] = self.upstreams.get(url, 0) + 1
         try:
-            await self.demand.acquire(name, models[name], table)
+            return await self._held(request, models[name], name, path, body, table, started)
+        finally:
+            self.upstreams[url] -= 1
+            if not self.upstreams[url]:
+                del self.upstreams[url]
+
+    async def _held(self, request: Any, route: dict[str, Any], name: str, path: str, body: bytes,
+                    table: dict[str, Any], started: float) -> Any:  # fmt: skip
+        try:
+            await self.demand.acquire(name, route, table)
         except Unavailable as exc:
             self.metrics.answered(name, 503, time.monotonic() - started, time.monotonic() - started)
             return _error(503, str(exc), "api_error", "model_unavailable", **{"Retry-After": str(exc.retry_after)})
         broken = True
         try:
-            reply, broken = await self._forward(request, models[name], name, path, body, started)
+            reply, broken = await self._forward(request, route, name, path, body, started)
             return reply
         finally:
             self.demand.release(name, broken)
