@@ -79,6 +79,17 @@ def test_plan_json_prints_the_deployment_from_the_inventory(tmp_path):
     assert got["paths"]["model_root"] == "/srv/models"
 
 
+
+def test_a_plan_json_that_fails_says_why_on_stderr_and_leaves_stdout_to_the_json(tmp_path):
+    inventory = tmp_path / "inv"
+    (inventory / "group_vars" / "sparkplay_nodes").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparkplay_nodes": {"hosts": {
+        "spark-a": {"sparkplay_rank": 0}, "spark-b": {"sparkplay_rank": 1}}}}}}))  # fmt: skip
+    (inventory / "group_vars" / "sparkplay_nodes" / "main.yml").write_text("serve_mode: sideways\n")
+    proc = run_cli("plan", "lab-tiny", "-i", str(inventory), "--json")
+    assert proc.returncode != 0 and proc.stdout == "", proc.stdout
+    assert "serve_mode 'sideways' is not a mode" in proc.stderr
+
 SHOW = """
 - name: Load it as every entry playbook does
   ansible.builtin.import_playbook: {project}/playbooks/recipe.yml

@@ -131,6 +131,16 @@ def _gateway_routes_given() -> dict[str, Any]:
             "hostvars": {"spark0": {"serve_node_memory": {"meminfo": meminfo}}}}  # fmt: skip
 
 
+def _update_given() -> dict[str, Any]:
+    """lab-small runs on rank1 and its recipe changed: the first pass of its update plans its stand-in."""
+    from tests.test_several import record_of
+    from tests.test_update_beside import ADD, changed_small, staged
+
+    running = record_of(staged("lab-small", ADD)["launch"], {"rank1": {"bytes": 2**30, "how": "x"}})
+    standin = staged("lab-small", {**ADD, "serve_standin": True}, changed_small())["launch"]
+    return {"serve_records_found": running, "serve_deployment": {"launch": standin}, "serve_admission": {}}
+
+
 EFFECTS: dict[str, Effect] = {
     "serve_force_admit": Effect(
         "serve",
@@ -614,6 +624,23 @@ EFFECTS: dict[str, Effect] = {
         ("when",),
         {**STACK_DRIFT, "stack_refuse_drift": True},
     ),
+    "serve_update_beside": Effect(
+        "serve",
+        "roles/serve/tasks/preflight.yml",
+        False,
+        "Serve | Decide whether the update starts beside the running deployment",
+        ("ansible.builtin.set_fact", "serve_beside"),
+        _update_given(),
+        shows="updated in place",
+    ),
+    "serve_drain_timeout": Effect(
+        "serve",
+        "roles/serve/tasks/gateway.yml",
+        45,
+        "Serve | Wait until no request is in flight on an API a route left",
+        ("ansible.builtin.command", "argv"),
+        {"item": {"model": "m", "to": "http://b", "from": "http://a"}},
+    ),
     "serve_rollback": Effect(
         "serve",
         "roles/serve/tasks/run.yml",
@@ -624,6 +651,7 @@ EFFECTS: dict[str, Effect] = {
             "serve_plan": {"ranks": [{"role": "leader", "host": "n0"}]},
             "hostvars": {"n0": {}},
             "ansible_check_mode": False,
+            "sparkplay_deployment": {"stands_in_for": None},
         },
     ),
     "serve_rollback_file": Effect(

@@ -205,3 +205,12 @@ def test_a_moved_route_drains_only_once_the_stream_on_the_old_api_is_answered(
         assert result == [0] and json.loads(capsys.readouterr().out)["drained"]
     finally:
         stop()
+
+
+def test_status_names_a_stand_in_as_an_updates_new_version():
+    standin = staged("lab-small", {**ADD, "serve_standin": True}, changed_small())["launch"]
+    (record,) = record_of(standin, {})
+    show = {"item": record, "stdout": "ActiveState=active\nSubState=running\n"}
+    (row,) = deployments.added_rows([show], [{"stdout": json.dumps({"health": True, "served": True})}])
+    assert row["recipe"] == "lab-small" and row["standin"] and row["up"]
+    assert row["line"].startswith("lab-small (its update's new version, standing in) on rank1")

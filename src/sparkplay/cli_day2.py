@@ -238,8 +238,10 @@ def metrics(
         return f"{'127.0.0.1' if bind in LOOPBACK else address}:{port}"
 
     api = target(computed["api"]["bind"], computed["api"]["port"])
-    watchdog = target(str(settings.get("serve_watchdog_metrics_bind") or "127.0.0.1"),
-                      int(settings.get("serve_watchdog_metrics_port") or 9899))  # fmt: skip
+    # the inventory's, else the serve role's own defaults (written there once)
+    defaults = yaml.safe_load((root / "roles" / "serve" / "defaults" / "main.yml").read_text())
+    bind, port = "serve_watchdog_metrics_bind", "serve_watchdog_metrics_port"
+    watchdog = target(str(settings.get(bind) or defaults[bind]), int(settings.get(port) or defaults[port]))
     labels = {"recipe": name, "engine": doc["engine"]["name"], "host": leader.name}
     config = {"scrape_configs": [
         {"job_name": job, "metrics_path": "/metrics", "static_configs": [{"targets": [where], "labels": dict(labels)}]}

@@ -248,9 +248,9 @@ def plan(
     if as_json:  # both stages, computed by the serve role's own plan tasks from the nodes' facts
         result = run_playbook(root, "plan.yml", hosts_file(inventory), extravars={"recipe": recipe}, verbose=verbose)
         planned = result.custom.get("sparkplay_plan")
-        if result.exit_code != ExitCode.OK or planned is None:
-            finish(result, f"plan {recipe}")
-            raise typer.Exit(int(ExitCode.FAILED))
+        if result.exit_code != ExitCode.OK or planned is None:  # on stderr: stdout is for the JSON
+            print_summary(err, result, verb=f"plan {recipe}")
+            raise typer.Exit(int(result.exit_code) or int(ExitCode.FAILED))
         sys.stdout.write(json.dumps(planned, indent=2) + "\n")
         return
     show_plan(planned_run(root, recipe, inventory, only, verbose, offline)[2])

@@ -26,8 +26,8 @@ GATEWAY = {"unit": "sparkplay-gateway.service", "routes": "/etc/sparkplay/gatewa
            "client_keys": "/etc/sparkplay/gateway/keys",
            "upstream_keys": names.GATEWAY_UPSTREAM_KEYS, "state": "/run/sparkplay-gateway/state.json",
            "swapper_unit": "sparkplay-swapper.service", "swapper_socket": "/run/sparkplay-swapper/swapper.sock",
-           "venv": "/opt/sparkplay/gateway",
-           "bind": "127.0.0.1", "port": 9930}  # fmt: skip
+           "venv": "/opt/sparkplay/gateway"}  # fmt: skip
+# (where it listens is the serve role's serve_gateway_bind / serve_gateway_port, written there once)
 TOOL_PATH = re.compile(r"^(/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)+\Z")  # a plain absolute path, no '..'/'.' parts
 
 
@@ -223,7 +223,7 @@ def of_slot(found: Iterable[Mapping[str, Any]], name: str | None) -> list[dict[s
 
 
 def gateway(_: Any = None) -> dict[str, Any]:
-    """`none | sparkplay_gateway`: the gateway's unit, routes file and default address."""
+    """The gateway's names (node_constants passes them to Ansible): its unit, routes file, default address."""
     return dict(GATEWAY)
 
 
@@ -257,7 +257,10 @@ def added_rows(
         if record.get("on_demand") and state.startswith("inactive"):  # stopped by design, not by a fault
             row |= {"health": "on demand", "up": True,
                     "why": "stopped on demand: the gateway starts it when a request names it"}  # fmt: skip
-        row["line"] = (f"{row['recipe']} on {row['host']}: {row['unit']} {state}, {row['health']}, serving "
+        # a stand-in: an update's new version, beside its deployment until that one restarted with it
+        row["standin"] = names.stands_in_for(record.get("slot")) is not None
+        label = f"{row['recipe']} (its update's new version, standing in)" if row["standin"] else row["recipe"]
+        row["line"] = (f"{label} on {row['host']}: {row['unit']} {state}, {row['health']}, serving "
                        f"{row['model']} at {row['api_url']}, claims {row['claim_gib']} GiB"
                        + (f": {row['why']}" if row["why"] else ""))  # fmt: skip
         rows.append(row)
