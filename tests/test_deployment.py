@@ -79,7 +79,6 @@ def test_plan_json_prints_the_deployment_from_the_inventory(tmp_path):
     assert got["paths"]["model_root"] == "/srv/models"
 
 
-
 def test_a_plan_json_that_fails_says_why_on_stderr_and_leaves_stdout_to_the_json(tmp_path):
     inventory = tmp_path / "inv"
     (inventory / "group_vars" / "sparkplay_nodes").mkdir(parents=True)
@@ -89,6 +88,7 @@ def test_a_plan_json_that_fails_says_why_on_stderr_and_leaves_stdout_to_the_json
     proc = run_cli("plan", "lab-tiny", "-i", str(inventory), "--json")
     assert proc.returncode != 0 and proc.stdout == "", proc.stdout
     assert "serve_mode 'sideways' is not a mode" in proc.stderr
+
 
 SHOW = """
 - name: Load it as every entry playbook does
