@@ -446,7 +446,7 @@ def _bench_and_status_argv(record: dict) -> tuple[list[str], list[str]]:
                           bench_model_tokenizer={})  # fmt: skip
     bench = render(run["ansible.builtin.command"]["argv"], variables)
     look = task("roles/status/tasks/main.yml", "Status | Ask the leader's API for health and its models")
-    status = render(look["ansible.builtin.command"]["argv"], role_vars(status_record=record))
+    status = render(look["ansible.builtin.command"]["argv"], role_vars("status", status_record=record))
     return bench, status
 
 
