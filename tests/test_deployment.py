@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -66,12 +67,18 @@ def test_bad_layouts_and_paths_are_one_line_errors(ranks, settings, message):
     assert "\n" not in str(exc.value)
 
 
-def test_plan_json_prints_the_deployment_from_the_inventory(tmp_path):
+def two_nodes(tmp_path: Path, group_vars: str) -> Path:
+    """An inventory of spark-a (rank 0) and spark-b (rank 1) with these group variables."""
     inventory = tmp_path / "inv"
     (inventory / "group_vars" / "sparkplay_nodes").mkdir(parents=True)
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparkplay_nodes": {"hosts": {
         "spark-a": {"sparkplay_rank": 0}, "spark-b": {"sparkplay_rank": 1}}}}}}))  # fmt: skip
-    (inventory / "group_vars" / "sparkplay_nodes" / "main.yml").write_text("sparkplay_model_root: /srv/models\n")
+    (inventory / "group_vars" / "sparkplay_nodes" / "main.yml").write_text(group_vars)
+    return inventory
+
+
+def test_plan_json_prints_the_deployment_from_the_inventory(tmp_path):
+    inventory = two_nodes(tmp_path, "sparkplay_model_root: /srv/models\n")
     proc = run_cli("plan", "glm53-atlas", "-i", str(inventory), "--json", "--without-nodes")
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
@@ -80,11 +87,7 @@ def test_plan_json_prints_the_deployment_from_the_inventory(tmp_path):
 
 
 def test_a_plan_json_that_fails_says_why_on_stderr_and_leaves_stdout_to_the_json(tmp_path):
-    inventory = tmp_path / "inv"
-    (inventory / "group_vars" / "sparkplay_nodes").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparkplay_nodes": {"hosts": {
-        "spark-a": {"sparkplay_rank": 0}, "spark-b": {"sparkplay_rank": 1}}}}}}))  # fmt: skip
-    (inventory / "group_vars" / "sparkplay_nodes" / "main.yml").write_text("serve_mode: sideways\n")
+    inventory = two_nodes(tmp_path, "serve_mode: sideways\n")
     proc = run_cli("plan", "lab-tiny", "-i", str(inventory), "--json")
     assert proc.returncode != 0 and proc.stdout == "", proc.stdout
     assert "serve_mode 'sideways' is not a mode" in proc.stderr

@@ -9,19 +9,21 @@ from collections.abc import Callable
 from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import sha256_file
 
 
-def installed(status_file: str) -> set:
-    """Names of the packages dpkg's status file lists as `install ok installed` (any architecture)."""
-    found = set()
+def dpkg_stanzas(status_file: str) -> list:
+    """dpkg's status file as one {field: value} a package (continuation lines left out); none when unreadable."""
     try:
         with open(status_file, encoding="utf-8", errors="replace") as fh:
             stanzas = fh.read().split("\n\n")
     except OSError:
-        return found
-    for stanza in stanzas:
-        fields = dict(line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith(" "))
-        if fields.get("Status", "").split() == ["install", "ok", "installed"] and fields.get("Package"):
-            found.add(fields["Package"].strip())
-    return found
+        return []
+    return [dict(line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith(" "))
+            for stanza in stanzas]  # fmt: skip
+
+
+def installed(status_file: str) -> set:
+    """Names of the packages dpkg's status file lists as `install ok installed` (any architecture)."""
+    ours = [f for f in dpkg_stanzas(status_file) if f.get("Status", "").split() == ["install", "ok", "installed"]]
+    return {f["Package"].strip() for f in ours if f.get("Package")}
 
 
 def read(path: str, limit: int = 1 << 20) -> str | None:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import sha256_file
+from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_probe import dpkg_stanzas
 
 Run = Callable[[list], tuple[int, str, str]]
 # the packages whose version is the stack's where a node has them (the NVIDIA ones by pattern: the driver's
@@ -31,13 +32,7 @@ HOLD_PACKAGES = re.compile(
 def dpkg_packages(status_file: str) -> dict:
     """Installed packages (`install ok installed`) as {name: {version, held}} from dpkg's status file."""
     found = {}
-    try:
-        with open(status_file, encoding="utf-8", errors="replace") as fh:
-            stanzas = fh.read().split("\n\n")
-    except OSError:
-        return found
-    for stanza in stanzas:
-        fields = dict(line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith(" "))
+    for fields in dpkg_stanzas(status_file):
         status = fields.get("Status", "").split()
         if status[1:] == ["ok", "installed"] and fields.get("Package"):
             version = fields.get("Version", "").strip()
