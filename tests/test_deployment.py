@@ -279,3 +279,37 @@ def test_a_vllm_model_folder_that_is_not_below_the_root_is_refused_before_anythi
         return
     with pytest.raises(BadInput, match=r"model.path .* (is not a folder below|points outside) the model root"):
         deployment.compute(doc, {"n0": 0, "n1": 1}, {})
+
+
+SETTINGS_SHOW = """
+- name: Read the settings as the serve role's plan does
+  hosts: localhost
+  gather_facts: false
+  vars_files:
+    - {project}/roles/serve/defaults/main.yml
+  tasks:
+    - name: Show
+      ansible.builtin.debug:
+        msg: "SETTINGS={{{{ lookup('sparkplay.spark.sparkplay_settings', 'launch') | to_json }}}}"
+"""
+
+
+def test_stage_two_reads_every_setting_python_declares_as_the_role_has_it(tmp_path):
+    """One lookup, one key list (deployment.SETTINGS): the serve role's defaults, an override over them,
+    templated; nothing else."""
+    (tmp_path / "show.yml").write_text(SETTINGS_SHOW.format(project=PROJECT))
+    extra = json.dumps({"serve_knobs": {"kv_shard": 2}, "serve_health_timeout": "{{ 60 * 2 }}", "serve_port": 1})
+    argv = ["ansible-playbook", "-i", "localhost,", str(tmp_path / "show.yml"), "-e", extra]
+    proc = subprocess.run(argv, cwd=PROJECT, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    got = json.loads(re.search(r'"SETTINGS=(.*)"\n', proc.stdout).group(1).replace('\\"', '"'))
+    assert tuple(got) == deployment.SETTINGS["launch"]  # every declared key, in order, and only those
+    assert got["serve_knobs"] == {"kv_shard": 2} and got["serve_health_timeout"] == 120
+    assert got["serve_watchdog_state"] == "/var/lib/sparkplay/watchdog.json"  # the role's default, templated
+    assert {
+        k: v for k, v in got.items() if k not in ("serve_knobs", "serve_health_timeout", "serve_watchdog_state")
+    } == {
+        k: v
+        for k, v in deployment.LAUNCH_DEFAULTS.items()
+        if k in got and k not in ("serve_knobs", "serve_health_timeout", "serve_watchdog_state")
+    }

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from sparkplay.deployment import SETTINGS
 from tests.conftest import PROJECT
 
 SAMPLE = PROJECT / "inventory" / "sample" / "group_vars" / "sparkplay_nodes" / "main.yml"
@@ -41,7 +42,9 @@ def readers(name: str, definition: Path) -> list[Path]:
               *PROJECT.glob("roles/*/handlers/*.yml"), *PROJECT.glob("roles/*/defaults/main.yml"),
               *PROJECT.glob("roles/*/vars/*.yml"),
               *PROJECT.glob("playbooks/*.yml"), *PROJECT.glob("playbooks/tasks/*.yml")]  # fmt: skip
-    found = []
+    # a setting a stage of the Deployment reads (lookup sparkplay_settings hands it to Python by name)
+    declared = {key for keys in SETTINGS.values() for key in keys}
+    found = [PROJECT / "src" / "sparkplay" / "deployment.py"] if name in declared else []
     for path in places:
         text = path.read_text()
         if path == definition:

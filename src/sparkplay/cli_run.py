@@ -59,7 +59,7 @@ def stage_one(root: Path, name: str, hosts: list[inv_mod.Host]) -> tuple[dict[st
     )
     computed = deployment.compute(
         doc, {h.name: h.rank for h in hosts},
-        {k: lead.get(k) for k in (*deployment.DEFAULTS, *deployment.API_SETTINGS)},
+        {k: lead.get(k) for k in deployment.SETTINGS["stage_one"]},
         lead.get("checkpoint_staged") or [], lead.get("sparkplay_checkpoint_lock") or {},
     )  # fmt: skip
     return doc, computed

@@ -65,6 +65,13 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
     "serve_memory_claim_gib": 0,
     "serve_on_demand": [],
 }
+# What each stage reads of the inventory (and the serve role's defaults), by name: lookup sparkplay_settings
+# (playbooks/recipe.yml, the serve role's plan) and the CLI read exactly these. A new setting is one entry here
+# (with its default above) and one role default.
+SETTINGS: dict[str, tuple[str, ...]] = {
+    "stage_one": (*DEFAULTS, *API_SETTINGS, "serve_mode", "serve_node"),
+    "launch": tuple(LAUNCH_DEFAULTS),
+}
 OVERLAY_EXPECT = 864  # MTP expert matrices of GLM-5.x (layer 45: 288 experts x gate/up/down)
 
 
@@ -252,6 +259,8 @@ def with_launch(
     """Stage two: `doc` (stage one) with `launch`, what every rank runs, from each host's facts
     ({machine, fabric_env}) and the serve settings (LAUNCH_DEFAULTS and the API address's)."""
     merged = {**LAUNCH_DEFAULTS, **{k: v for k, v in (settings or {}).items() if v is not None}}
+    if doc.get("slot") is not None:  # serve_watchdog_state is the primary's; an added one's is its slot's own
+        merged["serve_watchdog_state"] = None
     missing = [n["host"] for n in doc["nodes"] if not (facts.get(n["host"]) or {}).get("fabric_env")]
     if missing:
         raise BadInput(f"{', '.join(missing)} has no fabric environment yet", "run provision.yml first (site.yml does)")
