@@ -340,7 +340,11 @@ def test_bench_measures_across_both_ranks_and_checks_the_output_is_batch_invaria
     assert "llama.cpp-tools=" in doc["engine_build"]  # the native engine's package versions
     rows = {(r["concurrency"], r["prompt_size"]): r for r in doc["benchy"]["benchmarks"]}
     assert set(rows) >= {(1, 64), (2, 64), (4, 64)}
-    assert all(r["tg_throughput"]["mean"] > 0 and r["pp_throughput"]["mean"] > 0 for r in rows.values())
+    assert all(r["tg_throughput"]["mean"] > 0 for r in rows.values())
+    # llama-benchy leaves a prompt rate out (null) where it could not time the prompt apart from the first token
+    # (seen once in CI at concurrency > 1 on this 0.5 MB model); alone, it always times it
+    assert rows[(1, 64)]["pp_throughput"]["mean"] > 0
+    assert all(r["pp_throughput"]["mean"] > 0 for r in rows.values() if r["pp_throughput"] is not None)
     assert kept[0].with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     assert "generation tok/s" in proc.stdout and "client overhead at concurrency 1:" in proc.stdout
     check = doc["invariance"]
