@@ -183,6 +183,50 @@ def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
     assert served() == ["lab-small", "lab-tiny"]
 
 
+def test_a_changed_added_deployment_is_updated_beside_itself_and_no_request_through_the_gateway_fails():
+    """lab-small's context changed (512 -> 256 tokens), then `up lab-small --add` again while a client on rank 0
+    sends requests through the gateway one after another: the new version starts beside the old as
+    lab-small.NEW (port 10933) and takes the route once it answers; lab-small restarts with it and takes the
+    route back; the stand-in goes. Every request is answered 200, counted. (lab-small keeps the 256-token
+    context for the tests after this one, which ask it for fewer tokens.)"""
+    path = PROJECT / "recipes" / "lab-small.yml"
+    kept = path.read_text()
+    doc = yaml.safe_load(kept)
+    doc["serve"]["args"][doc["serve"]["args"].index("-c") + 1] = "256"
+    doc["context_length"] = 256
+    client = subprocess.Popen(["docker", "exec", "sparkplay-lab-rank0", "bash", "-c", CLIENT])
+    try:
+        time.sleep(2)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        started = time.monotonic()
+        proc = cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes")
+        took = time.monotonic() - started
+        time.sleep(2)
+    finally:
+        path.write_text(kept)
+        in_node(0, "touch", "/tmp/stop-client")
+        client.wait(timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    codes = in_node(0, "cat", "/tmp/client-codes").stdout.split()
+    failed = [c for c in codes if c != "200"]
+    print(f"\nupdate beside itself: {len(codes)} requests through the gateway during a {took:.0f} s `up`, "
+          f"{len(failed)} failed")  # fmt: skip
+    assert len(codes) >= 20 and not failed, (len(codes), sorted(set(codes)))
+    said = full_log(proc)
+    assert "lab-small changed: its new version starts beside the running one first" in said
+    moves = re.findall(r"lab-small is routed to (http://\S+) \(was (http://\S+)\): .*?nothing is in flight", said)
+    ports = [(new.rsplit(":", 1)[1], old.rsplit(":", 1)[1]) for new, old in moves]
+    assert ports == [("10933", "9933"), ("9933", "10933")], ports
+    # lab-small runs the new version under its own names; the stand-in left nothing behind
+    assert '"-c" "256"' in in_node(1, "systemctl", "cat", SMALL_UNIT).stdout
+    for gone in ("lab-small.NEW.json", "lab-small.NEW.env"):
+        assert in_node(1, "test", "-e", f"/etc/sparkplay/serve.d/{gone}", check=False).returncode == 1, gone
+    assert in_node(1, "test", "-e", "/etc/systemd/system/sparkplay-serve@lab-small.NEW.service",
+                   check=False).returncode == 1  # fmt: skip
+    routes = json.loads(in_node(0, "cat", "/etc/sparkplay/gateway-routes.json").stdout)["models"]
+    assert routes["lab-small"]["slot"] == "lab-small" and routes["lab-small"]["url"].endswith(":9933")
+
+
 def test_bench_measures_one_model_of_several():
     profile = PROJECT / ".cache" / "several-bench.yml"
     profile.parent.mkdir(exist_ok=True)
@@ -203,54 +247,6 @@ while [ ! -e /tmp/stop-client ]; do
     http://127.0.0.1:9930/v1/chat/completions >> /tmp/client-codes
 done
 """
-
-
-def test_a_changed_added_deployment_is_updated_beside_itself_and_no_request_through_the_gateway_fails():
-    """lab-small's context changed (512 -> 256 tokens), then `up lab-small --add` again while a client on rank 0
-    sends requests through the gateway one after another: the new version starts beside the old as
-    lab-small.NEW (port 10933) and takes the route once it answers; lab-small restarts with it and takes the
-    route back; the stand-in goes. Then the same way back to the recipe as it was. Every request is answered
-    200, counted."""
-    path = PROJECT / "recipes" / "lab-small.yml"
-    kept = path.read_text()
-    doc = yaml.safe_load(kept)
-    doc["serve"]["args"][doc["serve"]["args"].index("-c") + 1] = "256"
-    doc["context_length"] = 256
-    runs, took = [], []
-    client = subprocess.Popen(["docker", "exec", "sparkplay-lab-rank0", "bash", "-c", CLIENT])
-    try:
-        time.sleep(2)
-        for text, context in ((yaml.safe_dump(doc, sort_keys=False), "256"), (kept, "512")):
-            path.write_text(text)
-            started = time.monotonic()
-            runs.append(cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes"))
-            took.append(time.monotonic() - started)
-            assert runs[-1].returncode == 0, runs[-1].stdout[-4000:] + runs[-1].stderr
-            # lab-small runs the new version under its own names
-            assert f'"-c" "{context}"' in in_node(1, "systemctl", "cat", SMALL_UNIT).stdout
-        time.sleep(2)
-    finally:
-        path.write_text(kept)
-        in_node(0, "touch", "/tmp/stop-client")
-        client.wait(timeout=120)
-    codes = in_node(0, "cat", "/tmp/client-codes").stdout.split()
-    failed = [c for c in codes if c != "200"]
-    print(f"\nupdate beside itself: {len(codes)} requests through the gateway during two `up`s of "
-          f"{took[0]:.0f} s and {took[1]:.0f} s, {len(failed)} failed")  # fmt: skip
-    assert len(codes) >= 20 and not failed, (len(codes), sorted(set(codes)))
-    for run in runs:
-        said = full_log(run)
-        assert "lab-small changed: its new version starts beside the running one first" in said
-        moves = re.findall(r"lab-small is routed to (http://\S+) \(was (http://\S+)\): .*?nothing is in flight", said)
-        ports = [(new.rsplit(":", 1)[1], old.rsplit(":", 1)[1]) for new, old in moves]
-        assert ports == [("10933", "9933"), ("9933", "10933")], ports
-    # the stand-in left nothing behind, and the route is lab-small's own
-    for gone in ("lab-small.NEW.json", "lab-small.NEW.env"):
-        assert in_node(1, "test", "-e", f"/etc/sparkplay/serve.d/{gone}", check=False).returncode == 1, gone
-    assert in_node(1, "test", "-e", "/etc/systemd/system/sparkplay-serve@lab-small.NEW.service",
-                   check=False).returncode == 1  # fmt: skip
-    routes = json.loads(in_node(0, "cat", "/etc/sparkplay/gateway-routes.json").stdout)["models"]
-    assert routes["lab-small"]["slot"] == "lab-small" and routes["lab-small"]["url"].endswith(":9933")
 
 
 def full_log(proc: subprocess.CompletedProcess[str]) -> str:
