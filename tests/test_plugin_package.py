@@ -45,3 +45,10 @@ def test_a_lookup_without_the_package_refuses_with_the_fix(lookup: str, monkeypa
     monkeypatch.setattr(plugin, "SPARKPLAY_MISSING", ImportError("No module named 'sparkplay'"))
     with pytest.raises(AnsibleError, match="install the sparkplay wheel"):
         plugin.LookupModule().run(["x"], {})
+
+
+def test_the_settings_lookup_without_the_package_refuses_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin = importlib.import_module("ansible_collections.sparkplay.spark.plugins.lookup.sparkplay_settings")
+    monkeypatch.setitem(sys.modules, "sparkplay.deployment", None)  # an import of it raises ImportError
+    with pytest.raises(AnsibleError, match="install the sparkplay wheel"):
+        plugin.LookupModule().run(["launch"], {})

@@ -32,26 +32,18 @@ from typing import Any
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.sparkplay.spark.plugins.plugin_utils.sparkplay_package import missing
-
-try:
-    from sparkplay.deployment import SETTINGS
-except ImportError as error:  # the plugin still loads (ansible-doc, Galaxy); a call says the fix
-    SPARKPLAY_MISSING: ImportError | None = error
-else:
-    SPARKPLAY_MISSING = None
+from ansible_collections.sparkplay.spark.plugins.plugin_utils.sparkplay_package import load
 
 
 class LookupModule(LookupBase):
     def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[Any]:
-        if SPARKPLAY_MISSING is not None:
-            raise missing(SPARKPLAY_MISSING)
+        settings = load("sparkplay.deployment:SETTINGS")  # at call time: the plugin loads without the package
         self.set_options(var_options=variables, direct=kwargs)
         host, variables = self.get_option("host"), variables or {}
         found = []
         for stage in terms:
-            if stage not in SETTINGS:
-                raise AnsibleLookupError(f"sparkplay_settings: no stage {stage!r} (one of {', '.join(SETTINGS)})")
+            if stage not in settings:
+                raise AnsibleLookupError(f"sparkplay_settings: no stage {stage!r} (one of {', '.join(settings)})")
             where: Any = variables["hostvars"][host] if host else variables
-            found.append({key: self._templar.template(where[key]) for key in SETTINGS[stage] if key in where})
+            found.append({key: self._templar.template(where[key]) for key in settings[stage] if key in where})
         return found

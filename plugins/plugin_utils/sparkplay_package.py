@@ -23,6 +23,15 @@ def missing(error: ImportError) -> AnsibleError:
     return AnsibleError(MISSING.format(error=error))
 
 
+def load(target: str) -> Any:
+    """ "module:name" of the sparkplay package, at call time; refused with the fix where it cannot be imported."""
+    module, attribute = target.split(":")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except ImportError as error:
+        raise missing(error) from None
+
+
 def _refusing(error: ImportError) -> Callable[..., Any]:
     def refuse(*_args: Any, **_kwargs: Any) -> Any:
         raise missing(error)
