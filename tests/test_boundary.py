@@ -311,9 +311,8 @@ def test_the_allow_list_the_inventory_gives_reaches_the_plan_and_the_unit_throug
     deployment = serve_plan(["env:LD_PRELOAD"])
     assert deployment["privileged"] == ["env:LD_PRELOAD"]
     # the serve role's unit carries the sandbox the plan computed
-    variables = role_vars(
-        "serve", serve_plan=deployment, serve_rank=deployment["ranks"][0], ansible_managed="x", serve_timeout=120
-    )
+    variables = role_vars("serve", serve_plan=deployment, serve_rank=deployment["ranks"][0], ansible_managed="x",
+                          sparkplay_deployment=stage_one, serve_claim=None)  # fmt: skip
     unit = template("roles/serve/templates/sparkplay-serve.service.j2", variables)
     service = unit.split("[Service]", 1)[1]
     for line in deployment["sandbox"]:

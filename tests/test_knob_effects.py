@@ -108,17 +108,25 @@ def test_the_image_timeout_bounds_pull_build_and_copy(name: str) -> None:
     assert int(render(step["async"], role_vars("engine", engine_image_timeout=321))) == 321
 
 
+def served(**settings: object) -> dict:
+    """The serve role's variables on lab-tiny's leader, its plan computed by the Deployment (stage two)."""
+    from tests.test_deployment import two_stage
+
+    full = two_stage("lab-tiny")
+    leader = full["launch"]["ranks"][0]
+    return role_vars("serve", serve_plan=full["launch"], serve_rank=leader, sparkplay_deployment=full,
+                     inventory_hostname=leader["host"], hostvars={}, **settings)  # fmt: skip
+
+
 def test_the_smoke_length_and_wait_interval_reach_the_wait() -> None:
     wait = task("roles/serve/tasks/run.yml", "Serve | Wait until the model answers")
     follow = task("roles/serve/tasks/run.yml", "Serve | Follow the wait")
-    given = {"serve_tool": "/t", "serve_timeout": 300, "serve_peers": [],
-             "serve_plan": {"api": {"url": "http://127.0.0.1:1", "key_env": None}, "served_name": "m",
-                            "unit": "u", "container": None, "health": {"prompt": "p"}}}  # fmt: skip
-    variables = role_vars("serve", **given, serve_smoke_max_tokens=3, serve_wait_interval=7)
+    variables = served(serve_smoke_max_tokens=3, serve_wait_interval=7)
     argv = render(wait["ansible.builtin.command"]["argv"], variables)
     assert flag(argv, "--max-tokens") == "3" and flag(argv, "--interval") == "7"
     assert int(render(follow["delay"], variables)) == 7
-    assert int(render(follow["retries"], variables)) == (300 + 300) // 7  # the same overall bound
+    timeout = variables["serve_plan"]["health"]["timeout_s"]
+    assert int(render(follow["retries"], variables)) == (timeout + 300) // 7  # the same overall bound
 
 
 def test_the_package_lists_are_what_apt_installs() -> None:
@@ -293,10 +301,10 @@ def test_a_checkpoint_with_named_files_downloads_those_alone() -> None:
 def test_the_memory_guard_holds_each_engine_to_its_claim_plus_headroom() -> None:
     """The serve unit's limit comes from the rank's admitted claim (serve_memory_guard: off, no limit at all)."""
     claim = {"bytes": 4 * 2**30, "how": "its share of the weights"}
-    given = role_vars("serve", serve_claim=claim)
-    limit = render("{{ serve_memory_limit }}", given)
+    given = served(serve_claim=claim)
+    limit = render("{{ serve_layout.memory_limit }}", given)
     assert limit == {"max": 4 * 2**30 + 4 * 2**30 // 10, "high": 4 * 2**30}  # 10% above the claim
-    small = render("{{ serve_memory_limit }}", {**given, "serve_claim": {"bytes": 2**29, "how": "x"}})
+    small = render("{{ serve_layout.memory_limit }}", {**given, "serve_claim": {"bytes": 2**29, "how": "x"}})
     assert small["max"] == 2**29 + 256 * 2**20  # never less than 256 MiB of headroom
-    assert render("{{ serve_memory_limit }}", {**given, "serve_memory_guard": False}) in (None, "", "None")
-    assert render("{{ serve_memory_limit }}", {**given, "serve_claim": None}) in (None, "", "None")
+    assert render("{{ serve_layout.memory_limit }}", {**given, "serve_memory_guard": False}) in (None, "", "None")
+    assert render("{{ serve_layout.memory_limit }}", {**given, "serve_claim": None}) in (None, "", "None")

@@ -76,6 +76,19 @@ STACK_DRIFT = {
 }  # fmt: skip
 
 
+def lab_tiny_leader() -> dict[str, Any]:
+    """The serve role's view on lab-tiny's leader: its plan and deployment, computed by the Deployment."""
+    from sparkplay import deployment
+    from sparkplay.engines.plan import stand_in_nodes
+    from sparkplay.recipes import catalog
+
+    doc = catalog.load_for_use(catalog.catalog_dir(PROJECT), "lab-tiny")
+    facts = {n.host: {"machine": "aarch64", "fabric_env": dict(n.fabric_env)} for n in stand_in_nodes(2)}
+    full = deployment.with_launch(deployment.compute(doc, {"rank0": 0, "rank1": 1}, {}), doc, facts, {})
+    return {"serve_plan": full["launch"], "serve_rank": full["launch"]["ranks"][0], "sparkplay_deployment": full,
+            "serve_claim": None}  # fmt: skip
+
+
 def bench_effect(value: Any, shows: str | None = None) -> Effect:
     """An option of the bench role, seen in the command the bench runs on the leader."""
     return Effect(
@@ -648,7 +661,7 @@ EFFECTS: dict[str, Effect] = {
         "Serve | Go back to the last good deployment",
         ("when",),
         {
-            "serve_plan": {"ranks": [{"role": "leader", "host": "n0"}]},
+            "serve_layout": {"plan_leader": "n0"},
             "hostvars": {"n0": {}},
             "ansible_check_mode": False,
             "sparkplay_deployment": {"stands_in_for": None},
@@ -682,22 +695,7 @@ EFFECTS: dict[str, Effect] = {
         "serve",
         "roles/serve/templates/sparkplay-serve-watchdog.service.j2",
         "/srv/state/dog.json",
-        given={
-            "ansible_managed": "x",
-            "serve_timeout": 60,
-            "serve_peers": [],
-            "serve_plan": {
-                "recipe": "r",
-                "engine": "llamacpp",
-                "unit": "u.service",
-                "container": None,
-                "runtime": "native",
-                "env_file": "/e",
-                "api": {"url": "http://127.0.0.1:1", "key_env": None},
-                "served_name": "m",
-                "health": {"prompt": "p"},
-            },
-        },
+        given={"ansible_managed": "x", **lab_tiny_leader()},
     ),
 }
 

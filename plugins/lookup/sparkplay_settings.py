@@ -2,6 +2,7 @@
 
     stage one: "{{ lookup('sparkplay.spark.sparkplay_settings', 'stage_one', host=LEADER) }}"
     stage two: "{{ lookup('sparkplay.spark.sparkplay_settings', 'launch') }}"
+    a rank's layout: "{{ lookup('sparkplay.spark.sparkplay_settings', 'layout') }}"
 
 A setting is declared once, in sparkplay.deployment (SETTINGS: the key and its default); a role states the
 same default for Ansible. Stage one reads the leader's inventory variables (`host`, from a play on the
@@ -20,7 +21,7 @@ description:
   - A setting not set is left out (the Deployment then takes its default).
 options:
   _terms:
-    description: The stage, C(stage_one) or C(launch).
+    description: The stage, C(stage_one), C(launch) or C(layout).
     required: true
   host:
     description: Read this host's variables (stage one, from a play on the controller); empty, the task's own.

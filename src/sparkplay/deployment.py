@@ -28,6 +28,7 @@ from sparkplay.boundary import TRUSTED_IMAGES, check_allow, check_trusted
 from sparkplay.deployments import gateway
 from sparkplay.engines import names as slots
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
+from sparkplay.engines.layout import LAYOUT_DEFAULTS
 from sparkplay.engines.names import ADDED_DIR, ADDED_USER_PREFIX, ENGINE_USER, RECORD, UNIT_DIR, UNITS, for_slot
 from sparkplay.engines.plan import build
 from sparkplay.engines.systemd import plan_digest
@@ -66,11 +67,12 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
     "serve_on_demand": [],
 }
 # What each stage reads of the inventory (and the serve role's defaults), by name: lookup sparkplay_settings
-# (playbooks/recipe.yml, the serve role's plan) and the CLI read exactly these. A new setting is one entry here
+# (playbooks/recipe.yml, the serve role's plan and vars) and the CLI read exactly these. A new setting is one entry here
 # (with its default above) and one role default.
 SETTINGS: dict[str, tuple[str, ...]] = {
     "stage_one": (*DEFAULTS, *API_SETTINGS, "serve_mode", "serve_node"),
     "launch": tuple(LAUNCH_DEFAULTS),
+    "layout": tuple(LAYOUT_DEFAULTS),  # what a rank lays on its node (sparkplay.engines.layout)
 }
 OVERLAY_EXPECT = 864  # MTP expert matrices of GLM-5.x (layer 45: 288 experts x gate/up/down)
 
