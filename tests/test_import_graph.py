@@ -90,7 +90,8 @@ LAYERS = [
      "sparkplay.nodetools", "sparkplay.stack"},
     {"sparkplay.managed", "sparkplay.inventory", "sparkplay.recipes"},  # formats: read and normalise, never plan
     {"sparkplay.engines"},  # the per-rank launch plans
-    {"sparkplay.deployment", "sparkplay.admission", "sparkplay.deployments"},  # the run's plan; what fits; what serves
+    # the run's plan; what fits; what serves; what a rank lays on its node
+    {"sparkplay.deployment", "sparkplay.admission", "sparkplay.deployments", "sparkplay.layout"},
     {"sparkplay.importing", "sparkplay.doctor", "sparkplay.lab"},
     {"sparkplay.cli_common", "sparkplay.cli_display"},
     {"sparkplay.cli_run", "sparkplay.cli_recipes", "sparkplay.cli_overlay", "sparkplay.cli_bench"},

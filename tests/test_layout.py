@@ -1,4 +1,4 @@
-"""What one rank lays on its node (sparkplay.engines.layout): the serve role writes, starts and checks exactly
+"""What one rank lays on its node (sparkplay.layout): the serve role writes, starts and checks exactly
 this, so each rule is tested here, on plans the Deployment computes for the catalog's recipes."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import json
 import pytest
 import yaml
 
-from sparkplay import deployment
-from sparkplay.engines import layout
+from sparkplay import deployment, layout
 from tests.conftest import PROJECT
 from tests.test_deployment import two_stage
 

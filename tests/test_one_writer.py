@@ -27,7 +27,7 @@ RULES: dict[str, tuple[str, str]] = {
     "the fabric env file": (r"/etc/sparkplay/fabric\.env", "src/sparkplay/deployment.py"),
     "the model root": (r"/var/lib/sparkplay/models", "src/sparkplay/deployment.py"),
     "the state folder": (r"/var/lib/sparkplay(?!/models)", "src/sparkplay/engines/context.py"),
-    "the node tools": (r"/usr/local/lib/sparkplay/sparkplay-", "src/sparkplay/deployment.py"),
+    "the node tools": (r"/usr/local/lib/sparkplay/sparkplay-", "src/sparkplay/engines/names.py"),
     "the unit folder": (r"/etc/systemd/system", "src/sparkplay/engines/names.py"),
     # (a template's file name, NAME.service.j2, is not the unit's name)
     "the serve unit": (r"sparkplay-serve\.service(?!\.j2)", "src/sparkplay/engines/names.py"),

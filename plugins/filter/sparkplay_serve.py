@@ -16,8 +16,8 @@ FILTERS = {
     "sparkplay_prefix_cache_problems": "sparkplay.hostfacts:prefix_cache_problems",
     "sparkplay_deployment_public": "sparkplay.deployment:public",
     # what one rank lays on its node: folders, files (content or template), units, restart paths, readiness
-    "sparkplay_rank_layout": "sparkplay.engines.layout:rank_layout",
-    "sparkplay_layout_files": "sparkplay.engines.layout:files_with_units",
+    "sparkplay_rank_layout": "sparkplay.layout:rank_layout",
+    "sparkplay_layout_files": "sparkplay.layout:files_with_units",
     # several deployments: the admission rule, the records read back, the gateway's routes
     "sparkplay_admit": "sparkplay.admission:verdict",
     "sparkplay_memory_limit": "sparkplay.admission:memory_limit",

@@ -28,11 +28,11 @@ from sparkplay.boundary import TRUSTED_IMAGES, check_allow, check_trusted
 from sparkplay.deployments import gateway
 from sparkplay.engines import names as slots
 from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
-from sparkplay.engines.layout import LAYOUT_DEFAULTS
-from sparkplay.engines.names import ADDED_DIR, ADDED_USER_PREFIX, ENGINE_USER, RECORD, UNIT_DIR, UNITS, for_slot
+from sparkplay.engines.names import ADDED_DIR, ADDED_USER_PREFIX, ENGINE_USER, RECORD, TOOLS, UNIT_DIR, UNITS, for_slot
 from sparkplay.engines.plan import build
 from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
+from sparkplay.layout import LAYOUT_DEFAULTS
 
 GROUP = "sparkplay_nodes"
 
@@ -50,7 +50,6 @@ API_SETTINGS = ("serve_bind", "serve_port")
 MODES = ("replace", "add")
 # engines whose model.path names a model folder (Hugging Face layout) rather than a file
 FOLDER_MODEL_ENGINES = ("vllm",)
-TOOLS = {"checkpoint": "/usr/local/lib/sparkplay/sparkplay-ckpt", "serve": "/usr/local/lib/sparkplay/sparkplay-serve"}
 # The serve role's settings stage two reads, with their defaults (roles/serve/defaults/main.yml states the
 # same; tests/test_deployment.py keeps the two equal). The watchdog's state file defaults to the state folder's.
 LAUNCH_DEFAULTS: dict[str, Any] = {
@@ -72,7 +71,7 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
 SETTINGS: dict[str, tuple[str, ...]] = {
     "stage_one": (*DEFAULTS, *API_SETTINGS, "serve_mode", "serve_node"),
     "launch": tuple(LAUNCH_DEFAULTS),
-    "layout": tuple(LAYOUT_DEFAULTS),  # what a rank lays on its node (sparkplay.engines.layout)
+    "layout": tuple(LAYOUT_DEFAULTS),  # what a rank lays on its node (sparkplay.layout)
 }
 OVERLAY_EXPECT = 864  # MTP expert matrices of GLM-5.x (layer 45: 288 experts x gate/up/down)
 

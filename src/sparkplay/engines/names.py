@@ -18,6 +18,8 @@ from sparkplay.engines import firewall
 
 # where they are written (systemd's folder for the administrator's units)
 UNIT_DIR = "/etc/systemd/system"
+# sparkplay's tools on a node (built from sparkplay.nodetools, written by the checkpoint and serve roles)
+TOOLS = {"checkpoint": "/usr/local/lib/sparkplay/sparkplay-ckpt", "serve": "/usr/local/lib/sparkplay/sparkplay-serve"}
 # every unit sparkplay writes on a node, by its part, in the order they stop: the leader's watchdog and
 # watcher (restarts the leader when a worker restarts) before the engine they would restart, the inter-rank
 # firewall last

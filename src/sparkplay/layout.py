@@ -16,13 +16,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparkplay import admission, nodetools
+from sparkplay.engines.context import STATE_DIR
+from sparkplay.engines.names import TOOLS
 from sparkplay.engines.systemd import env_file
 
 # The serve role's settings a rank's layout reads, with their defaults (roles/serve/defaults/main.yml states the
 # same; tests/test_layout.py keeps the two equal). The watchdog's state file defaults to the state folder's.
 LAYOUT_DEFAULTS: dict[str, Any] = {
-    "serve_tool": "/usr/local/lib/sparkplay/sparkplay-serve",
-    "serve_state_dir": "/var/lib/sparkplay",
+    "serve_tool": TOOLS["serve"],
+    "serve_state_dir": STATE_DIR,
     "serve_watchdog_state": None,
     "serve_watchdog_metrics_port": 9899,
     "serve_wait_interval": 2,
