@@ -94,3 +94,43 @@ def test_units_are_filled_in_from_their_rendered_text_and_a_missing_one_is_refus
     assert files[0] == got["files"][0]  # the serve tool keeps its bytes
     with pytest.raises(ValueError, match="units not rendered"):
         layout.files_with_units(got, dict(list(rendered.items())[1:]))
+
+
+GATEWAY = {
+    "user": "sparkplay-gateway",
+    "client_keys": "/etc/sparkplay/gateway/keys",
+    "unit": "sparkplay-gateway.service",
+}
+
+
+def test_the_gateway_listens_where_told_and_a_client_on_the_leader_reaches_it():
+    from sparkplay.deployments import gateway_layout
+
+    launch = {"ranks": [{"role": "worker", "host": "b"}, {"role": "leader", "host": "a", "record": {}, "env": {}}]}
+
+    def laid(bind: str) -> dict:
+        return gateway_layout(launch, None, GATEWAY, [], (bind, 9930), [], "/etc/systemd/system")
+
+    assert laid("127.0.0.1")["leader_rank"]["host"] == "a"
+    assert (laid("127.0.0.1")["listen"], laid("127.0.0.1")["client"]) == ("127.0.0.1:9930", "127.0.0.1")
+    assert (laid("::1")["listen"], laid("::1")["client"]) == ("[::1]:9930", "[::1]")
+    assert (laid("0.0.0.0")["listen"], laid("0.0.0.0")["client"]) == ("0.0.0.0:9930", "127.0.0.1")  # noqa: S104
+    assert laid("127.0.0.1")["unit_path"] == "/etc/systemd/system/sparkplay-gateway.service"
+    assert laid("127.0.0.1")["secret_files"] == []  # no keys asked, no engine key
+
+
+def test_the_gateways_secrets_are_the_keys_this_engines_key_and_the_others():
+    import base64
+
+    from sparkplay.deployments import gateway_layout, key_lines
+
+    keys = key_lines("# the team\n sk-one \n\n#sk-off\nsk-two\n")
+    assert keys == ["sk-one", "sk-two"]
+    leader = {"role": "leader", "host": "a", "record": {"api_key_env": "K"}, "env": {"K": "mine"}}
+    other = {"item": {"slot": "lab-b", "api_key_env": "K", "runtime": "native"},
+             "content": base64.b64encode(b'K="theirs"\n').decode()}  # fmt: skip
+    gone = {"item": {"slot": "lab-c", "api_key_env": "K"}, "failed": True}  # its env file is gone: no key
+    got = gateway_layout({"ranks": [leader]}, "lab-a", GATEWAY, keys, ("127.0.0.1", 1), [other, gone], "/u")
+    wanted = [("keys", "sk-one\nsk-two\n"), ("lab-a.key", "mine\n"), ("lab-b.key", "theirs\n")]
+    assert [(f["path"].rsplit("/", 1)[1], f["content"]) for f in got["secret_files"]] == wanted
+    assert all(f["secret"] and f["mode"] == "0640" and f["group"] == "sparkplay-gateway" for f in got["secret_files"])

@@ -123,7 +123,12 @@ def _admission_given() -> dict[str, Any]:
             "inventory_hostname": "rank0"}  # fmt: skip
 
 
-GATEWAY = {"ansible_managed": "x", "serve_unit_dir": "/etc/systemd/system"}
+# the gateway's unit on the leader of a deployment (lab-tiny's leader rank, no engine key)
+GATEWAY = {
+    "ansible_managed": "x",
+    "sparkplay_deployment": {"slot": None, "paths": {"unit_dir": "/etc/systemd/system"}},
+    "serve_deployment": {"launch": {"ranks": [{"role": "leader", "host": "spark0", "record": {}, "env": {}}]}},
+}
 # a keys file as the controller holds it (0600), for the option that names one
 KEYS_FILE = Path(tempfile.mkdtemp(prefix="sparkplay-keys.")) / "gateway-keys"
 KEYS_FILE.write_text("sk-test\n")
@@ -139,7 +144,7 @@ def _gateway_routes_given() -> dict[str, Any]:
     leader = {"role": "leader", "host": "spark0", "record": small}
     meminfo = "MemTotal:       25165824 kB\nMemAvailable:   20971520 kB\n"
     return {"serve_records_found": [r for r in found if r["slot"] is None],
-            "sparkplay_deployment": {"slot": "lab-small"},
+            "sparkplay_deployment": {"slot": "lab-small", "paths": {"unit_dir": "/etc/systemd/system"}},
             "serve_deployment": {"launch": {"ranks": [leader]}}, "ansible_play_hosts_all": ["spark0"],
             "hostvars": {"spark0": {"serve_node_memory": {"meminfo": meminfo}}}}  # fmt: skip
 
@@ -585,7 +590,8 @@ EFFECTS: dict[str, Effect] = {
         "roles/serve/tasks/configure.yml",
         "/opt/serve-tool",
         "",
-        ("var", "serve_tool_file"),
+        ("var", "serve_layout.tool_file"),
+        lab_tiny_leader(),
     ),
     # the stack role (docs/lock.md): where the lock goes, what is read, held and refused
     "stack_lock_file": Effect(
@@ -760,9 +766,15 @@ def test_the_on_demand_knobs_reach_the_gateways_routes():
 def test_the_gateways_secret_files_hold_one_key_a_line():
     """The keys file and an engine's key, rendered as the role writes them: real line ends (a literal
     backslash-n would be a key no client has, and an engine key the engine refuses)."""
-    base = role_vars("serve", **_gateway_routes_given())
-    files = render("{{ serve_gateway_secret_files }}", {**base, "serve_gateway_keys_file": str(KEYS_FILE),
-                                                         "serve_gateway_engine_key": "engine-key"})  # fmt: skip
+    given = _gateway_routes_given()
+    leader = given["serve_deployment"]["launch"]["ranks"][0]
+    leader = {
+        **leader,
+        "record": {**leader["record"], "api_key_env": "LLAMA_API_KEY"},
+        "env": {"LLAMA_API_KEY": "engine-key"},
+    }
+    base = role_vars("serve", **{**given, "serve_deployment": {"launch": {"ranks": [leader]}}})
+    files = render("{{ serve_gateway.secret_files }}", {**base, "serve_gateway_keys_file": str(KEYS_FILE)})
     assert [(f["path"], f["content"], f["mode"]) for f in files] == [
         ("/etc/sparkplay/gateway/keys", "sk-test\n", "0640"),
         ("/etc/sparkplay/gateway/upstream/lab-small.key", "engine-key\n", "0640")]  # fmt: skip

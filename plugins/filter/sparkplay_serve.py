@@ -29,6 +29,8 @@ FILTERS = {
     "sparkplay_gateway_upstream_key": "sparkplay.engines.names:upstream_key",
     "sparkplay_gateway_key_file": "sparkplay.deployments:gateway_key_file",
     "sparkplay_gateway_secret": "sparkplay.deployments:gateway_secret",
+    "sparkplay_gateway_layout": "sparkplay.deployments:gateway_layout",
+    "sparkplay_key_lines": "sparkplay.deployments:key_lines",
     "sparkplay_added_leftovers": "sparkplay.engines.names:leftovers",
     "sparkplay_slot_names": "sparkplay.engines.names:for_slot",
     # an added deployment's update beside itself: its stand-in's slot, whether it is wanted, the routes it moves

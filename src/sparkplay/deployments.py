@@ -185,6 +185,41 @@ def gateway_key_file(read: Mapping[str, Any], group: str) -> dict[str, Any] | No
     return gateway_secret(names.upstream_key(record.get("slot")), [key], group) if key else None
 
 
+def key_lines(text: str | None) -> list[str]:
+    """The keys of a keys file: one a line, blank lines and `#` comments left out."""
+    return [line.strip() for line in str(text or "").splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def gateway_layout(
+    launch: Mapping[str, Any],
+    slot: str | None,
+    gateway: Mapping[str, Any],
+    keys: Iterable[str],
+    listen: tuple[str, int],
+    other_envs: Iterable[Mapping[str, Any]],
+    unit_dir: str,
+) -> dict[str, Any]:
+    """What the gateway lays on the leader for this run (the serve role's tasks/gateway.yml): this deployment's
+    leader rank; the secret files (the endpoint's keys, this deployment's engine key, the other deployments'
+    from their env files as `other_envs` read them), its unit's path, where it listens and where a client on
+    the leader reaches it."""
+    leader = next(rank for rank in launch["ranks"] if rank["role"] == "leader")
+    keys, key_env, user = list(keys), leader["record"].get("api_key_env"), gateway["user"]
+    secrets = [gateway_secret(gateway["client_keys"], keys, user)] if keys else []
+    if key_env and (leader.get("env") or {}).get(key_env):
+        secrets.append(gateway_secret(names.upstream_key(slot), [leader["env"][key_env]], user))
+    secrets += [found for read in other_envs if "content" in read if (found := gateway_key_file(read, user))]
+    bind, port = listen
+    host = f"[{bind}]" if ":" in bind else bind
+    return {
+        "leader_rank": leader,
+        "secret_files": secrets,
+        "unit_path": f"{unit_dir}/{gateway['unit']}",
+        "listen": f"{host}:{port}",
+        "client": "127.0.0.1" if bind in ("0.0.0.0", "") else host,  # noqa: S104 - the wildcard, compared
+    }
+
+
 def gateway_row(
     routes_text: str | None, show: str | None, host: str, state_text: str | None = None
 ) -> dict[str, Any] | None:

@@ -142,6 +142,7 @@ def rank_layout(
         "home": [{"path": plan["home"], "owner": plan["user"], "group": plan["user"], "mode": "0750"}]
         if plan.get("user") is not None
         else [],
+        "tool_file": files[0],  # the serve tool: sparkplay's own path, not guarded (the gateway writes it too)
         "files": files,  # a unit's entry has no content until rendered (files_with_units)
         "templates": templates,
         "managed_paths": [unit_path, plan["env_file"], record, *own]
