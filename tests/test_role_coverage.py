@@ -1,0 +1,121 @@
+"""Every role is exercised for real by `make test` (issue 42): a molecule scenario CI runs (the Makefile's
+`molecule` target), or named lab tests that run it on the real lab. A new role without either fails here;
+so does a name that went stale (a renamed test, a scenario CI stopped running, a test moved to an extra).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from tests.conftest import PROJECT
+
+# role -> what runs it in `make test`: "molecule:SCENARIO" or "tests/FILE.py::TEST"
+COVERAGE: dict[str, tuple[str, ...]] = {
+    "sparkplay": ("molecule:lab",),  # the project's defaults, listed first by every play
+    "preflight": (
+        "molecule:lab",
+        "tests/test_provision_lab.py::test_check_mode_on_a_fresh_lab_reports_and_changes_nothing",
+    ),
+    "nvidia_stack": (
+        "molecule:lab",
+        "tests/test_provision_lab.py::test_skipping_the_nvidia_stacks_other_steps_does_not_skip_the_daemon_json_question",
+    ),
+    "fabric": (
+        "molecule:fabric",
+        "molecule:lab",
+    ),
+    "peer_ssh": (
+        "molecule:lab",
+        "tests/test_models_lab.py::test_only_rank0_is_trusted_between_the_ranks",
+    ),
+    "managed_files": (
+        "tests/test_provision_lab.py::test_confirming_backs_up_and_replaces_it",
+        "tests/test_serve_lab.py::test_a_foreign_file_stops_up_without_a_terminal_and_yes_backs_it_up",
+    ),
+    "checkpoint": (
+        "molecule:lab",
+        "tests/test_models_lab.py::test_mirror_copies_and_verifies_on_every_rank",
+    ),
+    "mtp_overlay": ("tests/test_overlay_lab.py::test_every_rank_builds_and_verifies_its_overlay",),
+    "engine": (
+        "molecule:lab",
+        "tests/test_serve_lab.py::test_up_yes_from_a_fresh_lab_serves_across_both_ranks",
+    ),
+    "serve": (
+        "molecule:lab",
+        "tests/test_serve_lab.py::test_up_yes_from_a_fresh_lab_serves_across_both_ranks",
+        "tests/test_several_lab.py::test_the_primary_then_a_second_model_beside_it_on_the_other_node",
+    ),
+    "status": (
+        "tests/test_serve_lab.py::test_status_table_lists_every_rank",
+        "tests/test_several_lab.py::test_status_lists_every_deployment_and_a_rerun_changes_nothing",
+    ),
+    "stop": ("tests/test_several_lab.py::test_stopping_one_leaves_the_other_answering_and_frees_its_claim",),
+    "doctor": ("tests/test_provision_lab.py::test_doctor_prints_its_table_and_changes_nothing",),
+    "reset": ("tests/test_provision_lab.py::test_reset_puts_every_file_back_and_a_second_reset_changes_nothing",),
+    "bench": (
+        "tests/test_serve_lab.py::test_bench_measures_across_both_ranks_and_checks_the_output_is_batch_invariant",
+    ),
+    "stack": (
+        "tests/test_serve_lab.py::test_lock_records_each_nodes_stack_and_holds_the_engine_packages",
+        "tests/test_serve_lab.py::test_a_changed_engine_file_is_drift_that_doctor_and_status_name_and_up_refuses_until_accepted",
+    ),
+}
+# marks that keep a test out of `make test` (pyproject's addopts)
+LEFT_OUT = {"lab3", "extra", "vllm", "sglang", "faults"}
+
+
+def ci_scenarios() -> set[str]:
+    target = re.search(r"^molecule:.*?\n((?:\t.*\n)+)", (PROJECT / "Makefile").read_text(), re.M)
+    assert target, "the Makefile has no molecule target"
+    return set(re.findall(r"molecule test --scenario-name (\w+)", target.group(1)))
+
+
+def marks(node: ast.AST) -> set[str]:
+    return {
+        m.attr
+        for m in ast.walk(node)
+        if isinstance(m, ast.Attribute) and isinstance(m.value, ast.Attribute) and m.value.attr == "mark"
+    }
+
+
+def runs_in_make_test(ref: str) -> bool:
+    path, name = ref.split("::")
+    tree = ast.parse((PROJECT / path).read_text())
+    module = next(
+        (
+            n
+            for n in tree.body
+            if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+        ),
+        None,
+    )
+    test = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if test is None:
+        return False
+    found = marks(test) | (marks(module) if module else set())
+    return "lab" in found and not (found & LEFT_OUT)
+
+
+def test_every_role_is_run_by_make_test():
+    roles = {p.name for p in (PROJECT / "roles").iterdir() if (p / "tasks").is_dir() or (p / "defaults").is_dir()}
+    assert set(COVERAGE) == roles, (
+        f"roles without coverage: {sorted(roles - set(COVERAGE))}; gone: {sorted(set(COVERAGE) - roles)}"
+    )
+    scenarios = ci_scenarios()
+    for role, refs in COVERAGE.items():
+        for ref in refs:
+            if ref.startswith("molecule:"):
+                assert ref.split(":", 1)[1] in scenarios, f"{role}: {ref} is not run by `make molecule`"
+            else:
+                assert runs_in_make_test(ref), f"{role}: {ref} is not a lab test `make test` runs"
+
+
+def test_a_test_left_out_of_make_test_does_not_count():
+    assert runs_in_make_test("tests/test_serve_lab.py::test_up_yes_from_a_fresh_lab_serves_across_both_ranks")
+    assert not runs_in_make_test(
+        "tests/test_several_extra_lab.py::test_models_on_demand_start_when_asked_for_make_room_lru_and_stop_after_their_ttl"
+    )  # marked extra
+    assert not runs_in_make_test("tests/test_serve_lab.py::test_no_such_test")
+    assert "lab" in ci_scenarios() and "peer_ssh" not in ci_scenarios()
