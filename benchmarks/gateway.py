@@ -85,8 +85,9 @@ def free_port() -> int:
 
 async def one(session: aiohttp.ClientSession, port: int, body: str) -> float:
     started = time.perf_counter()
-    async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
-                            headers={"Content-Type": "application/json"}) as reply:  # fmt: skip
+    async with session.post(
+        f"http://127.0.0.1:{port}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    ) as reply:
         data = await reply.read()
     if reply.status != 200 or not (data.endswith(b"[DONE]\n\n") or data == REPLY):
         raise SystemExit(f"bad answer {reply.status}: {data[:200]!r}")
@@ -109,8 +110,11 @@ async def side(port: int, body: str, requests: int, concurrency: int) -> dict[st
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - started
     times.sort()
-    return {"median_ms": round(statistics.median(times) * 1000, 3),
-            "p95_ms": round(times[int(len(times) * 0.95)] * 1000, 3), "rps": round(requests / wall, 1)}  # fmt: skip
+    return {
+        "median_ms": round(statistics.median(times) * 1000, 3),
+        "p95_ms": round(times[int(len(times) * 0.95)] * 1000, 3),
+        "rps": round(requests / wall, 1),
+    }
 
 
 def compare(name: str, engine: int, gateway: int, body: str, requests: int, concurrency: int) -> dict:
@@ -118,9 +122,12 @@ def compare(name: str, engine: int, gateway: int, body: str, requests: int, conc
     through = asyncio.run(side(gateway, body, requests, concurrency))
     added = round(through["median_ms"] - direct["median_ms"], 3)
     ratio = round(through["rps"] / direct["rps"], 3)
-    print(f"{name}: direct (baseline) median {direct['median_ms']} ms, p95 {direct['p95_ms']} ms, "
-          f"{direct['rps']} req/s; through the gateway median {through['median_ms']} ms, p95 {through['p95_ms']} ms,"
-          f" {through['rps']} req/s; added {added} ms a request, throughput {ratio}x", flush=True)  # fmt: skip
+    print(
+        f"{name}: direct (baseline) median {direct['median_ms']} ms, p95 {direct['p95_ms']} ms, "
+        f"{direct['rps']} req/s; through the gateway median {through['median_ms']} ms, p95 {through['p95_ms']} ms,"
+        f" {through['rps']} req/s; added {added} ms a request, throughput {ratio}x",
+        flush=True,
+    )
     return {"direct": direct, "gateway": through, "added_median_ms": added, "throughput_ratio": ratio}
 
 
@@ -133,9 +140,11 @@ def with_idle(gateway: int, idle: int, requests: int) -> dict:
         for sock in held:
             sock.close()
     delay = round(busy["median_ms"] - quiet["median_ms"], 3)
-    print(f"with {idle} idle connections held on the gateway: median {busy['median_ms']} ms, p95 "
-          f"{busy['p95_ms']} ms (without them {quiet['median_ms']} ms, p95 {quiet['p95_ms']} ms): {delay} ms later",
-          flush=True)  # fmt: skip
+    print(
+        f"with {idle} idle connections held on the gateway: median {busy['median_ms']} ms, p95 "
+        f"{busy['p95_ms']} ms (without them {quiet['median_ms']} ms, p95 {quiet['p95_ms']} ms): {delay} ms later",
+        flush=True,
+    )
     return {"idle": idle, "without": quiet, "with": busy, "delay_median_ms": delay}
 
 
@@ -156,17 +165,28 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     with tempfile.TemporaryDirectory() as scratch:
         port_file, routes = Path(scratch) / "port", Path(scratch) / "routes.json"
-        engine = subprocess.Popen([sys.executable, __file__, "--engine", "--port-file", str(port_file),
-                                   "--events", str(args.events)], env=env)  # fmt: skip
+        engine = subprocess.Popen(
+            [sys.executable, __file__, "--engine", "--port-file", str(port_file), "--events", str(args.events)], env=env
+        )
         gateway = None
         try:
             engine_port = wait_port(port_file, engine)
             routes.write_text(json.dumps({"models": {"m": {"url": f"http://127.0.0.1:{engine_port}", "recipe": "r"}}}))
             routes.chmod(0o644)
             gateway_port = free_port()
-            gateway = subprocess.Popen([sys.executable, "-c", "import sys; from sparkplay.nodetools.serve.cli import "
-                                        "main; sys.exit(main())", "gateway", "--routes", str(routes), "--listen",
-                                        f"127.0.0.1:{gateway_port}"], env=env)  # fmt: skip
+            gateway = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; from sparkplay.nodetools.serve.cli import main; sys.exit(main())",
+                    "gateway",
+                    "--routes",
+                    str(routes),
+                    "--listen",
+                    f"127.0.0.1:{gateway_port}",
+                ],
+                env=env,
+            )
             for _ in range(200):
                 try:
                     socket.create_connection(("127.0.0.1", gateway_port)).close()
@@ -176,16 +196,27 @@ def main() -> None:
             slow = json.dumps({**json.loads(BODY), "delay_ms": args.engine_ms})
             stream = json.dumps({**json.loads(BODY), "stream": True})
             result = {
-                "small completion, concurrency 1": compare("small completion, concurrency 1", engine_port,
-                                                           gateway_port, BODY, args.requests, 1),
+                "small completion, concurrency 1": compare(
+                    "small completion, concurrency 1", engine_port, gateway_port, BODY, args.requests, 1
+                ),
                 f"completion of {args.engine_ms:g} ms, concurrency 64": compare(
-                    f"completion of {args.engine_ms:g} ms, concurrency 64", engine_port, gateway_port, slow,
-                    args.requests * 2, 64),
+                    f"completion of {args.engine_ms:g} ms, concurrency 64",
+                    engine_port,
+                    gateway_port,
+                    slow,
+                    args.requests * 2,
+                    64,
+                ),
                 f"stream of {args.events} events, concurrency 4": compare(
-                    f"stream of {args.events} events, concurrency 4", engine_port, gateway_port, stream,
-                    args.requests // 2, 4),
+                    f"stream of {args.events} events, concurrency 4",
+                    engine_port,
+                    gateway_port,
+                    stream,
+                    args.requests // 2,
+                    4,
+                ),
                 "idle connections": with_idle(gateway_port, args.idle, args.requests // 2),
-            }  # fmt: skip
+            }
         finally:
             for proc in (engine, gateway):
                 if proc is not None:

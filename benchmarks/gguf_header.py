@@ -109,11 +109,15 @@ def main() -> None:
             "hostile_reader_s": timed(reader.header_fields, str(hostile), ("block_count",))[0],
         }
     scale = 1 << (26 - args.hostile_log2)
-    print(f"real header (256k tokens, 250k merges): baseline {figures['real_baseline_s']:.3f} s, "
-          f"reader {figures['real_reader_s']:.3f} s")  # fmt: skip
-    print(f"hostile header (2^{args.hostile_log2} empty strings): baseline {figures['hostile_baseline_s']:.2f} s "
-          f"(2^26 in the bound: about {figures['hostile_baseline_s'] * scale:.0f} s), reader "
-          f"{figures['hostile_reader_s']:.2f} s")  # fmt: skip
+    print(
+        f"real header (256k tokens, 250k merges): baseline {figures['real_baseline_s']:.3f} s, "
+        f"reader {figures['real_reader_s']:.3f} s"
+    )
+    print(
+        f"hostile header (2^{args.hostile_log2} empty strings): baseline {figures['hostile_baseline_s']:.2f} s "
+        f"(2^26 in the bound: about {figures['hostile_baseline_s'] * scale:.0f} s), reader "
+        f"{figures['hostile_reader_s']:.2f} s"
+    )
     print(json.dumps({k: round(v, 4) for k, v in figures.items()} | {"hostile_log2": args.hostile_log2}))
 
 

@@ -41,16 +41,37 @@ def baseline(tag: str) -> None:
     names = [f"sparkplay-bench-{i}" for i in range(2)]
     try:
         for name in names:
-            sh("docker", "run", "-d", "--name", name, "--hostname", name,
-               "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--cgroupns=host",
-               "-v", f"{cgroup_v2_root()}:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs", "/run/lock",
-               "--stop-signal", "SIGRTMIN+3", tag)  # fmt: skip
+            sh(
+                "docker",
+                "run",
+                "-d",
+                "--name",
+                name,
+                "--hostname",
+                name,
+                "--cap-add",
+                "SYS_ADMIN",
+                "--cap-add",
+                "NET_ADMIN",
+                "--cgroupns=host",
+                "-v",
+                f"{cgroup_v2_root()}:/sys/fs/cgroup:rw",
+                "--tmpfs",
+                "/run",
+                "--tmpfs",
+                "/run/lock",
+                "--stop-signal",
+                "SIGRTMIN+3",
+                tag,
+            )
         for name in names:
             while True:
                 state = subprocess.run(
                     ["docker", "exec", name, "systemctl", "is-system-running"],
-                    capture_output=True, text=True, check=False,
-                ).stdout.strip()  # fmt: skip
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                ).stdout.strip()
                 if state in ("running", "degraded"):
                     break
                 time.sleep(0.25)

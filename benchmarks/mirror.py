@@ -45,8 +45,11 @@ BEFORE = "6291b8c0a07f81c33cb0bbe4771a1d4468f34cca"  # the last commit before th
 def node(rank: int, script: str, check: bool = True, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         ["docker", "exec", "-i", f"sparkplay-lab-rank{rank}", "sh", "-c", script],
-        input=stdin, capture_output=True, check=False, timeout=3600,
-    )  # fmt: skip
+        input=stdin,
+        capture_output=True,
+        check=False,
+        timeout=3600,
+    )
     if check and proc.returncode != 0:
         raise SystemExit(f"rank {rank}: {script!r} failed: {proc.stderr.decode(errors='replace')[-2000:]}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
@@ -63,16 +66,36 @@ def fresh(dest: str) -> None:
 
 
 def setup(args: argparse.Namespace) -> int:
-    subprocess.run([sys.executable, "-m", "sparkplay", "lab", "up", "--project-dir", str(PROJECT)], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "sparkplay", "lab", "up", "--project-dir", str(PROJECT)], check=True, capture_output=True
+    )
     if node(1, "test -f /etc/sparkplay/fabric.env", check=False).returncode != 0:
-        subprocess.run(["ansible-playbook", "-i", "inventory/lab/hosts.yml", "provision.yml"], cwd=PROJECT,
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["ansible-playbook", "-i", "inventory/lab/hosts.yml", "provision.yml"],
+            cwd=PROJECT,
+            check=True,
+            capture_output=True,
+        )
     # the tool (models.yml installs it), netcat for the ceiling, and the old tool from git
-    subprocess.run(["ansible-playbook", "-i", "inventory/lab/hosts.yml", "models.yml", "-e",
-                    json.dumps({"checkpoint_staged": []})], cwd=PROJECT, check=True, capture_output=True)  # fmt: skip
-    old = subprocess.run(["git", "show", f"{args.before}:src/sparkplay/nodetools/sparkplay_ckpt.py"], cwd=PROJECT,
-                         check=True, capture_output=True).stdout  # fmt: skip
+    subprocess.run(
+        [
+            "ansible-playbook",
+            "-i",
+            "inventory/lab/hosts.yml",
+            "models.yml",
+            "-e",
+            json.dumps({"checkpoint_staged": []}),
+        ],
+        cwd=PROJECT,
+        check=True,
+        capture_output=True,
+    )
+    old = subprocess.run(
+        ["git", "show", f"{args.before}:src/sparkplay/nodetools/sparkplay_ckpt.py"],
+        cwd=PROJECT,
+        check=True,
+        capture_output=True,
+    ).stdout
     for rank in (0, 1):
         node(rank, "command -v nc >/dev/null || apt-get install -y -q netcat-openbsd >/dev/null")
         node(rank, f"cat > {OLD_TOOL} && chmod 755 {OLD_TOOL}", stdin=old)
@@ -80,11 +103,17 @@ def setup(args: argparse.Namespace) -> int:
     shard_mb = int(args.gb * 1024 * 0.9 / shards)
     small = int(args.gb * 1024 * 0.1)  # 1 MiB each
     maker = (PROJECT / "molecule/lab/files/make_checkpoint.py").read_bytes()
-    node(0, f"python3 - {SRC} --large {shards} --large-mb {shard_mb * 2} --small {small} --small-kb 1024 >/dev/null",
-         stdin=maker)  # fmt: skip
+    node(
+        0,
+        f"python3 - {SRC} --large {shards} --large-mb {shard_mb * 2} --small {small} --small-kb 1024 >/dev/null",
+        stdin=maker,
+    )
     node(0, f"{TOOL} manifest {SRC} --revision bench >/dev/null")
-    node(0, f"rm -rf {OLD_SRC} && cp -al {SRC} {OLD_SRC} && rm -rf {OLD_SRC}/.sparkplay && "
-            f"{OLD_TOOL} manifest {OLD_SRC} >/dev/null")  # fmt: skip
+    node(
+        0,
+        f"rm -rf {OLD_SRC} && cp -al {SRC} {OLD_SRC} && rm -rf {OLD_SRC}/.sparkplay && "
+        f"{OLD_TOOL} manifest {OLD_SRC} >/dev/null",
+    )
     node(0, f"cat $(find {SRC} -type f) > /dev/null")  # the same warm page cache on the sender for every run
     return int(json.loads(node(0, f"cat {SRC}/.sparkplay/manifest.json").stdout)["bytes"])
 
@@ -108,8 +137,9 @@ print(json.dumps({{"total": time.monotonic() - started, "streams": sent.seconds,
 
 
 def send_only(args: argparse.Namespace, transport: str, dest: str) -> tuple[float, dict[str, float]]:
-    code = SEND_ONLY.format(tool=TOOL, src=SRC, peer=PEER, dest=dest, streams=args.streams, cipher=args.cipher,
-                            transport=transport)  # fmt: skip
+    code = SEND_ONLY.format(
+        tool=TOOL, src=SRC, peer=PEER, dest=dest, streams=args.streams, cipher=args.cipher, transport=transport
+    )
     start = time.perf_counter()
     out = node(0, f"python3 - && ssh {PEER} sync", stdin=code.encode()).stdout
     return time.perf_counter() - start, json.loads(out.splitlines()[0])
@@ -120,8 +150,10 @@ def one_round(args: argparse.Namespace) -> dict[str, float]:
     # (a) the ceiling: unencrypted TCP, as parallel as the mirror (a pipe per shard, one tar stream for the rest)
     files = node(0, f"cd {SRC} && find . -path ./.sparkplay -prune -o -type f -size +64M -print").stdout.split()
     fresh(f"{ROOT}/bench-raw")
-    listen = [f"(nc -l -p {5101 + i} > {ROOT}/bench-raw/{Path(f).name}) </dev/null >/dev/null 2>&1 &"
-              for i, f in enumerate(files)]  # fmt: skip
+    listen = [
+        f"(nc -l -p {5101 + i} > {ROOT}/bench-raw/{Path(f).name}) </dev/null >/dev/null 2>&1 &"
+        for i, f in enumerate(files)
+    ]
     untar = f"tar -x -C {ROOT}/bench-raw --exclude='*.safetensors'"
     listen.append(f"(nc -l -p 5100 </dev/null | {untar}) >/dev/null 2>&1 &")
     node(1, f"mkdir -p {ROOT}/bench-raw && " + " ".join(listen))
@@ -147,8 +179,9 @@ def one_round(args: argparse.Namespace) -> dict[str, float]:
     fresh(dest)
     old_mirror = f"{OLD_TOOL} mirror {OLD_SRC} --to {PEER} --dest {dest} --streams {streams} --cipher {cipher}"
     t["c_before"], _ = timed(0, f"{old_mirror} --remote-tool {OLD_TOOL} >/dev/null && ssh {PEER} sync")
-    t["c_before_check"], _ = timed(1, f"{OLD_TOOL} verify {dest} --full >/dev/null && "
-                                      f"{OLD_TOOL} mark {dest} --revision bench >/dev/null")  # fmt: skip
+    t["c_before_check"], _ = timed(
+        1, f"{OLD_TOOL} verify {dest} --full >/dev/null && {OLD_TOOL} mark {dest} --revision bench >/dev/null"
+    )
     fresh(dest)
     # (c) AFTER: the hardened streams alone, then the whole sync (ask, prepare, send, hash, mark)
     dest = f"{ROOT}/bench-after"
@@ -166,12 +199,18 @@ def one_round(args: argparse.Namespace) -> dict[str, float]:
     fresh(dest)
     for rank in (0, 1):
         node(rank, "umask 077 && echo bench-secret-0123456789abcdef0123456789 > /run/sparkplay-bench.secret")
-    node(1, f"({OLD_TOOL} receive {dest} --address {PEER} --port 8731 --secret-file /run/sparkplay-bench.secret "
-            f"--allow {ME} --timeout 600 --transport tcp >/dev/null 2>&1 &)")  # fmt: skip
+    node(
+        1,
+        f"({OLD_TOOL} receive {dest} --address {PEER} --port 8731 --secret-file /run/sparkplay-bench.secret "
+        f"--allow {ME} --timeout 600 --transport tcp >/dev/null 2>&1 &)",
+    )
     time.sleep(1)
-    t["t_before"], _ = timed(0, f"{OLD_TOOL} mirror {OLD_SRC} --to {PEER} --dest {dest} --streams {streams} "
-                                "--transport tcp --port 8731 --password-file /run/sparkplay-bench.secret >/dev/null"
-                                f" && ssh {PEER} sync")  # fmt: skip
+    t["t_before"], _ = timed(
+        0,
+        f"{OLD_TOOL} mirror {OLD_SRC} --to {PEER} --dest {dest} --streams {streams} "
+        "--transport tcp --port 8731 --password-file /run/sparkplay-bench.secret >/dev/null"
+        f" && ssh {PEER} sync",
+    )
     node(1, f"{OLD_TOOL} stop --port 8731 >/dev/null; rm -f /run/sparkplay-bench.secret")
     node(0, "rm -f /run/sparkplay-bench.secret")
     fresh(dest)
@@ -187,8 +226,11 @@ def one_round(args: argparse.Namespace) -> dict[str, float]:
     # (r) the rsync transport, for reference
     dest = f"{ROOT}/bench-rsyncssh"
     fresh(dest)
-    _, out = timed(0, f"{TOOL} sync {SRC} --to {PEER} --dest {dest} --revision bench --streams {streams} "
-                      f"--cipher {cipher} --transport rsync")  # fmt: skip
+    _, out = timed(
+        0,
+        f"{TOOL} sync {SRC} --to {PEER} --dest {dest} --revision bench --streams {streams} "
+        f"--cipher {cipher} --transport rsync",
+    )
     t["r_after"] = json.loads(out.splitlines()[0])["stream_seconds"]  # rsync's own streams
     fresh(dest)
     return t
@@ -213,31 +255,48 @@ def main() -> None:
     print(f"(a) unencrypted TCP into rank 1's model root : {rate['raw']:6.3f} GB/s")
     print(f"(b) one rsync over ssh                       : {rate['rsync']:6.3f} GB/s")
     print(f"(c) ssh streams, transfer   before {rate['c_before']:6.3f}  after {rate['c_after']:6.3f} GB/s")
-    print(f"    c/b                     before {rate['c_before'] / rate['rsync']:6.2f}  "
-          f"after {rate['c_after'] / rate['rsync']:6.2f}")  # fmt: skip
-    print(f"    end to end              before {gb / before_e2e:6.3f}  after {rate['c_after_e2e']:6.3f} GB/s"
-          f"  ({before_e2e:.1f} s vs {t['c_after_e2e']:.1f} s; before = mirror + verify/mark run locally on rank 1,"
-          " after = one sync from rank 0 with its four checks over ssh)")  # fmt: skip
+    print(
+        f"    c/b                     before {rate['c_before'] / rate['rsync']:6.2f}  "
+        f"after {rate['c_after'] / rate['rsync']:6.2f}"
+    )
+    print(
+        f"    end to end              before {gb / before_e2e:6.3f}  after {rate['c_after_e2e']:6.3f} GB/s"
+        f"  ({before_e2e:.1f} s vs {t['c_after_e2e']:.1f} s; before = mirror + verify/mark run locally on rank 1,"
+        " after = one sync from rank 0 with its four checks over ssh)"
+    )
     print(f"(t) tcp streams, transfer   before {rate['t_before']:6.3f}  after {rate['t_after']:6.3f} GB/s")
-    print(f"    t/a                     before {rate['t_before'] / rate['raw']:6.2f}  "
-          f"after {rate['t_after'] / rate['raw']:6.2f}")  # fmt: skip
-    print(f"    the tcp receiver's start through ssh, per run (after; before, the role started it in Ansible tasks): "
-          f"{t['t_receiver_start']:.2f} s")  # fmt: skip
+    print(
+        f"    t/a                     before {rate['t_before'] / rate['raw']:6.2f}  "
+        f"after {rate['t_after'] / rate['raw']:6.2f}"
+    )
+    print(
+        f"    the tcp receiver's start through ssh, per run (after; before, the role started it in Ansible tasks): "
+        f"{t['t_receiver_start']:.2f} s"
+    )
     print(f"(r) rsync transport (after) : {rate['r_after']:6.3f} GB/s")
     print(f"no-op re-run per rank: status {t['noop']:.2f} s; a whole sync with nothing to send {t['noop_sync']:.2f} s")
-    print(json.dumps({
-        "raw_gbps": round(rate["raw"], 3), "rsync_gbps": round(rate["rsync"], 3),
-        "ssh_before_gbps": round(rate["c_before"], 3), "ssh_after_gbps": round(rate["c_after"], 3),
-        "ratio_rsync_before": round(rate["c_before"] / rate["rsync"], 3),
-        "ratio_rsync_after": round(rate["c_after"] / rate["rsync"], 3),
-        "tcp_before_gbps": round(rate["t_before"], 3), "tcp_after_gbps": round(rate["t_after"], 3),
-        "ratio_raw_tcp_before": round(rate["t_before"] / rate["raw"], 3),
-        "ratio_raw_tcp_after": round(rate["t_after"] / rate["raw"], 3),
-        "e2e_before_s": round(before_e2e, 2), "e2e_after_s": round(t["c_after_e2e"], 2),
-        "rsync_transport_gbps": round(rate["r_after"], 3), "noop_s": round(t["noop"], 3),
-        "tcp_receiver_start_s": round(t["t_receiver_start"], 3),
-        "noop_sync_s": round(t["noop_sync"], 3),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "raw_gbps": round(rate["raw"], 3),
+                "rsync_gbps": round(rate["rsync"], 3),
+                "ssh_before_gbps": round(rate["c_before"], 3),
+                "ssh_after_gbps": round(rate["c_after"], 3),
+                "ratio_rsync_before": round(rate["c_before"] / rate["rsync"], 3),
+                "ratio_rsync_after": round(rate["c_after"] / rate["rsync"], 3),
+                "tcp_before_gbps": round(rate["t_before"], 3),
+                "tcp_after_gbps": round(rate["t_after"], 3),
+                "ratio_raw_tcp_before": round(rate["t_before"] / rate["raw"], 3),
+                "ratio_raw_tcp_after": round(rate["t_after"] / rate["raw"], 3),
+                "e2e_before_s": round(before_e2e, 2),
+                "e2e_after_s": round(t["c_after_e2e"], 2),
+                "rsync_transport_gbps": round(rate["r_after"], 3),
+                "noop_s": round(t["noop"], 3),
+                "tcp_receiver_start_s": round(t["t_receiver_start"], 3),
+                "noop_sync_s": round(t["noop_sync"], 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

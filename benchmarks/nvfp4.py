@@ -79,8 +79,11 @@ def manifest(checkpoint: Path) -> None:
     role's hashing, not the converter's): the converter then proves the source by it instead of hashing."""
     from sparkplay.nodetools import app
 
-    subprocess.run([sys.executable, app("ckpt"), "manifest", str(checkpoint), "--revision", "bench"], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, app("ckpt"), "manifest", str(checkpoint), "--revision", "bench"],
+        check=True,
+        capture_output=True,
+    )
 
 
 def converter(work: Path, route: str, experts: int, out_root: Path | None = None) -> dict[str, float]:
@@ -100,8 +103,11 @@ def rate(mb: float, run, repeat: int = 1) -> float:  # noqa: ANN001
 
 
 def same(a: atlas.Quantised, b: atlas.Quantised) -> bool:
-    return (np.array_equal(a.weight, b.weight) and np.array_equal(a.weight_scale, b.weight_scale)
-            and a.weight_scale_2 == b.weight_scale_2)  # fmt: skip
+    return (
+        np.array_equal(a.weight, b.weight)
+        and np.array_equal(a.weight_scale, b.weight_scale)
+        and a.weight_scale_2 == b.weight_scale_2
+    )
 
 
 def main() -> None:
@@ -115,8 +121,10 @@ def main() -> None:
         raise SystemExit("no C compiler: the CPU kernel cannot be built here (apt-get install gcc)")
     cores = os.cpu_count() or 1
     rng = np.random.default_rng(0)
-    raws = [(rng.standard_normal((args.rows, args.cols)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-            for _ in range(args.matrices)]  # fmt: skip
+    raws = [
+        (rng.standard_normal((args.rows, args.cols)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        for _ in range(args.matrices)
+    ]
     mb = args.rows * args.cols * 2 * args.matrices / 1e6
     mb_one = args.rows * args.cols * 2  # bytes of one matrix
 
@@ -183,22 +191,31 @@ def main() -> None:
     result["disk_write_fsync_gbps"] = round(write_gbps, 2)
     result["converter_ceiling_mbps"] = round(write_gbps * 1e3 * 16 / 9, 1)
     result["routes"] = {
-        route: {"mbps": round(r["converted_mb"] / r["seconds"], 1), "peak_rss_mb": round(r["rise_mb"], 1),
-                "peak_over_largest": round(r["rise_mb"] * 1.048576 / r["largest_mb"], 2)}
+        route: {
+            "mbps": round(r["converted_mb"] / r["seconds"], 1),
+            "peak_rss_mb": round(r["rise_mb"], 1),
+            "peak_over_largest": round(r["rise_mb"] * 1.048576 / r["largest_mb"], 2),
+        }
         for route, r in runs.items()
-    }  # fmt: skip
+    }
     result["gb10_s_per_gb_projected"] = round(1e3 / (one_core_mbps * GB10_CORES * 0.7), 2)
     print(f"{args.matrices} matrices {args.rows}x{args.cols} BF16 ({mb:.0f} MB), {cores} cores")
     print(f"(a) numpy, vectorised, one thread   : {numpy_mbps:9.1f} MB/s  (baseline)")
     print(f"(b) kernel, one core                : {one_core_mbps:9.1f} MB/s  {result['one_core_ratio']}x (a)")
-    print(f"    kernel, {cores:2d} cores               : {cpu_mbps:9.1f} MB/s  {result['ratio']}x (a), "
-          f"scaling {result['scaling']} of {cores}x one core (the kernel's team: part i to thread i in both "
-          f"passes); bytes equal: {equal}")  # fmt: skip
-    print(f"    kernel, {cores:2d} cores, shared pool  : {pool_mbps:9.1f} MB/s  scaling {result['pool_scaling']} "
-          f"(parts to whichever thread is free: the matrix read from memory twice)")  # fmt: skip
+    print(
+        f"    kernel, {cores:2d} cores               : {cpu_mbps:9.1f} MB/s  {result['ratio']}x (a), "
+        f"scaling {result['scaling']} of {cores}x one core (the kernel's team: part i to thread i in both "
+        f"passes); bytes equal: {equal}"
+    )
+    print(
+        f"    kernel, {cores:2d} cores, shared pool  : {pool_mbps:9.1f} MB/s  scaling {result['pool_scaling']} "
+        f"(parts to whichever thread is free: the matrix read from memory twice)"
+    )
     for route, r in result["routes"].items():  # type: ignore[union-attr]
-        print(f"(c) converter, route {route:10s}   : {r['mbps']:9.1f} MB/s, peak memory {r['peak_rss_mb']} MB "
-              f"= {r['peak_over_largest']}x the largest tensor ({result['largest_tensor_mb']} MB)")  # fmt: skip
+        print(
+            f"(c) converter, route {route:10s}   : {r['mbps']:9.1f} MB/s, peak memory {r['peak_rss_mb']} MB "
+            f"= {r['peak_over_largest']}x the largest tensor ({result['largest_tensor_mb']} MB)"
+        )
     print(
         f"    the disk writes and fsyncs {result['disk_write_fsync_gbps']} GB/s: the converter's ceiling is "
         f"{result['converter_ceiling_mbps']} MB/s of converted matrices (it writes 9/16 of what it reads)"
@@ -228,9 +245,11 @@ def main() -> None:
         result["gpu_end_to_end_gbps"] = round(result["routes"]["gpu"]["mbps"] / 1e3, 2)  # type: ignore[index]
         if "gpu" in in_memory:
             result["gpu_end_to_end_memory_gbps"] = round(result["converter_to_memory_mbps"]["gpu"] / 1e3, 2)  # type: ignore[index]
-        print(f"(d) GPU ({torch.cuda.get_device_name()}): quantise on the device {result['gpu_quantise_gbps']} GB/s, "
-              f"from host BF16 {result['gpu_from_host_gbps']} GB/s, converter end to end "
-              f"{result['gpu_end_to_end_gbps']} GB/s; bytes equal: {result['gpu_bytes_equal']}")  # fmt: skip
+        print(
+            f"(d) GPU ({torch.cuda.get_device_name()}): quantise on the device {result['gpu_quantise_gbps']} GB/s, "
+            f"from host BF16 {result['gpu_from_host_gbps']} GB/s, converter end to end "
+            f"{result['gpu_end_to_end_gbps']} GB/s; bytes equal: {result['gpu_bytes_equal']}"
+        )
     print(json.dumps(result))
 
 

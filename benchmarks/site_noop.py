@@ -54,12 +54,24 @@ def variant(name: str, scratch: Path) -> tuple[dict[str, str], Path]:
 
 def site(tree: Path, extra: dict[str, str] | None = None, inventory: Path = INVENTORY) -> tuple[float, int, int]:
     """(seconds, tasks run on rank 0, changed) of one whole-site run from `tree`."""
-    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "ANSIBLE_CONFIG": str(tree / "ansible.cfg"),
-           "SPARKPLAY_PROJECT_DIR": str(tree), **(extra or {})}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree / "src"),
+        "ANSIBLE_CONFIG": str(tree / "ansible.cfg"),
+        "SPARKPLAY_PROJECT_DIR": str(tree),
+        **(extra or {}),
+    }
     playbook = Path(sys.executable).with_name("ansible-playbook")
     started = time.perf_counter()
-    proc = subprocess.run([str(playbook), "-i", str(inventory), "site.yml", "-e", "recipe=lab-tiny"], cwd=tree,
-                          env=env, capture_output=True, text=True, check=False, timeout=1800)  # fmt: skip
+    proc = subprocess.run(
+        [str(playbook), "-i", str(inventory), "site.yml", "-e", "recipe=lab-tiny"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
     took = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"site.yml failed in {tree}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
@@ -71,8 +83,11 @@ def fresh_ranks() -> None:
     """Workers then the leader restarted: before its fix, every run's probe of a running worker's port sat in
     ggml-rpc-server's accept queue (one client at a time), and the third run on the same worker hung."""
     for rank in (1, 0):
-        subprocess.run(["docker", "exec", f"sparkplay-lab-rank{rank}", "systemctl", "restart", "sparkplay-serve"],
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["docker", "exec", f"sparkplay-lab-rank{rank}", "systemctl", "restart", "sparkplay-serve"],
+            check=True,
+            capture_output=True,
+        )
     time.sleep(5)
 
 
@@ -80,8 +95,11 @@ def measure(tree: Path, rounds: int, extra: dict[str, str] | None = None, invent
     fresh_ranks()
     site(tree, extra, inventory)  # converge: this side's own files in place
     runs = [site(tree, extra, inventory) for _ in range(rounds)]
-    return {"median_s": round(statistics.median(r[0] for r in runs), 1), "tasks_rank0": runs[-1][1],
-            "changed": max(r[2] for r in runs)}  # fmt: skip
+    return {
+        "median_s": round(statistics.median(r[0] for r in runs), 1),
+        "tasks_rank0": runs[-1][1],
+        "changed": max(r[2] for r in runs),
+    }
 
 
 def main() -> None:
@@ -95,8 +113,11 @@ def main() -> None:
         raise SystemExit("no lab: run `make demo` first")
     with tempfile.TemporaryDirectory() as scratch:
         old = Path(scratch) / "before"
-        subprocess.run(["git", "-C", str(PROJECT), "worktree", "add", "--detach", str(old), args.before],
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(PROJECT), "worktree", "add", "--detach", str(old), args.before],
+            check=True,
+            capture_output=True,
+        )
         try:
             before = measure(old, args.before_rounds)
             after = measure(PROJECT, args.rounds)
@@ -112,11 +133,14 @@ def main() -> None:
                 print(f"this tree, {name}: failed: {str(failed)[-600:]}", flush=True)
                 continue
             print(f"this tree, {name}: {options[name]['median_s']} s", flush=True)
-    result = {"before": before, "after": after, "speedup": round(before["median_s"] / after["median_s"], 2),
-              "options": options}  # fmt: skip
+    result = {
+        "before": before,
+        "after": after,
+        "speedup": round(before["median_s"] / after["median_s"], 2),
+        "options": options,
+    }
     print(f"before ({args.before}): {before['median_s']} s, {before['tasks_rank0']} tasks on rank 0", flush=True)
-    print(f"after  (this tree)   : {after['median_s']} s, {after['tasks_rank0']} tasks on rank 0; "
-          f"{result['speedup']}x")  # fmt: skip
+    print(f"after  (this tree)   : {after['median_s']} s, {after['tasks_rank0']} tasks on rank 0; {result['speedup']}x")
     print(json.dumps(result))
 
 

@@ -17,9 +17,30 @@ VERSION = "0.5.9"  # the SGLang of the images the SGLang recipes here name (scit
 TORCH = "2.9.1"  # the sglang wheel's own pin (Requires-Dist: torch==2.9.1)
 # what sglang.srt.server_args imports (each found missing by importing it here), at the wheel's own pins where it
 # has one (Requires-Dist), torchvision at the release made with that torch
-IMPORTED = ("numpy", "orjson", "psutil", "pybase64", "requests", "packaging", "pillow", "starlette", "pydantic",
-            "pyzmq", "tqdm", "ipython", "aiohttp", "msgspec", "safetensors", "openai==2.6.1", "partial_json_parser",
-            "huggingface_hub", "transformers==4.57.1", "torchvision==0.24.1", "dill", "sentencepiece")  # fmt: skip
+IMPORTED = (
+    "numpy",
+    "orjson",
+    "psutil",
+    "pybase64",
+    "requests",
+    "packaging",
+    "pillow",
+    "starlette",
+    "pydantic",
+    "pyzmq",
+    "tqdm",
+    "ipython",
+    "aiohttp",
+    "msgspec",
+    "safetensors",
+    "openai==2.6.1",
+    "partial_json_parser",
+    "huggingface_hub",
+    "transformers==4.57.1",
+    "torchvision==0.24.1",
+    "dill",
+    "sentencepiece",
+)
 MARKER = ".sparkplay-sglang"
 
 

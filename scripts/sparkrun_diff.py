@@ -26,21 +26,61 @@ from typing import Any
 
 # short and alternative spellings -> one name, so `-tp 2` and `--tensor-parallel-size 2` compare equal
 ALIASES = {
-    "-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
-    "--tp": "--tensor-parallel-size", "--tp-size": "--tensor-parallel-size", "--pp-size": "--pipeline-parallel-size",
-    "--dp-size": "--data-parallel-size", "--ep-size": "--expert-parallel-size", "--model-path": "--model",
-    "-c": "--ctx-size", "-m": "--model", "-ngl": "--n-gpu-layers", "--gpu-layers": "--n-gpu-layers",
-    "-fa": "--flash-attn", "-np": "--parallel", "-a": "--alias", "-t": "--threads", "-b": "--batch-size",
-    "-ub": "--ubatch-size", "-ctk": "--cache-type-k", "-ctv": "--cache-type-v", "-hf": "--hf-repo",
-    "-hff": "--hf-file", "-md": "--model-draft", "-hfd": "--hf-repo-draft", "-mm": "--mmproj",
-}  # fmt: skip
+    "-tp": "--tensor-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-dp": "--data-parallel-size",
+    "--tp": "--tensor-parallel-size",
+    "--tp-size": "--tensor-parallel-size",
+    "--pp-size": "--pipeline-parallel-size",
+    "--dp-size": "--data-parallel-size",
+    "--ep-size": "--expert-parallel-size",
+    "--model-path": "--model",
+    "-c": "--ctx-size",
+    "-m": "--model",
+    "-ngl": "--n-gpu-layers",
+    "--gpu-layers": "--n-gpu-layers",
+    "-fa": "--flash-attn",
+    "-np": "--parallel",
+    "-a": "--alias",
+    "-t": "--threads",
+    "-b": "--batch-size",
+    "-ub": "--ubatch-size",
+    "-ctk": "--cache-type-k",
+    "-ctv": "--cache-type-v",
+    "-hf": "--hf-repo",
+    "-hff": "--hf-file",
+    "-md": "--model-draft",
+    "-hfd": "--hf-repo-draft",
+    "-mm": "--mmproj",
+}
 # what sparkplay sets itself, by design; each is checked another way (notes, served names, the plan's tests)
 OWNED = {
-    "--host", "--port", "--model", "--served-model-name", "--model-name", "--alias", "--nnodes", "--node-rank",
-    "--master-addr", "--master-port", "--headless", "--dist-init-addr", "--data-parallel-address",
-    "--data-parallel-rpc-port", "--data-parallel-rank", "--data-parallel-start-rank", "--data-parallel-size-local",
-    "--rank", "--world-size", "--hf-repo", "--hf-file", "--mmproj", "--hf-repo-draft", "--model-draft", "--rpc",
-}  # fmt: skip
+    "--host",
+    "--port",
+    "--model",
+    "--served-model-name",
+    "--model-name",
+    "--alias",
+    "--nnodes",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+    "--headless",
+    "--dist-init-addr",
+    "--data-parallel-address",
+    "--data-parallel-rpc-port",
+    "--data-parallel-rank",
+    "--data-parallel-start-rank",
+    "--data-parallel-size-local",
+    "--rank",
+    "--world-size",
+    "--hf-repo",
+    "--hf-file",
+    "--mmproj",
+    "--hf-repo-draft",
+    "--model-draft",
+    "--rpc",
+}
 PROGRAM = {"vllm", "serve", "python3", "python", "-m", "sglang.launch_server", "llama-server", "spark", "exec"}
 
 
@@ -63,9 +103,15 @@ def render(folders: list[str]) -> None:
             worker = ""  # rank 1's own command, where each rank runs the engine itself (not Ray's workers)
             if nodes > 1 and runtime.cluster_strategy() == "native":
                 worker = runtime.generate_node_command(r, {}, head, nodes, 1)
-            out[str(path)] = {"nodes": nodes, "command": command or "", "worker": worker, "model": r.model or "",
-                              "env": {k: str(v) for k, v in (r.env or {}).items()}, "image": r.container or "",
-                              "served": str(getattr(r, "effective_served_model_name", "") or "")}  # fmt: skip
+            out[str(path)] = {
+                "nodes": nodes,
+                "command": command or "",
+                "worker": worker,
+                "model": r.model or "",
+                "env": {k: str(v) for k, v in (r.env or {}).items()},
+                "image": r.container or "",
+                "served": str(getattr(r, "effective_served_model_name", "") or ""),
+            }
         except Exception as exc:  # a file sparkrun cannot load is counted, not fatal
             out[str(path)] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     json.dump(out, sys.stdout, indent=1)
@@ -137,9 +183,11 @@ def _flag_differences(command: str, argv: list[str], notes: list[dict[str, str]]
     # the engine's own statement: what the command runs before it is compared as the import's preamble is
     cut = max((i for i, w in enumerate(words) if w in (";", "&&")), default=-1)
     theirs, mine = parse(words[cut + 1 :]), parse(argv)
-    return [f"{rank}{flag}: sparkrun {theirs.get(flag, [])} sparkplay {mine.get(flag, [])}"
-            for flag in sorted((set(theirs) | set(mine)) - OWNED)
-            if not _same(theirs.get(flag, []), mine.get(flag, [])) and not _named(flag, notes)]  # fmt: skip
+    return [
+        f"{rank}{flag}: sparkrun {theirs.get(flag, [])} sparkplay {mine.get(flag, [])}"
+        for flag in sorted((set(theirs) | set(mine)) - OWNED)
+        if not _same(theirs.get(flag, []), mine.get(flag, [])) and not _named(flag, notes)
+    ]
 
 
 def differences(ref: dict[str, Any], doc: dict[str, Any], plan: dict[str, Any]) -> list[str]:
@@ -153,8 +201,11 @@ def differences(ref: dict[str, Any], doc: dict[str, Any], plan: dict[str, Any]) 
     worker = next((r for r in plan["ranks"] if r["rank"] == 1 and r["role"] == "worker"), None)
     if ref.get("worker") and worker is not None:
         found += _flag_differences(ref["worker"], worker["argv"], notes, "rank 1 ")
-    found += [f"env {k}: sparkrun {v!r} sparkplay {leader['env'].get(k)!r}" for k, v in sorted(ref["env"].items())
-              if leader["env"].get(k) != v and not _named(k, notes)]  # fmt: skip
+    found += [
+        f"env {k}: sparkrun {v!r} sparkplay {leader['env'].get(k)!r}"
+        for k, v in sorted(ref["env"].items())
+        if leader["env"].get(k) != v and not _named(k, notes)
+    ]
     if ref["image"] and plan["image"] and plan["image"] != ref["image"] and not _named("image", notes):
         found.append(f"image: sparkrun {ref['image']} sparkplay {plan['image']}")
     names = [doc["model"]["served_name"], *(doc["model"].get("served_aliases") or [])]

@@ -41,8 +41,10 @@ def no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     from sparkplay.recipes import gguf_hub
 
     def unreachable(repo: str, revision: str | None) -> tuple[str, list[str]]:
-        raise BadInput(f"cannot list {repo}@{revision or 'main'} on the Hugging Face hub (not in tests)",
-                       "import where the hub answers, or --set model.path=<file in the repository>")  # fmt: skip
+        raise BadInput(
+            f"cannot list {repo}@{revision or 'main'} on the Hugging Face hub (not in tests)",
+            "import where the hub answers, or --set model.path=<file in the repository>",
+        )
 
     monkeypatch.setattr(gguf_hub, "LISTER", unreachable)
 

@@ -20,9 +20,11 @@ LFS_MIN = 1024
 
 class FakeHub:
     def __init__(
-        self, repos: dict[str, dict[str, bytes]], commit: str = "c" * 40,
+        self,
+        repos: dict[str, dict[str, bytes]],
+        commit: str = "c" * 40,
         history: dict[str, dict[str, dict[str, bytes]]] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         # repos: what each repository's main holds (at `commit`); history: older commits, repo -> commit -> files
         self.repos, self.commit, self.history = repos, commit, history or {}
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, authorization)
@@ -77,8 +79,13 @@ class FakeHub:
             files = self.history.get(repo, {}).get(revision, files)
             js = {"Content-Type": "application/json", "X-Repo-Commit": commit}
             if path.startswith(info) or path == f"/api/models/{repo}":
-                data = {"id": repo, "modelId": repo, "sha": commit, "private": False,
-                        "siblings": [{"rfilename": name} for name in sorted(files)]}  # fmt: skip
+                data = {
+                    "id": repo,
+                    "modelId": repo,
+                    "sha": commit,
+                    "private": False,
+                    "siblings": [{"rfilename": name} for name in sorted(files)],
+                }
                 return self._send(handler, 200, json.dumps(data).encode(), js, body)
             if path.startswith(tree):
                 listing = [self._entry(name, data) for name, data in sorted(files.items())]
@@ -89,11 +96,14 @@ class FakeHub:
                     return self._send(handler, 404, b"not found", {"X-Error-Code": "EntryNotFound"}, body)
                 data = files[name]
                 entry = self._entry(name, data)
-                headers = {"X-Repo-Commit": commit, "Content-Type": "application/octet-stream",
-                           "ETag": f'"{entry["oid"]}"'}  # fmt: skip
+                headers = {
+                    "X-Repo-Commit": commit,
+                    "Content-Type": "application/octet-stream",
+                    "ETag": f'"{entry["oid"]}"',
+                }
                 if "lfs" in entry:
                     headers["ETag"] = f'"{entry["lfs"]["oid"]}"'
                     headers["X-Linked-Etag"] = f'"{entry["lfs"]["oid"]}"'
                     headers["X-Linked-Size"] = str(len(data))
                 return self._send(handler, 200, data, headers, body)
-        self._send(handler, 404, b"no such repo", {"X-Error-Code": "RepoNotFound"}, body)  # fmt: skip
+        self._send(handler, 404, b"no such repo", {"X-Error-Code": "RepoNotFound"}, body)

@@ -14,8 +14,10 @@ TOTAL = {"spark-a": 121 * GIB, "spark-b": 121 * GIB}
 
 
 def ranks(argv: list[str], env: dict[str, str] | None = None, hosts: tuple[str, ...] = ("spark-a", "spark-b")) -> list:
-    return [{"host": h, "role": "leader" if i == 0 else "worker", "argv": argv, "env": env or {}}
-            for i, h in enumerate(hosts)]  # fmt: skip
+    return [
+        {"host": h, "role": "leader" if i == 0 else "worker", "argv": argv, "env": env or {}}
+        for i, h in enumerate(hosts)
+    ]
 
 
 def test_vllm_claims_its_memory_fraction_of_each_node_and_its_process() -> None:

@@ -24,10 +24,16 @@ from sparkplay.lab import tiny_gguf
 from sparkplay.nodetools.serve import bench as serve_bench
 from tests.conftest import PROJECT
 
-LLAMA_BENCHY_RUN = {"concurrency": 2, "context_size": 0, "prompt_size": 128, "response_size": 32,
-                    "is_context_prefill_phase": False, "pp_throughput": {"mean": 900.0, "std": 1, "values": [900.0]},
-                    "tg_throughput": {"mean": 40.0, "std": 1, "values": [40.0]},
-                    "e2e_ttft": {"mean": 150.0, "std": 1, "values": [150.0]}}  # fmt: skip
+LLAMA_BENCHY_RUN = {
+    "concurrency": 2,
+    "context_size": 0,
+    "prompt_size": 128,
+    "response_size": 32,
+    "is_context_prefill_phase": False,
+    "pp_throughput": {"mean": 900.0, "std": 1, "values": [900.0]},
+    "tg_throughput": {"mean": 40.0, "std": 1, "values": [40.0]},
+    "e2e_ttft": {"mean": 150.0, "std": 1, "values": [150.0]},
+}
 
 
 def result(*runs: dict[str, Any]) -> dict[str, Any]:
@@ -37,19 +43,27 @@ def result(*runs: dict[str, Any]) -> dict[str, Any]:
 def test_a_profile_becomes_the_playbooks_variables(tmp_path: Path) -> None:
     profile = tmp_path / "p.yml"
     profile.write_text("pp: [128, 512]\ntg: [32]\nconcurrency: [1, 4]\nruns: 2\ndepth: [0, 1024]\n")
-    assert bench.load_profile(profile) == {"bench_pp": [128, 512], "bench_tg": [32], "bench_concurrency": [1, 4],
-                                           "bench_runs": 2, "bench_depth": [0, 1024]}  # fmt: skip
+    assert bench.load_profile(profile) == {
+        "bench_pp": [128, 512],
+        "bench_tg": [32],
+        "bench_concurrency": [1, 4],
+        "bench_runs": 2,
+        "bench_depth": [0, 1024],
+    }
 
 
-@pytest.mark.parametrize(("text", "says"), [
-    ("pp: [128]\nconcurency: [1]\n", "unknown keys concurency"),
-    ("pp: []\n", "pp is \\[\\]"),
-    ("concurrency: [0]\n", "concurrency is \\[0\\]"),
-    ("runs: [2]\n", "runs is \\[2\\]"),
-    ("tg: [true]\n", "tg is \\[True\\]"),
-    ("- pp\n", "is not a mapping"),
-    ("pp: [\n", "cannot be read"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("pp: [128]\nconcurency: [1]\n", "unknown keys concurency"),
+        ("pp: []\n", "pp is \\[\\]"),
+        ("concurrency: [0]\n", "concurrency is \\[0\\]"),
+        ("runs: [2]\n", "runs is \\[2\\]"),
+        ("tg: [true]\n", "tg is \\[True\\]"),
+        ("- pp\n", "is not a mapping"),
+        ("pp: [\n", "cannot be read"),
+    ],
+)
 def test_a_bad_profile_is_one_line_naming_the_file(tmp_path: Path, text: str, says: str) -> None:
     profile = tmp_path / "p.yml"
     profile.write_text(text)
@@ -70,8 +84,15 @@ def test_rows_ratios_and_the_chart(tmp_path: Path) -> None:
     prefill = {**LLAMA_BENCHY_RUN, "is_context_prefill_phase": True}
     now = bench.rows(result(LLAMA_BENCHY_RUN, prefill, {**LLAMA_BENCHY_RUN, "concurrency": 1}))
     assert [r["concurrency"] for r in now] == [2, 1]  # the context-prefill phase is not a test row
-    assert now[0] == {"concurrency": 2, "pp": 128, "tg": 32, "depth": 0, "pp_tps": 900.0, "tg_tps": 40.0,
-                      "ttft_ms": 150.0}  # fmt: skip
+    assert now[0] == {
+        "concurrency": 2,
+        "pp": 128,
+        "tg": 32,
+        "depth": 0,
+        "pp_tps": 900.0,
+        "tg_tps": 40.0,
+        "ttft_ms": 150.0,
+    }
     before = bench.rows(result({**LLAMA_BENCHY_RUN, "tg_throughput": {"mean": 32.0}}))
     ratios = {(r["shape"], r["rate"]): r["ratio"] for r in bench.compare(now, before)}
     assert ratios == {((2, 128, 32, 0), "tg_tps"): 1.25, ((2, 128, 32, 0), "pp_tps"): 1.0}
@@ -81,8 +102,14 @@ def test_rows_ratios_and_the_chart(tmp_path: Path) -> None:
 
 def test_save_keeps_the_result_with_its_names_inside(tmp_path: Path) -> None:
     doc = result(LLAMA_BENCHY_RUN)
-    kept = bench.save(doc, tmp_path, recipe="lab-tiny", stamp="20261201T080000Z", recipe_sha256="ab" * 32,
-                      engine_build="llama.cpp-tools=1")  # fmt: skip
+    kept = bench.save(
+        doc,
+        tmp_path,
+        recipe="lab-tiny",
+        stamp="20261201T080000Z",
+        recipe_sha256="ab" * 32,
+        engine_build="llama.cpp-tools=1",
+    )
     assert kept.parent == tmp_path / "lab-tiny"
     assert bench.load(kept)["recipe_sha256"] == "ab" * 32
     (tmp_path / "empty.json").write_text("{}")
@@ -111,8 +138,14 @@ class StandIn(BaseHTTPRequestHandler):
         tokens = [f"{word} " for word in body["messages"][0]["content"].split()][: body["max_tokens"]]
         if StandIn.variant and crowded and len(tokens) > 5:
             tokens[5] = "different "
-        answer = {"choices": [{"message": {"content": "".join(tokens)},
-                               "logprobs": {"content": [{"token": t, "logprob": 0.0} for t in tokens]}}]}  # fmt: skip
+        answer = {
+            "choices": [
+                {
+                    "message": {"content": "".join(tokens)},
+                    "logprobs": {"content": [{"token": t, "logprob": 0.0} for t in tokens]},
+                }
+            ]
+        }
         data = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

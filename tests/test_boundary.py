@@ -77,10 +77,26 @@ def test_a_recipe_that_binds_etc_as_its_prefix_cache_is_refused_and_even_allowed
 
 @pytest.mark.parametrize(
     "folder",
-    ["/", "/tmp", "/tmp/", "/var/tmp", "/etc/cron.d", "/usr/lib", "/root/.ssh", "/home", "/var/lib/sparkplay",
-     "/var/lib/sparkplay/models/x", "/var/lib", "/run/user/0", "/boot", "/proc/self", "/nvme/../etc", "rel/dir",
-     "/var/./lib"],
-)  # fmt: skip
+    [
+        "/",
+        "/tmp",
+        "/tmp/",
+        "/var/tmp",
+        "/etc/cron.d",
+        "/usr/lib",
+        "/root/.ssh",
+        "/home",
+        "/var/lib/sparkplay",
+        "/var/lib/sparkplay/models/x",
+        "/var/lib",
+        "/run/user/0",
+        "/boot",
+        "/proc/self",
+        "/nvme/../etc",
+        "rel/dir",
+        "/var/./lib",
+    ],
+)
 def test_no_system_or_sparkplay_folder_is_a_prefix_cache_even_from_the_inventory(folder):
     doc = recipe("glm53-atlas")
     with pytest.raises(BadInput):
@@ -113,10 +129,26 @@ def test_the_display_carveout_capability_is_the_inventorys_to_give():
 
 @pytest.mark.parametrize(
     "name",
-    ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONWARNINGS", "PYTHONHOME",
-     "GCONV_PATH", "GLIBC_TUNABLES", "BASH_ENV", "PATH", "NODE_OPTIONS", "PERL5OPT", "TRITON_PTXAS_PATH",
-     "SSL_CERT_FILE", "OPENSSL_CONF", "JAVA_TOOL_OPTIONS"],
-)  # fmt: skip
+    [
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONWARNINGS",
+        "PYTHONHOME",
+        "GCONV_PATH",
+        "GLIBC_TUNABLES",
+        "BASH_ENV",
+        "PATH",
+        "NODE_OPTIONS",
+        "PERL5OPT",
+        "TRITON_PTXAS_PATH",
+        "SSL_CERT_FILE",
+        "OPENSSL_CONF",
+        "JAVA_TOOL_OPTIONS",
+    ],
+)
 def test_an_env_name_that_changes_what_code_loads_is_a_request(name):
     doc = recipe("lab-tiny")
     doc["serve"]["env"][name] = f"{ROOT}/evil--payload/libx.so"
@@ -154,10 +186,15 @@ def test_packages_the_engine_does_not_need_are_requests():
 
 @pytest.mark.parametrize(
     "flags",
-    [["--log-file", "/etc/cron.d/sparkplay"], ["--log-file=/etc/cron.d/x"], ["--slot-save-path", "../../etc"],
-     ["--lora", f"{ROOT}/../../../root/.ssh/id_ed25519"], ["--chat-template-file", "~/.bashrc"],
-     ["--mmproj", "/home/user/mmproj.gguf"]],
-)  # fmt: skip
+    [
+        ["--log-file", "/etc/cron.d/sparkplay"],
+        ["--log-file=/etc/cron.d/x"],
+        ["--slot-save-path", "../../etc"],
+        ["--lora", f"{ROOT}/../../../root/.ssh/id_ed25519"],
+        ["--chat-template-file", "~/.bashrc"],
+        ["--mmproj", "/home/user/mmproj.gguf"],
+    ],
+)
 def test_a_native_engine_flag_naming_a_host_path_outside_sparkplays_folders_is_refused(flags):
     doc = recipe("lab-tiny")
     doc["serve"]["args"] += flags
@@ -176,8 +213,15 @@ def test_a_native_engine_runs_as_its_own_user_in_a_sandbox():
     deployment = plan(recipe("lab-tiny"))
     assert deployment["user"] == ENGINE_USER
     lines = deployment["sandbox"]
-    for line in (f"User={ENGINE_USER}", "NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes",
-                 "ProtectHome=yes", "CapabilityBoundingSet=", "ReadWritePaths=/var/lib/sparkplay/engine"):  # fmt: skip
+    for line in (
+        f"User={ENGINE_USER}",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "PrivateTmp=yes",
+        "ProtectHome=yes",
+        "CapabilityBoundingSet=",
+        "ReadWritePaths=/var/lib/sparkplay/engine",
+    ):
         assert line in lines
     docker = plan(recipe("glm53"))
     assert docker["user"] is None and docker["sandbox"] == []
@@ -189,8 +233,22 @@ def test_a_native_engine_runs_as_its_own_user_in_a_sandbox():
 # -- names that could only be an attack -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("repo", ["org/..", "../etc", "org/../../etc", "org/name/../x", "org--x/y", "/etc/x", "org/",
-                                  "a/b/c", "org/.hidden.", "o rg/x", "org/x\n"])  # fmt: skip
+@pytest.mark.parametrize(
+    "repo",
+    [
+        "org/..",
+        "../etc",
+        "org/../../etc",
+        "org/name/../x",
+        "org--x/y",
+        "/etc/x",
+        "org/",
+        "a/b/c",
+        "org/.hidden.",
+        "o rg/x",
+        "org/x\n",
+    ],
+)
 def test_a_checkpoint_id_that_is_no_hub_id_is_refused(tmp_path, repo):
     doc = recipe("glm53")
     doc["model"]["checkpoints"][0]["repo"] = repo
@@ -281,8 +339,9 @@ def test_pinned_allow_entries_are_requests():
     assert boundary.check_allow(entries) == frozenset(entries)
 
 
-@pytest.mark.parametrize("entry", ["mod:fix-parser", "mod:fix-parser@0123456789ab", "pre_exec:0123456789ab",
-                                   "preamble:0123456789ab"])  # fmt: skip
+@pytest.mark.parametrize(
+    "entry", ["mod:fix-parser", "mod:fix-parser@0123456789ab", "pre_exec:0123456789ab", "preamble:0123456789ab"]
+)
 def test_short_or_unscoped_allow_entries_are_refused_with_the_form_that_replaces_them(entry):
     """48 bits of a hash, or a mod's name alone, admitted any recipe whose code matched (issue 38)."""
     with pytest.raises(BadInput, match="short hash or a name alone") as caught:
@@ -302,8 +361,14 @@ def test_the_allow_list_the_inventory_gives_reaches_the_plan_and_the_unit_throug
     stage_one = deployment_mod.compute(doc, {h: r for r, h in enumerate(hosts)}, {"sparkplay_model_root": ROOT})
 
     def serve_plan(serve_allow: list[str]) -> dict:
-        variables = role_vars("serve", sparkplay_recipe_plan=doc, ansible_play_hosts_all=hosts, hostvars=facts,
-                              sparkplay_deployment=stage_one, serve_allow=serve_allow)  # fmt: skip
+        variables = role_vars(
+            "serve",
+            sparkplay_recipe_plan=doc,
+            ansible_play_hosts_all=hosts,
+            hostvars=facts,
+            sparkplay_deployment=stage_one,
+            serve_allow=serve_allow,
+        )
         return render(expr, variables)["launch"]
 
     with pytest.raises(Exception, match="LD_PRELOAD"):
@@ -311,8 +376,14 @@ def test_the_allow_list_the_inventory_gives_reaches_the_plan_and_the_unit_throug
     deployment = serve_plan(["env:LD_PRELOAD"])
     assert deployment["privileged"] == ["env:LD_PRELOAD"]
     # the serve role's unit carries the sandbox the plan computed
-    variables = role_vars("serve", serve_plan=deployment, serve_rank=deployment["ranks"][0], ansible_managed="x",
-                          sparkplay_deployment=stage_one, serve_claim=None)  # fmt: skip
+    variables = role_vars(
+        "serve",
+        serve_plan=deployment,
+        serve_rank=deployment["ranks"][0],
+        ansible_managed="x",
+        sparkplay_deployment=stage_one,
+        serve_claim=None,
+    )
     unit = template("roles/serve/templates/sparkplay-serve.service.j2", variables)
     service = unit.split("[Service]", 1)[1]
     for line in deployment["sandbox"]:
@@ -327,12 +398,22 @@ def test_the_allow_list_the_inventory_gives_reaches_the_plan_and_the_unit_throug
 # -- reset keeps the checkpoints, however the root is written -------------------------------------
 
 
-@pytest.mark.parametrize("root", ["/var/lib/sparkplay/models", "/var/lib/sparkplay/models/",
-                                  "/var/lib/sparkplay//models", "/var/lib/sparkplay/models/.",
-                                  "/var/lib/sparkplay/x/../models"])  # fmt: skip
+@pytest.mark.parametrize(
+    "root",
+    [
+        "/var/lib/sparkplay/models",
+        "/var/lib/sparkplay/models/",
+        "/var/lib/sparkplay//models",
+        "/var/lib/sparkplay/models/.",
+        "/var/lib/sparkplay/x/../models",
+    ],
+)
 def test_reset_never_removes_the_model_root_or_a_folder_holding_it(root):
-    entries = [{"path": "/var/lib/sparkplay/models"}, {"path": "/var/lib/sparkplay/engine"},
-               {"path": "/var/lib/sparkplay/watchdog.json"}]  # fmt: skip
+    entries = [
+        {"path": "/var/lib/sparkplay/models"},
+        {"path": "/var/lib/sparkplay/engine"},
+        {"path": "/var/lib/sparkplay/watchdog.json"},
+    ]
     kept = [e["path"] for e in reset_removable(entries, [root])]
     assert kept == ["/var/lib/sparkplay/engine", "/var/lib/sparkplay/watchdog.json"]
     deep = [{"path": "/var/lib/sparkplay/data"}, {"path": "/var/lib/sparkplay/cache"}]
@@ -346,8 +427,9 @@ def test_reset_empties_the_state_folder_the_serve_role_used_and_never_a_system_f
     record itself goes) and empties that one too; a record naming a system folder is not followed."""
     from tests.role_render import render, role_vars, task
 
-    assert reset_state_dirs(["/srv/sparkplay/", None, "relative", "/", "/etc/x", "/var/lib", "/var/lib/sparkplay/."],
-                            "/var/lib/sparkplay") == ["/var/lib/sparkplay", "/srv/sparkplay"]  # fmt: skip
+    assert reset_state_dirs(
+        ["/srv/sparkplay/", None, "relative", "/", "/etc/x", "/var/lib", "/var/lib/sparkplay/."], "/var/lib/sparkplay"
+    ) == ["/var/lib/sparkplay", "/srv/sparkplay"]
     note = task("roles/reset/tasks/main.yml", "Reset | Note sparkplay's state folders")
     record = base64.b64encode(json.dumps({"state_dir": "/srv/sparkplay"}).encode()).decode()
     for content, want in ((record, ["/var/lib/sparkplay", "/srv/sparkplay"]), (None, ["/var/lib/sparkplay"])):
@@ -366,10 +448,18 @@ def test_the_sample_inventory_documents_serve_allow():
 
 @pytest.mark.parametrize(
     "target",
-    ["https://127.0.0.1/r.json", "https://localhost/r.json", "https://10.0.0.8/r.json", "https://192.168.1.1/r.json",
-     "https://169.254.169.254/latest/meta-data", "https://[::1]/r.json", "https://[::ffff:127.0.0.1]/r.json",
-     "http://127.0.0.1:9931/v1/models", "https://0.0.0.0/r.json"],
-)  # fmt: skip
+    [
+        "https://127.0.0.1/r.json",
+        "https://localhost/r.json",
+        "https://10.0.0.8/r.json",
+        "https://192.168.1.1/r.json",
+        "https://169.254.169.254/latest/meta-data",
+        "https://[::1]/r.json",
+        "https://[::ffff:127.0.0.1]/r.json",
+        "http://127.0.0.1:9931/v1/models",
+        "https://0.0.0.0/r.json",
+    ],
+)
 def test_a_public_recipe_url_may_not_redirect_inward_or_to_another_scheme(target):
     import urllib.request
 
@@ -440,9 +530,13 @@ def _bench_and_status_argv(record: dict) -> tuple[list[str], list[str]]:
     from tests.role_render import render, role_vars, task
 
     run = task("roles/bench/tasks/main.yml", "Bench | Run the invariance check and llama-benchy")
-    variables = role_vars("bench", **{**run["vars"], "bench_user": "sparkplay-engine", "bench_home": "/h"},
-                          bench_served=record, sparkplay_deployment={"paths": {"tools": {"serve": "/d"}}},
-                          bench_model_tokenizer={})  # fmt: skip
+    variables = role_vars(
+        "bench",
+        **{**run["vars"], "bench_user": "sparkplay-engine", "bench_home": "/h"},
+        bench_served=record,
+        sparkplay_deployment={"paths": {"tools": {"serve": "/d"}}},
+        bench_model_tokenizer={},
+    )
     bench = render(run["ansible.builtin.command"]["argv"], variables)
     look = task("roles/status/tasks/main.yml", "Status | Ask the leader's API for health and its models")
     status = render(look["ansible.builtin.command"]["argv"], role_vars("status", status_record=record))
@@ -452,15 +546,27 @@ def _bench_and_status_argv(record: dict) -> tuple[list[str], list[str]]:
 def test_status_and_bench_reach_an_api_with_a_key_through_the_env_file_never_the_command_line():
     """The serve record names the key's variable and env file; bench and status hand the serve tool those,
     and it reads the key as root on the node (tests/test_serve_tool.py), so no key passes through Ansible."""
-    record = {"api_url": "http://127.0.0.1:8000", "served_name": "m", "runtime": "native", "tool": "/t",
-              "api_key_env": "VLLM_API_KEY", "env_file": "/etc/sparkplay/serve.env",
-              "unit": "sparkplay-serve.service"}  # fmt: skip
+    record = {
+        "api_url": "http://127.0.0.1:8000",
+        "served_name": "m",
+        "runtime": "native",
+        "tool": "/t",
+        "api_key_env": "VLLM_API_KEY",
+        "env_file": "/etc/sparkplay/serve.env",
+        "unit": "sparkplay-serve.service",
+    }
     bench, status = _bench_and_status_argv(record)
     for argv in (bench, status):
         assert argv[0] == "/t"
         at = argv.index("--api-key-env")
-        assert argv[at : at + 6] == ["--api-key-env", "VLLM_API_KEY", "--env-file", "/etc/sparkplay/serve.env",
-                                     "--env-format", "native"]  # fmt: skip
+        assert argv[at : at + 6] == [
+            "--api-key-env",
+            "VLLM_API_KEY",
+            "--env-file",
+            "/etc/sparkplay/serve.env",
+            "--env-format",
+            "native",
+        ]
     assert bench[1:6] == ["bench", "--as-user", "sparkplay-engine", "--home", "/h"]
     # no key: no key arguments; a record older than the `tool` field finds the serve tool where it lands
     del record["api_key_env"], record["tool"]
@@ -471,8 +577,13 @@ def test_status_and_bench_reach_an_api_with_a_key_through_the_env_file_never_the
 
 def test_bench_runs_the_serve_tool_the_serve_role_installed():
     """serve_tool moves the tool; the record says where it went, and the bench runs that one."""
-    record = {"api_url": "http://127.0.0.1:8000", "served_name": "m", "runtime": "native", "tool": "/opt/x/serve",
-              "unit": "sparkplay-serve.service"}  # fmt: skip
+    record = {
+        "api_url": "http://127.0.0.1:8000",
+        "served_name": "m",
+        "runtime": "native",
+        "tool": "/opt/x/serve",
+        "unit": "sparkplay-serve.service",
+    }
     bench, status = _bench_and_status_argv(record)
     assert bench[0] == status[0] == "/opt/x/serve"
 

@@ -89,8 +89,10 @@ def test_a_stream_whose_later_link_reroutes_an_earlier_one_out_of_the_tree_is_re
 
 
 def test_a_manifest_with_a_link_chain_out_of_the_tree_is_refused():
-    files = [{"path": "a/b", "type": "symlink", "target": "../c"},
-             {"path": "x", "type": "symlink", "target": "a/b/../../y"}]  # fmt: skip
+    files = [
+        {"path": "a/b", "type": "symlink", "target": "../c"},
+        {"path": "x", "type": "symlink", "target": "a/b/../../y"},
+    ]
     doc = {"format": mf.FORMAT, "files": files, "digest": mf.digest_of(files), "bytes": 0, "count": 2}
     with pytest.raises(Failure, match="chain of links"):
         mf.validate(doc, "rank 0's manifest")
@@ -182,8 +184,9 @@ def test_rank_0_never_sends_a_source_swapped_for_a_fifo_or_a_link(tmp_path, swap
         (root / "a.bin").symlink_to(secret)
     sent: list[bytes] = []
     with pytest.raises(Failure, match=r"a\.bin"):
-        send_entries(io.BytesIO(), sent.append, lambda fd, pos, n: n, manifest["files"], root, False, lambda n: None,
-                     "rank 1")  # fmt: skip
+        send_entries(
+            io.BytesIO(), sent.append, lambda fd, pos, n: n, manifest["files"], root, False, lambda n: None, "rank 1"
+        )
     assert not any(b"root:x" in chunk for chunk in sent) and sent == []
 
 
@@ -210,8 +213,19 @@ def _planted_link_is_refused(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
-    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "ln", "-s", str(secret),
-                    str(shared / "models")], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "ln",
+            "-s",
+            str(secret),
+            str(shared / "models"),
+        ],
+        check=True,
+    )
     assert (shared / "models").lstat().st_uid == 65534
     with pytest.raises(Refused, match="link another user made"):
         Sink(shared / "models" / "ckpt")

@@ -28,9 +28,14 @@ TOOL = app("ckpt")  # the very file the role installs on the nodes
 
 def tool(*args: str, env: dict | None = None, stdin: str | None = None) -> tuple[int, dict, str]:
     proc = subprocess.run(
-        [sys.executable, TOOL, *args], capture_output=True, text=True, check=False, timeout=120,
-        env={**os.environ, **(env or {})}, input=stdin,
-    )  # fmt: skip
+        [sys.executable, TOOL, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        input=stdin,
+    )
     return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {}, proc.stderr
 
 
@@ -76,8 +81,11 @@ def test_manifest_hashes_every_file_and_crosschecks_hub_names(tree):
     assert rc == 0, err
     assert out["files"] == 4 and out["hashed"] == 3 and out["hub_crosschecked"] == 1
     by_path = {e["path"]: e for e in manifest_of(tree)["files"]}
-    assert by_path["snapshots/main/config.json"] == {"path": "snapshots/main/config.json", "type": "symlink",
-                                                     "target": f"../../blobs/{sha(b'config')}"}  # fmt: skip
+    assert by_path["snapshots/main/config.json"] == {
+        "path": "snapshots/main/config.json",
+        "type": "symlink",
+        "target": f"../../blobs/{sha(b'config')}",
+    }
     assert by_path["a.bin"]["sha256"] == sha((tree / "a.bin").read_bytes())
 
 
@@ -219,8 +227,18 @@ def test_download_resolve_and_manifest_against_the_hub_api(tmp_path):
         assert rc == 0, err
         assert out["commit"] == hub.commit
         dest = tmp_path / "models" / "org--tiny"
-        rc, out, err = tool("download", "--repo", "org/tiny", "--revision", hub.commit, "--dest", str(dest),
-                            "--token-file", str(token), env=env)  # fmt: skip
+        rc, out, err = tool(
+            "download",
+            "--repo",
+            "org/tiny",
+            "--revision",
+            hub.commit,
+            "--dest",
+            str(dest),
+            "--token-file",
+            str(token),
+            env=env,
+        )
         assert rc == 0, err
         assert (dest / "model.safetensors").read_bytes() == weights
         assert (dest / "sub/x.txt").read_bytes() == b"x"
@@ -237,14 +255,31 @@ def test_download_resolve_and_manifest_against_the_hub_api(tmp_path):
 def test_download_of_named_files_fetches_those_alone(tmp_path):
     """A GGUF variant (llama.cpp's -hf, resolved at import): only the files the recipe's checkpoint lists,
     a name's own glob characters matching themselves."""
-    files = {"m-Q4_K_M.gguf": os.urandom(2000), "m-Q8_0.gguf": os.urandom(3000), "mmproj-[x].gguf": b"proj",
-             "mmproj-x.gguf": b"other", "README.md": b"r"}  # fmt: skip
+    files = {
+        "m-Q4_K_M.gguf": os.urandom(2000),
+        "m-Q8_0.gguf": os.urandom(3000),
+        "mmproj-[x].gguf": b"proj",
+        "mmproj-x.gguf": b"other",
+        "README.md": b"r",
+    }
     hub = FakeHub({"org/m-GGUF": files})
     env = {"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hfhome")}
     dest = tmp_path / "org--m-GGUF"
     try:
-        rc, out, err = tool("download", "--repo", "org/m-GGUF", "--revision", hub.commit, "--dest", str(dest),
-                            "--file", "m-Q4_K_M.gguf", "--file", "mmproj-[x].gguf", env=env)  # fmt: skip
+        rc, out, err = tool(
+            "download",
+            "--repo",
+            "org/m-GGUF",
+            "--revision",
+            hub.commit,
+            "--dest",
+            str(dest),
+            "--file",
+            "m-Q4_K_M.gguf",
+            "--file",
+            "mmproj-[x].gguf",
+            env=env,
+        )
         assert rc == 0, err
     finally:
         hub.close()
@@ -266,8 +301,9 @@ def file_frame(path: str, body: bytes, mode: int = 0o644) -> bytes:
 
 def sink(dest: Path, stream: bytes) -> tuple[int, list[dict], str]:
     """Run `sparkplay-ckpt sink DEST` on a crafted stream; return its exit status, replies and error line."""
-    proc = subprocess.run([sys.executable, TOOL, "sink", str(dest)], input=stream, capture_output=True, timeout=60,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, TOOL, "sink", str(dest)], input=stream, capture_output=True, timeout=60, check=False
+    )
     replies = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     return proc.returncode, replies, proc.stderr.decode()
 
@@ -395,8 +431,25 @@ TRANSPORTS = ["ssh", "tcp", "rsync"]
 
 
 def sync(root: Path, dest: Path, revision: str, transport: str, env: dict, remote: str, *extra: str):
-    args = ["sync", str(root), "--to", "127.0.0.1", "--dest", str(dest), "--revision", revision, "--transport",
-            transport, "--streams", "2", "--remote-tool", remote, "--port", str(free_port()), *extra]  # fmt: skip
+    args = [
+        "sync",
+        str(root),
+        "--to",
+        "127.0.0.1",
+        "--dest",
+        str(dest),
+        "--revision",
+        revision,
+        "--transport",
+        transport,
+        "--streams",
+        "2",
+        "--remote-tool",
+        remote,
+        "--port",
+        str(free_port()),
+        *extra,
+    ]
     return tool(*args, env=env)
 
 
@@ -438,8 +491,9 @@ def test_a_new_revision_whose_files_keep_their_sizes_is_sent(tree, tmp_path, pee
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_an_existing_link_on_the_peer_is_replaced_never_written_through(tree, tmp_path, peer_env, remote_tool,
-                                                                         transport):  # fmt: skip
+def test_an_existing_link_on_the_peer_is_replaced_never_written_through(
+    tree, tmp_path, peer_env, remote_tool, transport
+):
     tool("manifest", str(tree), "--revision", "v1")
     dest, elsewhere = tmp_path / "copy", tmp_path / "elsewhere"
     dest.mkdir()
@@ -485,11 +539,30 @@ def slow_tcp_sync(tmp_path, peer_env, remote_tool):
     root.mkdir()
     (root / "big.bin").write_bytes(os.urandom(LARGE + (8 << 20)))
     tool("manifest", str(root), "--revision", "v1")
-    args = ["sync", str(root), "--to", "127.0.0.1", "--dest", str(dest), "--revision", "v1", "--transport", "tcp",
-            "--port", str(port), "--remote-tool", remote_tool]  # fmt: skip
+    args = [
+        "sync",
+        str(root),
+        "--to",
+        "127.0.0.1",
+        "--dest",
+        str(dest),
+        "--revision",
+        "v1",
+        "--transport",
+        "tcp",
+        "--port",
+        str(port),
+        "--remote-tool",
+        remote_tool,
+    ]
     slow = ["--bwlimit", "8192", "--status", str(tmp_path / "status.json")]
-    proc = subprocess.Popen([sys.executable, TOOL, *args, *slow], env={**os.environ, **peer_env},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, TOOL, *args, *slow],
+        env={**os.environ, **peer_env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not ((dest / "big.bin").exists() and (dest / "big.bin").stat().st_size):
         time.sleep(0.1)

@@ -126,8 +126,18 @@ def test_a_node_is_reached_the_way_ansible_reaches_it():
     lab = Host("sparkplay-lab-rank1", 1, {"ansible_connection": "community.docker.docker"})
     assert lab.shell_argv(cmd) == ["docker", "exec", "sparkplay-lab-rank1", *cmd]
     spark = Host("spark-b", 1, {"ansible_host": "10.0.0.2", "ansible_user": "nvidia", "ansible_become": True})
-    assert spark.shell_argv(cmd) == ["ssh", "-o", "BatchMode=yes", "nvidia@10.0.0.2", "--", "sudo", "-n", "-u", "root",
-                                     *cmd]  # fmt: skip
+    assert spark.shell_argv(cmd) == [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "nvidia@10.0.0.2",
+        "--",
+        "sudo",
+        "-n",
+        "-u",
+        "root",
+        *cmd,
+    ]
     root = Host("spark-c", 2, {"ansible_port": 2222})
     assert root.shell_argv(cmd) == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "spark-c", "--", *cmd]
 
@@ -142,8 +152,14 @@ def test_a_followed_checkpoint_sync_shows_as_a_progress_line():
     from sparkplay.cli_display import RunDisplay
 
     out = io.StringIO()
-    status = {"phase": "sending", "finished": False, "bytes_done": 1.2e9, "bytes_total": 3.4e9, "rate_bps": 0.6e9,
-              "eta_s": 4.0}  # fmt: skip
+    status = {
+        "phase": "sending",
+        "finished": False,
+        "bytes_done": 1.2e9,
+        "bytes_total": 3.4e9,
+        "rate_bps": 0.6e9,
+        "eta_s": 4.0,
+    }
     with RunDisplay(Console(file=out, width=200), "up", live=False) as display:
         display({"event": "playbook_on_task_start", "event_data": {"task": "Checkpoint | Follow the sync"}})
         display({"event": "runner_retry", "event_data": {"host": "rank1", "res": {"stdout": json.dumps(status)}}})
@@ -158,10 +174,18 @@ def test_logs_honour_the_inventorys_key_ssh_arguments_and_become_method():
     from sparkplay.errors import BadInput
 
     cmd = ["journalctl"]
-    spark = Host("spark-a", 0, {"ansible_user": "me", "ansible_ssh_private_key_file": "~/.ssh/spark",
-                                "ansible_ssh_common_args": "-o ProxyJump=bastion -o 'User Known=x'",
-                                "ansible_become": "yes", "ansible_become_method": "community.general.doas",
-                                "ansible_become_user": "svc"})  # fmt: skip
+    spark = Host(
+        "spark-a",
+        0,
+        {
+            "ansible_user": "me",
+            "ansible_ssh_private_key_file": "~/.ssh/spark",
+            "ansible_ssh_common_args": "-o ProxyJump=bastion -o 'User Known=x'",
+            "ansible_become": "yes",
+            "ansible_become_method": "community.general.doas",
+            "ansible_become_user": "svc",
+        },
+    )
     ssh = ["ssh", "-o", "BatchMode=yes", "-i", "~/.ssh/spark", "-o", "ProxyJump=bastion", "-o", "User Known=x"]
     assert spark.shell_argv(cmd) == [*ssh, "me@spark-a", "--", "doas", "-n", "-u", "svc", *cmd]
     su = Host("spark-b", 1, {"ansible_user": "me", "ansible_become": True, "ansible_become_method": "su"})

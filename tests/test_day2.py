@@ -32,8 +32,19 @@ def test_a_refused_port_and_an_address_this_node_lacks_are_named_as_such():
 
 
 def test_run_waits_for_its_cable_address_and_says_so_then_becomes_the_engine():
-    argv = [sys.executable, "-c", "import sys; from sparkplay.nodetools.serve.cli import main; sys.exit(main())",
-            "run", "--bind", "192.0.2.77", "--timeout", "2", "--", "/bin/echo", "engine"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; from sparkplay.nodetools.serve.cli import main; sys.exit(main())",
+        "run",
+        "--bind",
+        "192.0.2.77",
+        "--timeout",
+        "2",
+        "--",
+        "/bin/echo",
+        "engine",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 1 and "engine" not in done.stdout  # never started without its address
     assert f"{ports.WAITING} cable address 192.0.2.77: not on this node" in done.stdout
@@ -64,8 +75,9 @@ def test_the_wait_lines_left_pending_are_what_the_rank_waits_for():
         (100.0, f"{ports.WAITING} 192.168.100.11:50052: no route to it (the cable or the peer is down)"),
         (160.0, f"{ports.WAITING} 192.168.100.11:50052: connection refused (its engine is not listening yet)"),
     ]
-    assert explain.waiting_for(lines) == [(100.0, "192.168.100.11:50052: connection refused (its engine is not "
-                                                  "listening yet)")]  # fmt: skip
+    assert explain.waiting_for(lines) == [
+        (100.0, "192.168.100.11:50052: connection refused (its engine is not listening yet)")
+    ]
     assert explain.waiting_for([*lines, (170.0, "all ports answer: 192.168.100.11:50052")]) == []
 
 
@@ -79,8 +91,9 @@ def fake_net(tmp_path: Path, links: dict[str, tuple[str, str]]) -> Path:
 
 
 def test_each_twin_reads_up_no_carrier_down_or_missing(tmp_path):
-    net = fake_net(tmp_path, {"enp1s0f1np1": ("0x1003", "1"), "enP2p1s0f1np1": ("0x1003", "0"),
-                              "enp1s0f0np0": ("0x1002", "")})  # fmt: skip
+    net = fake_net(
+        tmp_path, {"enp1s0f1np1": ("0x1003", "1"), "enP2p1s0f1np1": ("0x1003", "0"), "enp1s0f0np0": ("0x1002", "")}
+    )
     got = explain.twin_states(["enp1s0f1np1", "enP2p1s0f1np1", "enp1s0f0np0", "gone0"], net)
     assert got == {"enp1s0f1np1": "up", "enP2p1s0f1np1": "no carrier", "enp1s0f0np0": "down", "gone0": "missing"}
 
@@ -98,24 +111,52 @@ ACTIVE = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running",
 @pytest.mark.parametrize(
     ("show", "waits", "twins", "memory_seen", "says"),
     [
-        (ACTIVE, [(0.0, "192.168.100.11:50052: no route to it (the cable or the peer is down)")],
-         {"enp1s0f1np1": "no carrier"}, {},
-         "waiting for 192.168.100.11:50052 since 00:00: no route to it (the cable or the peer is down); twin "
-         "enp1s0f1np1 has no carrier"),
-        ({**ACTIVE, "ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "3", "Result": "exit-code"},
-         [], {}, {}, "engine exited 3 time(s), restarting: Failed to create server socket"),
-        ({**ACTIVE, "ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "2", "Result": "signal"},
-         [], {}, {"limit": 2**29, "oom_kills": 2, "killed_now": True},
-         "killed: above its memory limit of 512 MiB; restarting (2 restarts)"),
-        ({**ACTIVE, "ActiveState": "failed", "SubState": "failed", "NRestarts": "10", "Result": "start-limit-hit"},
-         [], {}, {"limit": 2**30, "oom_kills": 10},
-         "gave up after 10 restarts (start-limit-hit): killed 10 time(s) above its memory limit of 1.0 GiB; raise"),
-        ({**ACTIVE, "ActiveState": "failed", "SubState": "failed", "NRestarts": "10", "Result": "oom-kill"},
-         [], {}, {}, "killed above its memory limit; raise its memory claim"),
+        (
+            ACTIVE,
+            [(0.0, "192.168.100.11:50052: no route to it (the cable or the peer is down)")],
+            {"enp1s0f1np1": "no carrier"},
+            {},
+            "waiting for 192.168.100.11:50052 since 00:00: no route to it (the cable or the peer is down); twin "
+            "enp1s0f1np1 has no carrier",
+        ),
+        (
+            {
+                **ACTIVE,
+                "ActiveState": "activating",
+                "SubState": "auto-restart",
+                "NRestarts": "3",
+                "Result": "exit-code",
+            },
+            [],
+            {},
+            {},
+            "engine exited 3 time(s), restarting: Failed to create server socket",
+        ),
+        (
+            {**ACTIVE, "ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "2", "Result": "signal"},
+            [],
+            {},
+            {"limit": 2**29, "oom_kills": 2, "killed_now": True},
+            "killed: above its memory limit of 512 MiB; restarting (2 restarts)",
+        ),
+        (
+            {**ACTIVE, "ActiveState": "failed", "SubState": "failed", "NRestarts": "10", "Result": "start-limit-hit"},
+            [],
+            {},
+            {"limit": 2**30, "oom_kills": 10},
+            "gave up after 10 restarts (start-limit-hit): killed 10 time(s) above its memory limit of 1.0 GiB; raise",
+        ),
+        (
+            {**ACTIVE, "ActiveState": "failed", "SubState": "failed", "NRestarts": "10", "Result": "oom-kill"},
+            [],
+            {},
+            {},
+            "killed above its memory limit; raise its memory claim",
+        ),
         ({**ACTIVE, "ActiveState": "inactive", "SubState": "dead"}, [], {}, {}, "stopped"),
         (ACTIVE, [], {"enP2p1s0f1np1": "missing"}, {}, "twin enP2p1s0f1np1 is missing"),
     ],
-)  # fmt: skip
+)
 def test_a_rank_says_why_it_is_not_serving_in_words(show, waits, twins, memory_seen, says):
     got = explain.explain(show, waits, twins, memory_seen, "Failed to create server socket")
     assert got is not None and says in got
@@ -181,16 +222,28 @@ def test_the_kernels_kill_counters_are_read(tmp_path):
 
 
 RECORDS = {
-    "r0": {"rank": 0, "role": "leader", "unit": "u", "address": "192.168.100.10", "served_name": "m",
-           "plan_sha256": "a", "watchdog_unit": "w"},
+    "r0": {
+        "rank": 0,
+        "role": "leader",
+        "unit": "u",
+        "address": "192.168.100.10",
+        "served_name": "m",
+        "plan_sha256": "a",
+        "watchdog_unit": "w",
+    },
     "r1": {"rank": 1, "role": "worker", "unit": "u", "address": "192.168.100.11", "plan_sha256": "a"},
-}  # fmt: skip
+}
 UNITS = {h: {"ActiveState": "active", "SubState": "running"} for h in RECORDS}
 
 
 def test_status_health_is_a_real_answer_and_each_row_says_why():
-    probe = {"health": True, "served": True, "answers": False, "why": "no answer to a completion within 10 s",
-             "watchdog": {"status": "waiting", "why": "twin enp1s0f1np1 has no carrier"}}  # fmt: skip
+    probe = {
+        "health": True,
+        "served": True,
+        "answers": False,
+        "why": "no answer to a completion within 10 s",
+        "watchdog": {"status": "waiting", "why": "twin enp1s0f1np1 has no carrier"},
+    }
     explained = {"r0": {"why": "waiting for 192.168.100.11:50052 since 13:51: no route to it"}, "r1": {"why": None}}
     rows = systemd.status_rows(RECORDS, UNITS, probe, explained)
     leader, worker = rows

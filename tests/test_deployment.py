@@ -31,15 +31,22 @@ def test_leader_paths_checkpoints_and_overlay_of_an_atlas_pair():
     assert got["paths"]["model_root"] == "/m" and got["paths"]["fabric_env"] == "/etc/sparkplay/fabric.env"
     dests = [c["dest"] for c in got["checkpoints"]]
     assert dests == ["/m/nvidia--GLM-5.3-Flash-NVFP4", "/m/incoai--GLM-5.3-Flash-DFlash2"]  # the drafter too
-    assert got["overlay"] == {"source": dests[0], "output": "/m/atlas-overlay", "mount": "/models/atlas-overlay",
-                              "expect": 864}  # fmt: skip
+    assert got["overlay"] == {
+        "source": dests[0],
+        "output": "/m/atlas-overlay",
+        "mount": "/models/atlas-overlay",
+        "expect": 864,
+    }
     assert got["engine"]["runtime"] == "docker" and got["engine"]["docker"] == "/usr/bin/docker"
 
 
 def test_settings_and_staged_folders_reach_the_deployment():
     staged = [{"name": "mine", "staged": "/data/mine/"}]
-    settings = {"sparkplay_fabric_env_file": "/srv/fabric.env", "sparkplay_serve_record": "/srv/serve.json",
-                "sparkplay_docker": "/opt/bin/docker"}  # fmt: skip
+    settings = {
+        "sparkplay_fabric_env_file": "/srv/fabric.env",
+        "sparkplay_serve_record": "/srv/serve.json",
+        "sparkplay_docker": "/opt/bin/docker",
+    }
     got = deployment.compute(recipe("lab-tiny"), {"n0": 0, "n1": 1}, settings, staged)
     assert got["paths"]["fabric_env"] == "/srv/fabric.env" and got["paths"]["serve_record"] == "/srv/serve.json"
     assert got["engine"]["docker"] == "/opt/bin/docker"
@@ -71,8 +78,19 @@ def two_nodes(tmp_path: Path, group_vars: str) -> Path:
     """An inventory of spark-a (rank 0) and spark-b (rank 1) with these group variables."""
     inventory = tmp_path / "inv"
     (inventory / "group_vars" / "sparkplay_nodes").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparkplay_nodes": {"hosts": {
-        "spark-a": {"sparkplay_rank": 0}, "spark-b": {"sparkplay_rank": 1}}}}}}))  # fmt: skip
+    (inventory / "hosts.yml").write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "sparkplay_nodes": {
+                            "hosts": {"spark-a": {"sparkplay_rank": 0}, "spark-b": {"sparkplay_rank": 1}}
+                        }
+                    }
+                }
+            }
+        )
+    )
     (inventory / "group_vars" / "sparkplay_nodes" / "main.yml").write_text(group_vars)
     return inventory
 
@@ -111,10 +129,23 @@ def test_a_run_takes_rank_0s_settings_and_the_inventorys_api_address_everywhere(
     serve_bind reach the deployment (which the preflight port check and the summary read), plan --json too."""
     inventory = tmp_path / "inv"
     (inventory / "host_vars").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparkplay_nodes": {"hosts": {
-        "spark-b": {"sparkplay_rank": 1}, "spark-a": {"sparkplay_rank": 0}}}}}}, sort_keys=False))  # fmt: skip
+    (inventory / "hosts.yml").write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "sparkplay_nodes": {
+                            "hosts": {"spark-b": {"sparkplay_rank": 1}, "spark-a": {"sparkplay_rank": 0}}
+                        }
+                    }
+                }
+            },
+            sort_keys=False,
+        )
+    )
     (inventory / "host_vars" / "spark-a.yml").write_text(
-        "sparkplay_model_root: /srv/leader\nserve_port: 9100\nserve_bind: 10.1.2.3\n")  # fmt: skip
+        "sparkplay_model_root: /srv/leader\nserve_port: 9100\nserve_bind: 10.1.2.3\n"
+    )
     (inventory / "host_vars" / "spark-b.yml").write_text("sparkplay_model_root: /srv/worker\nserve_port: 9200\n")
     (tmp_path / "show.yml").write_text(SHOW.format(project=PROJECT))
     argv = ["ansible-playbook", "-i", str(inventory), str(tmp_path / "show.yml"), "-e", "recipe=lab-tiny"]
@@ -179,17 +210,31 @@ def test_stage_two_gives_each_rank_its_command_units_and_record():
     waits = [a for a in leader["start"] if a.startswith("--wait-for=")]
     assert waits == [f"--wait-for={w}" for w in leader["wait_for"]]
     # the worker binds its cable address: it waits until the node holds it (after a boot, a pulled cable)
-    assert worker["start"] == [deployment.TOOLS["serve"], "run", "--timeout", "0", f"--bind={worker['address']}", "--",
-                               *worker["exec"]]  # fmt: skip
+    assert worker["start"] == [
+        deployment.TOOLS["serve"],
+        "run",
+        "--timeout",
+        "0",
+        f"--bind={worker['address']}",
+        "--",
+        *worker["exec"],
+    ]
     # llama.cpp's leader restarts after a worker does (the watcher); the watchdog is the leader's
-    assert leader["units"] == ["sparkplay-serve.service", "sparkplay-serve-watch.service",
-                               "sparkplay-serve-watchdog.service"]  # fmt: skip
+    assert leader["units"] == [
+        "sparkplay-serve.service",
+        "sparkplay-serve-watch.service",
+        "sparkplay-serve-watchdog.service",
+    ]
     assert worker["units"] == ["sparkplay-serve.service", "sparkplay-peer-firewall.service"]
     assert leader["record"]["plan_sha256"] == worker["record"]["plan_sha256"]
     assert leader["record"]["watchdog_state"] == "/var/lib/sparkplay/watchdog.json"
     assert worker["record"]["watchdog_unit"] is None and worker["record"]["role"] == "worker"
-    assert launch["probe"] == {"url": "http://127.0.0.1:9931", "model": launch["served_name"],
-                               "prompt": launch["health"]["prompt"], "timeout_s": 120}  # fmt: skip
+    assert launch["probe"] == {
+        "url": "http://127.0.0.1:9931",
+        "model": launch["served_name"],
+        "prompt": launch["health"]["prompt"],
+        "timeout_s": 120,
+    }
     assert got["units"]["serve"] == launch["unit"]  # one name, stage one's
     assert leader["start_pre"] == [] and not launch["workers_follow_leader"]  # llama.cpp: the leader follows
 
@@ -200,15 +245,26 @@ def test_a_group_engines_leader_restarts_its_workers_before_each_start(name, fol
     launch = two_stage(name)["launch"]
     leader, *workers = launch["ranks"]
     assert launch["workers_follow_leader"] is follow and not launch["leader_follows_workers"]
-    expected = [deployment.TOOLS["serve"], "restart-workers", "--unit", launch["unit"],
-                *(f"--peer={w['address']}" for w in workers)]  # fmt: skip
+    expected = [
+        deployment.TOOLS["serve"],
+        "restart-workers",
+        "--unit",
+        launch["unit"],
+        *(f"--peer={w['address']}" for w in workers),
+    ]
     assert leader["start_pre"] == (expected if follow else [])
     assert all(w["start_pre"] == [] for w in workers)
 
 
 def test_the_serve_settings_reach_stage_two():
-    settings = {"serve_tool": "/opt/sp/serve", "serve_worker_wait": 45, "serve_watchdog_enabled": False,
-                "serve_state_dir": "/srv/state/", "serve_port": 9500, "serve_health_timeout": 77}  # fmt: skip
+    settings = {
+        "serve_tool": "/opt/sp/serve",
+        "serve_worker_wait": 45,
+        "serve_watchdog_enabled": False,
+        "serve_state_dir": "/srv/state/",
+        "serve_port": 9500,
+        "serve_health_timeout": 77,
+    }
     got = two_stage("lab-tiny", settings)
     leader = got["launch"]["ranks"][0]
     assert leader["start"][:4] == ["/opt/sp/serve", "run", "--timeout", "45"]

@@ -288,12 +288,17 @@ def test_status_rows_show_which_rank_is_down() -> None:
 
 
 def test_status_rows_carry_the_leaders_watchdog() -> None:
-    records = {"spark0": {"rank": 0, "role": "leader", "unit": "u", "served_name": "m", "watchdog_unit": "w"},
-               "spark1": {"rank": 1, "role": "worker", "unit": "u", "served_name": "m"}}  # fmt: skip
+    records = {
+        "spark0": {"rank": 0, "role": "leader", "unit": "u", "served_name": "m", "watchdog_unit": "w"},
+        "spark1": {"rank": 1, "role": "worker", "unit": "u", "served_name": "m"},
+    }
     stood = {"status": "stood-down", "restarts_total": 1, "stood_down": {"at": 1.0, "why": "3 failed probes"}}
     rows = status_rows(records, {}, {"health": False, "served": False, "watchdog": stood})
     assert (rows[0]["watchdog"], rows[0]["watchdog_restarts"], rows[0]["watchdog_stood_down"]["why"]) == (
-        "stood-down", 1, "3 failed probes")  # fmt: skip
+        "stood-down",
+        1,
+        "3 failed probes",
+    )
     assert rows[1]["watchdog"] == "-"
 
 
@@ -304,8 +309,10 @@ def test_a_rank_left_with_another_launch_plan_is_named_and_not_up() -> None:
     other = build(recipe("glm53"), nodes(), Options(model_root=ROOT, knobs={"gpu_memory_utilization": 0.8}))
     assert plan_digest(plan) == plan_digest(json.loads(json.dumps(plan)))  # the same on every rank
     assert plan_digest(plan) != plan_digest(other)
-    records = {"spark0": {"rank": 0, "role": "leader", "unit": "u", "plan_sha256": plan_digest(plan)},
-               "spark1": {"rank": 1, "role": "worker", "unit": "u", "plan_sha256": plan_digest(other)}}  # fmt: skip
+    records = {
+        "spark0": {"rank": 0, "role": "leader", "unit": "u", "plan_sha256": plan_digest(plan)},
+        "spark1": {"rank": 1, "role": "worker", "unit": "u", "plan_sha256": plan_digest(other)},
+    }
     running = {"ActiveState": "active", "SubState": "running"}
     rows = status_rows(records, {"spark0": running, "spark1": running}, {"health": True, "served": True})
     assert [(r["plan_differs"], r["up"]) for r in rows] == [(False, True), (True, False)]
@@ -387,8 +394,9 @@ def test_in_a_ring_nccl_gets_both_twins_and_the_one_interface_variables_the_firs
 # -- the context length is one thing: the recipe's field, and the engine's flag written from it ------------
 
 
-@pytest.mark.parametrize(("name", "flag"), [("glm53", "--max-model-len"), ("glm53-atlas", "--max-seq-len"),
-                                            ("lab-tiny", "-c")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "flag"), [("glm53", "--max-model-len"), ("glm53-atlas", "--max-seq-len"), ("lab-tiny", "-c")]
+)
 def test_the_engines_context_flag_is_written_from_context_length(name: str, flag: str) -> None:
     from sparkplay.recipes import model
 
@@ -406,8 +414,7 @@ def test_the_engines_context_flag_is_written_from_context_length(name: str, flag
     doc["serve"]["args"] = [*doc["serve"]["args"], flag, "8192"]
     with pytest.raises(BadInput, match=r"context_length is 4096 but the engine's flag \S+ says 8192"):
         build(doc, nodes(int(doc["topology"]["nodes"] or 2)), Options(model_root="/m"))
-    assert any(p.key == "context_length" and p.severity == "error" and "8192" in p.message
-               for p in model.problems(doc))  # fmt: skip
+    assert any(p.key == "context_length" and p.severity == "error" and "8192" in p.message for p in model.problems(doc))
 
 
 # -- vLLM's CPU build, native (the lab's vLLM) ---------------------------------
@@ -420,8 +427,21 @@ def test_vllm_native_runs_the_cpu_build_from_its_virtualenv_as_the_engine_user()
     leader, worker = deployment["ranks"]
     model = f"{ROOT}/lab-vllm"  # model.path: a folder under the model root
     assert leader["exec"] == leader["argv"] and leader["argv"][:3] == [vllm_cpu.program(), "serve", model]
-    assert contains_run(leader["argv"], ["--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "0",
-                                         "--master-addr", "192.168.100.10", "--master-port", "29501"])  # fmt: skip
+    assert contains_run(
+        leader["argv"],
+        [
+            "--tensor-parallel-size",
+            "2",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "0",
+            "--master-addr",
+            "192.168.100.10",
+            "--master-port",
+            "29501",
+        ],
+    )
     assert leader["argv"][-4:] == ["--host", "127.0.0.1", "--port", "9932"]
     assert worker["argv"][-1] == "--headless" and "--port" not in worker["argv"]
     assert leader["mounts"] == worker["mounts"] == [] and leader["container_options"] == []

@@ -77,8 +77,12 @@ def test_the_module_reports_facts_through_ansible(tmp_path):
     root = spark(tmp_path, cabled_port=0)
     proc = subprocess.run(
         ["ansible", "localhost", "-m", "sparkplay.spark.sparkplay_fabric_facts", "-a", f"root={root}"],
-        capture_output=True, text=True, cwd=PROJECT, check=False, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=PROJECT,
+        check=False,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     facts = json.loads(proc.stdout.split("=>", 1)[1])["ansible_facts"]["sparkplay_fabric"]
     assert facts["twins"] == PORT0 and facts["hcas"] == ["rocep1s0f0", "roceP2p1s0f0"]
@@ -103,5 +107,9 @@ def test_each_twins_pcie_width_is_read_for_the_pitfall_check(tmp_path):
         (device / "current_link_width").write_text(width + "\n")
         (device / "max_link_width").write_text("8\n")
     pcie = sparkplay_fabric.detect(str(root))["pcie"]
-    assert pcie[PORT0[0]]["width"] == 8 and pcie[PORT0[1]] == {"width": 4, "max_width": 8, "speed": None,
-                                                                "max_speed": None}  # fmt: skip
+    assert pcie[PORT0[0]]["width"] == 8 and pcie[PORT0[1]] == {
+        "width": 4,
+        "max_width": 8,
+        "speed": None,
+        "max_speed": None,
+    }

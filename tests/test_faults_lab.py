@@ -45,10 +45,25 @@ def lab(*args: str) -> None:
 
 
 def answers(model: str = "lab-tiny", url: str = API, timeout: float = 10) -> bool:
-    body = {"model": model, "messages": [{"role": "user", "content": "What is 17*23?"}], "temperature": 0,
-            "max_tokens": 4}  # fmt: skip
-    out = in_node(0, "curl", "-s", "-m", str(timeout), "-H", "Content-Type: application/json", "-d",
-                  json.dumps(body), f"{url}/chat/completions", check=False).stdout  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "What is 17*23?"}],
+        "temperature": 0,
+        "max_tokens": 4,
+    }
+    out = in_node(
+        0,
+        "curl",
+        "-s",
+        "-m",
+        str(timeout),
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        json.dumps(body),
+        f"{url}/chat/completions",
+        check=False,
+    ).stdout
     try:
         return bool(json.loads(out).get("choices"))
     except ValueError:
@@ -89,17 +104,22 @@ def status_says(pattern: str, within: float = 60) -> str:
 
 
 def unit_prop(rank: int, prop: str, unit: str = UNIT) -> str:
-    return in_node(rank, "systemctl", "show", unit, f"--property={prop}", "--value", "--timestamp=unix",
-                   check=False).stdout.strip()  # fmt: skip
+    return in_node(
+        rank, "systemctl", "show", unit, f"--property={prop}", "--value", "--timestamp=unix", check=False
+    ).stdout.strip()
 
 
 def leader_ready_at() -> float:
     """When the leader's current run found every worker answering (its wait's last line), unix time."""
     invocation = unit_prop(0, "InvocationID")
-    out = in_node(0, "journalctl", "-u", UNIT, f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "json",
-                  "--no-pager", check=False).stdout  # fmt: skip
-    stamps = [int(json.loads(line)["__REALTIME_TIMESTAMP"]) / 1e6 for line in out.splitlines()
-              if "all ports answer" in json.loads(line).get("MESSAGE", "")]  # fmt: skip
+    out = in_node(
+        0, "journalctl", "-u", UNIT, f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "json", "--no-pager", check=False
+    ).stdout
+    stamps = [
+        int(json.loads(line)["__REALTIME_TIMESTAMP"]) / 1e6
+        for line in out.splitlines()
+        if "all ports answer" in json.loads(line).get("MESSAGE", "")
+    ]
     assert stamps, "the leader's run never saw its workers answer"
     return stamps[-1]
 
@@ -252,8 +272,13 @@ def test_an_engine_past_its_memory_limit_is_killed_by_its_cgroup_and_the_others_
     assert "above its memory limit of 512 MiB" in said, said
     # the kernel killed the engine in its own cgroup: the node and the other models are untouched
     assert answers("lab-tiny", GATEWAY) and answers("lab-small", GATEWAY)
-    kills = in_node(1, "sh", "-c", "cat /opt/sparkplay-lab/memory/docker/*/sparkplay/sparkplay-serve@lab-oom."
-                    "service/memory.oom_control", check=False).stdout  # fmt: skip
+    kills = in_node(
+        1,
+        "sh",
+        "-c",
+        "cat /opt/sparkplay-lab/memory/docker/*/sparkplay/sparkplay-serve@lab-oom.service/memory.oom_control",
+        check=False,
+    ).stdout
     assert re.search(r"oom_kill [1-9]", kills), kills
     assert unit_prop(1, "ActiveState") == "active"  # lab-tiny's worker on the same node
     proc = cli("stop", "lab-oom", "--yes")
@@ -273,8 +298,9 @@ def test_stop_frees_what_up_started():
     for rank in (0, 1):
         engines = in_node(rank, "pgrep", "-a", "-f", "llama-server|ggml-rpc-server", check=False).stdout
         assert not engines.strip(), engines
-        groups = in_node(rank, "sh", "-c", "ls -d /opt/sparkplay-lab/memory/docker/*/sparkplay/*/ 2>/dev/null",
-                         check=False).stdout  # fmt: skip
+        groups = in_node(
+            rank, "sh", "-c", "ls -d /opt/sparkplay-lab/memory/docker/*/sparkplay/*/ 2>/dev/null", check=False
+        ).stdout
         assert not groups.strip(), groups
         assert not in_node(rank, "ls", "/run/sparkplay/memguard", check=False).stdout.strip()
         segments = in_node(rank, "sh", "-c", "ls /dev/shm; cat /proc/sysvipc/shm | tail -n +2", check=False).stdout

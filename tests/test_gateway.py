@@ -78,8 +78,9 @@ def engines() -> Iterator[dict[str, tuple[str, threading.Event, list[str]]]]:
     found, servers = {}, []
     for name in ("coder", "chat"):
         release, seen = threading.Event(), []
-        server = ThreadingHTTPServer(("127.0.0.1", 0), type(name, (Engine,), {"name": name, "release": release,
-                                                                               "seen": seen}))  # fmt: skip
+        server = ThreadingHTTPServer(
+            ("127.0.0.1", 0), type(name, (Engine,), {"name": name, "release": release, "seen": seen})
+        )
         servers.append(server)
         found[name] = (start(server), release, seen)
     yield found
@@ -97,8 +98,21 @@ def write_routes(path: Path, routes: dict[str, str]) -> None:
 
 
 def serve(routes: Path, *extra: str) -> tuple[int, object]:
-    (_, port), stop = in_thread(["--routes", str(routes), "--listen", "127.0.0.1:0", "--max-body", "4096",
-                                 "--timeout", "10", "--grace", "0.2", *extra])  # fmt: skip
+    (_, port), stop = in_thread(
+        [
+            "--routes",
+            str(routes),
+            "--listen",
+            "127.0.0.1:0",
+            "--max-body",
+            "4096",
+            "--timeout",
+            "10",
+            "--grace",
+            "0.2",
+            *extra,
+        ]
+    )
     return port, stop
 
 
@@ -112,8 +126,9 @@ def gateway(tmp_path, engines) -> Iterator[tuple[http.client.HTTPConnection, Pat
 
 
 def post(conn: http.client.HTTPConnection, body: dict, path: str = "/v1/chat/completions") -> tuple[int, dict]:
-    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json",
-                                                                "Authorization": "Bearer k"})  # fmt: skip
+    conn.request(
+        "POST", path, body=json.dumps(body), headers={"Content-Type": "application/json", "Authorization": "Bearer k"}
+    )
     reply = conn.getresponse()
     return reply.status, json.loads(reply.read())
 
@@ -121,10 +136,12 @@ def post(conn: http.client.HTTPConnection, body: dict, path: str = "/v1/chat/com
 def test_requests_go_to_the_deployment_serving_their_model_and_the_list_has_every_one(gateway):
     conn, _ = gateway
     # the client's own Authorization is the gateway's business, never the engine's
-    assert post(conn, {"model": "coder"}) == (200, {"served_by": "coder", "path": "/v1/chat/completions",
-                                                    "auth": None})  # fmt: skip
-    assert post(conn, {"model": "chat"}, "/v1/embeddings")[1] == {"served_by": "chat", "path": "/v1/embeddings",
-                                                                  "auth": None}  # fmt: skip
+    assert post(conn, {"model": "coder"}) == (200, {"served_by": "coder", "path": "/v1/chat/completions", "auth": None})
+    assert post(conn, {"model": "chat"}, "/v1/embeddings")[1] == {
+        "served_by": "chat",
+        "path": "/v1/embeddings",
+        "auth": None,
+    }
     conn.request("GET", "/v1/models")
     listed = json.loads(conn.getresponse().read())
     assert [(m["id"], m["recipe"]) for m in listed["data"]] == [("chat", "r-chat"), ("coder", "r-coder")]
@@ -154,8 +171,12 @@ def test_a_stream_is_passed_on_as_it_arrives_and_survives_the_routes_changing(ga
     """The first event reaches the client before the engine sends the second; meanwhile a model is added and
     the streaming one removed from the routes: the open stream finishes, new requests follow the new routes."""
     conn, routes = gateway
-    conn.request("POST", "/v1/chat/completions", body=json.dumps({"model": "chat", "stream": True}),
-                 headers={"Content-Type": "application/json"})  # fmt: skip
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps({"model": "chat", "stream": True}),
+        headers={"Content-Type": "application/json"},
+    )
     reply = conn.getresponse()
     assert reply.status == 200 and reply.getheader("Content-Type") == "text/event-stream"
     first = reply.read1(4096)

@@ -119,10 +119,21 @@ def seen(engines) -> list[str]:  # noqa: F811
     return engines["coder"][2] + engines["chat"][2]
 
 
-PATHS = ["/v1/../metrics", "/v1/%2e%2e/metrics", "/v1/%2E%2E/metrics", "/v1/chat/../../metrics",
-         "http://127.0.0.1:1/v1/chat/completions", "//evil/v1/chat/completions", "/v1//chat/completions",
-         "/v1/./chat/completions", "/v1/chat/completions?redirect=1", "/v1/chat%2fcompletions", "/v1",
-         "/metrics", "*"]  # fmt: skip
+PATHS = [
+    "/v1/../metrics",
+    "/v1/%2e%2e/metrics",
+    "/v1/%2E%2E/metrics",
+    "/v1/chat/../../metrics",
+    "http://127.0.0.1:1/v1/chat/completions",
+    "//evil/v1/chat/completions",
+    "/v1//chat/completions",
+    "/v1/./chat/completions",
+    "/v1/chat/completions?redirect=1",
+    "/v1/chat%2fcompletions",
+    "/v1",
+    "/metrics",
+    "*",
+]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -228,13 +239,18 @@ def test_a_key_protected_gateway_refuses_without_a_key_and_presents_the_engines_
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         for header in (None, "Bearer sk-three", "Basic c2stb25l", "Bearer sk-on", "Bearer sk-one2"):
-            conn.request("POST", "/v1/chat/completions", body=b'{"model":"coder"}',
-                         headers={"Authorization": header} if header else {})  # fmt: skip
+            conn.request(
+                "POST",
+                "/v1/chat/completions",
+                body=b'{"model":"coder"}',
+                headers={"Authorization": header} if header else {},
+            )
             reply = conn.getresponse()
             assert reply.status == 401 and json.loads(reply.read())["error"]["code"] == "invalid_api_key", header
         for key in ("sk-one", "sk-two"):
-            conn.request("POST", "/v1/chat/completions", body=b'{"model":"coder"}',
-                         headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+            conn.request(
+                "POST", "/v1/chat/completions", body=b'{"model":"coder"}', headers={"Authorization": f"Bearer {key}"}
+            )
             reply = conn.getresponse()
             assert reply.status == 200 and json.loads(reply.read())["auth"] == "Bearer engine-secret"
         conn.request("GET", "/v1/models")
@@ -251,23 +267,38 @@ def test_a_key_protected_gateway_refuses_without_a_key_and_presents_the_engines_
         stop()
 
 
-@pytest.mark.parametrize(("body", "model"), [
-    (b'{"model": "a", "messages": [{"content": "}\\"{[", "model": "b"}]}', "a"),
-    (b'{"messages": [], "mod\\u0065l": "b"}', "b"),
-    (b' {"x": {"model": "inner"}, "n": -1.5e3, "t": true} ', None),
-    (b'{"model": null}', None),
-    (b'{}', None),
-    (b'{"model": "caf\\u00e9", "prompt": "\xc3\xa9"}', "caf\u00e9"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "model"),
+    [
+        (b'{"model": "a", "messages": [{"content": "}\\"{[", "model": "b"}]}', "a"),
+        (b'{"messages": [], "mod\\u0065l": "b"}', "b"),
+        (b' {"x": {"model": "inner"}, "n": -1.5e3, "t": true} ', None),
+        (b'{"model": null}', None),
+        (b"{}", None),
+        (b'{"model": "caf\\u00e9", "prompt": "\xc3\xa9"}', "caf\u00e9"),
+    ],
+)
 def test_the_body_reader_finds_the_top_level_model_as_a_json_parser_does(body, model):
     assert model_of(body) == model == json.loads(body).get("model")
 
 
-@pytest.mark.parametrize("body", [
-    b'{"model": "a", "model": "b"}', b'{"model": "a", "mod\\u0065l": "b"}', b'{"model": 7}', b'["model"]',
-    b'{"model": "a"} {"model": "b"}', b'{"model": "a"', b'{"a": [}', b'{"a": [1}', b'{"a": "x}', b"",
-    b'{"model": "\xff"}', b'{"a": ' + b"{" * 200 + b"}" * 200 + b"}",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model": "a", "model": "b"}',
+        b'{"model": "a", "mod\\u0065l": "b"}',
+        b'{"model": 7}',
+        b'["model"]',
+        b'{"model": "a"} {"model": "b"}',
+        b'{"model": "a"',
+        b'{"a": [}',
+        b'{"a": [1}',
+        b'{"a": "x}',
+        b"",
+        b'{"model": "\xff"}',
+        b'{"a": ' + b"{" * 200 + b"}" * 200 + b"}",
+    ],
+)
 def test_the_body_reader_refuses_what_it_cannot_read_as_one_object(body):
     with pytest.raises(BadBody):
         model_of(body)
@@ -305,8 +336,13 @@ def form(fields: list[tuple[str, object]]) -> tuple[bytes, str]:
 
 
 def test_an_audio_forms_model_is_read_from_its_field_as_a_form_parser_does():
-    body, kind = form([("file", ("a.wav", b"RIFF\r\n--not-a-boundary\r\nname=\"model\"\r\n", "audio/wav")),
-                       ("model", "whisper"), ("language", "en")])  # fmt: skip
+    body, kind = form(
+        [
+            ("file", ("a.wav", b'RIFF\r\n--not-a-boundary\r\nname="model"\r\n', "audio/wav")),
+            ("model", "whisper"),
+            ("language", "en"),
+        ]
+    )
     assert model_of_form(body, kind) == "whisper"
     body, kind = form([("file", ("a.wav", b"RIFF", "audio/wav"))])
     assert model_of_form(body, kind) is None

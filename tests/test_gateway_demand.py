@@ -43,10 +43,27 @@ class Lab:
         self.release = threading.Event()
         self.fail: set[str] = set()
         self.routes = folder / "routes.json"
-        self.routes.write_text(json.dumps({
-            "models": {n: {"url": f"http://127.0.0.1:{p}", "recipe": n, "slot": n, "host": "n1", "on_demand": True,
-                           "claim": claim, "units": [f"sparkplay-serve@{n}.service"]} for n, p in self.ports.items()},
-            "budgets": {"n1": budget}, "ttl_s": ttl, "wait_s": 10}))  # fmt: skip
+        self.routes.write_text(
+            json.dumps(
+                {
+                    "models": {
+                        n: {
+                            "url": f"http://127.0.0.1:{p}",
+                            "recipe": n,
+                            "slot": n,
+                            "host": "n1",
+                            "on_demand": True,
+                            "claim": claim,
+                            "units": [f"sparkplay-serve@{n}.service"],
+                        }
+                        for n, p in self.ports.items()
+                    },
+                    "budgets": {"n1": budget},
+                    "ttl_s": ttl,
+                    "wait_s": 10,
+                }
+            )
+        )
         self.socket = str(folder / "swapper.sock")
         lab = self
 
@@ -89,8 +106,20 @@ def lab(tmp_path):
     def make(claim: int = GIB, budget: int = int(2.5 * GIB), ttl: float = 600) -> tuple[Lab, int, Path]:
         lab = Lab(tmp_path, ["alpha", "beta", "gamma"], claim, budget, ttl)
         state = tmp_path / "state.json"
-        (_, port), stop = in_thread(["--routes", str(lab.routes), "--listen", "127.0.0.1:0", "--swapper", lab.socket,
-                                     "--state", str(state), "--grace", "0.2"])  # fmt: skip
+        (_, port), stop = in_thread(
+            [
+                "--routes",
+                str(lab.routes),
+                "--listen",
+                "127.0.0.1:0",
+                "--swapper",
+                lab.socket,
+                "--state",
+                str(state),
+                "--grace",
+                "0.2",
+            ]
+        )
         made.append((lab, stop))
         return lab, port, state
 
@@ -102,8 +131,12 @@ def lab(tmp_path):
 
 def ask(port: int, model: str, stream: bool = False) -> tuple[int, dict, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("POST", "/v1/chat/completions", body=json.dumps({"model": model, "stream": stream}),
-                 headers={"Content-Type": "application/json"})  # fmt: skip
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps({"model": model, "stream": stream}),
+        headers={"Content-Type": "application/json"},
+    )
     reply = conn.getresponse()
     body = reply.read()
     return reply.status, (json.loads(body) if not stream else {"raw": body.decode()}), dict(reply.getheaders())
@@ -113,7 +146,8 @@ def test_each_asked_for_is_started_and_the_least_recently_used_makes_room(lab):
     lab, port, _ = lab()
     assert [ask(port, m)[:2] for m in ("alpha", "beta")] == [
         (200, {"served_by": "alpha", "path": "/v1/chat/completions", "auth": None}),
-        (200, {"served_by": "beta", "path": "/v1/chat/completions", "auth": None})]  # fmt: skip
+        (200, {"served_by": "beta", "path": "/v1/chat/completions", "auth": None}),
+    ]
     assert ask(port, "alpha")[0] == 200  # alpha used last now: beta is the least recently used
     status, body, _ = ask(port, "gamma")  # 3 x 1 GiB do not fit in 2.5 GiB
     assert status == 200 and body["served_by"] == "gamma"
@@ -179,8 +213,12 @@ def test_the_metrics_count_loads_evictions_and_requests_per_model(lab):
 
 
 def test_the_swapper_acts_only_on_models_on_demand_and_their_own_units(tmp_path):
-    route = {"url": "http://127.0.0.1:9", "slot": "lab-a", "on_demand": True,
-             "units": ["sparkplay-serve@lab-a.service", "sparkplay-serve-watchdog@lab-a.service"]}  # fmt: skip
+    route = {
+        "url": "http://127.0.0.1:9",
+        "slot": "lab-a",
+        "on_demand": True,
+        "units": ["sparkplay-serve@lab-a.service", "sparkplay-serve-watchdog@lab-a.service"],
+    }
     assert units_of(route) == ["sparkplay-serve@lab-a.service", "sparkplay-serve-watchdog@lab-a.service"]
     for units in (["ssh.service"], ["sparkplay-serve@lab-b.service"], ["sparkplay-serve@lab-a.service; reboot"], []):
         with pytest.raises(ValueError):
@@ -214,20 +252,42 @@ def test_the_routes_the_roles_write_are_the_routes_the_gateway_reads(tmp_path):
     on every field the gateway and the swapper act on."""
     from sparkplay.deployments import routes
 
-    found = [{"role": "leader", "slot": "lab-od-a", "host": "rank1", "served_name": "lab-od-a", "recipe": "lab-od-a",
-              "api_url": "http://192.168.100.11:9941", "on_demand": True, "watchdog_unit": "w",
-              "claim": {"bytes": GIB}},
-             {"role": "leader", "slot": None, "host": "rank0", "served_name": "lab-tiny", "recipe": "lab-tiny",
-              "api_url": "http://127.0.0.1:9931", "claim": {"bytes": 2 * GIB}}]  # fmt: skip
+    found = [
+        {
+            "role": "leader",
+            "slot": "lab-od-a",
+            "host": "rank1",
+            "served_name": "lab-od-a",
+            "recipe": "lab-od-a",
+            "api_url": "http://192.168.100.11:9941",
+            "on_demand": True,
+            "watchdog_unit": "w",
+            "claim": {"bytes": GIB},
+        },
+        {
+            "role": "leader",
+            "slot": None,
+            "host": "rank0",
+            "served_name": "lab-tiny",
+            "recipe": "lab-tiny",
+            "api_url": "http://127.0.0.1:9931",
+            "claim": {"bytes": 2 * GIB},
+        },
+    ]
     meminfo = "MemTotal: 25165824 kB\nMemAvailable: 20971520 kB\n"
     table = routes(found, demand={"ttl_s": 30, "wait_s": 60, "budget_gib": 0, "meminfo": {"rank0": meminfo}})
     path = tmp_path / "routes.json"
     path.write_text(json.dumps(table))
     read = Routes(path).current()
     assert read["models"]["lab-od-a"] == {
-        "url": "http://192.168.100.11:9941", "recipe": "lab-od-a", "slot": "lab-od-a", "host": "rank1",
-        "on_demand": True, "claim": GIB,
-        "units": ["sparkplay-serve@lab-od-a.service", "sparkplay-serve-watchdog@lab-od-a.service"]}  # fmt: skip
+        "url": "http://192.168.100.11:9941",
+        "recipe": "lab-od-a",
+        "slot": "lab-od-a",
+        "host": "rank1",
+        "on_demand": True,
+        "claim": GIB,
+        "units": ["sparkplay-serve@lab-od-a.service", "sparkplay-serve-watchdog@lab-od-a.service"],
+    }
     assert read["models"]["lab-tiny"]["on_demand"] is False and read["default"] == "lab-tiny"
     assert (read["ttl_s"], read["wait_s"], read["budgets"]) == (30, 60, {"rank0": 24 * GIB - 4 * GIB - 2 * GIB})
     assert units_of(read["models"]["lab-od-a"])  # and the swapper takes its units

@@ -103,9 +103,14 @@ def test_an_hf_recipe_imports_with_its_files_pinned_and_plans_from_the_mirror(mo
     assert calls == [("unsloth/Qwen3-30B-A3B-GGUF", None)]
     assert model["repo"] == "unsloth/Qwen3-30B-A3B-GGUF" and model["revision"] == COMMIT
     assert model["path"] == "unsloth--Qwen3-30B-A3B-GGUF/Qwen3-30B-A3B-Q4_K_M.gguf"
-    assert model["gguf"] == {"ref": "unsloth/Qwen3-30B-A3B-GGUF:Q4_K_M", "file": None, "mmproj": True,
-                             "projector": "unsloth--Qwen3-30B-A3B-GGUF/mmproj-BF16.gguf", "draft_ref": None,
-                             "draft": None}  # fmt: skip
+    assert model["gguf"] == {
+        "ref": "unsloth/Qwen3-30B-A3B-GGUF:Q4_K_M",
+        "file": None,
+        "mmproj": True,
+        "projector": "unsloth--Qwen3-30B-A3B-GGUF/mmproj-BF16.gguf",
+        "draft_ref": None,
+        "draft": None,
+    }
     (target,) = model["checkpoints"]
     assert target["revision"] == COMMIT and target["files"] == ["Qwen3-30B-A3B-Q4_K_M.gguf", "mmproj-BF16.gguf"]
     said = {p["key"]: p["detail"] for p in doc["provenance"]}
@@ -134,8 +139,10 @@ def test_a_pinned_revision_is_listed_at_that_revision_and_no_mmproj_is_kept(monk
 
 def test_without_the_hub_the_import_says_so_and_a_named_file_needs_no_hub(monkeypatch):
     def unreachable(repo: str, revision: str | None) -> tuple[str, list[str]]:
-        raise BadInput(f"cannot list {repo}@main on the Hugging Face hub (no route)",
-                       "import where the hub answers, or --set model.path=<file in the repository>")  # fmt: skip
+        raise BadInput(
+            f"cannot list {repo}@main on the Hugging Face hub (no route)",
+            "import where the hub answers, or --set model.path=<file in the repository>",
+        )
 
     monkeypatch.setattr(gguf_hub, "LISTER", unreachable)
     with pytest.raises(BadInput, match=r"llamacpp-hf-quant\.yaml: cannot list .*--set model\.path="):

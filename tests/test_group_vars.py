@@ -23,8 +23,9 @@ def test_group_vars_holds_nothing_ansible_would_load():
 def test_the_inventorys_values_win_over_the_project_defaults(tmp_path):
     inventory = tmp_path / "inv"
     (inventory / "group_vars" / "sparkplay_nodes").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparkplay_nodes": {"hosts": {
-        "spark-a": {"sparkplay_rank": 0}}}}}}))  # fmt: skip
+    (inventory / "hosts.yml").write_text(
+        yaml.safe_dump({"all": {"children": {"sparkplay_nodes": {"hosts": {"spark-a": {"sparkplay_rank": 0}}}}}})
+    )
     (inventory / "group_vars" / "sparkplay_nodes" / "main.yml").write_text(
         "sparkplay_model_root: /srv/mine\nserve_port: 9100\n"
     )

@@ -84,10 +84,22 @@ def test_the_walk_finds_a_late_import_circle(tmp_path):
 # A subpackage is one unit (sparkplay.recipes, sparkplay.engines, ...); a top-level module is its own.
 LAYERS = [
     {"sparkplay", "sparkplay.errors"},
-    {"sparkplay.fsutil", "sparkplay.paths", "sparkplay.topology", "sparkplay.fabric", "sparkplay.boundary",
-     "sparkplay.codepaths", "sparkplay.imageref",
-     "sparkplay.checkpoints", "sparkplay.hostfacts", "sparkplay.runner", "sparkplay.bench", "sparkplay.nvfp4",
-     "sparkplay.nodetools", "sparkplay.stack"},
+    {
+        "sparkplay.fsutil",
+        "sparkplay.paths",
+        "sparkplay.topology",
+        "sparkplay.fabric",
+        "sparkplay.boundary",
+        "sparkplay.codepaths",
+        "sparkplay.imageref",
+        "sparkplay.checkpoints",
+        "sparkplay.hostfacts",
+        "sparkplay.runner",
+        "sparkplay.bench",
+        "sparkplay.nvfp4",
+        "sparkplay.nodetools",
+        "sparkplay.stack",
+    },
     {"sparkplay.managed", "sparkplay.inventory", "sparkplay.recipes"},  # formats: read and normalise, never plan
     {"sparkplay.engines"},  # the per-rank launch plans
     # the run's plan; what fits; what serves; what a rank lays on its node
@@ -98,7 +110,7 @@ LAYERS = [
     {"sparkplay.cli_day2", "sparkplay.cli_lock"},  # day two, on the run helpers
     {"sparkplay.cli"},
     {"sparkplay.__main__"},
-]  # fmt: skip
+]
 
 
 def unit_of(module: str) -> str:
@@ -135,11 +147,21 @@ def test_the_node_bundles_hold_every_module_they_import():
             for node in ast.walk(tree):
                 if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sparkplay"):
                     targets = [node.module]
-                    targets += [f"{node.module}.{a.name}" for a in node.names
-                                if (package / node.module.removeprefix("sparkplay").strip(".").replace(".", "/")
-                                    / f"{a.name}.py").is_file()]  # fmt: skip
-                    modules = [t for t in targets if t in bundled or (package / (
-                        t.removeprefix("sparkplay").strip(".").replace(".", "/") + ".py")).is_file()]  # fmt: skip
+                    targets += [
+                        f"{node.module}.{a.name}"
+                        for a in node.names
+                        if (
+                            package
+                            / node.module.removeprefix("sparkplay").strip(".").replace(".", "/")
+                            / f"{a.name}.py"
+                        ).is_file()
+                    ]
+                    modules = [
+                        t
+                        for t in targets
+                        if t in bundled
+                        or (package / (t.removeprefix("sparkplay").strip(".").replace(".", "/") + ".py")).is_file()
+                    ]
                     missing = [t for t in modules if t not in bundled]
                     assert not missing, f"bundle {name}: {rel} imports {missing}, which it lacks"
 
@@ -148,7 +170,10 @@ def test_no_module_of_the_package_or_its_plugins_is_over_400_lines():
     """Small modules named for what they hold: the package and the Ansible plugins (the test modules that
     share one lab stay whole: splitting one would build a second lab)."""
     project = SRC.parent
-    files = [*SRC.joinpath("sparkplay").rglob("*.py"), *project.joinpath("plugins").rglob("*.py"),
-             *project.joinpath("benchmarks").rglob("*.py")]  # fmt: skip
+    files = [
+        *SRC.joinpath("sparkplay").rglob("*.py"),
+        *project.joinpath("plugins").rglob("*.py"),
+        *project.joinpath("benchmarks").rglob("*.py"),
+    ]
     long = {str(p.relative_to(project)): n for p in files if (n := len(p.read_text().splitlines())) > 400}
     assert not long, f"over 400 lines: {long}"

@@ -39,8 +39,16 @@ class Installed:
         path = [p for p in env.get("PATH", "").split(os.pathsep) if Path(sys.executable).parent != Path(p)]
         env.update(HOME=str(self.home), PATH=os.pathsep.join([str(self.venv / "bin"), *path]))
         argv = [str(self.venv / "bin" / "sparkplay"), *args]
-        return subprocess.run(argv, capture_output=True, text=True, cwd=self.cwd, env=env, timeout=timeout,
-                              stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            cwd=self.cwd,
+            env=env,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -49,19 +57,30 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     where.cwd.mkdir()
     dist, source = where.root / "dist", where.root / "source"
     # built from a copy of what git holds (tracked, and new files it does not ignore): the build writes build/
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=PROJECT, capture_output=True,
-                            text=True, check=True).stdout.split("\0")  # fmt: skip
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=PROJECT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
     for name in filter(None, listed):
         if (PROJECT / name).is_file() and not (PROJECT / name).is_symlink():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(PROJECT / name, source / name)
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-w", str(dist), "-q"],
-                           capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-w", str(dist), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     wheel = next(dist.glob("sparkplay-*.whl"))
     subprocess.run([sys.executable, "-m", "venv", str(where.venv)], check=True, timeout=300)
-    install = subprocess.run([str(where.venv / "bin" / "pip"), "install", "-q", str(wheel)],
-                             capture_output=True, text=True, timeout=1200, check=False)  # fmt: skip
+    install = subprocess.run(
+        [str(where.venv / "bin" / "pip"), "install", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     yield where  # the lab stays up, serving: a lab module after this one starts from it or removes it
 
@@ -104,8 +123,13 @@ def test_the_collection_serves_the_same_lab_by_fqcn(installed: Installed) -> Non
     path of its own, its serve playbook run by FQCN (with the wheel's Python, which its plugins import)."""
     tarballs = installed.root / "collection"
     galaxy = str(installed.venv / "bin" / "ansible-galaxy")
-    built = subprocess.run([galaxy, "collection", "build", "--output-path", str(tarballs), str(PROJECT)],
-                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    built = subprocess.run(
+        [galaxy, "collection", "build", "--output-path", str(tarballs), str(PROJECT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     tarball = next(tarballs.glob("sparkplay-spark-*.tar.gz"))
     assert tarball.name == f"sparkplay-spark-{installed.run('--version').stdout.split()[1]}.tar.gz"  # one version
@@ -113,14 +137,34 @@ def test_the_collection_serves_the_same_lab_by_fqcn(installed: Installed) -> Non
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKPLAY_", "ANSIBLE_"))}
     env.update(HOME=str(installed.home), ANSIBLE_NOCOLOR="1")
     # from the empty folder: this checkout's ansible.cfg would find the checkout itself as the collection
-    subprocess.run([galaxy, "collection", "install", "--no-deps", "-p", str(collections), str(tarball)],
-                   capture_output=True, text=True, timeout=300, check=True, cwd=installed.cwd, env=env)  # fmt: skip
+    subprocess.run(
+        [galaxy, "collection", "install", "--no-deps", "-p", str(collections), str(tarball)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd=installed.cwd,
+        env=env,
+    )
     assert (collections / "ansible_collections" / "sparkplay" / "spark" / "playbooks" / "serve.yml").is_file()
     env["ANSIBLE_COLLECTIONS_PATH"] = str(collections)
     inventory = installed.data / "inventory" / "lab" / "hosts.yml"
-    proc = subprocess.run([str(installed.venv / "bin" / "ansible-playbook"), "-i", str(inventory),
-                           "sparkplay.spark.serve", "-e", "recipe=lab-tiny"], capture_output=True, text=True,
-                          cwd=installed.cwd, env=env, timeout=1200, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [
+            str(installed.venv / "bin" / "ansible-playbook"),
+            "-i",
+            str(inventory),
+            "sparkplay.spark.serve",
+            "-e",
+            "recipe=lab-tiny",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=installed.cwd,
+        env=env,
+        timeout=1200,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
     assert "lab-tiny answers at http://127.0.0.1:9931" in proc.stdout
     assert "TASK [sparkplay.spark.serve : Serve | " in proc.stdout  # the collection's role, not a checkout's

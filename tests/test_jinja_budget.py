@@ -12,8 +12,24 @@ import re
 
 from tests.conftest import PROJECT
 
-SHAPING = ("map", "select", "selectattr", "rejectattr", "reject", "combine", "zip", "dict", "items2dict",
-           "dict2items", "json_query", "flatten", "unique", "groupby", "from_json", "b64decode")  # fmt: skip
+SHAPING = (
+    "map",
+    "select",
+    "selectattr",
+    "rejectattr",
+    "reject",
+    "combine",
+    "zip",
+    "dict",
+    "items2dict",
+    "dict2items",
+    "json_query",
+    "flatten",
+    "unique",
+    "groupby",
+    "from_json",
+    "b64decode",
+)
 FILTER = re.compile(r"\|\s*(?:ansible\.builtin\.)?(?:" + "|".join(SHAPING) + r")\b")
 EXPRESSION = re.compile(r"\{\{.*?\}\}", re.S)
 CEILING = 106  # 115 before sparkplay.layout (2026-12-05); the aim is 40

@@ -19,9 +19,12 @@ import yaml
 from tests.conftest import PROJECT
 from tests.role_render import plays, render, role_vars, task, template
 
-CKPT_SOURCE = {"checkpoint_tool": "/usr/local/lib/sparkplay/sparkplay-ckpt", "checkpoint_revision": "c0ffee",
-               "checkpoint_source": {"name": "m", "repo": "org/m", "dest": "/models/org--m"},
-               "checkpoint_cable_address": "192.168.100.11"}  # fmt: skip
+CKPT_SOURCE = {
+    "checkpoint_tool": "/usr/local/lib/sparkplay/sparkplay-ckpt",
+    "checkpoint_revision": "c0ffee",
+    "checkpoint_source": {"name": "m", "repo": "org/m", "dest": "/models/org--m"},
+    "checkpoint_cable_address": "192.168.100.11",
+}
 
 
 def sync_argv(**knobs: Any) -> list[str]:
@@ -70,13 +73,22 @@ def test_offline_downloads_pass_offline() -> None:
     assert "--offline" in render(download["ansible.builtin.command"]["argv"], {**variables, "checkpoint_offline": True})
 
 
-@pytest.mark.parametrize(("knob", "value", "option"), [("mtp_overlay_scheme", "modelopt", "--scheme"),
-                                                       ("mtp_overlay_device", "cpu", "--device"),
-                                                       ("mtp_overlay_keep_moved", 3, "--keep-moved")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("knob", "value", "option"),
+    [
+        ("mtp_overlay_scheme", "modelopt", "--scheme"),
+        ("mtp_overlay_device", "cpu", "--device"),
+        ("mtp_overlay_keep_moved", 3, "--keep-moved"),
+    ],
+)
 def test_overlay_knobs_reach_the_converter(knob: str, value: Any, option: str) -> None:
     convert = task("roles/mtp_overlay/tasks/run.yml", "MTP overlay | Convert")
-    given = {"mtp_overlay_source": "/m/src", "mtp_overlay_output": "/m/out", "mtp_overlay_match": "layers.45",
-             "mtp_overlay_expect": 864}  # fmt: skip
+    given = {
+        "mtp_overlay_source": "/m/src",
+        "mtp_overlay_output": "/m/out",
+        "mtp_overlay_match": "layers.45",
+        "mtp_overlay_expect": 864,
+    }
     default = [str(a) for a in render(convert["ansible.builtin.command"]["argv"], role_vars("mtp_overlay", **given))]
     changed = render(convert["ansible.builtin.command"]["argv"], role_vars("mtp_overlay", **given, **{knob: value}))
     assert flag(default, option) != str(value)
@@ -114,8 +126,15 @@ def served(**settings: object) -> dict:
 
     full = two_stage("lab-tiny")
     leader = full["launch"]["ranks"][0]
-    return role_vars("serve", serve_plan=full["launch"], serve_rank=leader, sparkplay_deployment=full,
-                     inventory_hostname=leader["host"], hostvars={}, **settings)  # fmt: skip
+    return role_vars(
+        "serve",
+        serve_plan=full["launch"],
+        serve_rank=leader,
+        sparkplay_deployment=full,
+        inventory_hostname=leader["host"],
+        hostvars={},
+        **settings,
+    )
 
 
 def test_the_smoke_length_and_wait_interval_reach_the_wait() -> None:
@@ -131,28 +150,48 @@ def test_the_smoke_length_and_wait_interval_reach_the_wait() -> None:
 
 def test_the_package_lists_are_what_apt_installs() -> None:
     install = task("roles/nvidia_stack/tasks/install.yml", "NVIDIA stack | Install the driver")
-    wanted = {"nvidia_stack_driver_packages": ["nvidia-driver-590-open"],
-              "nvidia_stack_cuda_packages": ["cuda-toolkit-13-1"],
-              "nvidia_stack_toolkit_packages": ["nvidia-container-toolkit-base"]}  # fmt: skip
+    wanted = {
+        "nvidia_stack_driver_packages": ["nvidia-driver-590-open"],
+        "nvidia_stack_cuda_packages": ["cuda-toolkit-13-1"],
+        "nvidia_stack_toolkit_packages": ["nvidia-container-toolkit-base"],
+    }
     assert render(install["ansible.builtin.apt"]["name"], role_vars("nvidia_stack", **wanted)) == [
-        "nvidia-driver-590-open", "cuda-toolkit-13-1", "nvidia-container-toolkit-base"]  # fmt: skip
+        "nvidia-driver-590-open",
+        "cuda-toolkit-13-1",
+        "nvidia-container-toolkit-base",
+    ]
 
 
-RDMA_HOST = {"inventory_hostname": "spark0",
-             "fabric_address_map": {"spark0": ["192.168.100.10/24", "192.168.101.10/24"]},
-             "sparkplay_fabric": {"hcas": ["rocep1s0f1", "roceP2p1s0f1"], "gid_index": 3,
-                                  "twins": ["enp1s0f1np1", "enP2p1s0f1np1"]}}  # fmt: skip
+RDMA_HOST = {
+    "inventory_hostname": "spark0",
+    "fabric_address_map": {"spark0": ["192.168.100.10/24", "192.168.101.10/24"]},
+    "sparkplay_fabric": {
+        "hcas": ["rocep1s0f1", "roceP2p1s0f1"],
+        "gid_index": 3,
+        "twins": ["enp1s0f1np1", "enP2p1s0f1np1"],
+    },
+}
 
 
-@pytest.mark.parametrize(("value", "line"), [("auto", "NCCL_IB_GID_INDEX=3"), (5, "NCCL_IB_GID_INDEX=5"),
-                                             (-1, "NCCL_IB_GID_INDEX=-1")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "line"), [("auto", "NCCL_IB_GID_INDEX=3"), (5, "NCCL_IB_GID_INDEX=5"), (-1, "NCCL_IB_GID_INDEX=-1")]
+)
 def test_the_gid_index_knob_on_an_rdma_host(value: Any, line: str) -> None:
     env = template("roles/fabric/templates/fabric.env.j2", role_vars("fabric", **RDMA_HOST, fabric_gid_index=value))
     assert line in env.splitlines()
 
 
-@pytest.mark.parametrize("path", ["playbooks/preflight.yml", "playbooks/provision.yml", "playbooks/models.yml",
-                                  "playbooks/overlay.yml", "playbooks/serve.yml", "playbooks/reset.yml"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path",
+    [
+        "playbooks/preflight.yml",
+        "playbooks/provision.yml",
+        "playbooks/models.yml",
+        "playbooks/overlay.yml",
+        "playbooks/serve.yml",
+        "playbooks/reset.yml",
+    ],
+)
 def test_every_node_play_stops_every_node_when_one_fails(path: str) -> None:
     """Literally true: Ansible does not template a play's any_errors_fatal (a template there is a non-empty
     string, always true), which is why it is not a knob."""
@@ -173,8 +212,9 @@ def test_configuring_docker_merges_the_nvidia_runtime_into_daemon_json() -> None
     assert wanted["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
 
 
-@pytest.mark.parametrize(("minimum", "passes"), [({"Ubuntu": "24.04"}, False), ({"Ubuntu": "22.04"}, True),
-                                                 ({"Debian": "99"}, True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("minimum", "passes"), [({"Ubuntu": "24.04"}, False), ({"Ubuntu": "22.04"}, True), ({"Debian": "99"}, True)]
+)
 def test_the_minimum_release_is_compared_with_the_nodes_own(minimum: dict, passes: bool) -> None:
     """The lab runs Debian testing (a release with no number, which passes by design): an Ubuntu 22.04 node's
     facts are written here instead."""
@@ -193,9 +233,15 @@ def fabric_vars(nodes: int, me: str, **knobs: Any) -> dict[str, Any]:
     """The fabric role's variables on `me`, with the preflight's address map and routes rendered from the
     real task file for `nodes` ranks."""
     hostvars = {f"spark{r}": {"sparkplay_rank": r} for r in range(nodes)}
-    variables = role_vars("fabric", inventory_hostname=me, groups={"sparkplay_nodes": list(hostvars)},
-                          hostvars=hostvars, sparkplay_rank=int(me[-1]),
-                          sparkplay_fabric={"twins": TWINS, "hcas": [], "gid_index": None}, **knobs)  # fmt: skip
+    variables = role_vars(
+        "fabric",
+        inventory_hostname=me,
+        groups={"sparkplay_nodes": list(hostvars)},
+        hostvars=hostvars,
+        sparkplay_rank=int(me[-1]),
+        sparkplay_fabric={"twins": TWINS, "hcas": [], "gid_index": None},
+        **knobs,
+    )
     addresses = task("roles/fabric/tasks/preflight.yml", "Fabric | Work out this node's cable addresses and its peers'")
     variables["fabric_address_map"] = render(addresses["ansible.builtin.set_fact"]["fabric_address_map"], variables)
     routes = task("roles/fabric/tasks/preflight.yml", "Fabric | Work out the routes to peers off this node's links")
@@ -209,9 +255,11 @@ RING3 = {"fabric_topology": "ring", "fabric_subnets": ["192.168.100.0/24", "192.
 
 def test_a_ring_addresses_every_link_and_routes_the_peers_off_a_nodes_links() -> None:
     variables = fabric_vars(3, "spark0", **RING3)
-    assert variables["fabric_address_map"] == {"spark0": ["192.168.100.10/24", "192.168.102.10/24"],
-                                               "spark1": ["192.168.101.11/24", "192.168.100.11/24"],
-                                               "spark2": ["192.168.102.12/24", "192.168.101.12/24"]}  # fmt: skip
+    assert variables["fabric_address_map"] == {
+        "spark0": ["192.168.100.10/24", "192.168.102.10/24"],
+        "spark1": ["192.168.101.11/24", "192.168.100.11/24"],
+        "spark2": ["192.168.102.12/24", "192.168.101.12/24"],
+    }
     twins = yaml.safe_load(template("roles/fabric/templates/netplan.yaml.j2", variables))["network"]["ethernets"]
     # rank 1's own-link address is its second twin's; its first twin's is one hop on, through rank 1
     assert twins[TWINS[0]]["routes"] == [{"to": "192.168.101.11/32", "via": "192.168.100.11"}]
@@ -229,12 +277,17 @@ def test_behind_a_switch_there_are_no_routes_and_nccl_uses_the_first_twin() -> N
 
 
 def test_a_ring_of_four_relays_through_the_nodes_between_and_they_forward() -> None:
-    ring4 = {"fabric_topology": "ring", "fabric_subnets": [f"10.9.{link}.0/24" for link in range(4)],
-             "fabric_forwarding_file": "/etc/sysctl.d/99-test.conf"}  # fmt: skip
+    ring4 = {
+        "fabric_topology": "ring",
+        "fabric_subnets": [f"10.9.{link}.0/24" for link in range(4)],
+        "fabric_forwarding_file": "/etc/sysctl.d/99-test.conf",
+    }
     variables = fabric_vars(4, "spark0", **ring4)
     # rank 2 is two hops from rank 0: every one of its addresses goes through rank 1, over link 0
     assert {r["to"]: r["via"] for r in variables["fabric_routes"] if r["peer"] == "spark2"} == {
-        "10.9.2.12/32": "10.9.0.11", "10.9.1.12/32": "10.9.0.11"}  # fmt: skip
+        "10.9.2.12/32": "10.9.0.11",
+        "10.9.1.12/32": "10.9.0.11",
+    }
     assert variables["fabric_relays"] is True
     fabric = yaml.safe_load((PROJECT / "roles" / "fabric" / "vars" / "main.yml").read_text())
     [forward] = render(fabric["fabric_forwarding_entry"], variables)  # written with the netplan file
@@ -251,8 +304,12 @@ def test_the_preflight_refuses_a_ring_of_two_or_with_a_subnet_count_other_than_t
     name = "Fabric | Check a ring has three or more nodes and a subnet per link"
     check = task("roles/fabric/tasks/preflight.yml", name)
     ranks = [f"spark{r}" for r in range(nodes)]
-    variables = role_vars("fabric", groups={"sparkplay_nodes": ranks}, fabric_topology="ring",
-                          fabric_subnets=[f"10.9.{i}.0/24" for i in range(subnets)])  # fmt: skip
+    variables = role_vars(
+        "fabric",
+        groups={"sparkplay_nodes": ranks},
+        fabric_topology="ring",
+        fabric_subnets=[f"10.9.{i}.0/24" for i in range(subnets)],
+    )
     held = [render("{{ " + condition + " }}", variables) for condition in check["ansible.builtin.assert"]["that"]]
     assert all(held) is holds
 

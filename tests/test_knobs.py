@@ -38,10 +38,15 @@ def defaults() -> dict[str, Path]:
 def readers(name: str, definition: Path) -> list[Path]:
     """Files other than the knob's definition that use it (tasks, templates, playbooks, other defaults)."""
     pattern = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])")
-    places = [*PROJECT.glob("roles/*/tasks/*.yml"), *PROJECT.glob("roles/*/templates/*"),
-              *PROJECT.glob("roles/*/handlers/*.yml"), *PROJECT.glob("roles/*/defaults/main.yml"),
-              *PROJECT.glob("roles/*/vars/*.yml"),
-              *PROJECT.glob("playbooks/*.yml"), *PROJECT.glob("playbooks/tasks/*.yml")]  # fmt: skip
+    places = [
+        *PROJECT.glob("roles/*/tasks/*.yml"),
+        *PROJECT.glob("roles/*/templates/*"),
+        *PROJECT.glob("roles/*/handlers/*.yml"),
+        *PROJECT.glob("roles/*/defaults/main.yml"),
+        *PROJECT.glob("roles/*/vars/*.yml"),
+        *PROJECT.glob("playbooks/*.yml"),
+        *PROJECT.glob("playbooks/tasks/*.yml"),
+    ]
     # a setting a stage of the Deployment reads (lookup sparkplay_settings hands it to Python by name)
     declared = {key for keys in SETTINGS.values() for key in keys}
     found = [PROJECT / "src" / "sparkplay" / "deployment.py"] if name in declared else []

@@ -196,14 +196,31 @@ def stand_in_gpu() -> Iterator[None]:
     for rank in (0, 1):
         for path, text in STAND_IN.items():
             subprocess.run(
-                ["docker", "exec", "-i", f"sparkplay-lab-rank{rank}", "sh", "-c",
-                 f"mkdir -p {Path(path).parent} && cat > {path} && chmod 0755 {path}"],
-                input=text, text=True, check=True, capture_output=True,
-            )  # fmt: skip
+                [
+                    "docker",
+                    "exec",
+                    "-i",
+                    f"sparkplay-lab-rank{rank}",
+                    "sh",
+                    "-c",
+                    f"mkdir -p {Path(path).parent} && cat > {path} && chmod 0755 {path}",
+                ],
+                input=text,
+                text=True,
+                check=True,
+                capture_output=True,
+            )
     yield
     for rank in (0, 1):
-        in_node(rank, "rm", "-rf", "/usr/local/bin/nvidia-smi", "/usr/local/bin/nvidia-ctk", "/usr/local/cuda",
-                "/etc/dgx-release")  # fmt: skip
+        in_node(
+            rank,
+            "rm",
+            "-rf",
+            "/usr/local/bin/nvidia-smi",
+            "/usr/local/bin/nvidia-ctk",
+            "/usr/local/cuda",
+            "/etc/dgx-release",
+        )
 
 
 @pytest.mark.usefixtures("stand_in_gpu")
@@ -230,9 +247,13 @@ def test_one_node_failing_a_check_stops_every_node(tmp_path: Path):
     (inventory / "host_vars" / "sparkplay-lab-rank1.yml").write_text(broken)
     proc = subprocess.run(
         ["ansible-playbook", "-i", str(inventory / "hosts.yml"), "preflight.yml", "-e", "recipe=lab-tiny"],
-        capture_output=True, text=True, cwd=PROJECT, check=False, timeout=600,
+        capture_output=True,
+        text=True,
+        cwd=PROJECT,
+        check=False,
+        timeout=600,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )  # fmt: skip
+    )
     assert proc.returncode == 2, proc.stdout[-3000:]
     totals = recap(proc.stdout)
     assert totals["sparkplay-lab-rank1"]["failed"] == 1 and totals["sparkplay-lab-rank0"]["failed"] == 0

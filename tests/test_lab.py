@@ -34,9 +34,18 @@ def in_node(rank: int, *args: str, check: bool = True) -> subprocess.CompletedPr
 def post_on_leader(url: str, body: dict, timeout: float) -> dict | None:
     """POST JSON to an API on rank 0's loopback; the answer when it has choices (a completion), else None."""
     out = in_node(
-        0, "curl", "-s", "-m", str(timeout), "-H", "Content-Type: application/json", "-d", json.dumps(body), url,
+        0,
+        "curl",
+        "-s",
+        "-m",
+        str(timeout),
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        json.dumps(body),
+        url,
         check=False,
-    )  # fmt: skip
+    )
     try:
         answer = json.loads(out.stdout)
     except ValueError:
@@ -147,8 +156,18 @@ def test_up_replaces_a_half_made_node():
     """An interrupted run can leave a created-but-never-started container."""
     docker("rm", "-f", "sparkplay-lab-rank1")
     image = docker("inspect", "-f", "{{.Config.Image}}", "sparkplay-lab-rank0").stdout.strip()
-    docker("create", "--name", "sparkplay-lab-rank1", "--label", "sparkplay.lab=1", "--label", "sparkplay.lab.rank=1",
-           "--network", "sparkplay-lab", image)  # fmt: skip
+    docker(
+        "create",
+        "--name",
+        "sparkplay-lab-rank1",
+        "--label",
+        "sparkplay.lab=1",
+        "--label",
+        "sparkplay.lab.rank=1",
+        "--network",
+        "sparkplay-lab",
+        image,
+    )
     proc = up()
     assert "sparkplay-lab-rank1 recreated (left half-made by an interrupted run)" in proc.stdout
     assert all(row["state"] == "running" for row in status_json())
@@ -188,9 +207,13 @@ def test_preflight_rejects_a_bad_rank_layout(tmp_path):
     inventory.write_text(yaml.safe_dump(bad))
     proc = subprocess.run(
         ["ansible-playbook", "-i", str(inventory), "preflight.yml"],
-        capture_output=True, text=True, cwd=PROJECT, check=False, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=PROJECT,
+        check=False,
+        timeout=300,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )  # fmt: skip
+    )
     assert proc.returncode != 0
     assert "more than one rank 0 (sparkplay-lab-rank0, sparkplay-lab-rank1)" in proc.stdout
 
@@ -198,8 +221,12 @@ def test_preflight_rejects_a_bad_rank_layout(tmp_path):
 def test_preflight_passes_on_the_lab():
     proc = subprocess.run(
         ["ansible-playbook", "-i", str(HOSTS), "preflight.yml"],
-        capture_output=True, text=True, cwd=PROJECT, check=False, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=PROJECT,
+        check=False,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "failed=0" in proc.stdout
 

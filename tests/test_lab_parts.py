@@ -126,8 +126,10 @@ def test_switch_only_beyond_two_nodes():
 def test_a_ring_cables_each_rank_to_the_next_and_needs_three_nodes():
     assert cable.ring_links(3) == [(0, 1), (1, 2), (2, 0)]
     assert [cable.uses_switch(n, "ring") for n in (3, 8)] == [False, False]  # straight cables, no switch
-    for nodes, topology, says in ((2, "ring", "use --topology ring with 3 or more nodes"),
-                                  (4, "mesh", "choose one of switch, ring")):  # fmt: skip
+    for nodes, topology, says in (
+        (2, "ring", "use --topology ring with 3 or more nodes"),
+        (4, "mesh", "choose one of switch, ring"),
+    ):
         with pytest.raises(BadInput) as err:
             validate_topology(nodes, topology)
         assert err.value.exit_code == ExitCode.BAD_INPUT and says in str(err.value)

@@ -71,8 +71,12 @@ def test_the_record_is_written_as_ansibles_to_nice_json_writes_it():
     plan, got = lay("lab-tiny", claim={"how": "é", "bytes": 1})
     text = got["files"][-1]["content"]
     assert json.loads(text)["claim"] == {"how": "é", "bytes": 1}
-    assert text == json.dumps({**plan["ranks"][0]["record"], "claim": {"bytes": 1, "how": "é"}}, indent=4,
-                              sort_keys=True, separators=(",", ": "))  # fmt: skip
+    assert text == json.dumps(
+        {**plan["ranks"][0]["record"], "claim": {"bytes": 1, "how": "é"}},
+        indent=4,
+        sort_keys=True,
+        separators=(",", ": "),
+    )
     assert "\\u00e9" in text  # ASCII, as Ansible's filter writes it
 
 
@@ -127,8 +131,10 @@ def test_the_gateways_secrets_are_the_keys_this_engines_key_and_the_others():
     keys = key_lines("# the team\n sk-one \n\n#sk-off\nsk-two\n")
     assert keys == ["sk-one", "sk-two"]
     leader = {"role": "leader", "host": "a", "record": {"api_key_env": "K"}, "env": {"K": "mine"}}
-    other = {"item": {"slot": "lab-b", "api_key_env": "K", "runtime": "native"},
-             "content": base64.b64encode(b'K="theirs"\n').decode()}  # fmt: skip
+    other = {
+        "item": {"slot": "lab-b", "api_key_env": "K", "runtime": "native"},
+        "content": base64.b64encode(b'K="theirs"\n').decode(),
+    }
     gone = {"item": {"slot": "lab-c", "api_key_env": "K"}, "failed": True}  # its env file is gone: no key
     got = gateway_layout({"ranks": [leader]}, "lab-a", GATEWAY, keys, ("127.0.0.1", 1), [other, gone], "/u")
     wanted = [("keys", "sk-one\nsk-two\n"), ("lab-a.key", "mine\n"), ("lab-b.key", "theirs\n")]

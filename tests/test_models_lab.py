@@ -32,8 +32,11 @@ MAKER = PROJECT / "molecule" / "lab" / "files" / "make_checkpoint.py"
 def make_checkpoint(rank: int, dest: str, *args: str) -> None:
     subprocess.run(
         ["docker", "exec", "-i", f"sparkplay-lab-rank{rank}", "python3", "-", dest, *args],
-        input=MAKER.read_bytes(), capture_output=True, check=True, timeout=300,
-    )  # fmt: skip
+        input=MAKER.read_bytes(),
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
 
 
 def staged(*names: str) -> str:
@@ -118,8 +121,11 @@ def test_interrupted_mirror_resumes_without_resending_completed_files():
     args = ["-e", staged("lab-big"), "-e", "checkpoint_bwlimit_kbps=20000", "-e", "checkpoint_streams=1"]
     first = subprocess.Popen(
         ["ansible-playbook", "-i", str(HOSTS), "models.yml", *args],
-        cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ},
-    )  # fmt: skip
+        cwd=PROJECT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ},
+    )
     shard = f"{ROOT}/lab-big/model-00001-of-00001.safetensors"
     deadline = time.monotonic() + 240
     size = 0
@@ -188,8 +194,13 @@ def test_a_link_already_on_a_rank_is_replaced_and_its_target_kept():
     make_checkpoint(0, f"{ROOT}/{name}", "--large", "0", "--small", "3")
     size = in_node(0, "stat", "-c", "%s", f"{ROOT}/{name}/extra/part0/file000.bin").stdout.strip()
     link = f"{ROOT}/{name}/extra/part0/file000.bin"
-    in_node(1, "sh", "-c", f"mkdir -p /elsewhere {ROOT}/{name}/extra/part0 && head -c {size} /dev/zero > "
-                           f"/elsewhere/data && ln -sfn /elsewhere/data {link}")  # fmt: skip
+    in_node(
+        1,
+        "sh",
+        "-c",
+        f"mkdir -p /elsewhere {ROOT}/{name}/extra/part0 && head -c {size} /dev/zero > "
+        f"/elsewhere/data && ln -sfn /elsewhere/data {link}",
+    )
     proc = models("-e", staged(name))
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert in_node(1, "sh", "-c", "tr -d '\\0' < /elsewhere/data | wc -c").stdout.strip() == "0"
@@ -204,8 +215,13 @@ def test_a_same_size_new_revision_reaches_every_rank():
     assert models("-e", rev).returncode == 0
     # rewrite one file in place: same size, same mtime, other bytes
     victim = f"{ROOT}/{name}/extra/part0/file001.bin"
-    in_node(0, "python3", "-c", f"import os; p='{victim}'; st=os.stat(p); open(p,'r+b').write(os.urandom(st.st_size)); "
-                                "os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))")  # fmt: skip
+    in_node(
+        0,
+        "python3",
+        "-c",
+        f"import os; p='{victim}'; st=os.stat(p); open(p,'r+b').write(os.urandom(st.st_size)); "
+        "os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))",
+    )
     proc = models("-e", rev.replace('"v1"', '"v2"'))
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert digests(1, f"{ROOT}/{name}") == digests(0, f"{ROOT}/{name}")
@@ -219,10 +235,24 @@ def test_a_hostile_stream_through_the_real_peer_trust_is_refused():
     through = json.dumps({"path": "d/sparkplay-pwned", "size": 5, "mode": 0o4755, "mtime_ns": 1})
     stream = f"{link}\n{through}\npwned"
     proc = subprocess.run(
-        ["docker", "exec", "-i", "sparkplay-lab-rank0", "ssh", "-o", "BatchMode=yes", "192.168.100.11",
-         "/usr/local/lib/sparkplay/sparkplay-ckpt", "sink", f"{ROOT}/hostile"],
-        input=stream.encode(), capture_output=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            "docker",
+            "exec",
+            "-i",
+            "sparkplay-lab-rank0",
+            "ssh",
+            "-o",
+            "BatchMode=yes",
+            "192.168.100.11",
+            "/usr/local/lib/sparkplay/sparkplay-ckpt",
+            "sink",
+            f"{ROOT}/hostile",
+        ],
+        input=stream.encode(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 1 and b"refused 'd'" in proc.stderr, proc.stderr
     assert in_node(1, "test", "-e", "/etc/sparkplay-pwned", check=False).returncode != 0
 

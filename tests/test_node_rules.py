@@ -165,16 +165,20 @@ def test_the_bundle_holds_every_section_and_no_secret():
     bundle = {
         "deployment": {"leader": "spark0", "checkpoint_hf_token": token},
         "findings": {"spark0": {"env": {"NCCL_IB_HCA": "rocep1s0f1", "HF_TOKEN": token}}},
-        "nodes": {"spark0": {
-            "host": {"kernel": "6.11"},
-            "fabric": {"twins": ["enp1s0f1np1"]},
-            "commands": {
-                "journal": command_result({"rc": 0, "stdout": f"started with HF_TOKEN={token}\nmirror secret 1f2e\n"}),
-                "meminfo": command_result({"rc": 0, "stdout": "CmaTotal: 0 kB\n"}),
-                "gpu": command_result({"skipped": True}),
-            },
-        }},
-    }  # fmt: skip
+        "nodes": {
+            "spark0": {
+                "host": {"kernel": "6.11"},
+                "fabric": {"twins": ["enp1s0f1np1"]},
+                "commands": {
+                    "journal": command_result(
+                        {"rc": 0, "stdout": f"started with HF_TOKEN={token}\nmirror secret 1f2e\n"}
+                    ),
+                    "meminfo": command_result({"rc": 0, "stdout": "CmaTotal: 0 kB\n"}),
+                    "gpu": command_result({"skipped": True}),
+                },
+            }
+        },
+    }
     records = bundle_records(bundle, {"version": "x"}, secrets=["1f2e-mirror-secret-value"])
     text = json.dumps(records)
     assert token not in text and "hf_A1b2" not in text
@@ -209,16 +213,18 @@ def test_another_netplan_file_fighting_the_fabric_is_named_with_the_setting_and_
 
     twins = ["enp1s0f1np1", "enP2p1s0f1np1"]
     ours = {"enp1s0f1np1": "192.168.100.10/24", "enP2p1s0f1np1": "192.168.101.10/24"}
-    listing = "\n".join([
-        "/etc/netplan/40-cx7.yaml:network: {ethernets: {enp1s0f1np1: {mtu: 9000}}}",  # sparkplay's own: fine
-        "/etc/netplan/50-cloud-init.yaml:network:",
-        "/etc/netplan/50-cloud-init.yaml:  ethernets:",
-        "/etc/netplan/50-cloud-init.yaml:    enp1s0f1np1:",
-        "/etc/netplan/50-cloud-init.yaml:      dhcp4: true",
-        "/etc/netplan/50-cloud-init.yaml:      mtu: 1500",
-        "/etc/netplan/60-mine.yaml:network: {ethernets: {enP2p1s0f1np1: {addresses: [10.0.0.5/24]},"
-        " eno1: {dhcp4: true}}}",
-    ])  # fmt: skip
+    listing = "\n".join(
+        [
+            "/etc/netplan/40-cx7.yaml:network: {ethernets: {enp1s0f1np1: {mtu: 9000}}}",  # sparkplay's own: fine
+            "/etc/netplan/50-cloud-init.yaml:network:",
+            "/etc/netplan/50-cloud-init.yaml:  ethernets:",
+            "/etc/netplan/50-cloud-init.yaml:    enp1s0f1np1:",
+            "/etc/netplan/50-cloud-init.yaml:      dhcp4: true",
+            "/etc/netplan/50-cloud-init.yaml:      mtu: 1500",
+            "/etc/netplan/60-mine.yaml:network: {ethernets: {enP2p1s0f1np1: {addresses: [10.0.0.5/24]},"
+            " eno1: {dhcp4: true}}}",
+        ]
+    )
     problems = netplan_conflicts(listing, "/etc/netplan/40-cx7.yaml", twins, 9000, ours)
     assert problems == [
         "/etc/netplan/50-cloud-init.yaml sets enp1s0f1np1 mtu 1500 (the cable needs 9000): remove enp1s0f1np1 from "
@@ -229,7 +235,8 @@ def test_another_netplan_file_fighting_the_fabric_is_named_with_the_setting_and_
         "remove enP2p1s0f1np1 from /etc/netplan/60-mine.yaml (sparkplay's /etc/netplan/40-cx7.yaml configures it)",
     ]
     assert netplan_conflicts("/etc/netplan/x.yaml:{broken", "/o.yaml", twins, 9000, ours)[0].endswith(
-        "not valid YAML: netplan will refuse every file; fix or remove it")  # fmt: skip
+        "not valid YAML: netplan will refuse every file; fix or remove it"
+    )
     assert netplan_conflicts("", "/o.yaml", twins, 9000, ours) == []
 
 
@@ -257,14 +264,16 @@ def test_an_nccl_development_build_is_named_with_the_fix(version, flagged):
 
 @pytest.mark.parametrize(
     ("line", "secret"),
-    [("Dec 02 10:00:01 spark vllm[9]: started with HF_TOKEN=abc123secret ok", "abc123secret"),
-     ("args: serve /m --api-key s3cr3t-key --port 8000", "s3cr3t-key"),
-     ('curl -H "Authorization: Bearer eyJabc.def" http://127.0.0.1:8000', "eyJabc.def"),
-     ('{"hf_token": "tok-123", "max_tokens": 16}', "tok-123"),
-     ("retrying: password=hunter2; user=me", "hunter2"),
-     ("env: SPARKPLAY_MIRROR_SECRET=1f2e3d4c NCCL_DEBUG=INFO", "1f2e3d4c"),
-     ("llama-server --hf-token=hf_short -m x.gguf", "hf_short")],
-)  # fmt: skip
+    [
+        ("Dec 02 10:00:01 spark vllm[9]: started with HF_TOKEN=abc123secret ok", "abc123secret"),
+        ("args: serve /m --api-key s3cr3t-key --port 8000", "s3cr3t-key"),
+        ('curl -H "Authorization: Bearer eyJabc.def" http://127.0.0.1:8000', "eyJabc.def"),
+        ('{"hf_token": "tok-123", "max_tokens": 16}', "tok-123"),
+        ("retrying: password=hunter2; user=me", "hunter2"),
+        ("env: SPARKPLAY_MIRROR_SECRET=1f2e3d4c NCCL_DEBUG=INFO", "1f2e3d4c"),
+        ("llama-server --hf-token=hf_short -m x.gguf", "hf_short"),
+    ],
+)
 def test_the_bundle_redacts_a_secret_in_the_middle_of_a_line(line, secret):
     from sparkplay.doctor import redact
 

@@ -57,9 +57,29 @@ def quantise_scalar(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.float32]:
 
 @pytest.mark.parametrize(
     "value",
-    [0.0, 2**-10, 2**-9 * 0.999, 2**-9, 2**-9 * 1.5, 2**-9 * 2.5, 2**-6 * 0.99, 2**-6, 1.0, 1.0625, 1.1875,
-     3.3, 100.0, 416.0, 431.999, 432.0, 440.0, 447.99, 448.0, 1e6],
-)  # fmt: skip
+    [
+        0.0,
+        2**-10,
+        2**-9 * 0.999,
+        2**-9,
+        2**-9 * 1.5,
+        2**-9 * 2.5,
+        2**-6 * 0.99,
+        2**-6,
+        1.0,
+        1.0625,
+        1.1875,
+        3.3,
+        100.0,
+        416.0,
+        431.999,
+        432.0,
+        440.0,
+        447.99,
+        448.0,
+        1e6,
+    ],
+)
 def test_e4m3_encode_matches_a_brute_force_search(value):
     assert int(atlas.e4m3_encode(np.array([value], dtype=np.float32))[0]) == e4m3_brute(float(f32(value)))
 
@@ -108,8 +128,11 @@ def test_layout_and_determinism():
 def test_relative_error_matches_the_reference_figure(dist):
     rng = np.random.default_rng(3)
     shape = (256, 512)
-    w = {"gauss": rng.standard_normal(shape), "laplace": rng.laplace(size=shape),
-         "student": rng.standard_t(5, size=shape)}[dist].astype(np.float32)  # fmt: skip
+    w = {
+        "gauss": rng.standard_normal(shape),
+        "laplace": rng.laplace(size=shape),
+        "student": rng.standard_t(5, size=shape),
+    }[dist].astype(np.float32)
     deq = atlas.dequantise(atlas.quantise(w))
     err = np.linalg.norm(deq - w) / np.linalg.norm(w)
     assert 0.08 < err < 0.10, err
@@ -119,8 +142,9 @@ def test_bug_signatures_are_far_from_the_right_answer():
     rng = np.random.default_rng(4)
     w = rng.standard_normal((64, 128)).astype(np.float32)
     qt = atlas.quantise(w)
-    swapped = atlas.Quantised(((qt.weight >> 4) | (qt.weight << 4)).astype(np.uint8), qt.weight_scale,
-                              qt.weight_scale_2)  # fmt: skip
+    swapped = atlas.Quantised(
+        ((qt.weight >> 4) | (qt.weight << 4)).astype(np.uint8), qt.weight_scale, qt.weight_scale_2
+    )
     err = np.linalg.norm(atlas.dequantise(swapped) - w) / np.linalg.norm(w)
     assert err > 1.0
 

@@ -70,8 +70,12 @@ def test_a_global_scale_that_underflows_encodes_as_the_reference_does(top: float
     raw = to_bf16(w)
     with np.errstate(over="ignore", invalid="ignore"):  # the reference meets the same inf and NaN
         packed, scales, scale2 = quantise_scalar(atlas.bf16_to_f32(raw))
-    for got in (kernel.quantise_bf16(raw, 1), kernel.quantise_bf16(raw, 3), atlas.quantise_bf16(raw),
-                atlas.quantise(atlas.bf16_to_f32(raw))):  # fmt: skip
+    for got in (
+        kernel.quantise_bf16(raw, 1),
+        kernel.quantise_bf16(raw, 3),
+        atlas.quantise_bf16(raw),
+        atlas.quantise(atlas.bf16_to_f32(raw)),
+    ):
         assert got.weight_scale_2 == scale2
         assert np.array_equal(got.weight_scale, scales) and np.array_equal(got.weight, packed)
 
@@ -118,8 +122,11 @@ def test_the_team_gives_the_same_bytes_from_many_threads_at_once_and_after_a_for
 
     def same(raw: np.ndarray, ref: atlas.Quantised, workers: int) -> bool:
         got = kernel.quantise_bf16(raw, workers)
-        return bool(np.array_equal(got.weight, ref.weight) and np.array_equal(got.weight_scale, ref.weight_scale)
-                    and got.weight_scale_2 == ref.weight_scale_2)  # fmt: skip
+        return bool(
+            np.array_equal(got.weight, ref.weight)
+            and np.array_equal(got.weight_scale, ref.weight_scale)
+            and got.weight_scale_2 == ref.weight_scale_2
+        )
 
     with concurrent.futures.ThreadPoolExecutor(4) as threads:
         jobs = [threads.submit(same, raw, ref, w) for w in (2, 5, 64) for raw, ref in zip(raws, want, strict=True)]

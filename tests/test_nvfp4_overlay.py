@@ -109,8 +109,9 @@ def test_wrong_count_or_dtype_is_refused_and_writes_nothing(source, tmp_path):
 
 def test_cli_convert_and_verify(source, tmp_path):
     out = tmp_path / "overlay"
-    proc = run_cli("overlay", "convert", "--source", str(source), "--output", str(out), "--match", MATCH,
-                   "--expect", "6")  # fmt: skip
+    proc = run_cli(
+        "overlay", "convert", "--source", str(source), "--output", str(out), "--match", MATCH, "--expect", "6"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "converted, 6 matrices" in proc.stdout
     check = run_cli("overlay", "verify", str(out), "--expect", "6")
@@ -186,8 +187,13 @@ def test_a_conversion_killed_half_way_resumes_from_its_partial_receipts(source, 
 def test_a_partial_shard_whose_source_changed_is_converted_again(source, tmp_path, monkeypatch):
     out = tmp_path / "overlay"
     real = overlay._rewrite_shard
-    monkeypatch.setattr(overlay, "_rewrite_shard", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt)
-                        if a[0].name.startswith("model-00002") else real(*a, **k))  # fmt: skip
+    monkeypatch.setattr(
+        overlay,
+        "_rewrite_shard",
+        lambda *a, **k: (
+            (_ for _ in ()).throw(KeyboardInterrupt) if a[0].name.startswith("model-00002") else real(*a, **k)
+        ),
+    )
     with pytest.raises(KeyboardInterrupt):
         overlay.convert(source, out, match=MATCH, expect=6)
     monkeypatch.setattr(overlay, "_rewrite_shard", real)
@@ -300,12 +306,25 @@ def test_a_bad_source_is_one_line_before_anything_is_written(source, tmp_path, c
 def test_cli_names_a_bad_source_and_exits_2(source, tmp_path):
     (source / "model-00002-of-00003.safetensors").unlink()
     out = tmp_path / "overlay"
-    proc = run_cli("overlay", "convert", "--source", str(source), "--output", str(out), "--match", MATCH,
-                   "--expect", "6")  # fmt: skip
+    proc = run_cli(
+        "overlay", "convert", "--source", str(source), "--output", str(out), "--match", MATCH, "--expect", "6"
+    )
     assert proc.returncode == 2 and "model-00002-of-00003.safetensors, named by the index, is missing" in proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()
-    argv = [sys.executable, "-m", "sparkplay.nvfp4", "convert", "--source", str(source), "--output", str(out),
-            "--match", MATCH, "--expect", "6"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "sparkplay.nvfp4",
+        "convert",
+        "--source",
+        str(source),
+        "--output",
+        str(out),
+        "--match",
+        MATCH,
+        "--expect",
+        "6",
+    ]
     node = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert node.returncode == 2 and "is missing" in node.stderr and "Traceback" not in node.stderr
 
@@ -365,8 +384,9 @@ def test_verify_checks_the_index_hash_and_a_missing_weight_map(source, tmp_path)
 def test_linked_files_are_proven_by_the_checkpoints_verified_manifest(source, tmp_path):
     """sparkplay-ckpt's own manifest and marker (the real tool): unchanged linked files need no re-hash."""
     tool = app("ckpt")
-    done = subprocess.run([sys.executable, tool, "manifest", str(source), "--revision", "r1"], capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, tool, "manifest", str(source), "--revision", "r1"], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stderr
     out = tmp_path / "overlay"
     overlay.convert(source, out, match=MATCH, expect=6)

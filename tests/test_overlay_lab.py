@@ -22,10 +22,15 @@ pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
 
 ROOT = "/var/lib/sparkplay/models"
 SRC, OUT = f"{ROOT}/lab-mtp", f"{ROOT}/lab-mtp-overlay"
-VARS = json.dumps({
-    "mtp_overlay_enabled": True, "mtp_overlay_source": SRC, "mtp_overlay_output": OUT,
-    "mtp_overlay_match": MATCH, "mtp_overlay_expect": 6,
-})  # fmt: skip
+VARS = json.dumps(
+    {
+        "mtp_overlay_enabled": True,
+        "mtp_overlay_source": SRC,
+        "mtp_overlay_output": OUT,
+        "mtp_overlay_match": MATCH,
+        "mtp_overlay_expect": 6,
+    }
+)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -31,8 +31,15 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(PROJECT / "recipes", bundled / "recipes", ignore=shutil.ignore_patterns(".*"))
     monkeypatch.setattr(paths, "BUNDLED", bundled)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    for name in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "SPARKPLAY_DATA_DIR", "SPARKPLAY_CACHE_DIR",
-                 "SPARKPLAY_INVENTORY", "SPARKPLAY_PROJECT_DIR"):  # fmt: skip
+    for name in (
+        "XDG_DATA_HOME",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "SPARKPLAY_DATA_DIR",
+        "SPARKPLAY_CACHE_DIR",
+        "SPARKPLAY_INVENTORY",
+        "SPARKPLAY_PROJECT_DIR",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # an empty folder, no checkout above it
     return bundled
@@ -46,8 +53,9 @@ def test_a_checkout_keeps_its_data_in_itself() -> None:
     assert catalog.shipped_beneath(catalog.catalog_dir(PROJECT)) is None
 
 
-def test_installed_data_goes_to_the_users_folders(installed: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_installed_data_goes_to_the_users_folders(
+    installed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home = tmp_path / "home"
     assert paths.is_installed(installed)  # (project_dir() finding it from an empty folder: test_install_lab.py)
     assert paths.data_dir(installed) == home / ".local/share/sparkplay"

@@ -31,9 +31,13 @@ USER_NETPLAN = "# the user's own cable config\nnetwork:\n  version: 2\n"
 def playbook(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["ansible-playbook", "-i", str(HOSTS), name, *args],
-        capture_output=True, text=True, cwd=PROJECT, check=False, timeout=900,
+        capture_output=True,
+        text=True,
+        cwd=PROJECT,
+        check=False,
+        timeout=900,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )  # fmt: skip
+    )
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:
@@ -76,8 +80,9 @@ def test_offline_lists_what_would_be_downloaded_and_stops_before_any_change():
     proc = playbook("provision.yml", "-e", "recipe=lab-tiny", "-e", "sparkplay_offline=true")
     assert proc.returncode != 0
     for rank in (0, 1):
-        assert re.search(rf"sparkplay-lab-rank{rank} would have to download: package llama\.cpp-tools \(apt\)",
-                         proc.stdout), proc.stdout[-3000:]  # fmt: skip
+        assert re.search(
+            rf"sparkplay-lab-rank{rank} would have to download: package llama\.cpp-tools \(apt\)", proc.stdout
+        ), proc.stdout[-3000:]
     assert "model lab-tiny" not in proc.stdout  # staged on rank 0 by `lab up`: nothing to fetch
     assert [node_state(r) for r in (0, 1)] == before
 
@@ -128,8 +133,13 @@ def test_skipping_the_nvidia_stacks_other_steps_does_not_skip_the_daemon_json_qu
     in_node(0, "sh", "-c", 'mkdir -p /etc/docker && printf %s "$1" > /etc/docker/daemon.json', "_", theirs)
     before = [node_state(r) for r in (0, 1)]
     try:
-        proc = playbook("provision.yml", "-e", "nvidia_stack_configure_docker=true",
-                        "--skip-tags", "nvidia_stack_install,nvidia_stack_run")  # fmt: skip
+        proc = playbook(
+            "provision.yml",
+            "-e",
+            "nvidia_stack_configure_docker=true",
+            "--skip-tags",
+            "nvidia_stack_install,nvidia_stack_run",
+        )
         assert proc.returncode != 0, proc.stdout[-3000:]
         assert "not written by sparkplay: sparkplay-lab-rank0: /etc/docker/daemon.json" in proc.stdout
         assert in_node(0, "cat", "/etc/docker/daemon.json").stdout == theirs
@@ -173,8 +183,19 @@ def test_doctor_bundle_has_every_section_of_every_node_and_no_secret(tmp_path):
     assert records[0]["kind"] == "meta" and records[1]["kind"] == "deployment"
     sections = {(r["host"], r["section"]) for r in records if r["kind"] == "node"}
     for host in ("sparkplay-lab-rank0", "sparkplay-lab-rank1"):
-        for section in ("host", "fabric", "checks", "gpu", "packages", "docker", "units", "journal", "links",
-                        "meminfo", "netplan"):  # fmt: skip
+        for section in (
+            "host",
+            "fabric",
+            "checks",
+            "gpu",
+            "packages",
+            "docker",
+            "units",
+            "journal",
+            "links",
+            "meminfo",
+            "netplan",
+        ):
             assert (host, section) in sections, (host, section)
     meminfo = next(r for r in records if r.get("section") == "meminfo")["data"]
     assert meminfo["rc"] == 0 and "MemTotal" in meminfo["stdout"]

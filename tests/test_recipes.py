@@ -161,8 +161,17 @@ def show(name: str) -> dict:
 
 
 PUBLIC_KEYS = {
-    "schema", "name", "title", "source", "engine", "model", "context_length", "topology", "serve", "speculative",
-}  # fmt: skip
+    "schema",
+    "name",
+    "title",
+    "source",
+    "engine",
+    "model",
+    "context_length",
+    "topology",
+    "serve",
+    "speculative",
+}
 
 
 def test_show_atlas_recipe():
@@ -409,8 +418,12 @@ def _on_terminal(project: Path, answer: bytes, *args: str) -> tuple[int, str]:
     main, sub = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "sparkplay", *args, "--project-dir", str(project)],
-        stdin=sub, stdout=sub, stderr=sub, cwd=PROJECT, close_fds=True,
-    )  # fmt: skip
+        stdin=sub,
+        stdout=sub,
+        stderr=sub,
+        cwd=PROJECT,
+        close_fds=True,
+    )
     os.close(sub)
     output = b""
     deadline = time.monotonic() + 60
@@ -582,9 +595,13 @@ def test_apply_refuses_an_incomplete_recipe_naming_the_key(inventory, tmp_path):
 def playbook(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["ansible-playbook", "playbooks/recipe.yml", *args],
-        capture_output=True, text=True, cwd=PROJECT, check=False, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=PROJECT,
+        check=False,
+        timeout=300,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_INVENTORY": str(PROJECT / "inventory" / "sample")},
-    )  # fmt: skip
+    )
 
 
 def test_serve_playbook_prints_the_recipe_summary():
@@ -604,8 +621,12 @@ def test_serve_playbook_uses_the_inventorys_recorded_choice(inventory):
     assert apply(inventory, "glm53").returncode == 0
     proc = subprocess.run(
         ["ansible-playbook", "-i", str(inventory / "hosts.yml"), "playbooks/recipe.yml"],
-        capture_output=True, text=True, cwd=PROJECT, check=False, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=PROJECT,
+        check=False,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "glm53: vllm serving LibertAIDAI/GLM-5.3-Flash-NVFP4" in proc.stdout
 
@@ -682,6 +703,11 @@ def test_the_semantic_diff_covers_every_field_the_deployment_reads():
     new["engine"]["image_dir"] = "atlas"
     new["model"]["checkpoints"][1]["revision"] = "f" * 40
     lines = semantic_diff(old, new)
-    for field in ("serve.shm_size", "serve.health_timeout_s", "serve.distributed_backend", "engine.image_dir",
-                  "model.checkpoints[1].revision"):  # fmt: skip
+    for field in (
+        "serve.shm_size",
+        "serve.health_timeout_s",
+        "serve.distributed_backend",
+        "engine.image_dir",
+        "model.checkpoints[1].revision",
+    ):
         assert any(line.startswith(f"{field}: ") for line in lines), (field, lines)

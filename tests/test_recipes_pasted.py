@@ -309,8 +309,12 @@ def test_standard_input_is_a_source(project):
     text = (PASTED / "sglang-docker.sh").read_text()
     proc = subprocess.run(
         [sys.executable, "-m", "sparkplay", "recipe", "import", "-", "--yes", "--project-dir", str(project)],
-        input=text, capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (project / "recipes" / "qwen3-8b.yml").is_file()
 
@@ -345,10 +349,13 @@ def test_the_revision_from_the_command_is_the_commit_mirrored(tmp_path):
     env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hf")}
     dest = tmp_path / "models" / "org--tiny"
     try:
-        for args in (["download", "--repo", ckpt["repo"], "--revision", ckpt["revision"], "--dest", str(dest)],
-                     ["manifest", str(dest), "--revision", ckpt["revision"]]):  # fmt: skip
-            proc = subprocess.run([sys.executable, str(tool), *args], capture_output=True, text=True, check=False,
-                                  env=env, timeout=120)  # fmt: skip
+        for args in (
+            ["download", "--repo", ckpt["repo"], "--revision", ckpt["revision"], "--dest", str(dest)],
+            ["manifest", str(dest), "--revision", ckpt["revision"]],
+        ):
+            proc = subprocess.run(
+                [sys.executable, str(tool), *args], capture_output=True, text=True, check=False, env=env, timeout=120
+            )
             assert proc.returncode == 0, proc.stderr
     finally:
         hub.close()
@@ -390,9 +397,19 @@ def test_mangled_inputs_are_imports_or_one_line_errors():
         "```\n" * 5000,
         "<pre>" * 5000 + "vllm serve o/m",
     ],
-    ids=["nested-arrays", "ssh-chain", "sudo-chain", "braces", "substitutions", "open-heredoc", "nul", "binary",
-         "fences", "pre"],
-)  # fmt: skip
+    ids=[
+        "nested-arrays",
+        "ssh-chain",
+        "sudo-chain",
+        "braces",
+        "substitutions",
+        "open-heredoc",
+        "nul",
+        "binary",
+        "fences",
+        "pre",
+    ],
+)
 def test_inputs_built_to_exhaust_the_reader_end_quickly_in_an_answer(text):
     try:
         catalog.read_all(text.encode(), "hostile", "0" * 64, None, "", (), None)

@@ -82,9 +82,14 @@ def test_sparkrun_without_command_gets_the_engines_command_and_the_draft_becomes
 def test_sparkrun_draft_cached_by_path_is_pinned_and_node_range_follows_the_parallelism():
     doc = imported(SPARKRUN / "llama-3node-vllm-mp.yaml")
     draft = next(c for c in doc["model"]["checkpoints"] if c["role"] == "drafter")
-    assert draft == {"role": "drafter", "repo": "meta-llama/Llama-3.2-1B-Instruct",
-                     "revision": "9213176726f574b556790deb65791e0c5aa438b6", "size_bytes": None, "mount": None,
-                     "license": None}  # fmt: skip
+    assert draft == {
+        "role": "drafter",
+        "repo": "meta-llama/Llama-3.2-1B-Instruct",
+        "revision": "9213176726f574b556790deb65791e0c5aa438b6",
+        "size_bytes": None,
+        "mount": None,
+        "license": None,
+    }
     assert doc["topology"]["nodes"] == 3  # cluster_only: 2 or more; tensor 1 x pipeline 3
     assert doc["name"] == "llama-3node-vllm-mp"  # sparkrun names a recipe by its file
 
@@ -199,11 +204,15 @@ def web(tmp_path: Path, data: dict, *sets: str) -> dict:
 
 
 def test_command_under_an_unlisted_field_and_image_in_prose(tmp_path):
-    doc = web(tmp_path, {
-        "title": "Qwen3 on two Sparks",
-        "launch": {"serve_cmdline": "vllm serve Qwen/Qwen3-8B --tensor-parallel-size 2 --max-model-len 8192"},
-        "environment_notes": "IMAGE: NVCR.IO/NVIDIA/VLLM:25.11-py3. Revision 1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d.",
-    })  # fmt: skip
+    doc = web(
+        tmp_path,
+        {
+            "title": "Qwen3 on two Sparks",
+            "launch": {"serve_cmdline": "vllm serve Qwen/Qwen3-8B --tensor-parallel-size 2 --max-model-len 8192"},
+            "environment_notes": "IMAGE: NVCR.IO/NVIDIA/VLLM:25.11-py3. "
+            "Revision 1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d.",
+        },
+    )
     assert doc["engine"]["name"] == "vllm" and doc["model"]["repo"] == "Qwen/Qwen3-8B"
     assert doc["engine"]["image"] == "nvcr.io/nvidia/vllm:25.11-py3"
     assert doc["model"]["revision"] == "1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d"
@@ -211,11 +220,14 @@ def test_command_under_an_unlisted_field_and_image_in_prose(tmp_path):
 
 
 def test_command_as_a_list_of_lines_in_any_field(tmp_path):
-    doc = web(tmp_path, {
-        "name": "gpt", "steps": ["docker pull vllm/vllm-openai:v0.11.0",
-                                 "vllm serve openai/gpt-oss-120b --port 8001 -tp 2"],
-        "docker": "vllm/vllm-openai:v0.11.0",
-    })  # fmt: skip
+    doc = web(
+        tmp_path,
+        {
+            "name": "gpt",
+            "steps": ["docker pull vllm/vllm-openai:v0.11.0", "vllm serve openai/gpt-oss-120b --port 8001 -tp 2"],
+            "docker": "vllm/vllm-openai:v0.11.0",
+        },
+    )
     assert doc["model"]["repo"] == "openai/gpt-oss-120b" and doc["serve"]["port"] == 8001
     assert doc["engine"]["image"] == "vllm/vllm-openai:v0.11.0"
 
@@ -261,14 +273,43 @@ def test_golden_pipeline_parallel_plan_over_three_nodes():
     assert deployment["parallel"] == {"tensor": 1, "pipeline": 3, "data": 1, "backend": "mp"}
     leader, w1, w2 = deployment["ranks"]
     assert leader["argv"] == [
-        "serve", target, "-tp", "1", "-pp", "3", "--max-model-len", "16384", "--speculative-config", spec,
+        "serve",
+        target,
+        "-tp",
+        "1",
+        "-pp",
+        "3",
+        "--max-model-len",
+        "16384",
+        "--speculative-config",
+        spec,
         # vLLM would serve the model as its argument, the repo id: sparkplay serves a path, so it names it
-        "--served-model-name", "meta-llama/Llama-3.3-70B-Instruct",
-        "--nnodes", "3", "--node-rank", "0", "--master-addr", "192.168.100.10", "--master-port", "29501",
-        "--host", "127.0.0.1", "--port", "8000",
-    ]  # fmt: skip
-    assert w2["argv"][-9:] == ["--nnodes", "3", "--node-rank", "2", "--master-addr", "192.168.100.10",
-                               "--master-port", "29501", "--headless"]  # fmt: skip
+        "--served-model-name",
+        "meta-llama/Llama-3.3-70B-Instruct",
+        "--nnodes",
+        "3",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "192.168.100.10",
+        "--master-port",
+        "29501",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+    ]
+    assert w2["argv"][-9:] == [
+        "--nnodes",
+        "3",
+        "--node-rank",
+        "2",
+        "--master-addr",
+        "192.168.100.10",
+        "--master-port",
+        "29501",
+        "--headless",
+    ]
     assert {r["path"] for r in deployment["requires"]} == {target, draft}
     assert contains_run(w1["container_options"], ["--entrypoint", "vllm"])
 
@@ -300,8 +341,17 @@ def test_data_parallel_plan_one_replica_per_node():
     doc["serve"]["args"] = ["--data-parallel-size", "2", "--enable-expert-parallel"]
     doc["topology"]["tensor_parallel"] = 1
     leader, worker = plan_of(doc, 2)["ranks"]
-    assert contains_run(leader["argv"], ["--data-parallel-size-local", "1", "--data-parallel-address",
-                                         "192.168.100.10", "--data-parallel-rpc-port", "29550"])  # fmt: skip
+    assert contains_run(
+        leader["argv"],
+        [
+            "--data-parallel-size-local",
+            "1",
+            "--data-parallel-address",
+            "192.168.100.10",
+            "--data-parallel-rpc-port",
+            "29550",
+        ],
+    )
     assert "--data-parallel-start-rank" not in leader["argv"] and "--enable-expert-parallel" in leader["argv"]
     assert contains_run(worker["argv"], ["--data-parallel-start-rank", "1", "--headless"])
     assert "--nnodes" not in worker["argv"]
@@ -419,8 +469,9 @@ def test_apply_records_the_digest_and_the_recipe_is_served_by_it(tmp_path, regis
     (project / "ansible.cfg").write_text("[defaults]\n")
     image = f"127.0.0.1:{registry_port}/org/engine:latest"
     source = tmp_path / "r.yaml"
-    source.write_text(yaml.safe_dump({**BASE, "container": image, "min_nodes": 2, "max_nodes": 2,
-                                      "defaults": {"tensor_parallel": 2}}))  # fmt: skip
+    source.write_text(
+        yaml.safe_dump({**BASE, "container": image, "min_nodes": 2, "max_nodes": 2, "defaults": {"tensor_parallel": 2}})
+    )
     assert run_cli("recipe", "import", str(source), "--name", "floaty", "--project-dir", str(project)).returncode == 0
     inventory = tmp_path / "inv"
     shutil.copytree(PROJECT / "inventory" / "sample", inventory)
@@ -510,17 +561,20 @@ def test_a_command_deep_in_the_object_is_found(tmp_path):
 
 
 def test_an_export_whose_value_the_shell_would_expand_is_not_carried(tmp_path):
-    doc = web(tmp_path, {"title": "t", "image": "v/v:1",
-                         "run": "export HF_HOME=$(pwd)/hf\nvllm serve o/m --port 8000"})  # fmt: skip
+    doc = web(tmp_path, {"title": "t", "image": "v/v:1", "run": "export HF_HOME=$(pwd)/hf\nvllm serve o/m --port 8000"})
     assert doc["serve"]["env"] == {}
 
 
 def test_a_hostile_title_and_env_names_are_made_safe_and_reported(tmp_path):
-    doc = web(tmp_path, {
-        "title": "evil\n---\nschema: x\u0000 {{ lookup('pipe','id') }}\u2028end",
-        "command": "vllm serve org/model --port 8000", "image": "nvcr.io/nvidia/vllm:25.11-py3",
-        "env": {"A": "1", "BAD NAME": "x", "X": "$(id)"},
-    })  # fmt: skip
+    doc = web(
+        tmp_path,
+        {
+            "title": "evil\n---\nschema: x\u0000 {{ lookup('pipe','id') }}\u2028end",
+            "command": "vllm serve org/model --port 8000",
+            "image": "nvcr.io/nvidia/vllm:25.11-py3",
+            "env": {"A": "1", "BAD NAME": "x", "X": "$(id)"},
+        },
+    )
     assert doc["title"] == "evil --- schema: x {{ lookup('pipe','id') }} end"
     assert model.from_yaml(model.to_yaml(doc), "t") == doc  # the file loads back
     assert doc["serve"]["env"] == {"A": "1", "X": "$(id)"}  # the value is text: nothing runs it
@@ -630,8 +684,9 @@ def test_env_as_a_list_of_assignments(tmp_path):
 def test_apply_asks_when_the_chosen_recipe_changed_since_it_was_applied(tmp_path):
     project, inventory = apply_project(tmp_path)
     source = tmp_path / "site.json"
-    source.write_text(json.dumps({"title": "t", "command": "vllm serve o/m -tp 2 --max-model-len 8192",
-                                  "image": "v/v:1"}))  # fmt: skip
+    source.write_text(
+        json.dumps({"title": "t", "command": "vllm serve o/m -tp 2 --max-model-len 8192", "image": "v/v:1"})
+    )
     assert run_cli("recipe", "import", str(source), "--name", "mine", "--project-dir", str(project)).returncode == 0
     first = run_cli("apply", "mine", "-i", str(inventory), "--project-dir", str(project), "--dry-run")
     target = inventory / "group_vars" / "all" / "sparkplay.yml"
@@ -641,8 +696,10 @@ def test_apply_asks_when_the_chosen_recipe_changed_since_it_was_applied(tmp_path
     same = run_cli("apply", "mine", "-i", str(inventory), "--project-dir", str(project), "--dry-run")
     assert "unchanged" in same.stdout, same.stdout + same.stderr
     source.write_text(source.read_text().replace("8192", "16384"))
-    assert run_cli("recipe", "import", str(source), "--name", "mine", "--yes",
-                   "--project-dir", str(project)).returncode == 0  # fmt: skip
+    assert (
+        run_cli("recipe", "import", str(source), "--name", "mine", "--yes", "--project-dir", str(project)).returncode
+        == 0
+    )
     changed = run_cli("apply", "mine", "-i", str(inventory), "--project-dir", str(project), "--dry-run")
     assert changed.returncode == 0 and "recipe mine: its content changed since it was applied" in changed.stdout
     assert "comments" not in changed.stdout
@@ -657,7 +714,9 @@ def test_eugrs_version_1_template_is_str_format_so_doubled_braces_are_literal_js
     doc = imported(SPARKRUN / "eugr-v1-escaped-braces.yaml")
     args = doc["serve"]["args"]
     assert json.loads(cmdline.flag_value(args, "--compilation-config")) == {
-        "cudagraph_mode": "FULL_AND_PIECEWISE", "custom_ops": ["all"]}  # fmt: skip
+        "cudagraph_mode": "FULL_AND_PIECEWISE",
+        "custom_ops": ["all"],
+    }
     assert json.loads(cmdline.flag_value(args, "--default-chat-template-kwargs")) == {"thinking": True}
     assert doc["speculative"] == {"method": "mtp", "num_tokens": 3, "draft_model": None}
     assert doc["context_length"] == 65536 and doc["topology"]["nodes"] == 2 and doc["topology"]["tensor_parallel"] == 2
@@ -765,8 +824,11 @@ def test_a_default_in_the_escape_convention_has_its_braces_collapsed(tmp_path):
 
 @pytest.mark.parametrize("version", ["2", "3", "4"])
 def test_sparkrun_versions_2_to_4_read_alike(version, tmp_path):
-    text = (SPARKRUN / "sparkrun-v3-hyphen-path.yaml").read_text().replace('recipe_version: "3"',
-                                                                          f'recipe_version: "{version}"')  # fmt: skip
+    text = (
+        (SPARKRUN / "sparkrun-v3-hyphen-path.yaml")
+        .read_text()
+        .replace('recipe_version: "3"', f'recipe_version: "{version}"')
+    )
     path = tmp_path / "embedder.yaml"
     path.write_text(text)
     doc = imported(path)
@@ -797,14 +859,20 @@ def test_a_hub_cache_snapshot_path_names_and_pins_the_repository(tmp_path):
 @pytest.mark.parametrize(
     ("command", "env", "pinning"),
     [
-        ("export VLLM_X=1 HF_HUB_OFFLINE=1; exec vllm serve {model} --port {port}",
-         {"VLLM_X": "1", "HF_HUB_OFFLINE": "1"}, None),
-        ("export VLLM_X=1 &&\nNCCL_DEBUG=WARN\nvllm serve {model} --port {port}", {"VLLM_X": "1", "NCCL_DEBUG": "WARN"},
-         None),
+        (
+            "export VLLM_X=1 HF_HUB_OFFLINE=1; exec vllm serve {model} --port {port}",
+            {"VLLM_X": "1", "HF_HUB_OFFLINE": "1"},
+            None,
+        ),
+        (
+            "export VLLM_X=1 &&\nNCCL_DEBUG=WARN\nvllm serve {model} --port {port}",
+            {"VLLM_X": "1", "NCCL_DEBUG": "WARN"},
+            None,
+        ),
         ("taskset -c 0-9 vllm serve {model} --port {port}", {}, "taskset -c 0-9"),
         ("numactl --cpunodebind=0 -m 0 vllm serve {model} --port {port}", {}, "numactl --cpunodebind=0 -m 0"),
     ],
-)  # fmt: skip
+)
 def test_an_exported_preamble_is_the_environment_and_cpu_pinning_is_named(tmp_path, command, env, pinning):
     path = tmp_path / "pre.yaml"
     path.write_text(yaml.safe_dump({**BASE, "command": command}))
@@ -830,8 +898,11 @@ def test_a_speculative_config_without_a_method_is_read_as_vllm_detects_it(tmp_pa
     command = f"vllm serve {{model}} --port {{port}} --speculative-config '{json.dumps(config)}'"
     path.write_text(yaml.safe_dump({**BASE, "command": command}))
     doc = imported(path)
-    assert doc["speculative"] == {"method": method, "num_tokens": config["num_speculative_tokens"],
-                                  "draft_model": config["model"]}  # fmt: skip
+    assert doc["speculative"] == {
+        "method": method,
+        "num_tokens": config["num_speculative_tokens"],
+        "draft_model": config["model"],
+    }
     assert config["model"] in [c["repo"] for c in doc["model"]["checkpoints"]]
     assert "names no method" in notes(doc, "derived")["speculative.method"]
     planned = json.loads(cmdline.flag_value(plan_of(doc, 1)["ranks"][0]["argv"], "--speculative-config"))
@@ -845,15 +916,28 @@ def test_a_speculative_config_without_a_method_is_read_as_vllm_detects_it(tmp_pa
 
 @pytest.mark.parametrize(
     ("defaults", "method", "tokens"),
-    [({"speculative": True}, "mtp", None), ({"speculative": True, "num_drafts": 2}, "mtp", 2),
-     ({"ngram_speculative": True}, "ngram", None), ({"speculative": False}, None, None)],
-)  # fmt: skip
+    [
+        ({"speculative": True}, "mtp", None),
+        ({"speculative": True, "num_drafts": 2}, "mtp", 2),
+        ({"ngram_speculative": True}, "ngram", None),
+        ({"speculative": False}, None, None),
+    ],
+)
 def test_atlas_speculative_switches_show_in_the_recipe(tmp_path, defaults, method, tokens):
     """An Atlas recipe's `speculative: true` is a switch the engine gets; `show` and `diff` read it too."""
     path = tmp_path / "atlas.yaml"
-    path.write_text(yaml.safe_dump({"recipe_version": "2", "model": "Org/M-FP8", "runtime": "atlas",
-                                    "container": "avarok/atlas-gb10:2026.11", "max_nodes": 1,
-                                    "defaults": {"port": 8888, "max_model_len": 65536, **defaults}}))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "recipe_version": "2",
+                "model": "Org/M-FP8",
+                "runtime": "atlas",
+                "container": "avarok/atlas-gb10:2026.11",
+                "max_nodes": 1,
+                "defaults": {"port": 8888, "max_model_len": 65536, **defaults},
+            }
+        )
+    )
     doc = imported(path)
     if method is None:
         assert doc["speculative"] is None and "--speculative" not in doc["serve"]["args"]
@@ -873,8 +957,16 @@ def test_the_atlas_gb10_family_starts_every_rank_with_rank_flags_and_reads_the_m
     for rank in (leader, worker):
         assert contains_run(rank["container_options"], ["--entrypoint", "spark"])
         assert rank["argv"][:2] == ["serve", "example-org/moe-230b-nvfp4"]
-        assert rank["argv"][-8:] == ["--rank", str(rank["rank"]), "--world-size", "2", "--master-addr",
-                                     "192.168.100.10", "--master-port", "29500"]  # fmt: skip
+        assert rank["argv"][-8:] == [
+            "--rank",
+            str(rank["rank"]),
+            "--world-size",
+            "2",
+            "--master-addr",
+            "192.168.100.10",
+            "--master-port",
+            "29500",
+        ]
         assert rank["env"]["HF_HUB_OFFLINE"] == "1" and rank["env"]["HF_HOME"] == "/sparkplay-hf"
         snapshot = next(m for m in rank["mounts"] if "/snapshots/" in m["target"])
         assert snapshot == {
@@ -887,8 +979,13 @@ def test_the_atlas_gb10_family_starts_every_rank_with_rank_flags_and_reads_the_m
     assert contains_run(worker["argv"], ["--port", "0"]) and worker["listen"] == []
     assert "--host" not in worker["argv"]
     assert leader["peer_ports"] == [29500] and worker["peer_ports"] == []
-    assert leader["files"] == [{"path": "/etc/sparkplay/atlas-hf-ref.example-org--moe-230b-nvfp4",
-                                "content": "sparkplay-mirror", "mode": "0644"}]  # fmt: skip
+    assert leader["files"] == [
+        {
+            "path": "/etc/sparkplay/atlas-hf-ref.example-org--moe-230b-nvfp4",
+            "content": "sparkplay-mirror",
+            "mode": "0644",
+        }
+    ]
 
 
 def test_an_atlas_gb10_recipe_without_a_served_name_answers_under_its_model_and_solo_has_no_rank_flags():
@@ -939,13 +1036,52 @@ def test_golden_sglang_plan_over_two_nodes():
     deployment = plan_of(doc, 2)
     target = f"{ROOT}/example-org--moe-120b-nvfp4"
     leader, worker = deployment["ranks"]
-    common = ["-m", "sglang.launch_server", "--model-path", target, "--mem-fraction-static", "0.8",
-              "--context-length", "32768", "--tp", "2", "--cuda-graph-bs", "1", "2", "4", "8", "--trust-remote-code",
-              "--served-model-name", "example-org/moe-120b-nvfp4"]  # fmt: skip
-    assert leader["argv"] == [*common, "--host", "127.0.0.1", "--port", "8000", "--nnodes", "2", "--node-rank", "0",
-                              "--dist-init-addr", "192.168.100.10:25000"]  # fmt: skip
-    assert worker["argv"] == [*common, "--host", "127.0.0.1", "--port", "8000", "--nnodes", "2", "--node-rank", "1",
-                              "--dist-init-addr", "192.168.100.10:25000"]  # fmt: skip
+    common = [
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        target,
+        "--mem-fraction-static",
+        "0.8",
+        "--context-length",
+        "32768",
+        "--tp",
+        "2",
+        "--cuda-graph-bs",
+        "1",
+        "2",
+        "4",
+        "8",
+        "--trust-remote-code",
+        "--served-model-name",
+        "example-org/moe-120b-nvfp4",
+    ]
+    assert leader["argv"] == [
+        *common,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--dist-init-addr",
+        "192.168.100.10:25000",
+    ]
+    assert worker["argv"] == [
+        *common,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--dist-init-addr",
+        "192.168.100.10:25000",
+    ]
     assert contains_run(leader["container_options"], ["--entrypoint", "python3"])
     assert leader["listen"] == [{"address": "127.0.0.1", "port": 8000}] and worker["listen"] == []
     assert leader["peer_ports"] == [25000] and worker["peer_ports"] == []
@@ -990,9 +1126,8 @@ def test_an_sglang_recipe_sparkplay_cannot_start_as_written_is_refused(change, s
 
 @pytest.mark.parametrize(
     ("text", "length"),
-    [("32768", 32768), ("32k", 32000), ("32K", 32768), ("25.6k", 25600), ("1M", 1048576), ("auto", None),
-     ("-1", None)],
-)  # fmt: skip
+    [("32768", 32768), ("32k", 32000), ("32K", 32768), ("25.6k", 25600), ("1M", 1048576), ("auto", None), ("-1", None)],
+)
 def test_vllms_context_flag_is_read_by_vllms_own_grammar(tmp_path, text, length):
     """vLLM reads --max-model-len as a human-readable integer, or auto/-1 (as long as memory allows)."""
     path = tmp_path / "ctx.yaml"
@@ -1035,8 +1170,12 @@ def test_a_benchmark_block_is_the_recipes_own_bench_profile():
     doc = imported(SPARKRUN / "with-benchmark-block.yaml")
     assert doc["bench"] == {"pp": [2048], "tg": [32, 128], "concurrency": [1, 2, 5], "depth": [0]}
     assert "latency_mode" in notes(doc, "ignored")["extra.sparkrun_not_honoured.benchmark"]
-    assert profile_variables(doc["bench"], "w") == {"bench_pp": [2048], "bench_tg": [32, 128],
-                                                    "bench_concurrency": [1, 2, 5], "bench_depth": [0]}  # fmt: skip
+    assert profile_variables(doc["bench"], "w") == {
+        "bench_pp": [2048],
+        "bench_tg": [32, 128],
+        "bench_concurrency": [1, 2, 5],
+        "bench_depth": [0],
+    }
     given = role_vars("bench", sparkplay_recipe_plan=doc)
     assert [render(given[k], given) for k in ("bench_pp", "bench_tg", "bench_depth")] == [[2048], [32, 128], [0]]
     given = role_vars("bench", sparkplay_recipe_plan={**doc, "bench": None})  # no block: the defaults
@@ -1059,8 +1198,15 @@ def test_distribution_config_entries_are_names_or_mappings_and_templates_like_th
     recipe's values ({model}, {container}, defaults), so "{model}" is the target, not a repository named so."""
     source = tmp_path / "r.yaml"
     entries = ["{model}", {"name": "{draft}", "revision": "abc123"}, "Org/Extra", "Org/Extra"]
-    source.write_text(yaml.safe_dump({**BASE, "defaults": {"port": 8000, "draft": "Org/Draft"},
-                                      "distribution_config": {"models": {"entries": entries}}}))  # fmt: skip
+    source.write_text(
+        yaml.safe_dump(
+            {
+                **BASE,
+                "defaults": {"port": 8000, "draft": "Org/Draft"},
+                "distribution_config": {"models": {"entries": entries}},
+            }
+        )
+    )
     got = [(c["repo"], c["revision"]) for c in imported(source)["model"]["checkpoints"]]
     assert got == [("Org/M", None), ("Org/Draft", "abc123"), ("Org/Extra", None)]
 
@@ -1082,8 +1228,18 @@ def test_a_field_the_importer_does_not_read_is_said_on_one_line_unless_it_only_d
     """A registry's own fields (eugr's vetted_local_code, bind mounts under volumes, sparkrun's include) ask for
     something sparkplay does not apply: the import says so, naming the field; words about the recipe do not."""
     source = tmp_path / "r.yaml"
-    source.write_text(yaml.safe_dump({**BASE, "vetted_local_code": "../vetted/m", "volumes": ["~/m:/m:ro"],
-                                      "executor": "docker", "description": "words", "maintainer": "me"}))  # fmt: skip
+    source.write_text(
+        yaml.safe_dump(
+            {
+                **BASE,
+                "vetted_local_code": "../vetted/m",
+                "volumes": ["~/m:/m:ro"],
+                "executor": "docker",
+                "description": "words",
+                "maintainer": "me",
+            }
+        )
+    )
     doc = imported(source)
     said = notes(doc, "ignored")
     assert "sparkplay does not read sparkrun's 'vetted_local_code'" in said["extra.vetted_local_code"]
@@ -1098,14 +1254,36 @@ def test_container_settings_sparkplay_already_makes_are_not_reported_the_rest_ma
     user are mapped; a privileged container, another capability, device or mount is said, on one line."""
     from sparkplay.recipes import sparkrun_executor
 
-    executor = {"shm_size": "64g", "ssh": {"user": "me"}, "ulimit": ["memlock=-1:-1", "nofile=262144:262144"],
-                "cap_add": ["IPC_LOCK"], "user": "root", "entrypoint": "", "auto_remove": False, "gpus": "all",
-                "ipc": "host", "network": "host", "devices": ["/dev/infiniband:/dev/infiniband"]}  # fmt: skip
+    executor = {
+        "shm_size": "64g",
+        "ssh": {"user": "me"},
+        "ulimit": ["memlock=-1:-1", "nofile=262144:262144"],
+        "cap_add": ["IPC_LOCK"],
+        "user": "root",
+        "entrypoint": "",
+        "auto_remove": False,
+        "gpus": "all",
+        "ipc": "host",
+        "network": "host",
+        "devices": ["/dev/infiniband:/dev/infiniband"],
+    }
     read = sparkrun_executor.read(executor, "vllm")
     assert (read.ulimits, read.user, read.left) == (["nofile=262144:262144"], "root", {})
-    hostile = {"privileged": True, "cap_add": ["IPC_LOCK", "SYS_ADMIN"], "ulimit": ["cpu=1"],
-               "devices": ["/dev/kfd"], "user": "x;rm", "volumes": ["/:/host"]}  # fmt: skip
+    hostile = {
+        "privileged": True,
+        "cap_add": ["IPC_LOCK", "SYS_ADMIN"],
+        "ulimit": ["cpu=1"],
+        "devices": ["/dev/kfd"],
+        "user": "x;rm",
+        "volumes": ["/:/host"],
+    }
     read = sparkrun_executor.read(hostile, "atlas")
-    assert read.left == {"privileged": True, "cap_add": ["SYS_ADMIN"], "ulimit": ["cpu=1"], "devices": ["/dev/kfd"],
-                         "user": "x;rm", "volumes": ["/:/host"]}  # fmt: skip
+    assert read.left == {
+        "privileged": True,
+        "cap_add": ["SYS_ADMIN"],
+        "ulimit": ["cpu=1"],
+        "devices": ["/dev/kfd"],
+        "user": "x;rm",
+        "volumes": ["/:/host"],
+    }
     assert sparkrun_executor.read({"user": "root", "shm_size": "8g"}, "llamacpp").left == {"user": "root"}  # native

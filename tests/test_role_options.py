@@ -32,26 +32,51 @@ def spec_options() -> dict[str, str]:
     return found
 
 
-CKPT = {"checkpoint_tool": "/usr/local/lib/sparkplay/sparkplay-ckpt", "checkpoint_revision": "c0ffee",
-        "checkpoint_source": {"name": "m", "repo": "org/m", "dest": "/models/org--m", "kind": "hf"},
-        "checkpoint_cable_address": "192.168.100.11", "checkpoint_resolved_commit": "c0ffee",
-        "inventory_dir": "/inv", "inventory_hostname": "spark0"}  # fmt: skip
-DEPLOYED = {"sparkplay_deployment": {"leader": "spark0", "checkpoints": [{"name": "m", "kind": "hf"}],
-                                     "paths": {"model_root": "/var/lib/sparkplay/models", "unit_dir": "/u"},
-                                     "api": {"port": 8000}}}  # fmt: skip
-FABRIC = {"inventory_hostname": "spark0", "sparkplay_fabric": {"rdma_present": True, "hcas": ["rocep1s0f1"],
-          "gid_index": 3, "twins": ["enp1s0f1np1"]},
-          "fabric_address_map": {"spark0": ["192.168.100.10/24"], "spark1": ["192.168.100.11/24"]}}  # fmt: skip
-PEER = {**DEPLOYED, "inventory_hostname": "spark1", "peer_ssh_user": "root", "peer_ssh_key": "/root/.ssh/k",
-        "peers": ["spark0"],
-        "fabric_address_map": FABRIC["fabric_address_map"],
-        "peer_ssh_probe": {"users": {"root": {"uid": 0, "gid": 0, "home": "/root", "shell": "/bin/sh"}}},
-        "hostvars": {"spark0": {"peer_ssh_public_key": "ssh-ed25519 AAAA"}},
-        "fabric_subnets": ["192.168.100.0/24"]}  # fmt: skip
-BENCH = {"bench_served": {"api_url": "http://127.0.0.1:8000", "served_name": "m", "tool": "/t", "runtime": "native",
-                         "state_dir": "/var/lib/sparkplay"},
-         "bench_model_tokenizer": {"stat": {"exists": False}}, "sparkplay_recipe_plan": {},
-         "sparkplay_deployment": {"model": {"repo": "org/m"}, "paths": {"tools": {"serve": "/t"}}}}  # fmt: skip
+CKPT = {
+    "checkpoint_tool": "/usr/local/lib/sparkplay/sparkplay-ckpt",
+    "checkpoint_revision": "c0ffee",
+    "checkpoint_source": {"name": "m", "repo": "org/m", "dest": "/models/org--m", "kind": "hf"},
+    "checkpoint_cable_address": "192.168.100.11",
+    "checkpoint_resolved_commit": "c0ffee",
+    "inventory_dir": "/inv",
+    "inventory_hostname": "spark0",
+}
+DEPLOYED = {
+    "sparkplay_deployment": {
+        "leader": "spark0",
+        "checkpoints": [{"name": "m", "kind": "hf"}],
+        "paths": {"model_root": "/var/lib/sparkplay/models", "unit_dir": "/u"},
+        "api": {"port": 8000},
+    }
+}
+FABRIC = {
+    "inventory_hostname": "spark0",
+    "sparkplay_fabric": {"rdma_present": True, "hcas": ["rocep1s0f1"], "gid_index": 3, "twins": ["enp1s0f1np1"]},
+    "fabric_address_map": {"spark0": ["192.168.100.10/24"], "spark1": ["192.168.100.11/24"]},
+}
+PEER = {
+    **DEPLOYED,
+    "inventory_hostname": "spark1",
+    "peer_ssh_user": "root",
+    "peer_ssh_key": "/root/.ssh/k",
+    "peers": ["spark0"],
+    "fabric_address_map": FABRIC["fabric_address_map"],
+    "peer_ssh_probe": {"users": {"root": {"uid": 0, "gid": 0, "home": "/root", "shell": "/bin/sh"}}},
+    "hostvars": {"spark0": {"peer_ssh_public_key": "ssh-ed25519 AAAA"}},
+    "fabric_subnets": ["192.168.100.0/24"],
+}
+BENCH = {
+    "bench_served": {
+        "api_url": "http://127.0.0.1:8000",
+        "served_name": "m",
+        "tool": "/t",
+        "runtime": "native",
+        "state_dir": "/var/lib/sparkplay",
+    },
+    "bench_model_tokenizer": {"stat": {"exists": False}},
+    "sparkplay_recipe_plan": {},
+    "sparkplay_deployment": {"model": {"repo": "org/m"}, "paths": {"tools": {"serve": "/t"}}},
+}
 
 
 @dataclass(frozen=True)
@@ -67,13 +92,19 @@ class Effect:
     shows: str | None = None  # what the rendered effect holds afterwards (default: the value itself)
 
 
-STACK_PLAN = {"runtime": "native", "image": None, "packages": ["llama.cpp-tools"], "install": None,
-              "ranks": [{"host": "n0", "exec": ["/usr/bin/llama-server", "-m", "m.gguf"]}]}  # fmt: skip
+STACK_PLAN = {
+    "runtime": "native",
+    "image": None,
+    "packages": ["llama.cpp-tools"],
+    "install": None,
+    "ranks": [{"host": "n0", "exec": ["/usr/bin/llama-server", "-m", "m.gguf"]}],
+}
 STACK_DRIFT = {
     "sparkplay_stack_lock": {"hash": "sha256:0", "recipe": {"name": "r", "sha256": "0"}, "nodes": {}},
-    "ansible_play_hosts": [], "groups": {"sparkplay_nodes": []},
+    "ansible_play_hosts": [],
+    "groups": {"sparkplay_nodes": []},
     "hostvars": {"localhost": {"stack_drift": {"lines": ["rank 1 (n1): kernel 6.17 (locked 6.14)"], "hash": "x"}}},
-}  # fmt: skip
+}
 
 
 def lab_tiny_leader() -> dict[str, Any]:
@@ -85,8 +116,12 @@ def lab_tiny_leader() -> dict[str, Any]:
     doc = catalog.load_for_use(catalog.catalog_dir(PROJECT), "lab-tiny")
     facts = {n.host: {"machine": "aarch64", "fabric_env": dict(n.fabric_env)} for n in stand_in_nodes(2)}
     full = deployment.with_launch(deployment.compute(doc, {"rank0": 0, "rank1": 1}, {}), doc, facts, {})
-    return {"serve_plan": full["launch"], "serve_rank": full["launch"]["ranks"][0], "sparkplay_deployment": full,
-            "serve_claim": None}  # fmt: skip
+    return {
+        "serve_plan": full["launch"],
+        "serve_rank": full["launch"]["ranks"][0],
+        "sparkplay_deployment": full,
+        "serve_claim": None,
+    }
 
 
 def bench_effect(value: Any, shows: str | None = None) -> Effect:
@@ -104,10 +139,22 @@ def bench_effect(value: Any, shows: str | None = None) -> Effect:
 
 def _records() -> dict[str, str]:
     """Two deployments' leader records on one node: the primary's (lab-tiny) and an added one (lab-small)."""
-    tiny = {"recipe": "lab-tiny", "role": "leader", "unit": "sparkplay-serve.service", "served_name": "lab-tiny",
-            "api_url": "http://127.0.0.1:9931", "slot": None}  # fmt: skip
-    small = {**tiny, "recipe": "lab-small", "unit": "sparkplay-serve@lab-small.service", "served_name": "lab-small",
-             "api_url": "http://127.0.0.1:9933", "slot": "lab-small"}  # fmt: skip
+    tiny = {
+        "recipe": "lab-tiny",
+        "role": "leader",
+        "unit": "sparkplay-serve.service",
+        "served_name": "lab-tiny",
+        "api_url": "http://127.0.0.1:9931",
+        "slot": None,
+    }
+    small = {
+        **tiny,
+        "recipe": "lab-small",
+        "unit": "sparkplay-serve@lab-small.service",
+        "served_name": "lab-small",
+        "api_url": "http://127.0.0.1:9933",
+        "slot": "lab-small",
+    }
     return {"/etc/sparkplay/serve.json": json.dumps(tiny), "/etc/sparkplay/serve.d/lab-small.json": json.dumps(small)}
 
 
@@ -117,10 +164,13 @@ def _admission_given() -> dict[str, Any]:
 
     launch = staged("lab-small", {"serve_mode": "add"})["launch"]
     memory = hosts(available=0.2)
-    return {"serve_deployment": {"launch": launch}, "ansible_play_hosts": list(memory),
-            "hostvars": {h: {"serve_node_memory": m, "serve_node_records": {}} for h, m in memory.items()},
-            "sparkplay_deployment": {"leader": "rank0", "slot": "lab-small"},
-            "inventory_hostname": "rank0"}  # fmt: skip
+    return {
+        "serve_deployment": {"launch": launch},
+        "ansible_play_hosts": list(memory),
+        "hostvars": {h: {"serve_node_memory": m, "serve_node_records": {}} for h, m in memory.items()},
+        "sparkplay_deployment": {"leader": "rank0", "slot": "lab-small"},
+        "inventory_hostname": "rank0",
+    }
 
 
 # the gateway's unit on the leader of a deployment (lab-tiny's leader rank, no engine key)
@@ -143,10 +193,13 @@ def _gateway_routes_given() -> dict[str, Any]:
     small = next(r for r in found if r["slot"] == "lab-small")
     leader = {"role": "leader", "host": "spark0", "record": small}
     meminfo = "MemTotal:       25165824 kB\nMemAvailable:   20971520 kB\n"
-    return {"serve_records_found": [r for r in found if r["slot"] is None],
-            "sparkplay_deployment": {"slot": "lab-small", "paths": {"unit_dir": "/etc/systemd/system"}},
-            "serve_deployment": {"launch": {"ranks": [leader]}}, "ansible_play_hosts_all": ["spark0"],
-            "hostvars": {"spark0": {"serve_node_memory": {"meminfo": meminfo}}}}  # fmt: skip
+    return {
+        "serve_records_found": [r for r in found if r["slot"] is None],
+        "sparkplay_deployment": {"slot": "lab-small", "paths": {"unit_dir": "/etc/systemd/system"}},
+        "serve_deployment": {"launch": {"ranks": [leader]}},
+        "ansible_play_hosts_all": ["spark0"],
+        "hostvars": {"spark0": {"serve_node_memory": {"meminfo": meminfo}}},
+    }
 
 
 def _update_given() -> dict[str, Any]:
@@ -777,4 +830,5 @@ def test_the_gateways_secret_files_hold_one_key_a_line():
     files = render("{{ serve_gateway.secret_files }}", {**base, "serve_gateway_keys_file": str(KEYS_FILE)})
     assert [(f["path"], f["content"], f["mode"]) for f in files] == [
         ("/etc/sparkplay/gateway/keys", "sk-test\n", "0640"),
-        ("/etc/sparkplay/gateway/upstream/lab-small.key", "engine-key\n", "0640")]  # fmt: skip
+        ("/etc/sparkplay/gateway/upstream/lab-small.key", "engine-key\n", "0640"),
+    ]

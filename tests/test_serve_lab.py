@@ -212,12 +212,29 @@ def test_a_privileged_request_stops_the_run_before_anything_changes():
 def test_systemd_reads_back_exactly_the_environment_a_native_env_file_holds():
     """systemd's own parser (EnvironmentFile= of a transient unit) gives back each value as written, quotes,
     backslashes, a trailing backslash, dollars and outer spaces included."""
-    tricky = {"Q": 'say "hi" it\'s', "B": "a\\b\\", "S": "  lead and trail ", "D": "$HOME ${X} `id` %h",
-              "E": "", "H": "#not a comment", "J": '{"k": [1, "v"]}', "U": "caf\u00e9"}  # fmt: skip
+    tricky = {
+        "Q": 'say "hi" it\'s',
+        "B": "a\\b\\",
+        "S": "  lead and trail ",
+        "D": "$HOME ${X} `id` %h",
+        "E": "",
+        "H": "#not a comment",
+        "J": '{"k": [1, "v"]}',
+        "U": "caf\u00e9",
+    }
     text = env_file(tricky, "native")
     in_node(0, "sh", "-c", f"cat > /run/sparkplay-env-test.env <<'EOF'\n{text}EOF")
-    out = in_node(0, "systemd-run", "--quiet", "--wait", "--pipe", "-p", "EnvironmentFile=/run/sparkplay-env-test.env",
-                  "/usr/bin/env", "-0").stdout  # fmt: skip
+    out = in_node(
+        0,
+        "systemd-run",
+        "--quiet",
+        "--wait",
+        "--pipe",
+        "-p",
+        "EnvironmentFile=/run/sparkplay-env-test.env",
+        "/usr/bin/env",
+        "-0",
+    ).stdout
     seen = dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
     assert {k: seen.get(k) for k in tricky} == tricky
 
@@ -277,8 +294,11 @@ def test_a_fake_api_bound_first_on_the_port_is_named_and_never_taken_for_the_mod
     assert ask() is not None
 
 
-IMPORTED = {"lab-tiny-site.json": "lab-tiny-site", "lab-tiny.toml": "lab-tiny-toml",
-            "lab-tiny-sparkrun.yaml": "lab-tiny-sparkrun"}  # fmt: skip
+IMPORTED = {
+    "lab-tiny-site.json": "lab-tiny-site",
+    "lab-tiny.toml": "lab-tiny-toml",
+    "lab-tiny-sparkrun.yaml": "lab-tiny-sparkrun",
+}
 
 
 @pytest.fixture(scope="module")
@@ -331,8 +351,7 @@ def test_bench_measures_across_both_ranks_and_checks_the_output_is_batch_invaria
     profile = tmp_path / "profile.yml"
     profile.write_text(BENCH_PROFILE)
     results = tmp_path / "results"
-    proc = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile),
-                   "--results", str(results), timeout=1200)  # fmt: skip
+    proc = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile), "--results", str(results), timeout=1200)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
     kept = sorted((results / "lab-tiny").glob("*.json"))
     assert len(kept) == 1 and re.fullmatch(r"\d{8}T\d{6}Z-lab-tiny-r[0-9a-f]{12}-e[0-9a-f]{12}\.json", kept[0].name)
@@ -354,8 +373,18 @@ def test_bench_measures_across_both_ranks_and_checks_the_output_is_batch_invaria
     owner = in_node(0, "stat", "-c", "%U", "/var/lib/sparkplay/bench/venv/bin/llama-benchy").stdout.strip()
     assert owner == "sparkplay-engine"
     # against itself: every rate's ratio is printed
-    again = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile),
-                    "--results", str(results), "--compare", str(kept[0]), timeout=1200)  # fmt: skip
+    again = run_cli(
+        "bench",
+        "-i",
+        "inventory/lab",
+        "--profile",
+        str(profile),
+        "--results",
+        str(results),
+        "--compare",
+        str(kept[0]),
+        timeout=1200,
+    )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr
     assert re.search(r"^c1 pp64 tg16 d0 tg_tps: [\d.]+ vs [\d.]+ = x[\d.]+$", again.stdout, re.M)
 
@@ -388,9 +417,18 @@ def test_killed_worker_is_restarted_and_the_api_answers_again_within_60_s():
 
 
 WATCHDOG_STATE = "/var/lib/sparkplay/watchdog.json"
-FAST_WATCHDOG = ("-e", "serve_watchdog_interval=2", "-e", "serve_watchdog_failures=2", "-e",
-                 "serve_watchdog_probe_timeout=3", "-e", "serve_watchdog_max_restarts=1", "-e",
-                 "serve_watchdog_grace=20")  # fmt: skip
+FAST_WATCHDOG = (
+    "-e",
+    "serve_watchdog_interval=2",
+    "-e",
+    "serve_watchdog_failures=2",
+    "-e",
+    "serve_watchdog_probe_timeout=3",
+    "-e",
+    "serve_watchdog_max_restarts=1",
+    "-e",
+    "serve_watchdog_grace=20",
+)
 
 
 def watchdog_state() -> dict:
@@ -398,8 +436,12 @@ def watchdog_state() -> dict:
 
 
 def watchdog_metrics() -> dict[str, float]:
-    text = in_node(0, "python3", "-c", "import urllib.request as u; print(u.urlopen("
-                   "'http://127.0.0.1:9899/metrics', timeout=5).read().decode())").stdout  # fmt: skip
+    text = in_node(
+        0,
+        "python3",
+        "-c",
+        "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9899/metrics', timeout=5).read().decode())",
+    ).stdout
     found = re.finditer(r'^(sparkplay_watchdog_\w+)\{model="lab-tiny",unit="[^"]+"\} (\S+)$', text, re.M)
     return {m.group(1): float(m.group(2)) for m in found}
 
@@ -438,8 +480,10 @@ def test_a_second_wedge_beyond_the_cap_stands_the_watchdog_down_and_status_says_
     in_node(0, "pkill", "-STOP", "-f", "llama-server")
     try:
         stood = wait_for(lambda: watchdog_state().get("status") == "stood-down", 60)
-        assert stood is not None, (watchdog_state(), in_node(0, "journalctl", "-u", "sparkplay-serve-watchdog",
-                                                              "--no-pager").stdout[-3000:])  # fmt: skip
+        assert stood is not None, (
+            watchdog_state(),
+            in_node(0, "journalctl", "-u", "sparkplay-serve-watchdog", "--no-pager").stdout[-3000:],
+        )
         rows = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
         assert rows[0]["watchdog"] == "stood-down" and "standing down" in rows[0]["watchdog_stood_down"]["why"]
         assert watchdog_metrics()["sparkplay_watchdog_stood_down"] == 1
@@ -464,8 +508,12 @@ def test_serving_comes_back_after_both_nodes_reboot():
 def test_ctrl_c_stops_a_run_cleanly():
     proc = subprocess.Popen(
         [sys.executable, "-m", "sparkplay", "plan", "lab-tiny", "-i", "inventory/lab"],
-        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     time.sleep(8)
     proc.send_signal(signal.SIGINT)
     started = time.monotonic()
@@ -489,8 +537,9 @@ def test_leader_waits_for_a_stopped_worker_and_status_shows_it():
     assert "waiting for 192.168.100.11:50052" in journal(0)
     rows = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
     assert [(r["rank"], r["up"], r["state"], r["health"]) for r in rows] == [
-        (0, False, "active/running", "down"), (1, False, "inactive/dead", "-")
-    ]  # fmt: skip
+        (0, False, "active/running", "down"),
+        (1, False, "inactive/dead", "-"),
+    ]
     logs = run_cli("logs", "-i", "inventory/lab", "--rank", "1", "-n", "400")
     assert logs.returncode == 0
     assert "sparkplay-lab-rank1" in logs.stdout and "Stopped sparkplay-serve.service" in logs.stdout
@@ -566,8 +615,9 @@ def test_a_change_the_engine_refuses_goes_back_to_the_last_good_by_itself_and_se
         took = time.monotonic() - started
     assert proc.returncode != 0
     assert "lab-tiny-bad is not serving" in proc.stdout
-    found = re.search(r"went back to the last deployment that answered \(lab-tiny\): it answers again, ([0-9.]+) s",
-                      proc.stdout)  # fmt: skip
+    found = re.search(
+        r"went back to the last deployment that answered \(lab-tiny\): it answers again, ([0-9.]+) s", proc.stdout
+    )
     assert found, proc.stdout[-3000:]
     print(f"\nrollback: lab-tiny answers again {found.group(1)} s after lab-tiny-bad failed; whole up {took:.0f} s")
     assert ask() and served_models() == ["lab-tiny"]
@@ -607,8 +657,12 @@ def test_lock_records_each_nodes_stack_and_holds_the_engine_packages():
 
 def test_a_changed_engine_file_is_drift_that_doctor_and_status_name_and_up_refuses_until_accepted():
     # a llama.cpp built by hand over the packaged one on rank 1 (the same program plus a byte)
-    in_node(1, "sh", "-c", f"cp -p {RPC_SERVER} {RPC_SERVER}.new && printf '\\n' >> {RPC_SERVER}.new "
-            f"&& mv {RPC_SERVER}.new {RPC_SERVER}")  # fmt: skip
+    in_node(
+        1,
+        "sh",
+        "-c",
+        f"cp -p {RPC_SERVER} {RPC_SERVER}.new && printf '\\n' >> {RPC_SERVER}.new && mv {RPC_SERVER}.new {RPC_SERVER}",
+    )
     said = f"rank 1 (sparkplay-lab-rank1): file {RPC_SERVER} sha256:"
     status_now = run_cli("status", "-i", "inventory/lab")
     assert said in status_now.stdout and "(locked sha256:" in status_now.stdout, status_now.stdout[-2000:]

@@ -108,8 +108,13 @@ def test_lab_model_is_the_same_bytes_every_time_and_the_recipe_pins_them(tmp_pat
 
 def test_run_waits_for_the_ports_then_becomes_the_program():
     script = app("serve")  # the one file the serve role installs
-    done = subprocess.run([sys.executable, script, "run", "--", "/bin/echo", "engine", "100%"],
-                          capture_output=True, text=True, check=False, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, script, "run", "--", "/bin/echo", "engine", "100%"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
     assert done.returncode == 0 and done.stdout.strip().endswith("engine 100%")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -161,11 +166,27 @@ def watchdog(tmp_path: Path, monkeypatch, engine: _Engine, **overrides) -> tuple
     seen = overrides.pop("seen", {"waiting": [], "twins": {}, "why": None})
     monkeypatch.setattr(serve_watchdog, "report", lambda unit, fabric_env: seen)
     monkeypatch.setattr(serve_watchdog, "reach", overrides.pop("reach", lambda endpoint, timeout=1.0: None))
-    namespace = dict(url=engine.url, model="m", unit="sparkplay-serve.service", workers=["10.0.0.2", "10.0.0.3"],
-                     interval=0.01, failures=2, grace=0, max_restarts=1, window=3600, probe_timeout=0.5,
-                     restart_timeout=1, prompt="p", max_tokens=1, state=str(tmp_path / "watchdog.json"),
-                     pause=str(tmp_path / "pause"), metrics_port=0, metrics_bind="127.0.0.1",
-                     container=None, fabric_env=None)  # fmt: skip
+    namespace = dict(
+        url=engine.url,
+        model="m",
+        unit="sparkplay-serve.service",
+        workers=["10.0.0.2", "10.0.0.3"],
+        interval=0.01,
+        failures=2,
+        grace=0,
+        max_restarts=1,
+        window=3600,
+        probe_timeout=0.5,
+        restart_timeout=1,
+        prompt="p",
+        max_tokens=1,
+        state=str(tmp_path / "watchdog.json"),
+        pause=str(tmp_path / "pause"),
+        metrics_port=0,
+        metrics_bind="127.0.0.1",
+        container=None,
+        fabric_env=None,
+    )
     namespace.update(overrides)
     return serve_watchdog.Watchdog(argparse.Namespace(**namespace)), calls
 
@@ -362,8 +383,9 @@ def test_the_api_key_is_read_from_the_env_file_and_sent_as_a_bearer_token(tmp_pa
             return False
 
     monkeypatch.setattr(serve_common.urllib.request, "urlopen", Recorder)
-    serve_common.use_api_key(argparse.Namespace(api_key_env="VLLM_API_KEY", env_file=str(tmp_path / "native.env"),
-                                        env_format="native"))  # fmt: skip
+    serve_common.use_api_key(
+        argparse.Namespace(api_key_env="VLLM_API_KEY", env_file=str(tmp_path / "native.env"), env_format="native")
+    )
     try:
         assert serve_common.http_json("http://127.0.0.1:1/v1/models") == (0, None)
         assert seen == [f"Bearer {key}"]
@@ -374,16 +396,21 @@ def test_the_api_key_is_read_from_the_env_file_and_sent_as_a_bearer_token(tmp_pa
 def test_the_kernels_socket_cgroups_decide_where_they_name_one(monkeypatch):
     """Where `ss --cgroup` names each listener's cgroup (cgroup v2), that decides, no /proc fds read (root in
     a container cannot read another user's); a cgroup of `/` says nothing and the open files decide."""
-    rows = {"ours": [("/system.slice/sparkplay-serve.service", "LISTEN ...")],
-            "theirs": [("/system.slice/squatter.service", "LISTEN ..."),
-                       ("/system.slice/sparkplay-serve.service", "LISTEN ...")],
-            "container": [("/system.slice/docker-abc123.scope", "LISTEN ...")]}  # fmt: skip
+    rows = {
+        "ours": [("/system.slice/sparkplay-serve.service", "LISTEN ...")],
+        "theirs": [
+            ("/system.slice/squatter.service", "LISTEN ..."),
+            ("/system.slice/sparkplay-serve.service", "LISTEN ..."),
+        ],
+        "container": [("/system.slice/docker-abc123.scope", "LISTEN ...")],
+    }
     monkeypatch.setattr(serve_ports, "socket_holders", lambda *a: pytest.fail("the open files were read"))
     monkeypatch.setattr(serve_ports, "container_id", lambda name: "abc123" if name else None)
     for case, listed in rows.items():
         monkeypatch.setattr(serve_ports, "ss_listeners", lambda port, listed=listed: listed)
-        problem = serve_ports.port_holder_problem("http://127.0.0.1:9931", "sparkplay-serve.service",
-                                           "sparkplay-serve" if case == "container" else None)  # fmt: skip
+        problem = serve_ports.port_holder_problem(
+            "http://127.0.0.1:9931", "sparkplay-serve.service", "sparkplay-serve" if case == "container" else None
+        )
         if case == "theirs":
             assert problem and "port 9931 is held by /system.slice/squatter.service" in problem
         else:
@@ -406,9 +433,11 @@ def test_llama_benchy_gets_the_api_key_in_its_arguments_but_never_on_its_command
     site = tmp_path / "site"
     (site / "fakebenchy-1.0.dist-info").mkdir(parents=True)
     (site / "fakebenchy-1.0.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: fakebenchy\nVersion: 1.0\n")  # fmt: skip
+        "Metadata-Version: 2.1\nName: fakebenchy\nVersion: 1.0\n"
+    )
     (site / "fakebenchy-1.0.dist-info" / "entry_points.txt").write_text(
-        "[console_scripts]\nllama-benchy = fakebenchy:main\n")  # fmt: skip
+        "[console_scripts]\nllama-benchy = fakebenchy:main\n"
+    )
     (site / "fakebenchy.py").write_text(FAKE_BENCHY)
     venv_bin = tmp_path / "venv" / "bin"
     venv_bin.mkdir(parents=True)
@@ -433,8 +462,10 @@ def test_llama_benchy_gets_the_api_key_in_its_arguments_but_never_on_its_command
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
 def test_the_bench_drops_root_for_good_after_reading_the_key():
-    code = ("import os; from sparkplay.nodetools.serve.bench import drop_to; drop_to('nobody', '/nonexistent');"
-            "print(os.getuid(), os.geteuid(), os.getgroups(), os.environ['HOME'])")  # fmt: skip
+    code = (
+        "import os; from sparkplay.nodetools.serve.bench import drop_to; drop_to('nobody', '/nonexistent');"
+        "print(os.getuid(), os.geteuid(), os.getgroups(), os.environ['HOME'])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 2)
     import pwd
 
@@ -459,9 +490,13 @@ def test_the_watchdogs_counters_carry_the_model_and_unit_so_several_deployments_
 
 @pytest.mark.parametrize(
     ("serves", "said"),
-    [("chat", "391"), ("embeddings", "an embedding of 3 numbers"), ("rerank", "a ranking of 2 documents"),
-     ("broken", None)],
-)  # fmt: skip
+    [
+        ("chat", "391"),
+        ("embeddings", "an embedding of 3 numbers"),
+        ("rerank", "a ranking of 2 documents"),
+        ("broken", None),
+    ],
+)
 def test_the_health_proof_uses_the_endpoint_the_model_serves(serves, said):
     """An embedding model is proven by an embedding and a reranker by a ranking, not by a chat completion
     they refuse (as llama.cpp's --embeddings and vLLM's pooling runner do, with a 4xx); an engine that fails

@@ -43,10 +43,12 @@ def test_the_primary_keeps_todays_names_and_an_added_deployment_carries_its_reci
     assert primary["units"]["serve"] == "sparkplay-serve.service" and primary["container"] == "sparkplay-serve"
     assert primary["env_file"] == "/etc/sparkplay/serve.env" and primary["record"] == "/etc/sparkplay/serve.json"
     added = names.for_slot("lab-small")
-    assert added["units"] == {"watchdog": "sparkplay-serve-watchdog@lab-small.service",
-                              "watch": "sparkplay-serve-watch@lab-small.service",
-                              "serve": "sparkplay-serve@lab-small.service",
-                              "firewall": "sparkplay-peer-firewall@lab-small.service"}  # fmt: skip
+    assert added["units"] == {
+        "watchdog": "sparkplay-serve-watchdog@lab-small.service",
+        "watch": "sparkplay-serve-watch@lab-small.service",
+        "serve": "sparkplay-serve@lab-small.service",
+        "firewall": "sparkplay-peer-firewall@lab-small.service",
+    }
     assert added["record"] == "/etc/sparkplay/serve.d/lab-small.json"
     assert added["env_file"] == "/etc/sparkplay/serve.d/lab-small.env"
     assert added["container"] == "sparkplay-serve-lab-small"
@@ -137,8 +139,12 @@ def record_of(launch: dict, host_claims: dict) -> list[dict]:
 
 
 def gguf_header(layers: int = 4, heads: int = 4, hidden: int = 128) -> dict:
-    return {"general.architecture": "llama", "llama.block_count": layers, "llama.attention.head_count": heads,
-            "llama.embedding_length": hidden}  # fmt: skip
+    return {
+        "general.architecture": "llama",
+        "llama.block_count": layers,
+        "llama.attention.head_count": heads,
+        "llama.embedding_length": hidden,
+    }
 
 
 def hosts(total: float = 121, available: float = 110, weights: int = 3 * 2**20) -> dict:
@@ -331,13 +337,22 @@ def test_moving_an_added_deployment_to_another_node_needs_a_stop_first():
 
 
 def test_what_a_stop_removes_comes_from_the_slots_names_never_a_records_paths():
-    hostile = {"recipe": "x", "slot": "lab-small", "unit": "sparkplay-serve@lab-small.service", "role": "leader",
-               "env_file": "/etc/passwd", "path": "/etc/shadow"}  # fmt: skip
+    hostile = {
+        "recipe": "x",
+        "slot": "lab-small",
+        "unit": "sparkplay-serve@lab-small.service",
+        "role": "leader",
+        "env_file": "/etc/passwd",
+        "path": "/etc/shadow",
+    }
     assert names.leftovers([hostile, {"slot": None, "env_file": "/etc/sparkplay/serve.env"}]) == [
-        "/etc/sparkplay/serve.d/lab-small.json", "/etc/sparkplay/serve.d/lab-small.env",
-        "/etc/sparkplay/peer-firewall@lab-small.nft", "/etc/systemd/system/sparkplay-serve@lab-small.service",
+        "/etc/sparkplay/serve.d/lab-small.json",
+        "/etc/sparkplay/serve.d/lab-small.env",
+        "/etc/sparkplay/peer-firewall@lab-small.nft",
+        "/etc/systemd/system/sparkplay-serve@lab-small.service",
         "/etc/systemd/system/sparkplay-serve-watchdog@lab-small.service",
-        "/etc/systemd/system/sparkplay-peer-firewall@lab-small.service"]  # fmt: skip
+        "/etc/systemd/system/sparkplay-peer-firewall@lab-small.service",
+    ]
     with pytest.raises(ValueError, match="is not a recipe name"):
         names.leftovers([{"slot": "../../etc/x"}])
 
@@ -357,11 +372,19 @@ def test_the_gateway_copies_another_deployments_key_from_its_env_file_and_nothin
 
     for runtime in ("docker", "native"):
         text = env_file({"LLAMA_API_KEY": 'k"e$y\\1', "OTHER": "x"}, runtime)
-        read = {"item": {"slot": "lab-small", "api_key_env": "LLAMA_API_KEY", "runtime": runtime},
-                "content": base64.b64encode(text.encode()).decode()}  # fmt: skip
+        read = {
+            "item": {"slot": "lab-small", "api_key_env": "LLAMA_API_KEY", "runtime": runtime},
+            "content": base64.b64encode(text.encode()).decode(),
+        }
         made = gateway_key_file(read, "sparkplay-gateway")
-        assert made == {"path": "/etc/sparkplay/gateway/upstream/lab-small.key", "content": 'k"e$y\\1\n',
-                        "owner": "root", "group": "sparkplay-gateway", "mode": "0640", "secret": True}  # fmt: skip
+        assert made == {
+            "path": "/etc/sparkplay/gateway/upstream/lab-small.key",
+            "content": 'k"e$y\\1\n',
+            "owner": "root",
+            "group": "sparkplay-gateway",
+            "mode": "0640",
+            "secret": True,
+        }
     primary = {"item": {"slot": None, "api_key_env": "VLLM_API_KEY"}, "content": base64.b64encode(b"A=1\n").decode()}
     assert gateway_key_file(primary, "g") is None  # no key in the file: nothing written
     primary["content"] = base64.b64encode(b"VLLM_API_KEY=s3\n").decode()
@@ -397,9 +420,15 @@ def test_an_added_deployment_spanning_both_nodes_meets_on_ports_of_its_own_behin
 
 
 def test_status_says_a_model_on_demand_that_is_stopped_is_so_by_design():
-    record = {"recipe": "lab-od-a", "host": "rank1", "unit": "sparkplay-serve@lab-od-a.service", "on_demand": True,
-              "served_name": "lab-od-a", "api_url": "http://192.168.100.11:9941",
-              "claim": {"bytes": 2**30}}  # fmt: skip
+    record = {
+        "recipe": "lab-od-a",
+        "host": "rank1",
+        "unit": "sparkplay-serve@lab-od-a.service",
+        "on_demand": True,
+        "served_name": "lab-od-a",
+        "api_url": "http://192.168.100.11:9941",
+        "claim": {"bytes": 2**30},
+    }
     show = {"item": record, "stdout": "ActiveState=inactive\nSubState=dead\nNRestarts=0\n"}
     (row,) = deployments.added_rows([show], [{"stdout": "{}"}])
     assert (row["health"], row["up"]) == ("on demand", True) and "the gateway starts it" in row["line"]

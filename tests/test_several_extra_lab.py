@@ -75,8 +75,10 @@ def test_a_changed_added_deployment_is_updated_beside_itself_and_no_request_thro
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     codes = in_node(0, "cat", "/tmp/client-codes").stdout.split()
     failed = [c for c in codes if c != "200"]
-    print(f"\nupdate beside itself: {len(codes)} requests through the gateway during a {took:.0f} s `up`, "
-          f"{len(failed)} failed")  # fmt: skip
+    print(
+        f"\nupdate beside itself: {len(codes)} requests through the gateway during a {took:.0f} s `up`, "
+        f"{len(failed)} failed"
+    )
     assert len(codes) >= 20 and not failed, (len(codes), sorted(set(codes)))
     said = full_log(proc)
     assert "lab-small changed: its new version starts beside the running one first" in said
@@ -87,8 +89,10 @@ def test_a_changed_added_deployment_is_updated_beside_itself_and_no_request_thro
     assert '"-c" "256"' in in_node(1, "systemctl", "cat", SMALL_UNIT).stdout
     for gone in ("lab-small.NEW.json", "lab-small.NEW.env"):
         assert in_node(1, "test", "-e", f"/etc/sparkplay/serve.d/{gone}", check=False).returncode == 1, gone
-    assert in_node(1, "test", "-e", "/etc/systemd/system/sparkplay-serve@lab-small.NEW.service",
-                   check=False).returncode == 1  # fmt: skip
+    assert (
+        in_node(1, "test", "-e", "/etc/systemd/system/sparkplay-serve@lab-small.NEW.service", check=False).returncode
+        == 1
+    )
     routes = json.loads(in_node(0, "cat", "/etc/sparkplay/gateway-routes.json").stdout)["models"]
     assert routes["lab-small"]["slot"] == "lab-small" and routes["lab-small"]["url"].endswith(":9933")
 
@@ -109,15 +113,18 @@ def test_a_deployment_across_both_nodes_added_beside_lab_tiny_answers_and_goes_c
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         proc = cli("up", "lab-pair", "--add", "--yes")
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
-        assert [in_node(r, "systemctl", "is-active", "sparkplay-serve@lab-pair.service").stdout.strip()
-                for r in (0, 1)] == ["active", "active"]  # fmt: skip
+        assert [
+            in_node(r, "systemctl", "is-active", "sparkplay-serve@lab-pair.service").stdout.strip() for r in (0, 1)
+        ] == ["active", "active"]
         worker = in_node(1, "systemctl", "show", "-p", "ExecStart", "sparkplay-serve@lab-pair.service").stdout
         assert "-p 9946" in worker, worker
         tables = in_node(1, "nft", "list", "tables").stdout
         assert "table inet sparkplay_" in tables and "table inet sparkplay\n" in tables + "\n", tables
         assert ask("lab-pair")["model"] == "lab-pair" and ask("lab-tiny")["model"] == "lab-tiny"
-        claims = [json.loads(in_node(r, "cat", "/etc/sparkplay/serve.d/lab-pair.json").stdout)["claim"]["bytes"]
-                  for r in (0, 1)]  # fmt: skip
+        claims = [
+            json.loads(in_node(r, "cat", "/etc/sparkplay/serve.d/lab-pair.json").stdout)["claim"]["bytes"]
+            for r in (0, 1)
+        ]
         assert all(c > 0 for c in claims), claims  # each rank's claim on its own node
     finally:
         path.unlink(missing_ok=True)
@@ -158,12 +165,25 @@ def test_a_gateway_with_keys_refuses_a_request_without_one_and_engines_keep_thei
             answer = json.loads(curl(f"{GATEWAY}/chat/completions", body, key=key) or "{}")
             assert answer.get("model") == "lab-keyed", answer
         assert in_node(0, "stat", "-c", "%U:%G %a", "/etc/sparkplay/gateway/keys").stdout.split() == [
-            "root:sparkplay-gateway", "640"]  # fmt: skip
+            "root:sparkplay-gateway",
+            "640",
+        ]
         status = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
         assert status["gateway"]["keys_required"] is True
         address = json.loads(in_node(1, "cat", "/etc/sparkplay/serve.d/lab-keyed.json").stdout)["address"]
-        direct = in_node(1, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-d", json.dumps(body),
-                         f"http://{address}:9935/v1/chat/completions", check=False).stdout  # fmt: skip
+        direct = in_node(
+            1,
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-d",
+            json.dumps(body),
+            f"http://{address}:9935/v1/chat/completions",
+            check=False,
+        ).stdout
         assert direct == "401"  # the engine's own key holds
     finally:
         settings.write_text(before)
@@ -181,8 +201,9 @@ def test_models_on_demand_start_when_asked_for_make_room_lru_and_stop_after_thei
     try:
         for port, (name, path) in enumerate(zip(ON_DEMAND, recipes, strict=True), start=9941):
             path.write_text(yaml.safe_dump(lab_small_as(name, 1 << 20, port), sort_keys=False))
-        settings.write_text(before + f"\nserve_on_demand: {ON_DEMAND}\nserve_on_demand_ttl: 30\n"
-                            "serve_on_demand_budget_gib: 2.5\n")  # fmt: skip
+        settings.write_text(
+            before + f"\nserve_on_demand: {ON_DEMAND}\nserve_on_demand_ttl: 30\nserve_on_demand_budget_gib: 2.5\n"
+        )
         for name in ON_DEMAND:
             proc = cli("up", name, "--add", "--node", "sparkplay-lab-rank1", "--yes")
             assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
@@ -192,9 +213,21 @@ def test_models_on_demand_start_when_asked_for_make_room_lru_and_stop_after_thei
         took = {}
         for name in ON_DEMAND:  # a, then b beside it, then c: a (the least recently used) makes room
             started = time.monotonic()
-            out = in_node(0, "curl", "-sN", "-m", "60", "-H", "Content-Type: application/json", "-d",
-                          json.dumps({"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
-                                      "stream": True}), f"{GATEWAY}/chat/completions", check=False).stdout  # fmt: skip
+            out = in_node(
+                0,
+                "curl",
+                "-sN",
+                "-m",
+                "60",
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                json.dumps(
+                    {"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stream": True}
+                ),
+                f"{GATEWAY}/chat/completions",
+                check=False,
+            ).stdout
             took[name] = round(time.monotonic() - started, 1)
             assert out.rstrip().endswith("data: [DONE]"), (name, out[-500:])
         assert [active(n) for n in ON_DEMAND] == [False, True, True]
@@ -212,8 +245,10 @@ def test_models_on_demand_start_when_asked_for_make_room_lru_and_stop_after_thei
                 break
             time.sleep(2)
         assert [active(n) for n in ON_DEMAND] == [False, False, False]
-        assert "idle for 30 s (its TTL)" in in_node(0, "journalctl", "-u", "sparkplay-gateway", "--no-pager",
-                                                    "-o", "cat").stdout  # fmt: skip
+        assert (
+            "idle for 30 s (its TTL)"
+            in in_node(0, "journalctl", "-u", "sparkplay-gateway", "--no-pager", "-o", "cat").stdout
+        )
     finally:
         settings.write_text(before)
         for path in recipes:

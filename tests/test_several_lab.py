@@ -38,8 +38,13 @@ def curl(url: str, body: dict | None = None, timeout: float = 20, key: str | Non
 
 
 def ask(model: str, url: str = GATEWAY, stream: bool = False) -> dict | str:
-    body = {"model": model, "messages": [{"role": "user", "content": "What is 17*23?"}], "temperature": 0,
-            "max_tokens": 8, "stream": stream}  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "What is 17*23?"}],
+        "temperature": 0,
+        "max_tokens": 8,
+        "stream": stream,
+    }
     out = curl(f"{url}/chat/completions", body)
     return out if stream else json.loads(out or "{}")
 
@@ -74,18 +79,36 @@ def test_both_answer_through_the_one_endpoint_as_they_answer_directly():
     # temperature 0: the gateway's answer is the engine's own, byte for byte
     assert tiny["choices"] == ask("lab-tiny", "http://127.0.0.1:9931/v1")["choices"]
     address = json.loads(in_node(1, "cat", "/etc/sparkplay/serve.d/lab-small.json").stdout)["address"]
-    body = {"model": "lab-small", "messages": [{"role": "user", "content": "What is 17*23?"}], "temperature": 0,
-            "max_tokens": 8, "stream": False}  # fmt: skip
-    direct = json.loads(in_node(1, "curl", "-s", "-m", "20", "-H", "Content-Type: application/json", "-d",
-                                json.dumps(body), f"http://{address}:9933/v1/chat/completions").stdout)  # fmt: skip
+    body = {
+        "model": "lab-small",
+        "messages": [{"role": "user", "content": "What is 17*23?"}],
+        "temperature": 0,
+        "max_tokens": 8,
+        "stream": False,
+    }
+    direct = json.loads(
+        in_node(
+            1,
+            "curl",
+            "-s",
+            "-m",
+            "20",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            json.dumps(body),
+            f"http://{address}:9933/v1/chat/completions",
+        ).stdout
+    )
     assert small["choices"] == direct["choices"]
     stream = ask("lab-small", stream=True)
     assert stream.count("data: ") >= 3 and stream.rstrip().endswith("data: [DONE]")
     missing = ask("lab-huge")
     assert missing["error"]["code"] == "model_not_found" and "lab-small, lab-tiny" in missing["error"]["message"]
     # a request without `model` goes to the default: the primary's
-    plain = json.loads(curl(f"{GATEWAY}/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
-                                                            "max_tokens": 4}))  # fmt: skip
+    plain = json.loads(
+        curl(f"{GATEWAY}/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+    )
     assert plain["model"] == "lab-tiny", plain
     # the gateway runs as a user of its own, not root, from its virtualenv
     pid = in_node(0, "systemctl", "show", "-p", "MainPID", "--value", "sparkplay-gateway.service").stdout.strip()
@@ -108,9 +131,22 @@ said["uid"] = os.getuid()
 print(json.dumps(said))
 """
 )
-SANDBOX_KEYS = ("User=", "Group=", "WorkingDirectory=", "Environment=HOME=", "NoNewPrivileges=", "Protect", "Private",
-                "Restrict", "LockPersonality=", "CapabilityBoundingSet=", "AmbientCapabilities=", "SystemCall",
-                "UMask=", "ReadWritePaths=")  # fmt: skip
+SANDBOX_KEYS = (
+    "User=",
+    "Group=",
+    "WorkingDirectory=",
+    "Environment=HOME=",
+    "NoNewPrivileges=",
+    "Protect",
+    "Private",
+    "Restrict",
+    "LockPersonality=",
+    "CapabilityBoundingSet=",
+    "AmbientCapabilities=",
+    "SystemCall",
+    "UMask=",
+    "ReadWritePaths=",
+)
 
 
 def test_an_engine_cannot_see_its_neighbours_traffic_caches_or_environment():
@@ -124,8 +160,19 @@ def test_an_engine_cannot_see_its_neighbours_traffic_caches_or_environment():
     assert primary not in ("", "0")
     home = "/var/lib/sparkplay/engine"
     assert in_node(1, "stat", "-c", "%U %a", home).stdout.split() == ["sparkplay-engine", "750"]
-    argv = ["systemd-run", "--wait", "--pipe", "--quiet", "--collect", *(f"--property={s}" for s in settings),
-            "/usr/bin/python3", "-c", NEIGHBOUR_PROBE, primary, home]  # fmt: skip
+    argv = [
+        "systemd-run",
+        "--wait",
+        "--pipe",
+        "--quiet",
+        "--collect",
+        *(f"--property={s}" for s in settings),
+        "/usr/bin/python3",
+        "-c",
+        NEIGHBOUR_PROBE,
+        primary,
+        home,
+    ]
     said = json.loads(in_node(1, *argv).stdout)
     assert said["packet_socket"] != "allowed" and said["raw_ip_socket"] != "allowed", said
     assert said["list_home"] == "PermissionError" and said["write_home"] != "allowed", said
@@ -142,8 +189,10 @@ def test_a_third_that_cannot_fit_is_refused_naming_the_node_and_nothing_changes(
     doc = lab_small_as("lab-huge", 1 << 28, 9934)
     path = PROJECT / "recipes" / "lab-huge.yml"
     routes = in_node(0, "cat", "/etc/sparkplay/gateway-routes.json").stdout
-    pids = [in_node(r, "systemctl", "show", u, "--property=MainPID").stdout
-            for r, u in ((0, "sparkplay-serve.service"), (1, SMALL_UNIT))]  # fmt: skip
+    pids = [
+        in_node(r, "systemctl", "show", u, "--property=MainPID").stdout
+        for r, u in ((0, "sparkplay-serve.service"), (1, SMALL_UNIT))
+    ]
     try:
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         proc = cli("up", "lab-huge", "--add", "--yes")
@@ -156,8 +205,10 @@ def test_a_third_that_cannot_fit_is_refused_naming_the_node_and_nothing_changes(
     assert "short by" in said and "Nothing was changed" in said and "--force-admit" in said
     assert in_node(0, "test", "-e", "/etc/sparkplay/serve.d/lab-huge.json", check=False).returncode == 1
     assert in_node(0, "cat", "/etc/sparkplay/gateway-routes.json").stdout == routes
-    assert pids == [in_node(r, "systemctl", "show", u, "--property=MainPID").stdout
-                    for r, u in ((0, "sparkplay-serve.service"), (1, SMALL_UNIT))]  # fmt: skip
+    assert pids == [
+        in_node(r, "systemctl", "show", u, "--property=MainPID").stdout
+        for r, u in ((0, "sparkplay-serve.service"), (1, SMALL_UNIT))
+    ]
 
 
 def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
@@ -168,7 +219,11 @@ def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
     assert all(r["up"] for r in doc["ranks"])
     gateway = doc["gateway"]
     assert (gateway["url"], gateway["keys_required"], gateway["up"], gateway["default"]) == (
-        GATEWAY, False, True, "lab-tiny"), gateway  # fmt: skip
+        GATEWAY,
+        False,
+        True,
+        "lab-tiny",
+    ), gateway
     assert gateway["models"] == ["lab-small", "lab-tiny"]
     pid = in_node(1, "systemctl", "show", SMALL_UNIT, "--property=MainPID").stdout
     # plain up of the primary keeps today's meaning, and leaves the added model serving
@@ -205,8 +260,11 @@ def test_stopping_one_leaves_the_other_answering_and_frees_its_claim():
     assert served() == ["lab-tiny"] and ask("lab-tiny")["model"] == "lab-tiny"
     assert ask("lab-small")["error"]["code"] == "model_not_found"
     assert in_node(1, "systemctl", "is-active", SMALL_UNIT, check=False).stdout.strip() != "active"
-    for gone in ("/etc/sparkplay/serve.d/lab-small.json", "/etc/sparkplay/serve.d/lab-small.env",
-                 f"/etc/systemd/system/{SMALL_UNIT}"):  # fmt: skip
+    for gone in (
+        "/etc/sparkplay/serve.d/lab-small.json",
+        "/etc/sparkplay/serve.d/lab-small.env",
+        f"/etc/systemd/system/{SMALL_UNIT}",
+    ):
         assert in_node(1, "test", "-e", gone, check=False).returncode == 1, gone
     nothing = cli("stop", "lab-small", "--yes")
     assert nothing.returncode != 0 and "No deployment of recipe lab-small" in nothing.stdout + nothing.stderr

@@ -73,9 +73,14 @@ RECIPES = sglang_recipes()
 
 def sglang_check(python: Path, argvs: list[list[str]]) -> list[str | None]:
     answer = subprocess.run(
-        [python, CHECK], input=json.dumps(argvs), capture_output=True, text=True, timeout=600, check=False,
+        [python, CHECK],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    )
     assert answer.returncode == 0, answer.stderr[-3000:]
     return json.loads(answer.stdout)
 

@@ -18,19 +18,26 @@ diff = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(diff)
 
 RECIPE = {
-    "recipe_version": "2", "model": "org/m", "runtime": "vllm-distributed", "container": "vllm/vllm-openai:v0.20.0",
-    "min_nodes": 2, "env": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_DEBUG": "INFO"},
+    "recipe_version": "2",
+    "model": "org/m",
+    "runtime": "vllm-distributed",
+    "container": "vllm/vllm-openai:v0.20.0",
+    "min_nodes": 2,
+    "env": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_DEBUG": "INFO"},
     "defaults": {"port": 8000, "host": "0.0.0.0"},  # noqa: S104 - the recipe's, narrowed by the import
     "command": "vllm serve {model} -tp 2 --host {host} --port {port} --max-model-len 4096 --speculative-config "
-               "'{\"method\": \"eagle3\", \"model\": \"org/draft\", \"num_speculative_tokens\": 3}'",
-}  # fmt: skip
+    '\'{"method": "eagle3", "model": "org/draft", "num_speculative_tokens": 3}\'',
+}
 # sparkrun's rendering of RECIPE (generate_command on a two-node cluster): the command, its env, the image
 REFERENCE = {
-    "nodes": 2, "model": "org/m", "image": "vllm/vllm-openai:v0.20.0", "served": "",
+    "nodes": 2,
+    "model": "org/m",
+    "image": "vllm/vllm-openai:v0.20.0",
+    "served": "",
     "env": {"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_DEBUG": "INFO"},
     "command": "vllm serve org/m -tp 2 --host 0.0.0.0 --port 8000 --max-model-len 4096 \\\n  --speculative-config "
-               "'{\"method\": \"eagle3\", \"model\": \"org/draft\", \"num_speculative_tokens\": 3}'",
-}  # fmt: skip
+    '\'{"method": "eagle3", "model": "org/draft", "num_speculative_tokens": 3}\'',
+}
 
 
 def imported(tmp_path: Path) -> tuple[dict, dict]:

@@ -57,8 +57,9 @@ def test_vllm_defaults_follow_sparkruns_map_switches_negation_and_json():
 
 
 def test_llamacpp_atlas_and_sglang_defaults_as_sparkrun_writes_them():
-    args, unmapped = sparkrun_flags.generated_flags("llamacpp", {"max_model_len": 8192, "flash_attn": True,
-                                                                 "mmap": False, "jinja": True})  # fmt: skip
+    args, unmapped = sparkrun_flags.generated_flags(
+        "llamacpp", {"max_model_len": 8192, "flash_attn": True, "mmap": False, "jinja": True}
+    )
     assert contains_run(args, ["--ctx-size", "8192"]) and contains_run(args, ["--split-mode", "layer"])
     assert contains_run(args, ["--flash-attn", "on"]) and "--no-mmap" in args and "--jinja" in args
     assert unmapped == []
@@ -69,16 +70,19 @@ def test_llamacpp_atlas_and_sglang_defaults_as_sparkrun_writes_them():
     assert contains_run(args, ["--tp-size", "2"]) and "--enable-dp-attention" not in args and unmapped == []
 
 
-@pytest.mark.parametrize(("value", "meant"), [("true", True), ("off", False), ("auto", True), ("", False),
-                                               ("0", False), (1, True), ("no", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "meant"),
+    [("true", True), ("off", False), ("auto", True), ("", False), ("0", False), (1, True), ("no", False)],
+)
 def test_a_switch_reads_its_value_as_sparkrun_does(value, meant):
     assert sparkrun_flags.truthy(value) is meant
 
 
 def test_a_default_sparkrun_has_no_flag_for_is_not_passed_and_the_import_says_so(tmp_path):
     doc = recipe(tmp_path, model="org/m", runtime="vllm", defaults={"spec_tokens": 15, "max_model_len": 4096})
-    assert "--spec-tokens" not in doc["serve"]["args"] and contains_run(doc["serve"]["args"], ["--max-model-len",
-                                                                                              "4096"])  # fmt: skip
+    assert "--spec-tokens" not in doc["serve"]["args"] and contains_run(
+        doc["serve"]["args"], ["--max-model-len", "4096"]
+    )
     assert doc["extra"]["sparkrun_not_honoured"]["defaults"] == {"spec_tokens": 15}
     assert "sparkrun leaves them out" in notes(doc, "ignored")["extra.sparkrun_not_honoured.defaults"]
 
@@ -87,15 +91,21 @@ def test_a_default_sparkrun_has_no_flag_for_is_not_passed_and_the_import_says_so
 
 
 def test_ray_runtime_on_one_node_adds_no_ray_backend(tmp_path):
-    doc = recipe(tmp_path, model="org/m", runtime="vllm-ray", min_nodes=1, max_nodes=1,
-                 command="vllm serve {model} --port 8000")  # fmt: skip
+    doc = recipe(
+        tmp_path, model="org/m", runtime="vllm-ray", min_nodes=1, max_nodes=1, command="vllm serve {model} --port 8000"
+    )
     assert "--distributed-executor-backend" not in leader(doc)["argv"]
 
 
 def test_a_backend_default_wins_over_the_commands_literal_flag(tmp_path):
-    doc = recipe(tmp_path, model="org/m", runtime="vllm-distributed", min_nodes=2,
-                 defaults={"distributed_executor_backend": "mp"},
-                 command="vllm serve {model} -tp 2 --distributed-executor-backend ray")  # fmt: skip
+    doc = recipe(
+        tmp_path,
+        model="org/m",
+        runtime="vllm-distributed",
+        min_nodes=2,
+        defaults={"distributed_executor_backend": "mp"},
+        command="vllm serve {model} -tp 2 --distributed-executor-backend ray",
+    )
     assert contains_run(doc["serve"]["args"], ["--distributed-executor-backend", "mp"])
     assert contains_run(leader(doc)["argv"], ["--nnodes", "2"])
 
@@ -110,9 +120,14 @@ def test_tensor_parallel_one_is_left_to_the_engine(tmp_path):
 
 
 def test_environment_the_plan_sets_per_node_is_noted_and_the_rest_passes(tmp_path):
-    doc = recipe(tmp_path, model="org/m", runtime="vllm-distributed", min_nodes=2,
-                 env={"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "VLLM_HOST_IP": "10.0.0.1", "NCCL_DEBUG": "INFO"},
-                 command="vllm serve {model} -tp 2")  # fmt: skip
+    doc = recipe(
+        tmp_path,
+        model="org/m",
+        runtime="vllm-distributed",
+        min_nodes=2,
+        env={"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "VLLM_HOST_IP": "10.0.0.1", "NCCL_DEBUG": "INFO"},
+        command="vllm serve {model} -tp 2",
+    )
     said = notes(doc, "overridden")
     assert set(said) == {"serve.env.NCCL_SOCKET_IFNAME", "serve.env.VLLM_HOST_IP"}
     assert "'enp1s0f0np0'" in said["serve.env.NCCL_SOCKET_IFNAME"]
@@ -125,11 +140,21 @@ def test_atlas_profile_settings_reach_the_engine_through_its_profile_and_are_not
 
 
 def test_llamacpp_metrics_flag_the_plan_adds_is_noted_once(tmp_path):
-    doc = recipe(tmp_path, model="org/m-GGUF", runtime="llama-cpp", container=None,
-                 command="llama-server -m /models/m.gguf --port 8080")  # fmt: skip
+    doc = recipe(
+        tmp_path,
+        model="org/m-GGUF",
+        runtime="llama-cpp",
+        container=None,
+        command="llama-server -m /models/m.gguf --port 8080",
+    )
     assert "--metrics" in notes(doc, "added")["serve.args"] and "--metrics" in leader(doc)["argv"]
-    doc = recipe(tmp_path, model="org/m-GGUF", runtime="llama-cpp", container=None,
-                 command="llama-server -m /models/m.gguf --port 8080 --metrics")  # fmt: skip
+    doc = recipe(
+        tmp_path,
+        model="org/m-GGUF",
+        runtime="llama-cpp",
+        container=None,
+        command="llama-server -m /models/m.gguf --port 8080 --metrics",
+    )
     assert not notes(doc, "added") and leader(doc)["argv"].count("--metrics") == 1
 
 
@@ -143,9 +168,18 @@ def test_a_line_without_its_backslash_is_refused_naming_the_flags_cut_off(tmp_pa
 
 
 def test_resource_limits_and_user_reach_every_ranks_container_and_a_bent_one_is_refused(tmp_path):
-    doc = recipe(tmp_path, model="org/m", runtime="vllm-distributed", min_nodes=2, command="vllm serve {model} -tp 2",
-                 executor_config={"ulimit": ["memlock=-1:-1", "nofile=262144:262144", "stack=67108864"],
-                                  "user": "root", "privileged": True})  # fmt: skip
+    doc = recipe(
+        tmp_path,
+        model="org/m",
+        runtime="vllm-distributed",
+        min_nodes=2,
+        command="vllm serve {model} -tp 2",
+        executor_config={
+            "ulimit": ["memlock=-1:-1", "nofile=262144:262144", "stack=67108864"],
+            "user": "root",
+            "privileged": True,
+        },
+    )
     assert doc["serve"]["ulimits"] == ["nofile=262144:262144", "stack=67108864"]
     assert doc["extra"]["sparkrun_not_honoured"]["executor_config"] == {"privileged": True}
     assert "never privileged" in notes(doc, "ignored")["extra.sparkrun_not_honoured.executor_config"]
@@ -167,12 +201,16 @@ def test_resource_limits_and_user_reach_every_ranks_container_and_a_bent_one_is_
 @pytest.mark.parametrize(
     ("runtime", "container", "command", "flag"),
     [
-        ("sglang", "lmsysorg/sglang:v0.5.9", "python3 -m sglang.launch_server --model-path {model} --tp 1",
-         "--served-model-name"),
+        (
+            "sglang",
+            "lmsysorg/sglang:v0.5.9",
+            "python3 -m sglang.launch_server --model-path {model} --tp 1",
+            "--served-model-name",
+        ),
         ("vllm", "vllm/vllm-openai:v0.20.0", "vllm serve {model} -tp 1", "--served-model-name"),
         ("llama-cpp", None, "llama-server -m /models/m.gguf -c 4096", "--alias"),
     ],
-)  # fmt: skip
+)
 def test_a_served_name_in_defaults_is_appended_to_a_command_that_lacks_it(tmp_path, runtime, container, command, flag):
     """sparkrun's RuntimePlugin._augment_served_model_name: every runtime, fill policy."""
     fields = {"model": "org/m", "runtime": runtime, "defaults": {"served_model_name": "short"}, "command": command}
@@ -193,8 +231,13 @@ def test_a_served_name_in_defaults_is_appended_to_a_command_that_lacks_it(tmp_pa
 
 
 def test_a_served_name_the_command_states_is_kept(tmp_path):
-    doc = recipe(tmp_path, model="org/m", runtime="vllm", defaults={"served_model_name": "short"},
-                 command="vllm serve {model} --served-model-name mine")  # fmt: skip
+    doc = recipe(
+        tmp_path,
+        model="org/m",
+        runtime="vllm",
+        defaults={"served_model_name": "short"},
+        command="vllm serve {model} --served-model-name mine",
+    )
     assert doc["model"]["served_name"] == "mine" and doc["serve"]["args"].count("--served-model-name") == 1
 
 
@@ -217,8 +260,13 @@ def test_a_recipe_with_model_and_runtime_alone_is_sparkruns_and_asks_for_the_ima
     ],
 )
 def test_an_eugr_image_is_built_only_when_sparkrun_would_build_it(tmp_path, container, build_args, built):
-    fields = {"model": "org/m", "runtime": "vllm", "container": container, "command": "vllm serve {model}",
-              "builder": "eugr"}  # fmt: skip
+    fields = {
+        "model": "org/m",
+        "runtime": "vllm",
+        "container": container,
+        "command": "vllm serve {model}",
+        "builder": "eugr",
+    }
     if build_args:
         fields["build_args"] = build_args
     doc = recipe(tmp_path, **fields)

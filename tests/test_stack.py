@@ -19,11 +19,18 @@ sys.path.insert(0, str(PROJECT / "collections"))
 from ansible_collections.sparkplay.spark.plugins.module_utils import sparkplay_stack as reader
 
 ROWS = {
-    "os": "Ubuntu 24.04.3 LTS", "kernel": "6.14.0-1015-nvidia", "driver": "580.95.05", "cuda": "13.0.88",
-    "docker": "28.2.2", "packages": {"libnccl2": "2.28.3-1+cuda13.0"}, "fabric": {"enp1s0f1np1": "mlx5_core 25.07"},
-    "images": {}, "engine_packages": {}, "files": {"/opt/vllm": "212 distributions sha256:" + "a" * 64},
+    "os": "Ubuntu 24.04.3 LTS",
+    "kernel": "6.14.0-1015-nvidia",
+    "driver": "580.95.05",
+    "cuda": "13.0.88",
+    "docker": "28.2.2",
+    "packages": {"libnccl2": "2.28.3-1+cuda13.0"},
+    "fabric": {"enp1s0f1np1": "mlx5_core 25.07"},
+    "images": {},
+    "engine_packages": {},
+    "files": {"/opt/vllm": "212 distributions sha256:" + "a" * 64},
     "checkpoints": {"/m/glm": {"revision": "abc", "manifest": "1" * 64}},
-}  # fmt: skip
+}
 RECIPE = {"name": "glm53", "engine": {"name": "vllm"}}
 
 
@@ -43,8 +50,16 @@ def test_the_lock_names_each_node_the_recipe_and_sparkplay_and_its_hash_ignores_
 
 
 def test_drift_is_said_in_words_per_rank():
-    now = {"spark-0": ROWS, "spark-1": {**ROWS, "kernel": "6.17.0-1008", "packages": {}, "driver": None,
-                                        "fabric": {**ROWS["fabric"], "enP2p1s0f1np1": "mlx5_core 25.07"}}}  # fmt: skip
+    now = {
+        "spark-0": ROWS,
+        "spark-1": {
+            **ROWS,
+            "kernel": "6.17.0-1008",
+            "packages": {},
+            "driver": None,
+            "fabric": {**ROWS["fabric"], "enP2p1s0f1np1": "mlx5_core 25.07"},
+        },
+    }
     found = stack.cluster_drift(locked(), now, {"spark-0": 0, "spark-1": 1})
     assert found["nodes"]["spark-0"] == []
     assert found["lines"] == [
@@ -56,8 +71,11 @@ def test_drift_is_said_in_words_per_rank():
 
 
 def test_a_changed_checkpoint_or_virtualenv_is_named_with_short_digests():
-    now = {**ROWS, "files": {"/opt/vllm": "213 distributions sha256:" + "b" * 64},
-           "checkpoints": {"/m/glm": {"revision": "def", "manifest": "2" * 64}}}  # fmt: skip
+    now = {
+        **ROWS,
+        "files": {"/opt/vllm": "213 distributions sha256:" + "b" * 64},
+        "checkpoints": {"/m/glm": {"revision": "def", "manifest": "2" * 64}},
+    }
     said = stack.drift(ROWS, now)
     assert said == [
         f"file /opt/vllm 213 distributions sha256:{'b' * 12} (locked 212 distributions sha256:{'a' * 12})",
@@ -81,18 +99,37 @@ def test_a_node_not_read_or_not_locked_is_said_so_and_no_lock_is_no_drift():
     assert found["nodes"]["spark-1"] == ["not read (unreachable, or not in this run)"]
     assert "`sparkplay lock` records it" in found["nodes"]["spark-2"][0]
     assert stack.cluster_drift(None, {"spark-0": ROWS}, {"spark-0": 0}) == {
-        "locked": False, "hash": None, "recipe_changed": False, "nodes": {}, "lines": []}  # fmt: skip
+        "locked": False,
+        "hash": None,
+        "recipe_changed": False,
+        "nodes": {},
+        "lines": [],
+    }
 
 
 def test_what_to_read_is_the_plans_engine_and_whatever_the_lock_names():
-    plan = {"runtime": "native", "image": None, "packages": ["llama.cpp-tools"], "install": None,
-            "ranks": [{"host": "n0", "exec": ["/usr/bin/llama-server", "-m", "x"]},
-                      {"host": "n1", "exec": ["/rpc"]}]}  # fmt: skip
+    plan = {
+        "runtime": "native",
+        "image": None,
+        "packages": ["llama.cpp-tools"],
+        "install": None,
+        "ranks": [{"host": "n0", "exec": ["/usr/bin/llama-server", "-m", "x"]}, {"host": "n1", "exec": ["/rpc"]}],
+    }
     args = stack.what_to_read(plan, "n1", None, [{"dest": "/m/tiny"}])
-    assert args == {"twins": [], "images": [], "packages": ["llama.cpp-tools"], "files": ["/rpc"],
-                    "checkpoints": ["/m/tiny"]}  # fmt: skip
-    docker = {"runtime": "docker", "image": "vllm/vllm-openai@sha256:" + "c" * 64, "packages": [],
-              "install": None, "ranks": [{"host": "n0", "exec": ["/usr/bin/docker", "run"]}]}  # fmt: skip
+    assert args == {
+        "twins": [],
+        "images": [],
+        "packages": ["llama.cpp-tools"],
+        "files": ["/rpc"],
+        "checkpoints": ["/m/tiny"],
+    }
+    docker = {
+        "runtime": "docker",
+        "image": "vllm/vllm-openai@sha256:" + "c" * 64,
+        "packages": [],
+        "install": None,
+        "ranks": [{"host": "n0", "exec": ["/usr/bin/docker", "run"]}],
+    }
     assert stack.what_to_read(docker, "n0")["images"] == [docker["image"]]
     assert stack.what_to_read(docker, "n0")["files"] == []  # docker's client is not the engine
     doc = locked(n0=ROWS)
@@ -104,17 +141,30 @@ def test_what_to_read_is_the_plans_engine_and_whatever_the_lock_names():
 
 
 def test_holds_are_the_kernels_the_drivers_and_the_engines_and_a_persons_own_stays_theirs():
-    read = {"packages": {"linux-image-6.14.0-1015-nvidia": {"version": "1", "held": False},
-                         "nvidia-driver-580-open": {"version": "580", "held": True},
-                         "llama.cpp-tools": {"version": "0.7", "held": False}, "vllm-extra": None}}  # fmt: skip
-    found = stack.holds(read, ["linux-image-6.14.0-1015-nvidia", "nvidia-driver-580-open"],
-                        ["llama.cpp-tools", "vllm-extra"], ours_before=["old-engine"])  # fmt: skip
+    read = {
+        "packages": {
+            "linux-image-6.14.0-1015-nvidia": {"version": "1", "held": False},
+            "nvidia-driver-580-open": {"version": "580", "held": True},
+            "llama.cpp-tools": {"version": "0.7", "held": False},
+            "vllm-extra": None,
+        }
+    }
+    found = stack.holds(
+        read,
+        ["linux-image-6.14.0-1015-nvidia", "nvidia-driver-580-open"],
+        ["llama.cpp-tools", "vllm-extra"],
+        ours_before=["old-engine"],
+    )
     assert found["hold"] == ["linux-image-6.14.0-1015-nvidia", "llama.cpp-tools", "nvidia-driver-580-open"]
     assert found["ours"] == ["linux-image-6.14.0-1015-nvidia", "llama.cpp-tools"]  # the driver was held by a person
     assert found["release"] == ["old-engine"]
     # held by sparkplay last time, so held now: still sparkplay's to release
-    again = stack.holds({"packages": {"llama.cpp-tools": {"version": "0.7", "held": True}}}, [], ["llama.cpp-tools"],
-                        ours_before=["llama.cpp-tools"])  # fmt: skip
+    again = stack.holds(
+        {"packages": {"llama.cpp-tools": {"version": "0.7", "held": True}}},
+        [],
+        ["llama.cpp-tools"],
+        ours_before=["llama.cpp-tools"],
+    )
     assert again["ours"] == ["llama.cpp-tools"] and again["release"] == []
 
 
@@ -167,7 +217,8 @@ def test_ethtool_reads_driver_version_and_firmware(monkeypatch):
     monkeypatch.setattr(reader.os.path, "exists", lambda path: True)
     said = "driver: mlx5_core\nversion: 25.07-0.9.7\nfirmware-version: 28.45.1020 (NVD0000000088)\nbus-info: x\n"
     assert reader.fabric("enp1s0f1np1", "/sbin/ethtool", lambda argv: (0, said, "")) == (
-        "mlx5_core 25.07-0.9.7 firmware 28.45.1020 (NVD0000000088)")  # fmt: skip
+        "mlx5_core 25.07-0.9.7 firmware 28.45.1020 (NVD0000000088)"
+    )
     veth = "driver: veth\nversion: 1.0\nfirmware-version: \n"
     assert reader.fabric("eth0", "/sbin/ethtool", lambda argv: (0, veth, "")) == "veth 1.0"
 
@@ -229,8 +280,11 @@ def test_docker_images_read_by_repo_digest_else_id_and_no_docker_is_none(tmp_pat
     cli.chmod(0o755)
     server, images = reader.docker(str(cli), ["vllm/vllm-openai:v0.11.0", "local:dev", "gone:1"], run)
     assert server == "28.2.2"
-    assert images == {"vllm/vllm-openai:v0.11.0": "sha256:" + "f" * 64, "local:dev": "sha256:" + "e" * 64,
-                      "gone:1": None}  # fmt: skip
+    assert images == {
+        "vllm/vllm-openai:v0.11.0": "sha256:" + "f" * 64,
+        "local:dev": "sha256:" + "e" * 64,
+        "gone:1": None,
+    }
     assert reader.docker(str(tmp_path / "none"), ["x"], run) == (None, {"x": None})
 
 

@@ -98,11 +98,27 @@ LOGGED = textwrap.dedent(
 def test_the_files_module_never_sends_a_files_content_to_the_system_log(tmp_path, check):
     """AnsibleModule logs each call's arguments to syslog/journald; the env file holds the API key."""
     key = "sk-" + "k3y" * 10
-    args = {"files": [{"path": str(tmp_path / "serve.env"), "content": f"VLLM_API_KEY={key}\n", "mode": "0600",
-                       "owner": str(os.getuid()), "group": str(os.getgid()), "secret": True}],
-            "managed": False, "_ansible_check_mode": check}  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", LOGGED, str(PROJECT / "collections"), json.dumps(args)],
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    args = {
+        "files": [
+            {
+                "path": str(tmp_path / "serve.env"),
+                "content": f"VLLM_API_KEY={key}\n",
+                "mode": "0600",
+                "owner": str(os.getuid()),
+                "group": str(os.getgid()),
+                "secret": True,
+            }
+        ],
+        "managed": False,
+        "_ansible_check_mode": check,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", LOGGED, str(PROJECT / "collections"), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     logged = json.loads(done.stderr.rsplit("LOGGED:", 1)[1])
     assert logged and "Invoked with" in logged[0] and "bytes, sha256" in logged[0]
     assert key not in done.stderr + done.stdout
@@ -120,15 +136,17 @@ NGC = "nvapi-" + "Q7x_" * 16
         (f"NGC key is {NGC} (from the login)", NGC),
         ("pulling https://alice:hunter2secret@registry.example.com/v2/x", "hunter2secret"),
         ("git clone https://oauth2:glpat-abcdefghijklmnop@gitlab.example.com/x.git", "glpat-abcdefghijklmnop"),
-        ("non-default args: {'model': '/m', 'api_key': ['k-one-secret-1', 'k-two-secret-2'], 'port': 8000}",
-         "k-two-secret-2"),
+        (
+            "non-default args: {'model': '/m', 'api_key': ['k-one-secret-1', 'k-two-secret-2'], 'port': 8000}",
+            "k-two-secret-2",
+        ),
         ("non-default args: {'model': '/m', 'api_key': ['k-one-secret-1'], 'port': 8000}", "k-one-secret-1"),
         ('"Authorization": "Basic YWxpY2U6aHVudGVyMg=="', "YWxpY2U6aHVudGVyMg=="),
         ("aws AKIAABCDEFGHIJKLMNOP configured", "AKIAABCDEFGHIJKLMNOP"),
         ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz in the env", "github_pat_11ABCDEFG0123456789_abc"),
         ("--hf-token=hf_abcdefghijklmnopqrstuvwxyz", "hf_abcdefghijklmnopqrstuvwxyz"),
     ],
-)  # fmt: skip
+)
 def test_the_bundle_redacts_realistic_secrets_an_engine_or_a_user_leaves_in_its_output(text, secret):
     cleaned = doctor.redact({"journal": text, "argv": [text]})
     assert secret not in json.dumps(cleaned), cleaned
@@ -136,8 +154,12 @@ def test_the_bundle_redacts_realistic_secrets_an_engine_or_a_user_leaves_in_its_
 
 
 def test_the_bundle_keeps_what_is_no_secret():
-    for line in ("https://registry.example.com:5000/v2/x", "model: nvidia/GLM-5.3 tokens=128",
-                 "Listening on http://127.0.0.1:8000", "basic usage of the API"):  # fmt: skip
+    for line in (
+        "https://registry.example.com:5000/v2/x",
+        "model: nvidia/GLM-5.3 tokens=128",
+        "Listening on http://127.0.0.1:8000",
+        "basic usage of the API",
+    ):
         assert doctor.redact({"journal": line})["journal"] == line
 
 
@@ -145,8 +167,11 @@ def test_the_bundle_keeps_what_is_no_secret():
 
 
 def test_reset_keeps_the_checkpoints_when_the_state_folder_is_the_model_root():
-    entries = [{"path": "/data/models/org--model"}, {"path": "/data/models/atlas-overlay"},
-               {"path": "/data/models/.sparkplay"}]  # fmt: skip
+    entries = [
+        {"path": "/data/models/org--model"},
+        {"path": "/data/models/atlas-overlay"},
+        {"path": "/data/models/.sparkplay"},
+    ]
     # the state folder listed is the model root itself: everything in it is a checkpoint, kept
     assert reset_removable(entries, ["/data/models"]) == []
     assert reset_removable(entries, ["/data/models/"]) == []
@@ -159,13 +184,28 @@ def test_reset_keeps_the_checkpoints_when_the_state_folder_is_the_model_root():
 
 
 def _record(**fields) -> str:
-    return json.dumps({"recipe": "lab-tiny", "role": "leader", "unit": "sparkplay-serve.service", "rank": 0,
-                       "served_name": "m", "api_url": "http://127.0.0.1:9931", **fields})  # fmt: skip
+    return json.dumps(
+        {
+            "recipe": "lab-tiny",
+            "role": "leader",
+            "unit": "sparkplay-serve.service",
+            "rank": 0,
+            "served_name": "m",
+            "api_url": "http://127.0.0.1:9931",
+            **fields,
+        }
+    )
 
 
 def test_a_record_naming_another_unit_is_read_as_its_slots_units():
-    hostile = _record(unit="ssh.service", watch_unit="sshd.service", watchdog_unit="cron.service",
-                      container="postgres", env_file="/etc/shadow", tool="/bin/sh -c")  # fmt: skip
+    hostile = _record(
+        unit="ssh.service",
+        watch_unit="sshd.service",
+        watchdog_unit="cron.service",
+        container="postgres",
+        env_file="/etc/shadow",
+        tool="/bin/sh -c",
+    )
     [primary] = deployments.records({"n": {"/etc/sparkplay/serve.json": hostile}})
     assert primary["unit"] == "sparkplay-serve.service"
     assert primary["watch_unit"] == "sparkplay-serve-watch.service"
@@ -195,9 +235,15 @@ def test_the_stop_and_reset_roles_act_only_on_names_from_the_records_rule():
 
 @pytest.mark.parametrize(
     "realm",
-    ["http://169.254.169.254/latest/meta-data/", "https://127.0.0.1:5000/token", "https://10.0.0.7/token",
-     "https://[::1]/token", "file:///etc/passwd", "https://localhost/token"],
-)  # fmt: skip
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "https://127.0.0.1:5000/token",
+        "https://10.0.0.7/token",
+        "https://[::1]/token",
+        "file:///etc/passwd",
+        "https://localhost/token",
+    ],
+)
 def test_a_public_registrys_token_realm_may_not_point_inward(realm):
     origin = "https://registry-1.docker.io/v2/org/engine/manifests/latest"
     with pytest.raises(registry.RegistryError, match="the registry lookup stopped"):
@@ -240,15 +286,19 @@ def test_a_header_of_tens_of_millions_of_empty_strings_is_refused_within_about_a
 
 def test_a_real_sized_vocabulary_is_read_well_within_the_bound(tmp_path):
     tokens = b"".join(struct.pack("<Q", len(t)) + t for t in (f"tok{i}".encode() for i in range(256_000)))
-    entries = [_key("general.architecture", 8) + struct.pack("<Q", 5) + b"llama",
-               _key("tokenizer.ggml.tokens", 9) + struct.pack("<IQ", 8, 256_000) + tokens,
-               _key("tokenizer.ggml.scores", 9) + struct.pack("<IQ", 6, 256_000) + b"\0" * 4 * 256_000,
-               _key("llama.block_count", 4) + struct.pack("<I", 32)]  # fmt: skip
+    entries = [
+        _key("general.architecture", 8) + struct.pack("<Q", 5) + b"llama",
+        _key("tokenizer.ggml.tokens", 9) + struct.pack("<IQ", 8, 256_000) + tokens,
+        _key("tokenizer.ggml.scores", 9) + struct.pack("<IQ", 6, 256_000) + b"\0" * 4 * 256_000,
+        _key("llama.block_count", 4) + struct.pack("<I", 32),
+    ]
     path = _gguf(tmp_path / "real.gguf", entries, 4)
     sparkplay_gguf = _gguf_reader()
     started = time.monotonic()
     assert sparkplay_gguf.header_fields(str(path), ("block_count",)) == {
-        "general.architecture": "llama", "llama.block_count": 32}  # fmt: skip
+        "general.architecture": "llama",
+        "llama.block_count": 32,
+    }
     assert time.monotonic() - started < sparkplay_gguf.MAX_SECONDS / 2
 
 
@@ -322,9 +372,15 @@ def test_the_probe_names_a_squatter_on_the_api_port_and_never_sends_it_the_key(t
     server = ThreadingHTTPServer(("127.0.0.1", 0), Squatter)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     (tmp_path / "serve.env").write_text(env_file({"VLLM_API_KEY": "sk-the-real-key-0123456789"}, "native"))
-    args = argparse.Namespace(url=f"http://127.0.0.1:{server.server_address[1]}", model="m",
-                              unit="sparkplay-serve.service", container=None, api_key_env="VLLM_API_KEY",
-                              env_file=str(tmp_path / "serve.env"), env_format="native")  # fmt: skip
+    args = argparse.Namespace(
+        url=f"http://127.0.0.1:{server.server_address[1]}",
+        model="m",
+        unit="sparkplay-serve.service",
+        container=None,
+        api_key_env="VLLM_API_KEY",
+        env_file=str(tmp_path / "serve.env"),
+        env_format="native",
+    )
     try:
         assert serve_ready.cmd_probe(args) == 0
     finally:
@@ -338,11 +394,28 @@ def test_the_probe_names_a_squatter_on_the_api_port_and_never_sends_it_the_key(t
 
 # -- environment names that load code, move code caches, or twin a confined flag -----------------------------
 
-REVIEW_NAMES = ["NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "VLLM_LOGGING_CONFIG_PATH", "HOME",
-                "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "HF_MODULES_CACHE"]  # fmt: skip
-OUR_NAMES = ["NCCL_CONF_FILE", "NCCL_ENV_PLUGIN", "GGML_BACKEND_PATH", "TORCH_HOME", "CUDA_CACHE_PATH",
-             "VLLM_ALLOW_INSECURE_SERIALIZATION", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "SOME_VENDOR_PLUGIN",
-             "TRANSFORMERS_CACHE", "VLLM_RPC_BASE_PATH"]  # fmt: skip
+REVIEW_NAMES = [
+    "NCCL_NET_PLUGIN",
+    "NCCL_TUNER_PLUGIN",
+    "NCCL_PROFILER_PLUGIN",
+    "VLLM_LOGGING_CONFIG_PATH",
+    "HOME",
+    "XDG_CACHE_HOME",
+    "VLLM_CACHE_ROOT",
+    "HF_MODULES_CACHE",
+]
+OUR_NAMES = [
+    "NCCL_CONF_FILE",
+    "NCCL_ENV_PLUGIN",
+    "GGML_BACKEND_PATH",
+    "TORCH_HOME",
+    "CUDA_CACHE_PATH",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+    "SOME_VENDOR_PLUGIN",
+    "TRANSFORMERS_CACHE",
+    "VLLM_RPC_BASE_PATH",
+]
 
 
 @pytest.mark.parametrize("name", REVIEW_NAMES + OUR_NAMES)
@@ -357,9 +430,22 @@ def test_a_name_that_loads_code_or_moves_a_code_cache_is_a_request_in_every_runt
 ROOT_OF_MODELS = "/var/lib/sparkplay/models"
 
 
-@pytest.mark.parametrize("name", ["LLAMA_ARG_RPC", "LLAMA_ARG_HOST", "LLAMA_ARG_PORT", "LLAMA_ARG_MODEL",
-                                  "LLAMA_ARG_LORA", "LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_API_KEY", "LLAMA_ARG_LOG_FILE",
-                                  "LLAMA_ARG_MMPROJ", "LLAMA_ARG_SLOT_SAVE_PATH", "VLLM_DP_MASTER_IP"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "LLAMA_ARG_RPC",
+        "LLAMA_ARG_HOST",
+        "LLAMA_ARG_PORT",
+        "LLAMA_ARG_MODEL",
+        "LLAMA_ARG_LORA",
+        "LLAMA_ARG_CTX_SIZE",
+        "LLAMA_ARG_API_KEY",
+        "LLAMA_ARG_LOG_FILE",
+        "LLAMA_ARG_MMPROJ",
+        "LLAMA_ARG_SLOT_SAVE_PATH",
+        "VLLM_DP_MASTER_IP",
+    ],
+)
 def test_the_env_twin_of_a_flag_sparkplay_owns_or_confines_is_refused_like_the_flag(tmp_path, name):
     """--rpc is refused in a recipe's flags; LLAMA_ARG_RPC pointed a native llama.cpp at any RPC server, which
     then got the model's layers and every prompt's activations."""
@@ -377,8 +463,13 @@ def test_the_env_twin_of_a_flag_sparkplay_owns_or_confines_is_refused_like_the_f
 
 def test_the_native_environment_is_an_allow_list_of_plain_names():
     doc = recipe("lab-tiny")
-    doc["serve"]["env"] |= {"OMP_NUM_THREADS": "4", "GGML_CUDA_NO_PINNED": "1", "LLAMA_ARG_THREADS": "8",
-                            "PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "INFO"}  # fmt: skip
+    doc["serve"]["env"] |= {
+        "OMP_NUM_THREADS": "4",
+        "GGML_CUDA_NO_PINNED": "1",
+        "LLAMA_ARG_THREADS": "8",
+        "PYTHONUNBUFFERED": "1",
+        "NCCL_DEBUG": "INFO",
+    }
     assert plan(doc)["privileged"] == []
     for name in ("ACME_TUNING", "GGML_SOMETHING_NEW", "MALLOC_ARENA_MAX", "ODD_PLACE_DIR"):
         unknown = recipe("lab-tiny")
@@ -401,22 +492,30 @@ def test_the_seed_recipes_import_and_plan_with_no_allow():
 def test_a_plugin_file_is_a_request_scoped_to_the_recipe(tmp_path):
     doc = recipe("glm53")
     doc["serve"]["args"] += ["--tool-parser-plugin", "/root/.cache/vllm/evil.py"]
-    refused(doc, "serve.args --tool-parser-plugin", "imports the Python file /root/.cache/vllm/evil.py",
-            "'code:glm53/--tool-parser-plugin'")  # fmt: skip
+    refused(
+        doc,
+        "serve.args --tool-parser-plugin",
+        "imports the Python file /root/.cache/vllm/evil.py",
+        "'code:glm53/--tool-parser-plugin'",
+    )
     assert plan(doc, allow=frozenset({"code:glm53/--tool-parser-plugin"}))["privileged"] == [
-        "code:glm53/--tool-parser-plugin"]  # fmt: skip
+        "code:glm53/--tool-parser-plugin"
+    ]
     other = {**doc, "name": "other"}
     refused(other, "'code:other/--tool-parser-plugin'", allow=frozenset({"code:glm53/--tool-parser-plugin"}))
 
 
-@pytest.mark.parametrize(("flag", "value", "shown"), [
-    ("--trust-remote-code", None, "runs the Python the checkpoint ships"),
-    ("--worker-extension-cls", "evil.Ext", "imports the Python class evil.Ext"),
-    ("--logits-processors", "evil:Proc", "imports the Python logits processor(s) evil:Proc"),
-    ("--middleware", "evil.mw", "imports the Python middleware evil.mw"),
-    ("--logits-processor-pattern", ".*", "lets API callers load Python logits processors"),
-    ("--allowed-local-media-path", "/", "lets API callers read files under /"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flag", "value", "shown"),
+    [
+        ("--trust-remote-code", None, "runs the Python the checkpoint ships"),
+        ("--worker-extension-cls", "evil.Ext", "imports the Python class evil.Ext"),
+        ("--logits-processors", "evil:Proc", "imports the Python logits processor(s) evil:Proc"),
+        ("--middleware", "evil.mw", "imports the Python middleware evil.mw"),
+        ("--logits-processor-pattern", ".*", "lets API callers load Python logits processors"),
+        ("--allowed-local-media-path", "/", "lets API callers read files under /"),
+    ],
+)
 def test_flags_that_import_code_are_shown_at_import_as_what_they_are(flag, value, shown):
     doc = recipe("glm53")
     doc["serve"]["args"] += [flag] + ([value] if value else [])
@@ -460,8 +559,9 @@ def test_each_deployment_compiles_into_a_cache_of_its_own():
     """Every vLLM deployment mounted one read-write compile cache, whose generated code the next one loaded."""
 
     def cache(slot: str | None) -> str:
-        (mount,) = [m for m in plan(recipe("glm53"), slot=slot)["ranks"][0]["mounts"]
-                    if m["target"] == "/root/.cache/vllm"]  # fmt: skip
+        (mount,) = [
+            m for m in plan(recipe("glm53"), slot=slot)["ranks"][0]["mounts"] if m["target"] == "/root/.cache/vllm"
+        ]
         return mount["source"]
 
     primary, coder, chat = cache(None), cache("coder"), cache("chat")
@@ -474,8 +574,10 @@ def test_each_added_native_deployment_runs_as_a_user_of_its_own_with_a_home_of_i
     assert primary["user"] == "sparkplay-engine" and primary["home"] == "/var/lib/sparkplay/engine"
     assert added["user"] == names.engine_user("lab-small") and added["user"].startswith("sparkplay-e-")
     assert len(added["user"]) <= 32 and added["home"] == "/var/lib/sparkplay/engine@lab-small"
-    assert f"User={added['user']}" in added["sandbox"] and "ReadWritePaths=/var/lib/sparkplay/engine@lab-small" in (
-        added["sandbox"])  # fmt: skip
+    assert (
+        f"User={added['user']}" in added["sandbox"]
+        and "ReadWritePaths=/var/lib/sparkplay/engine@lab-small" in (added["sandbox"])
+    )
     assert names.engine_user("a" * 64) != names.engine_user("a" * 63)
 
 
@@ -490,21 +592,43 @@ def _with_image(image: str) -> dict:
     return doc
 
 
-@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.12.0", "docker.io/vllm/vllm-openai:latest",
-                                   "nvcr.io/nvidia/vllm:25.11-py3", f"lmsysorg/sglang@{DIGEST}",
-                                   "scitrera/dgx-spark-vllm:0.16.0-t5", "vllm-node",
-                                   "glm53-flash-nvfp4:local"])  # fmt: skip
+@pytest.mark.parametrize(
+    "image",
+    [
+        "vllm/vllm-openai:v0.12.0",
+        "docker.io/vllm/vllm-openai:latest",
+        "nvcr.io/nvidia/vllm:25.11-py3",
+        f"lmsysorg/sglang@{DIGEST}",
+        "scitrera/dgx-spark-vllm:0.16.0-t5",
+        "vllm-node",
+        "glm53-flash-nvfp4:local",
+    ],
+)
 def test_the_engines_official_images_and_local_builds_are_trusted(image):
     assert plan(_with_image(image))["privileged"] == []
 
 
-@pytest.mark.parametrize("image", ["evil/vllm-openai:latest", "ghcr.io/someone/vllm:1",
-                                   "nvcr.io.evil.com/nvidia/vllm:1", "docker.io/vllmx/vllm-openai:1",
-                                   "quay.io/vllm/vllm-openai:1", "localhost:5000/vllm/vllm-openai:1"])  # fmt: skip
+@pytest.mark.parametrize(
+    "image",
+    [
+        "evil/vllm-openai:latest",
+        "ghcr.io/someone/vllm:1",
+        "nvcr.io.evil.com/nvidia/vllm:1",
+        "docker.io/vllmx/vllm-openai:1",
+        "quay.io/vllm/vllm-openai:1",
+        "localhost:5000/vllm/vllm-openai:1",
+    ],
+)
 def test_an_image_from_elsewhere_must_be_pinned_and_allowed_by_its_digest(image):
     doc = _with_image(image)
-    refused(doc, "engine.image", "not among the images the inventory trusts", "not pinned by digest",
-            "sparkplay apply", allow=frozenset({"image:" + image.rsplit(":", 1)[0]}))  # fmt: skip
+    refused(
+        doc,
+        "engine.image",
+        "not among the images the inventory trusts",
+        "not pinned by digest",
+        "sparkplay apply",
+        allow=frozenset({"image:" + image.rsplit(":", 1)[0]}),
+    )
     pinned = _with_image(f"{image.rsplit(':', 1)[0]}@{DIGEST}")
     repo = imageref.repository(pinned["engine"]["image"])
     refused(pinned, "engine.image", f"'image:{repo}@{DIGEST}'")
@@ -582,13 +706,22 @@ def test_an_engine_container_on_the_host_network_can_open_no_packet_socket():
     assert "--network" in options and options[options.index("--network") + 1] == "host"
 
     def probe(opts: list[str]) -> dict:
-        done = subprocess.run(["docker", "run", "--rm", *opts, "--entrypoint", "/usr/bin/python3", tag, "-c",
-                               CONTAINED_PROBE], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        done = subprocess.run(
+            ["docker", "run", "--rm", *opts, "--entrypoint", "/usr/bin/python3", tag, "-c", CONTAINED_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
     defaults = probe(["--network", "host"])
     assert defaults["packet_socket"] == "allowed"  # what the review used: the test can fail
     confined = probe(options)
-    assert confined == {"packet_socket": "PermissionError", "raw_ip_socket": "PermissionError",
-                        "chown": "PermissionError", "mknod": "PermissionError"}, confined  # fmt: skip
+    assert confined == {
+        "packet_socket": "PermissionError",
+        "raw_ip_socket": "PermissionError",
+        "chown": "PermissionError",
+        "mknod": "PermissionError",
+    }, confined

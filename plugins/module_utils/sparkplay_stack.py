@@ -135,8 +135,11 @@ def files(paths: list) -> dict:
     found = {}
     for path in paths:
         if os.path.isdir(path):
-            dists = sorted(os.path.basename(d) for d, _dirs, names in os.walk(path)
-                           if d.endswith(".dist-info") and "RECORD" in names)  # fmt: skip
+            dists = sorted(
+                os.path.basename(d)
+                for d, _dirs, names in os.walk(path)
+                if d.endswith(".dist-info") and "RECORD" in names
+            )
             digest = hashlib.sha256("\n".join(dists).encode()).hexdigest()
             found[path] = f"{len(dists)} distributions sha256:{digest}" if dists else None
         elif os.path.isfile(path):

@@ -105,10 +105,16 @@ def main() -> None:
     if module.params["state"] == "reset":
         plan = reset_plan(registry)
         changed_since = edited(registry)
-        actions = [f"{action} {path}" + (f" from {original}" if original else "")
-                   + (" (edited since sparkplay wrote it: its current bytes are kept beside it)"
-                      if path in changed_since else "")
-                   for path, action, original in plan]  # fmt: skip
+        actions = [
+            f"{action} {path}"
+            + (f" from {original}" if original else "")
+            + (
+                " (edited since sparkplay wrote it: its current bytes are kept beside it)"
+                if path in changed_since
+                else ""
+            )
+            for path, action, original in plan
+        ]
         changed = bool(plan) or Path(module.params["registry"]).exists()
         if changed_since and not module.params["confirm"] and not module.check_mode:
             module.fail_json(

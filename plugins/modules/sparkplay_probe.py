@@ -185,8 +185,14 @@ from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_probe im
 )
 
 # the header fields that size llama.cpp's KV cache (sparkplay.admission.HEADER_KEYS says the same)
-GGUF_KEYS = ("block_count", "attention.head_count", "attention.head_count_kv", "embedding_length",
-             "attention.key_length", "attention.value_length")  # fmt: skip
+GGUF_KEYS = (
+    "block_count",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "embedding_length",
+    "attention.key_length",
+    "attention.value_length",
+)
 
 
 def main() -> None:

@@ -59,8 +59,14 @@ class Claim:
 
 
 CPU_KV_DEFAULT_GIB = 4  # vLLM's CPU worker when VLLM_CPU_KVCACHE_SPACE is unset or 0
-HEADER_KEYS = ("block_count", "attention.head_count", "attention.head_count_kv", "embedding_length",
-               "attention.key_length", "attention.value_length")  # fmt: skip
+HEADER_KEYS = (
+    "block_count",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "embedding_length",
+    "attention.key_length",
+    "attention.value_length",
+)
 
 
 def kv_bytes_per_token(header: Mapping[str, Any], cache_bytes: int = 2, where: str = "the GGUF model") -> int:
@@ -128,19 +134,25 @@ def claims(
         host = rank["host"]
         if engine == "vllm" and runtime == "native":
             space = int((rank.get("env") or {}).get("VLLM_CPU_KVCACHE_SPACE") or 0) or CPU_KV_DEFAULT_GIB
-            how = (f"vLLM's CPU build holds its share of the weights {gib(share)} and a {space} GiB KV cache "
-                   f"(VLLM_CPU_KVCACHE_SPACE), plus {gib(OVERHEAD[engine])} for its process")  # fmt: skip
+            how = (
+                f"vLLM's CPU build holds its share of the weights {gib(share)} and a {space} GiB KV cache "
+                f"(VLLM_CPU_KVCACHE_SPACE), plus {gib(OVERHEAD[engine])} for its process"
+            )
             found.append(Claim(recipe, host, share + space * GIB + OVERHEAD[engine], how))
             continue
         if engine in FRACTION:
             fraction = _fraction(engine, rank)
             budget = int(fraction * mem_total[host])
             if share > budget:
-                raise BadInput(f"recipe {recipe}: {host}'s share of the weights ({gib(share)}) is more than the "
-                               f"{engine} memory budget there ({fraction} of {gib(mem_total[host])}, {gib(budget)})",
-                               "raise the memory fraction, or spread the model over more nodes")  # fmt: skip
-            how = (f"{engine} preallocates {fraction} of {gib(mem_total[host])} ({gib(budget)}), plus "
-                   f"{gib(OVERHEAD[engine])} for its process")  # fmt: skip
+                raise BadInput(
+                    f"recipe {recipe}: {host}'s share of the weights ({gib(share)}) is more than the "
+                    f"{engine} memory budget there ({fraction} of {gib(mem_total[host])}, {gib(budget)})",
+                    "raise the memory fraction, or spread the model over more nodes",
+                )
+            how = (
+                f"{engine} preallocates {fraction} of {gib(mem_total[host])} ({gib(budget)}), plus "
+                f"{gib(OVERHEAD[engine])} for its process"
+            )
             found.append(Claim(recipe, host, budget + OVERHEAD[engine], how))
             continue
         # the leader's context: llama.cpp's RPC workers (rpc-server, no -c) hold their layers' part of its cache
@@ -165,9 +177,11 @@ class Shortfall:
     def line(self) -> str:
         others = ", ".join(f"{c.recipe} {gib(c.bytes)}" for c in self.admitted) or "nothing"
         claim = self.claim
-        return (f"{claim.recipe} does not fit on {self.host}: it claims {gib(claim.bytes)} ({claim.how}); "
-                f"admitted there: {others}; MemAvailable {gib(self.available)}; short by "
-                f"{gib(claim.bytes - self.headroom)}")  # fmt: skip
+        return (
+            f"{claim.recipe} does not fit on {self.host}: it claims {gib(claim.bytes)} ({claim.how}); "
+            f"admitted there: {others}; MemAvailable {gib(self.available)}; short by "
+            f"{gib(claim.bytes - self.headroom)}"
+        )
 
 
 def shortfalls(
@@ -225,8 +239,13 @@ def _port(url: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], found: Sequence[Mapping[str, Any]],
-           force: bool = False, gateway: Sequence[Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def decide(
+    launch: Mapping[str, Any],
+    hosts: Mapping[str, Mapping[str, Any]],
+    found: Sequence[Mapping[str, Any]],
+    force: bool = False,
+    gateway: Sequence[Any] | None = None,
+) -> dict[str, Any]:
     """Admit the launch plan `launch` (stage two's) beside the deployments whose records are `found`
     (deployments.records: each with its host), or refuse it (BadInput). `hosts`: host -> {meminfo:
     /proc/meminfo's text, weights: the checkpoint's bytes there, gguf: llama.cpp's header fields or None}, for
@@ -248,8 +267,10 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
         if record.get("slot") == slot:  # this deployment's own: its memory comes back when it restarts
             if host not in here:  # elsewhere: a second copy would leave the first running, unrouted
                 name = record.get("recipe")
-                raise BadInput(f"{name} is served on {host}, not where this run places it",
-                               f"stop it first (sparkplay stop {name}), then add it on the other node")  # fmt: skip
+                raise BadInput(
+                    f"{name} is served on {host}, not where this run places it",
+                    f"stop it first (sparkplay stop {name}), then add it on the other node",
+                )
             freed[host] = max(freed[host], int(claim.get("bytes") or 0))
             continue
         owner = f"recipe {record.get('recipe')} ({'added' if record.get('slot') else 'primary'})"
@@ -257,27 +278,36 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
         # and served name, their own ports, and both claims counted
         twin = _twins(slot, record.get("slot"))
         if record.get("recipe") == recipe and not twin:
-            raise BadInput(f"{recipe} is already served on {host} as {owner}",
-                           "run the same command it was started with to redeploy it, or stop it first")  # fmt: skip
+            raise BadInput(
+                f"{recipe} is already served on {host} as {owner}",
+                "run the same command it was started with to redeploy it, or stop it first",
+            )
         leads = record.get("role") == "leader"
         if leads and record.get("served_name") == launch["served_name"] and not twin:
-            raise BadInput(f"served name {launch['served_name']} is already {owner}'s: the gateway routes by name",
-                           "give the recipe another model.served_name, or stop the other")  # fmt: skip
+            raise BadInput(
+                f"served name {launch['served_name']} is already {owner}'s: the gateway routes by name",
+                "give the recipe another model.served_name, or stop the other",
+            )
         if leads and host == leader and _port(record.get("api_url", "")) == launch["api"]["port"]:
-            raise BadInput(f"port {launch['api']['port']} on {host} is {owner}'s API",
-                           "choose another port (sparkplay up --port N, or -e serve_port=N)")  # fmt: skip
+            raise BadInput(
+                f"port {launch['api']['port']} on {host} is {owner}'s API",
+                "choose another port (sparkplay up --port N, or -e serve_port=N)",
+            )
         taken = set(record.get("ports") or []) & wanted_ports.get(host, set())
         if taken:
-            raise BadInput(f"port {min(taken)} on {host} is {owner}'s (its API or where its ranks meet)",
-                           "choose another API port (sparkplay up --port N): an added deployment's ranks meet on "
-                           "the ports after it")  # fmt: skip
+            raise BadInput(
+                f"port {min(taken)} on {host} is {owner}'s (its API or where its ranks meet)",
+                "choose another API port (sparkplay up --port N): an added deployment's ranks meet on "
+                "the ports after it",
+            )
         if claim.get("bytes") and not record.get("on_demand"):  # on demand: the gateway keeps those within budget
             # (a twin is named apart: a claim of the recipe being admitted would be taken for its own)
             label = (
                 f"{record.get('recipe')} ({'its stand-in' if names.stands_in_for(record.get('slot')) else 'running'})"
             )
-            others[(host, record.get("slot"))] = Claim(label if twin else str(record.get("recipe")), host,
-                                                       int(claim["bytes"]), str(claim.get("how", "")))  # fmt: skip
+            others[(host, record.get("slot"))] = Claim(
+                label if twin else str(record.get("recipe")), host, int(claim["bytes"]), str(claim.get("how", ""))
+            )
     if gateway and (leader, launch["api"]["port"]) == (gateway[0], int(gateway[1])):
         raise BadInput(f"port {gateway[1]} on {leader} is the gateway's", "choose another port (sparkplay up --port N)")
     checking = slot is not None or any(c.host in here for c in others.values())
@@ -301,8 +331,11 @@ def decide(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], fo
             raise
         return {"claims": {}, "warnings": [], "checked": False}
     warnings = admit(new, others.values(), available, totals, force) if checking else []
-    return {"claims": {c.host: {"bytes": c.bytes, "how": c.how} for c in new}, "warnings": warnings,
-            "checked": checking}  # fmt: skip
+    return {
+        "claims": {c.host: {"bytes": c.bytes, "how": c.how} for c in new},
+        "warnings": warnings,
+        "checked": checking,
+    }
 
 
 def _twins(slot: Any, other: Any) -> bool:
@@ -312,8 +345,13 @@ def _twins(slot: Any, other: Any) -> bool:
     return (names.stands_in_for(slot) or slot) == (names.stands_in_for(other) or other)
 
 
-def verdict(launch: Mapping[str, Any], hosts: Mapping[str, Mapping[str, Any]], found: Sequence[Mapping[str, Any]],
-            force: bool = False, gateway: Sequence[Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def verdict(
+    launch: Mapping[str, Any],
+    hosts: Mapping[str, Mapping[str, Any]],
+    found: Sequence[Mapping[str, Any]],
+    force: bool = False,
+    gateway: Sequence[Any] | None = None,
+) -> dict[str, Any]:
     """decide, with a refusal as {"refused": the one line} for the serve role's own failure message."""
     try:
         return decide(launch, hosts, found, force, gateway)

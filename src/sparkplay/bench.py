@@ -47,14 +47,16 @@ def profile_variables(doc: Any, what: str) -> dict[str, Any]:
         raise BadInput(f"{what} is not a mapping", f"write keys among {', '.join(PROFILE)}")
     unknown = sorted(set(doc) - set(PROFILE))
     if unknown:
-        raise BadInput(f"{what} has unknown keys {', '.join(map(str, unknown))}",
-                       f"use keys among {', '.join(PROFILE)}")  # fmt: skip
+        raise BadInput(
+            f"{what} has unknown keys {', '.join(map(str, unknown))}", f"use keys among {', '.join(PROFILE)}"
+        )
     variables: dict[str, Any] = {}
     for key, value in doc.items():
         name, many = PROFILE[key]
         values = value if many and isinstance(value, list) else [value]
-        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "depth" else 1)
-                                 for v in values):  # fmt: skip
+        if not values or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "depth" else 1) for v in values
+        ):
             kind = "a list of whole numbers" if many else "a whole number"
             raise BadInput(f"{what}: {key} is {value!r}", f"give {key} as {kind} (at least 1)")
         variables[name] = values if many else values[0]
@@ -83,14 +85,23 @@ def rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     for run in (result.get("benchy") or {}).get("benchmarks") or []:
         if run.get("is_context_prefill_phase"):
             continue
-        found.append({"concurrency": run["concurrency"], "pp": run["prompt_size"], "tg": run["response_size"],
-                      "depth": run["context_size"], "pp_tps": mean(run, "pp_throughput"),
-                      "tg_tps": mean(run, "tg_throughput"), "ttft_ms": mean(run, "e2e_ttft")})  # fmt: skip
+        found.append(
+            {
+                "concurrency": run["concurrency"],
+                "pp": run["prompt_size"],
+                "tg": run["response_size"],
+                "depth": run["context_size"],
+                "pp_tps": mean(run, "pp_throughput"),
+                "tg_tps": mean(run, "tg_throughput"),
+                "ttft_ms": mean(run, "e2e_ttft"),
+            }
+        )
     return found
 
 
-def save(result: dict[str, Any], folder: Path, *, recipe: str, stamp: str, recipe_sha256: str,
-         engine_build: str) -> Path:  # fmt: skip
+def save(
+    result: dict[str, Any], folder: Path, *, recipe: str, stamp: str, recipe_sha256: str, engine_build: str
+) -> Path:
     """Keep the result under `folder`/<recipe>/ with what names it recorded inside."""
     result.update(recipe=recipe, recipe_sha256=recipe_sha256, engine_build=engine_build, date=stamp)
     path = folder / recipe / result_name(recipe, stamp, recipe_sha256, engine_build)
@@ -122,8 +133,15 @@ def compare(now: list[dict[str, Any]], before: list[dict[str, Any]]) -> list[dic
             continue
         for rate in RATES:
             if row[rate] and old[rate]:
-                found.append({"shape": key(row), "rate": rate, "now": row[rate], "before": old[rate],
-                              "ratio": round(row[rate] / old[rate], 3)})  # fmt: skip
+                found.append(
+                    {
+                        "shape": key(row),
+                        "rate": rate,
+                        "now": row[rate],
+                        "before": old[rate],
+                        "ratio": round(row[rate] / old[rate], 3),
+                    }
+                )
     return found
 
 
@@ -137,13 +155,15 @@ def chart(found: list[dict[str, Any]], path: Path, title: str) -> Path:
     figure, axis = plt.subplots(figsize=(7, 4.2), dpi=120)
     shapes = sorted({(r["pp"], r["tg"], r["depth"]) for r in found})
     for pp, tg, depth in shapes:
-        series = sorted((r for r in found if (r["pp"], r["tg"], r["depth"]) == (pp, tg, depth)),
-                        key=lambda r: r["concurrency"])  # fmt: skip
+        series = sorted(
+            (r for r in found if (r["pp"], r["tg"], r["depth"]) == (pp, tg, depth)), key=lambda r: r["concurrency"]
+        )
         levels = [r["concurrency"] for r in series]
         label = f"pp{pp} tg{tg}" + (f" @d{depth}" if depth else "")
         axis.plot(levels, [r["tg_tps"] or 0 for r in series], marker="o", label=f"generation, {label}")
-        axis.plot(levels, [r["pp_tps"] or 0 for r in series], marker="s", linestyle="--",
-                  label=f"prompt processing, {label}")  # fmt: skip
+        axis.plot(
+            levels, [r["pp_tps"] or 0 for r in series], marker="s", linestyle="--", label=f"prompt processing, {label}"
+        )
     axis.set_xscale("log", base=2)
     levels = sorted({r["concurrency"] for r in found})
     axis.set_xticks(levels, labels=[str(c) for c in levels])

@@ -47,11 +47,16 @@ def _placement(inventory: Path | None, name: str) -> dict[str, str]:
 def _serving(root: Path, model: str) -> str:
     """The catalog's recipe whose served name is `model`."""
     folder = catalog.catalog_dir(root)
-    found = [p.stem for p in sorted(folder.glob("*.yml"))
-             if (catalog.load(folder, p.stem).get("model") or {}).get("served_name") == model]  # fmt: skip
+    found = [
+        p.stem
+        for p in sorted(folder.glob("*.yml"))
+        if (catalog.load(folder, p.stem).get("model") or {}).get("served_name") == model
+    ]
     if len(found) != 1:
-        raise BadInput(f"--model {model}: {len(found)} recipes of the catalog serve that name",
-                       "name the recipe too: sparkplay bench RECIPE --model NAME")  # fmt: skip
+        raise BadInput(
+            f"--model {model}: {len(found)} recipes of the catalog serve that name",
+            "name the recipe too: sparkplay bench RECIPE --model NAME",
+        )
     return found[0]
 
 
@@ -109,8 +114,9 @@ def bench(
     doc["stack_lock"] = locked(hosts_file(inventory))
     doc["stack_lock_hash"] = stack.lock_hash(doc["stack_lock"])
     doc["stack_drift"] = (result.custom.get("sparkplay_drift") or {}).get("lines") or []
-    kept = bench_mod.save(doc, folder, recipe=name, stamp=fetched.stem, recipe_sha256=recipe_sha256,
-                          engine_build=stats["engine_build"])  # fmt: skip
+    kept = bench_mod.save(
+        doc, folder, recipe=name, stamp=fetched.stem, recipe_sha256=recipe_sha256, engine_build=stats["engine_build"]
+    )
     fetched.unlink()
     rows = bench_mod.rows(doc)
     out.print(_table(rows))
@@ -118,8 +124,10 @@ def bench(
     out.print(f"result: {kept}\nchart: {chart}", markup=False, highlight=False)
     latency = doc.get("latency") or {}
     if "overhead_ms" in latency:
-        said = (f"client overhead at concurrency 1: {latency['overhead_ms']} ms "
-                f"(llama-benchy {latency['benchy_ms']} ms, a bare request {latency['bare_ms']} ms)")  # fmt: skip
+        said = (
+            f"client overhead at concurrency 1: {latency['overhead_ms']} ms "
+            f"(llama-benchy {latency['benchy_ms']} ms, a bare request {latency['bare_ms']} ms)"
+        )
         out.print(said, markup=False, highlight=False)
     said = f"stack: {doc['stack_lock_hash']}" if doc["stack_lock_hash"] else "stack: not locked (`sparkplay lock`)"
     out.print(said + "".join(f"\n  drifted: {line}" for line in doc["stack_drift"]), markup=False, highlight=False)
@@ -128,17 +136,29 @@ def bench(
             out.print(line, markup=False, highlight=False)
         for line in bench_mod.compare(rows, bench_mod.rows(earlier)):
             c, pp, tg, depth = line["shape"]
-            out.print(f"c{c} pp{pp} tg{tg} d{depth} {line['rate']}: {line['now']} vs {line['before']} "
-                      f"= x{line['ratio']}", markup=False, highlight=False)  # fmt: skip
+            out.print(
+                f"c{c} pp{pp} tg{tg} d{depth} {line['rate']}: {line['now']} vs {line['before']} = x{line['ratio']}",
+                markup=False,
+                highlight=False,
+            )
     check = doc["invariance"]
     if not check["identical"]:
         for d in check["differences"]:
             where = d.get("why") or f"{check['unit']} {d['position']}: {d['alone']!r} alone, {d['among']!r} among"
-            err.print(f"output differs at concurrency {d['concurrency']} for {d['prompt']!r}: {where}",
-                      markup=False, highlight=False)  # fmt: skip
-        err.print("temperature-0 output changed among concurrent requests (a batch-variant engine): see above",
-                  markup=False, highlight=False)  # fmt: skip
+            err.print(
+                f"output differs at concurrency {d['concurrency']} for {d['prompt']!r}: {where}",
+                markup=False,
+                highlight=False,
+            )
+        err.print(
+            "temperature-0 output changed among concurrent requests (a batch-variant engine): see above",
+            markup=False,
+            highlight=False,
+        )
         raise typer.Exit(int(ExitCode.FAILED))
     levels = ", ".join(map(str, check["levels"])) or "none above 1"
-    out.print(f"invariance: {check['prompts']} prompts gave the same {check['unit']}s alone and at concurrency "
-              f"{levels}", markup=False, highlight=False)  # fmt: skip
+    out.print(
+        f"invariance: {check['prompts']} prompts gave the same {check['unit']}s alone and at concurrency {levels}",
+        markup=False,
+        highlight=False,
+    )

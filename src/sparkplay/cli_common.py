@@ -67,10 +67,15 @@ def confirm(question: str) -> bool:
 
 InventoryOpt = Annotated[
     Path | None,
-    typer.Option("--inventory", "-i", envvar="SPARKPLAY_INVENTORY", show_default=False,
-                 help="Your inventory folder or hosts file (default: $SPARKPLAY_INVENTORY, else the one `init` writes "
-                 "by default: inventory/local in a checkout, ~/.config/sparkplay/inventory when installed)."),
-]  # fmt: skip
+    typer.Option(
+        "--inventory",
+        "-i",
+        envvar="SPARKPLAY_INVENTORY",
+        show_default=False,
+        help="Your inventory folder or hosts file (default: $SPARKPLAY_INVENTORY, else the one `init` writes "
+        "by default: inventory/local in a checkout, ~/.config/sparkplay/inventory when installed).",
+    ),
+]
 
 
 def inventory_of(inventory: Path | None) -> Path:

@@ -65,8 +65,11 @@ def status(
         table.add_column(column)
     for row in rows:
         style = "green" if row["up"] else "red"
-        table.add_row(*(str(row[c]) for c in ("rank", "host", "unit")), f"[{style}]{row['state']}[/{style}]",
-                      *(str(row[c]) for c in ("since", "health", "model", "watchdog")))  # fmt: skip
+        table.add_row(
+            *(str(row[c]) for c in ("rank", "host", "unit")),
+            f"[{style}]{row['state']}[/{style}]",
+            *(str(row[c]) for c in ("since", "health", "model", "watchdog")),
+        )
     out.print(table)
     added = result.custom.get("sparkplay_status_added") or []
     if added:
@@ -75,8 +78,11 @@ def status(
             more.add_column(column)
         for row in added:
             style = "green" if row["up"] else "red"
-            more.add_row(*(str(row[c]) for c in ("recipe", "host", "unit")), f"[{style}]{row['state']}[/{style}]",
-                         *(str(row[c]) for c in ("health", "model", "claim_gib")))  # fmt: skip
+            more.add_row(
+                *(str(row[c]) for c in ("recipe", "host", "unit")),
+                f"[{style}]{row['state']}[/{style}]",
+                *(str(row[c]) for c in ("health", "model", "claim_gib")),
+            )
         out.print(more)
     for gateway in gateways:
         out.print(gateway["line"], style="green" if gateway["up"] else "red", markup=False, highlight=False)
@@ -163,10 +169,18 @@ def doctor(
 def write_bundle(path: Path, result: RunResult, started: float, inventory: Path) -> None:
     """The bundle, gzip NDJSON, 0600, written atomically; secrets out (doctor.redact)."""
     data = result.custom.get("sparkplay_doctor_bundle") or {}
-    run_facts = {"seconds": round(time.time() - started, 1), "exit_code": int(result.exit_code),
-                 "artifacts": str(result.artifacts or "")}  # fmt: skip
-    meta = {"tool": "sparkplay", "version": __version__, "inventory": str(inventory), "run": run_facts,
-            "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+    run_facts = {
+        "seconds": round(time.time() - started, 1),
+        "exit_code": int(result.exit_code),
+        "artifacts": str(result.artifacts or ""),
+    }
+    meta = {
+        "tool": "sparkplay",
+        "version": __version__,
+        "inventory": str(inventory),
+        "run": run_facts,
+        "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     secrets = [os.environ.get(name, "") for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")]
     records = doctor_mod.bundle_records(data, meta, secrets)
     body = gzip.compress("".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records).encode(), mtime=0)
@@ -206,8 +220,12 @@ def reset(
         out.print("reset: nothing of sparkplay's is left on any node")
         return
     models = " and DELETE the checkpoints and overlays" if purge_models else " (checkpoints and overlays kept)"
-    ask(f"Reset every node as listed above{models}?", yes, "no terminal to ask on: nothing was changed",
-        "pass --yes to reset")  # fmt: skip
+    ask(
+        f"Reset every node as listed above{models}?",
+        yes,
+        "no terminal to ask on: nothing was changed",
+        "pass --yes to reset",
+    )
     # confirmed above, the plan's edited files included: each keeps a copy of its current bytes beside it
     finish(run(root, "reset.yml", hosts, "reset", verbose=verbose, **extra, sparkplay_confirm_overwrite=True), "reset")
 
@@ -243,15 +261,23 @@ def metrics(
     bind, port = "serve_watchdog_metrics_bind", "serve_watchdog_metrics_port"
     watchdog = target(str(settings.get(bind) or defaults[bind]), int(settings.get(port) or defaults[port]))
     labels = {"recipe": name, "engine": doc["engine"]["name"], "host": leader.name}
-    config = {"scrape_configs": [
-        {"job_name": job, "metrics_path": "/metrics", "static_configs": [{"targets": [where], "labels": dict(labels)}]}
-        for job, where in (("sparkplay-engine", api), ("sparkplay-watchdog", watchdog))
-    ]}  # fmt: skip
+    config = {
+        "scrape_configs": [
+            {
+                "job_name": job,
+                "metrics_path": "/metrics",
+                "static_configs": [{"targets": [where], "labels": dict(labels)}],
+            }
+            for job, where in (("sparkplay-engine", api), ("sparkplay-watchdog", watchdog))
+        ]
+    }
     loopback = [t for t in (api, watchdog) if t.startswith("127.0.0.1:")]
     if loopback:
-        sys.stdout.write(f"# {', '.join(loopback)} listen on {leader.name}'s loopback only: run Prometheus there (or\n"
-                         "# through an ssh tunnel), or set serve_bind / serve_watchdog_metrics_bind to scrape from\n"
-                         "# elsewhere (the engine's API has no authentication).\n")  # fmt: skip
+        sys.stdout.write(
+            f"# {', '.join(loopback)} listen on {leader.name}'s loopback only: run Prometheus there (or\n"
+            "# through an ssh tunnel), or set serve_bind / serve_watchdog_metrics_bind to scrape from\n"
+            "# elsewhere (the engine's API has no authentication).\n"
+        )
     sys.stdout.write(yaml.safe_dump(config, sort_keys=False))
 
 

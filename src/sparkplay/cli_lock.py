@@ -40,19 +40,28 @@ def lock(
     drift = planned.custom.get("sparkplay_drift") or {}
     if before and drift.get("lines"):
         print_drift(out, planned.custom)
-        ask(f"Replace the lock {lock_file(hosts)} (the old one is backed up)?", yes,
+        ask(
+            f"Replace the lock {lock_file(hosts)} (the old one is backed up)?",
+            yes,
             "the lock differs from what runs and there is no terminal to ask on: nothing was changed",
-            "rerun with --yes to lock what runs now")  # fmt: skip
+            "rerun with --yes to lock what runs now",
+        )
     result = run(root, "lock.yml", hosts, "lock", verbose=verbose, **extra)
     if result.exit_code == ExitCode.OK:
         doc = locked(hosts) or {}
         same = before is not None and before.get("hash") == doc.get("hash")
         name = (doc.get("recipe") or {}).get("name") or "none"
-        out.print(f"{lock_file(hosts)}: {'unchanged' if same else 'written'} ({doc.get('hash')}, recipe {name})",
-                  markup=False, highlight=False)  # fmt: skip
+        out.print(
+            f"{lock_file(hosts)}: {'unchanged' if same else 'written'} ({doc.get('hash')}, recipe {name})",
+            markup=False,
+            highlight=False,
+        )
         for host, held in sorted(((result.custom.get("sparkplay_lock") or {}).get("held") or {}).items()):
-            out.print(f"  {host}: held {', '.join(held) or 'nothing (none of the locked packages is installed)'}",
-                      markup=False, highlight=False)  # fmt: skip
+            out.print(
+                f"  {host}: held {', '.join(held) or 'nothing (none of the locked packages is installed)'}",
+                markup=False,
+                highlight=False,
+            )
     finish(result, "lock")
 
 
@@ -73,15 +82,21 @@ def rollback(
     primary = inv_mod.recorded_recipe(inv_mod.hosts(hosts))
     slot = None if name in (None, primary) else name
     what = f"{name}'s deployment" if slot else "the primary deployment"
-    ask(f"Put back the previous deployment of {what} (it is restarted)?", yes,
+    ask(
+        f"Put back the previous deployment of {what} (it is restarted)?",
+        yes,
         "a rollback restarts the engine and there is no terminal to ask on: nothing was changed",
-        "rerun with --yes to roll back")  # fmt: skip
+        "rerun with --yes to roll back",
+    )
     extra = {"rollback_recipe": slot} if slot else {}
     result = run(root, "rollback.yml", hosts, f"rollback {name or ''}".strip(), verbose=verbose, **extra)
     back = result.custom.get("sparkplay_rolled_back") or {}
     if back.get("ready"):
-        out.print(f"{back.get('recipe')} answers again, {back.get('seconds')} s after the rollback began",
-                  markup=False, highlight=False)  # fmt: skip
+        out.print(
+            f"{back.get('recipe')} answers again, {back.get('seconds')} s after the rollback began",
+            markup=False,
+            highlight=False,
+        )
         if slot is None and back.get("recipe") != primary:
             try:
                 recorded = apply_mod.record(root, str(back["recipe"]), hosts, [], lambda *_: True)

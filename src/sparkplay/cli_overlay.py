@@ -37,8 +37,9 @@ def convert(
 ) -> None:
     """Build the overlay: matching BF16 matrices as NVFP4, the rest linked or carried byte-exact."""
     try:
-        result = overlay.convert(source, output, scheme=scheme, match=match, expect=expect or None, device=device,
-                                 keep_moved=keep_moved)  # fmt: skip
+        result = overlay.convert(
+            source, output, scheme=scheme, match=match, expect=expect or None, device=device, keep_moved=keep_moved
+        )
     except overlay.OverlayError as exc:
         raise BadInput(str(exc), "fix the source checkpoint or the options; nothing was written") from None
     except OSError as exc:
@@ -46,13 +47,19 @@ def convert(
     moved = f"; the previous one is now {result.moved_aside}" if result.moved_aside else ""
     why = f" ({result.reason})" if result.reason else ""
     route = f", route {result.route}" if result.route else ""
-    out.print(f"{result.output}: {result.action}{why}, {result.converted} matrices{route}, {result.seconds:.1f} s"
-              f"{moved}", markup=False, highlight=False)  # fmt: skip
+    out.print(
+        f"{result.output}: {result.action}{why}, {result.converted} matrices{route}, {result.seconds:.1f} s{moved}",
+        markup=False,
+        highlight=False,
+    )
     for folder in result.removed:
         out.print(f"removed an older overlay moved aside: {folder}", markup=False, highlight=False)
     for folder in result.kept:
-        out.print(f"kept {folder}: moved aside but not sparkplay's; remove it yourself when you no longer need it",
-                  markup=False, highlight=False)  # fmt: skip
+        out.print(
+            f"kept {folder}: moved aside but not sparkplay's; remove it yourself when you no longer need it",
+            markup=False,
+            highlight=False,
+        )
 
 
 @overlay_app.command("verify")
@@ -66,12 +73,24 @@ def verify(
     report = overlay.verify_report(output, expect or None)
     problems = report.problems
     if as_json:
-        out.print_json(json.dumps({"ok": not problems, "problems": problems, "links_hashed": report.links_hashed,
-                                   "links_proven_by_manifest": report.links_proven}))  # fmt: skip
+        out.print_json(
+            json.dumps(
+                {
+                    "ok": not problems,
+                    "problems": problems,
+                    "links_hashed": report.links_hashed,
+                    "links_proven_by_manifest": report.links_proven,
+                }
+            )
+        )
     for problem in problems if not as_json else []:
         out.print(problem, markup=False, highlight=False)
     if problems:
         raise SparkplayError(f"{output} is not a verified overlay ({len(problems)} problem(s))", "convert it again")
     if not as_json:
-        out.print(f"{output}: verified (linked files: {report.links_hashed} hashed in full, {report.links_proven} "
-                  "proven by the checkpoint's verified manifest)", markup=False, highlight=False)  # fmt: skip
+        out.print(
+            f"{output}: verified (linked files: {report.links_hashed} hashed in full, {report.links_proven} "
+            "proven by the checkpoint's verified manifest)",
+            markup=False,
+            highlight=False,
+        )

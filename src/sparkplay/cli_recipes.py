@@ -113,8 +113,11 @@ def recipe_import(
     docs = importing.import_sources(source, name, sets or (), mods_from or (), pick)
     saved = [_save_one(root, doc, yes) for doc in docs]
     if len(saved) > 1:  # a compose file's services: the first the primary, the others added beside it
-        out.print(f"serve them: sparkplay up {saved[0]} -i INVENTORY, then "
-                  + ", ".join(f"sparkplay up {n} --add -i INVENTORY" for n in saved[1:]), markup=False)  # fmt: skip
+        out.print(
+            f"serve them: sparkplay up {saved[0]} -i INVENTORY, then "
+            + ", ".join(f"sparkplay up {n} --add -i INVENTORY" for n in saved[1:]),
+            markup=False,
+        )
 
 
 def _save_one(root: Path, doc: dict[str, Any], yes: bool) -> str:
@@ -170,8 +173,11 @@ def recipe_list(project: ProjectOpt = None) -> None:
         )
     out.print(table)
     for line in broken:
-        err.print(f"error: {line}; fix the file or remove it (sparkplay recipe validate NAME says more)",
-                  markup=False, highlight=False)  # fmt: skip
+        err.print(
+            f"error: {line}; fix the file or remove it (sparkplay recipe validate NAME says more)",
+            markup=False,
+            highlight=False,
+        )
     if broken:
         raise typer.Exit(int(ExitCode.BAD_INPUT))
 

@@ -40,8 +40,10 @@ def hosts_file(inventory: Path | None) -> Path:
     inventory = inventory_of(inventory)
     path = inventory / "hosts.yml" if inventory.is_dir() else inventory
     if not path.is_file():
-        raise BadInput(f"inventory {inventory} does not exist",
-                       "write one with `sparkplay init --node HOST ...`, or pass -i with yours")  # fmt: skip
+        raise BadInput(
+            f"inventory {inventory} does not exist",
+            "write one with `sparkplay init --node HOST ...`, or pass -i with yours",
+        )
     return path.resolve()
 
 
@@ -58,10 +60,12 @@ def stage_one(root: Path, name: str, hosts: list[inv_mod.Host]) -> tuple[dict[st
         catalog.load_for_use(catalog.catalog_dir(root), name), lead.get("sparkplay_image_pins") or {}
     )
     computed = deployment.compute(
-        doc, {h.name: h.rank for h in hosts},
+        doc,
+        {h.name: h.rank for h in hosts},
         {k: lead.get(k) for k in deployment.SETTINGS["stage_one"]},
-        lead.get("checkpoint_staged") or [], lead.get("sparkplay_checkpoint_lock") or {},
-    )  # fmt: skip
+        lead.get("checkpoint_staged") or [],
+        lead.get("sparkplay_checkpoint_lock") or {},
+    )
     return doc, computed
 
 
@@ -128,15 +132,25 @@ def went_back(result: RunResult, recorded: apply_mod.Recorded | None) -> None:
     back = result.custom.get("sparkplay_rolled_back") or {}
     if not back:
         return
-    said = f"it answers again, {back.get('seconds')} s after the failure" if back.get("ready") else (
-        f"it does not answer either: {back.get('why')}")  # fmt: skip
-    out.print(f"went back to the last deployment that answered ({back.get('recipe')}): {said}", style="yellow",
-              markup=False, highlight=False)  # fmt: skip
+    said = (
+        f"it answers again, {back.get('seconds')} s after the failure"
+        if back.get("ready")
+        else (f"it does not answer either: {back.get('why')}")
+    )
+    out.print(
+        f"went back to the last deployment that answered ({back.get('recipe')}): {said}",
+        style="yellow",
+        markup=False,
+        highlight=False,
+    )
     if back.get("ready") and recorded is not None and recorded.backup is not None:
         catalog.backup(recorded.path, recorded.backup.parent)  # this run's choice is kept too
         atomic_write(recorded.path, recorded.backup.read_bytes())
-        out.print(f"{recorded.path}: its choice before this run is back ({recorded.backup} restored)",
-                  markup=False, highlight=False)  # fmt: skip
+        out.print(
+            f"{recorded.path}: its choice before this run is back ({recorded.backup} restored)",
+            markup=False,
+            highlight=False,
+        )
 
 
 # -- init ---------------------------------------------------------------------------
@@ -300,9 +314,12 @@ def up(
     foreign = show_plan(planned)
     if add:  # the inventory's recipe stays the primary's: an added deployment is not recorded there
         if foreign or planned.changes:
-            ask(f"Add {recipe} beside what is served?", yes,
+            ask(
+                f"Add {recipe} beside what is served?",
+                yes,
                 "the plan above needs a yes and there is no terminal to ask on: nothing was changed",
-                "rerun with --yes to go ahead")  # fmt: skip
+                "rerun with --yes to go ahead",
+            )
         extra: dict[str, Any] = {"recipe": recipe, **placement}
         if foreign:
             extra["sparkplay_confirm_overwrite"] = True
@@ -333,8 +350,9 @@ def up(
     if result.exit_code == ExitCode.OK and drift.get("locked") and (drift.get("recipe_changed") or accept_drift):
         # what the user asked for (another recipe, accepted drift) is the known-good stack now
         print_summary(out, result, verb=f"up {recipe}")
-        result = relock(root, hosts, recipe, verbose, "the recipe changed" if drift.get("recipe_changed") else
-                        "drift accepted")  # fmt: skip
+        result = relock(
+            root, hosts, recipe, verbose, "the recipe changed" if drift.get("recipe_changed") else "drift accepted"
+        )
     finish(result, f"up {recipe}")
 
 

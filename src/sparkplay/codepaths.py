@@ -23,20 +23,58 @@ from typing import Any
 
 # glibc's list of variables ld.so ignores for setuid programs (elf/dl-unsecvars.h, read 2.40), because
 # each changes what code or data a program loads
-GLIBC_UNSECURE = frozenset({
-    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE",
-    "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR",
-})  # fmt: skip
+GLIBC_UNSECURE = frozenset(
+    {
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TMPDIR",
+        "TZDIR",
+    }
+)
 # what the shells, interpreters and TLS stacks the engines run read to load code or trust
-LOADER_NAMES = GLIBC_UNSECURE | frozenset({
-    "PATH", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH", "PROMPT_COMMAND",
-    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
-    "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "SSL_CERT_FILE", "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
-    # torch/triton run or load compiled code from these places
-    "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
-    "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "TORCHINDUCTOR_CACHE_DIR", "VLLM_PLUGINS",
-})  # fmt: skip
+LOADER_NAMES = GLIBC_UNSECURE | frozenset(
+    {
+        "PATH",
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "IFS",
+        "CDPATH",
+        "PROMPT_COMMAND",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        "CLASSPATH",
+        "OPENSSL_CONF",
+        "OPENSSL_ENGINES",
+        "OPENSSL_MODULES",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        # torch/triton run or load compiled code from these places
+        "TORCH_EXTENSIONS_DIR",
+        "TRITON_CACHE_DIR",
+        "TRITON_PTXAS_PATH",
+        "TRITON_CUOBJDUMP_PATH",
+        "TRITON_NVDISASM_PATH",
+        "TRITON_LIBCUDA_PATH",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "VLLM_PLUGINS",
+    }
+)
 # every name with these prefixes: the dynamic loader (ld.so(8): LD_*), Python (python(1): PYTHONPATH,
 # PYTHONSTARTUP, PYTHONHOME, PYTHONWARNINGS imports a category's module ...), Perl, Ruby, Node, bash's
 # exported functions, macOS's loader
@@ -54,69 +92,215 @@ def loads_code(name: str) -> bool:
 
 # names that load code, or move where an engine keeps code it will load again (caches of compiled or
 # downloaded code, plugin paths, a logging config that may call any callable): a request in every runtime
-CODE_NAMES = frozenset({
-    "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN", "NCCL_CONF_FILE",
-    "NCCL_TOPO_FILE", "NCCL_GRAPH_FILE", "NCCL_DEBUG_FILE", "NCCL_TOPO_DUMP_FILE", "NCCL_GRAPH_DUMP_FILE",
-    "VLLM_LOGGING_CONFIG_PATH", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "VLLM_ASSETS_CACHE", "VLLM_XLA_CACHE_PATH",
-    "VLLM_TORCH_PROFILER_DIR", "VLLM_ALLOW_INSECURE_SERIALIZATION", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
-    "VLLM_SERVER_DEV_MODE", "VLLM_RPC_BASE_PATH",
-    "HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR",
-    "HF_HOME", "HF_HUB_CACHE", "HF_MODULES_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "TORCH_HOME",
-    "CUDA_CACHE_PATH", "GGML_BACKEND_PATH", "GGML_BACKEND_DIR", "SGLANG_PLUGINS",
-})  # fmt: skip
+CODE_NAMES = frozenset(
+    {
+        "NCCL_NET_PLUGIN",
+        "NCCL_TUNER_PLUGIN",
+        "NCCL_PROFILER_PLUGIN",
+        "NCCL_ENV_PLUGIN",
+        "NCCL_CONF_FILE",
+        "NCCL_TOPO_FILE",
+        "NCCL_GRAPH_FILE",
+        "NCCL_DEBUG_FILE",
+        "NCCL_TOPO_DUMP_FILE",
+        "NCCL_GRAPH_DUMP_FILE",
+        "VLLM_LOGGING_CONFIG_PATH",
+        "VLLM_CACHE_ROOT",
+        "VLLM_CONFIG_ROOT",
+        "VLLM_ASSETS_CACHE",
+        "VLLM_XLA_CACHE_PATH",
+        "VLLM_TORCH_PROFILER_DIR",
+        "VLLM_ALLOW_INSECURE_SERIALIZATION",
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+        "VLLM_SERVER_DEV_MODE",
+        "VLLM_RPC_BASE_PATH",
+        "HOME",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "XDG_RUNTIME_DIR",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_MODULES_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "TRANSFORMERS_CACHE",
+        "TORCH_HOME",
+        "CUDA_CACHE_PATH",
+        "GGML_BACKEND_PATH",
+        "GGML_BACKEND_DIR",
+        "SGLANG_PLUGINS",
+    }
+)
 # a name of this shape names a place or a plugin: on the host (native), a request whatever the engine
 PATH_SHAPED = re.compile(r"(PLUGINS?|_PATH|_DIR|_FILE|_ROOT|_HOME|_CACHE|_PREFIX)(_[A-Z0-9]+)?\Z")
 
 # Python's variables that only tune the interpreter and load nothing
-PYTHON_PLAIN = frozenset({
-    "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONFAULTHANDLER", "PYTHONIOENCODING",
-    "PYTHONUTF8", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "PYTHONOPTIMIZE",
-})  # fmt: skip
+PYTHON_PLAIN = frozenset(
+    {
+        "PYTHONUNBUFFERED",
+        "PYTHONHASHSEED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONFAULTHANDLER",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "PYTHONNOUSERSITE",
+        "PYTHONSAFEPATH",
+        "PYTHONOPTIMIZE",
+    }
+)
 # the plain names an engine on the host may be given without asking
-COMMON_PLAIN = PYTHON_PLAIN | frozenset({
-    "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY", "OMP_DYNAMIC", "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_LAUNCH_BLOCKING",
-    "CUDA_MODULE_LOADING", "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_CACHE_DISABLE",
-    "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_IB_HCA", "NCCL_IB_DISABLE", "NCCL_IB_GID_INDEX", "NCCL_IB_TIMEOUT",
-    "NCCL_IB_RETRY_CNT", "NCCL_NET_GDR_LEVEL", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE",
-    "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_PROTO", "NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
-    "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_IGNORE_CPU_AFFINITY", "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD",
-    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE",
-    "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_PROGRESS_BARS",
-    "DO_NOT_TRACK", "LANG", "LC_ALL", "TZ",
-})  # fmt: skip
+COMMON_PLAIN = PYTHON_PLAIN | frozenset(
+    {
+        "OMP_NUM_THREADS",
+        "OMP_PROC_BIND",
+        "OMP_PLACES",
+        "OMP_WAIT_POLICY",
+        "OMP_DYNAMIC",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "CUDA_LAUNCH_BLOCKING",
+        "CUDA_MODULE_LOADING",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "CUDA_CACHE_DISABLE",
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_SUBSYS",
+        "NCCL_IB_HCA",
+        "NCCL_IB_DISABLE",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_IB_TIMEOUT",
+        "NCCL_IB_RETRY_CNT",
+        "NCCL_NET_GDR_LEVEL",
+        "NCCL_P2P_DISABLE",
+        "NCCL_P2P_LEVEL",
+        "NCCL_SHM_DISABLE",
+        "NCCL_CUMEM_ENABLE",
+        "NCCL_NVLS_ENABLE",
+        "NCCL_PROTO",
+        "NCCL_ALGO",
+        "NCCL_MIN_NCHANNELS",
+        "NCCL_MAX_NCHANNELS",
+        "NCCL_BUFFSIZE",
+        "NCCL_NTHREADS",
+        "NCCL_IGNORE_CPU_AFFINITY",
+        "NCCL_SOCKET_NTHREADS",
+        "NCCL_NSOCKS_PERTHREAD",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_NO_CUDA_MEMORY_CACHING",
+        "TOKENIZERS_PARALLELISM",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "HF_HUB_DISABLE_TELEMETRY",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "DO_NOT_TRACK",
+        "LANG",
+        "LC_ALL",
+        "TZ",
+    }
+)
 ENGINE_PLAIN = {
-    "llamacpp": frozenset({
-        "GGML_CUDA_ENABLE_UNIFIED_MEMORY", "GGML_CUDA_NO_PINNED", "GGML_CUDA_FORCE_MMQ", "GGML_CUDA_FORCE_CUBLAS",
-        "GGML_CUDA_NO_VMM", "GGML_CUDA_DISABLE_GRAPHS", "GGML_SCHED_MAX_COPIES", "GGML_RPC_DEBUG",
-        "GGML_VK_VISIBLE_DEVICES", "GGML_OPENCL_PLATFORM", "GGML_OPENCL_DEVICE",
-        "LLAMA_LOG_COLORS", "LLAMA_LOG_VERBOSITY", "LLAMA_LOG_PREFIX", "LLAMA_LOG_TIMESTAMPS",
-    }),
-    "vllm": frozenset({
-        "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_CPU_MOE_PREPACK",
-        "VLLM_CPU_SGL_KERNEL", "VLLM_NO_USAGE_STATS", "VLLM_DO_NOT_TRACK", "VLLM_LOGGING_LEVEL",
-        "VLLM_CONFIGURE_LOGGING", "VLLM_LOG_STATS_INTERVAL", "VLLM_ATTENTION_BACKEND", "VLLM_USE_V1",
-        "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
-        "VLLM_ENGINE_ITERATION_TIMEOUT_S", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_RPC_TIMEOUT",
-        "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_MLA_DISABLE", "VLLM_USE_DEEP_GEMM", "VLLM_FUSED_MOE_CHUNK_SIZE",
-        "VLLM_MARLIN_USE_ATOMIC_ADD", "VLLM_SLEEP_WHEN_IDLE", "VLLM_MEDIA_LOADING_THREAD_COUNT",
-    }),
-}  # fmt: skip
+    "llamacpp": frozenset(
+        {
+            "GGML_CUDA_ENABLE_UNIFIED_MEMORY",
+            "GGML_CUDA_NO_PINNED",
+            "GGML_CUDA_FORCE_MMQ",
+            "GGML_CUDA_FORCE_CUBLAS",
+            "GGML_CUDA_NO_VMM",
+            "GGML_CUDA_DISABLE_GRAPHS",
+            "GGML_SCHED_MAX_COPIES",
+            "GGML_RPC_DEBUG",
+            "GGML_VK_VISIBLE_DEVICES",
+            "GGML_OPENCL_PLATFORM",
+            "GGML_OPENCL_DEVICE",
+            "LLAMA_LOG_COLORS",
+            "LLAMA_LOG_VERBOSITY",
+            "LLAMA_LOG_PREFIX",
+            "LLAMA_LOG_TIMESTAMPS",
+        }
+    ),
+    "vllm": frozenset(
+        {
+            "VLLM_CPU_KVCACHE_SPACE",
+            "VLLM_CPU_OMP_THREADS_BIND",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU",
+            "VLLM_CPU_MOE_PREPACK",
+            "VLLM_CPU_SGL_KERNEL",
+            "VLLM_NO_USAGE_STATS",
+            "VLLM_DO_NOT_TRACK",
+            "VLLM_LOGGING_LEVEL",
+            "VLLM_CONFIGURE_LOGGING",
+            "VLLM_LOG_STATS_INTERVAL",
+            "VLLM_ATTENTION_BACKEND",
+            "VLLM_USE_V1",
+            "VLLM_WORKER_MULTIPROC_METHOD",
+            "VLLM_ENABLE_V1_MULTIPROCESSING",
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+            "VLLM_ENGINE_ITERATION_TIMEOUT_S",
+            "VLLM_ENGINE_READY_TIMEOUT_S",
+            "VLLM_RPC_TIMEOUT",
+            "VLLM_USE_FLASHINFER_SAMPLER",
+            "VLLM_MLA_DISABLE",
+            "VLLM_USE_DEEP_GEMM",
+            "VLLM_FUSED_MOE_CHUNK_SIZE",
+            "VLLM_MARLIN_USE_ATOMIC_ADD",
+            "VLLM_SLEEP_WHEN_IDLE",
+            "VLLM_MEDIA_LOADING_THREAD_COUNT",
+        }
+    ),
+}
 # llama.cpp reads every flag from a LLAMA_ARG_ twin too (common/arg.cpp, set_env): the twins of flags that
 # take no path and that sparkplay neither owns nor checks against a recipe field are plain; every other
 # twin (LLAMA_ARG_RPC, _HOST, _PORT, _MODEL, _LORA, _CTX_SIZE, _API_KEY, ...) is refused
-LLAMA_ARG_PLAIN = frozenset({
-    "THREADS", "THREADS_BATCH", "THREADS_HTTP", "N_GPU_LAYERS", "BATCH", "UBATCH", "FLASH_ATTN", "N_PARALLEL",
-    "CONT_BATCHING", "NO_CONT_BATCHING", "NO_MMAP", "MLOCK", "CACHE_TYPE_K", "CACHE_TYPE_V", "DEFRAG_THOLD",
-    "N_PREDICT", "ENDPOINT_METRICS", "ENDPOINT_SLOTS", "ENDPOINT_PROPS", "NO_WEBUI", "JINJA", "REASONING_FORMAT",
-    "REASONING_BUDGET", "SPLIT_MODE", "TENSOR_SPLIT", "MAIN_GPU", "NUMA", "NO_KV_OFFLOAD", "KV_UNIFIED",
-    "SWA_FULL", "CACHE_REUSE", "TOP_K", "TOP_P", "MIN_P", "TEMP", "REPEAT_PENALTY", "N_CPU_MOE", "CPU_MOE",
-})  # fmt: skip
+LLAMA_ARG_PLAIN = frozenset(
+    {
+        "THREADS",
+        "THREADS_BATCH",
+        "THREADS_HTTP",
+        "N_GPU_LAYERS",
+        "BATCH",
+        "UBATCH",
+        "FLASH_ATTN",
+        "N_PARALLEL",
+        "CONT_BATCHING",
+        "NO_CONT_BATCHING",
+        "NO_MMAP",
+        "MLOCK",
+        "CACHE_TYPE_K",
+        "CACHE_TYPE_V",
+        "DEFRAG_THOLD",
+        "N_PREDICT",
+        "ENDPOINT_METRICS",
+        "ENDPOINT_SLOTS",
+        "ENDPOINT_PROPS",
+        "NO_WEBUI",
+        "JINJA",
+        "REASONING_FORMAT",
+        "REASONING_BUDGET",
+        "SPLIT_MODE",
+        "TENSOR_SPLIT",
+        "MAIN_GPU",
+        "NUMA",
+        "NO_KV_OFFLOAD",
+        "KV_UNIFIED",
+        "SWA_FULL",
+        "CACHE_REUSE",
+        "TOP_K",
+        "TOP_P",
+        "MIN_P",
+        "TEMP",
+        "REPEAT_PENALTY",
+        "N_CPU_MOE",
+        "CPU_MOE",
+    }
+)
 # vLLM's environment twins of the data-parallel flags the plan sets per rank (--data-parallel-address ...): a
 # recipe's would point a rank at another master. (VLLM_HOST_IP and the socket names the plan overwrites with
 # each rank's own, so a recipe's are noted as overridden at import, not refused.)
-VLLM_OWNED = frozenset({"VLLM_DP_MASTER_IP", "VLLM_DP_MASTER_PORT", "VLLM_DP_RANK", "VLLM_DP_RANK_LOCAL",
-                        "VLLM_DP_SIZE"})  # fmt: skip
+VLLM_OWNED = frozenset(
+    {"VLLM_DP_MASTER_IP", "VLLM_DP_MASTER_PORT", "VLLM_DP_RANK", "VLLM_DP_RANK_LOCAL", "VLLM_DP_SIZE"}
+)
 
 # flags that make an engine run code that is not its own: name -> what it does (shown at import)
 CODE_FLAGS = {

@@ -21,12 +21,18 @@ from sparkplay.errors import BadInput
 
 # the gateway's names on the leader: its unit and user; the routes file (root's, 0644); its folder of secrets
 # (root:USER 0750: the endpoint's keys and each deployment's own key, upstream/SLOT.key, 0640); its virtualenv
-GATEWAY = {"unit": "sparkplay-gateway.service", "routes": "/etc/sparkplay/gateway-routes.json",
-           "user": "sparkplay-gateway", "secrets": "/etc/sparkplay/gateway",
-           "client_keys": "/etc/sparkplay/gateway/keys",
-           "upstream_keys": names.GATEWAY_UPSTREAM_KEYS, "state": "/run/sparkplay-gateway/state.json",
-           "swapper_unit": "sparkplay-swapper.service", "swapper_socket": "/run/sparkplay-swapper/swapper.sock",
-           "venv": "/opt/sparkplay/gateway"}  # fmt: skip
+GATEWAY = {
+    "unit": "sparkplay-gateway.service",
+    "routes": "/etc/sparkplay/gateway-routes.json",
+    "user": "sparkplay-gateway",
+    "secrets": "/etc/sparkplay/gateway",
+    "client_keys": "/etc/sparkplay/gateway/keys",
+    "upstream_keys": names.GATEWAY_UPSTREAM_KEYS,
+    "state": "/run/sparkplay-gateway/state.json",
+    "swapper_unit": "sparkplay-swapper.service",
+    "swapper_socket": "/run/sparkplay-swapper/swapper.sock",
+    "venv": "/opt/sparkplay/gateway",
+}
 # (where it listens is the serve role's serve_gateway_bind / serve_gateway_port, written there once)
 TOOL_PATH = re.compile(r"^(/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)+\Z")  # a plain absolute path, no '..'/'.' parts
 
@@ -59,8 +65,10 @@ def _named_by_slot(record: Mapping[str, Any], host: str, path: str) -> dict[str,
         if not path.endswith(".json") or not names.SLOT.match(slot):
             raise BadInput(f"{host}:{path} is no deployment record's name", "remove it, or run reset")
     if record.get("slot") not in (None, slot):
-        raise BadInput(f"{host}:{path} says it is deployment {record.get('slot')!r}, but its file is {slot!r}'s",
-                       "remove it, or run reset")  # fmt: skip
+        raise BadInput(
+            f"{host}:{path} says it is deployment {record.get('slot')!r}, but its file is {slot!r}'s",
+            "remove it, or run reset",
+        )
     named = names.for_slot(slot)
     tool = str(record.get("tool") or "")
     return {
@@ -79,9 +87,15 @@ def _named_by_slot(record: Mapping[str, Any], host: str, path: str) -> dict[str,
     }
 
 
-def routes(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any] = (), new: Mapping[str, Any] | None = None,
-           new_host: str | None = None, default: str | None = None, demand: Mapping[str, Any] | None = None,
-           previous: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def routes(
+    found: Iterable[Mapping[str, Any]],
+    drop_slots: Iterable[Any] = (),
+    new: Mapping[str, Any] | None = None,
+    new_host: str | None = None,
+    default: str | None = None,
+    demand: Mapping[str, Any] | None = None,
+    previous: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The gateway's routes file: each served name to its deployment's API, from the leaders' records less
     the slots `drop_slots` (one being replaced or stopped) plus the record `new` (this run's, on `new_host`),
     and the model a request without `model` goes to: `default` (a served name, or the recipe serving one) when
@@ -97,8 +111,12 @@ def routes(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any] = (), n
     for record in leaders:
         if names.stands_in_for(record.get("slot")) and record["served_name"] in models and not record.get("new"):
             continue  # a stand-in has its model's route only from its own run until its deployment is back
-        route = {"url": str(record["api_url"]), "recipe": record.get("recipe"), "slot": record.get("slot"),
-                 "host": record.get("host")}  # fmt: skip
+        route = {
+            "url": str(record["api_url"]),
+            "recipe": record.get("recipe"),
+            "slot": record.get("slot"),
+            "host": record.get("host"),
+        }
         if record.get("on_demand") and record.get("slot"):
             named = names.for_slot(str(record["slot"]))["units"]
             units = [named["serve"], *([named["watchdog"]] if record.get("watchdog_unit") else [])]
@@ -109,8 +127,11 @@ def routes(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any] = (), n
     table: dict[str, Any] = {"models": models, "default": (named_default or primary or [None])[0]}
     if demand is not None:
         counted = [*found, *([{**new, "host": new_host, "new": True}] if new else [])]
-        table |= {"ttl_s": float(demand["ttl_s"]), "wait_s": float(demand["wait_s"]),
-                  "budgets": budgets(counted, drop_slots, demand)}  # fmt: skip
+        table |= {
+            "ttl_s": float(demand["ttl_s"]),
+            "wait_s": float(demand["wait_s"]),
+            "budgets": budgets(counted, drop_slots, demand),
+        }
     else:
         table |= {k: (previous or {})[k] for k in ("ttl_s", "wait_s", "budgets") if k in (previous or {})}
     return table
@@ -120,13 +141,16 @@ def moved(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[di
     """The served names whose route a new routes file moves to another API: {model, from, to} each (the
     gateway drains `from` before the deployment behind it stops)."""
     was = (before or {}).get("models") if isinstance((before or {}).get("models"), dict) else {}
-    return [{"model": name, "from": str(was[name].get("url")), "to": str(route["url"])}
-            for name, route in sorted(after["models"].items())
-            if isinstance(was.get(name), dict) and was[name].get("url") != route["url"]]  # fmt: skip
+    return [
+        {"model": name, "from": str(was[name].get("url")), "to": str(route["url"])}
+        for name, route in sorted(after["models"].items())
+        if isinstance(was.get(name), dict) and was[name].get("url") != route["url"]
+    ]
 
 
-def update_beside(found: Iterable[Mapping[str, Any]], launch: Mapping[str, Any], wanted: bool = True,
-                  refused: str = "") -> dict[str, Any]:  # fmt: skip
+def update_beside(
+    found: Iterable[Mapping[str, Any]], launch: Mapping[str, Any], wanted: bool = True, refused: str = ""
+) -> dict[str, Any]:
     """Whether the stand-in `launch` plans (names.STANDIN: an added deployment's update, its first pass) is
     wanted: {beside, why}. Wanted when its deployment serves on the one node the stand-in runs on, always on, and
     was deployed from other inputs (its plan_sha256 is not the stand-in's version_sha256), the stand-in admitted
@@ -146,13 +170,15 @@ def update_beside(found: Iterable[Mapping[str, Any]], launch: Mapping[str, Any],
     if not wanted:
         return {"beside": False, "why": f"serve_update_beside is false: {base} is updated in place"}
     if refused:
-        return {"beside": False, "why": f"{base}'s new version does not fit beside the running one ({refused}): "
-                "updated in place, its requests failing while it restarts"}  # fmt: skip
+        return {
+            "beside": False,
+            "why": f"{base}'s new version does not fit beside the running one ({refused}): "
+            "updated in place, its requests failing while it restarts",
+        }
     return {"beside": True, "why": f"{base} changed: its new version starts beside the running one first"}
 
 
-def budgets(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any],
-            demand: Mapping[str, Any]) -> dict[str, int]:  # fmt: skip
+def budgets(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any], demand: Mapping[str, Any]) -> dict[str, int]:
     """Each node's memory for models on demand at once: serve_on_demand_budget_gib where set, else what the
     admission rule leaves (MemTotal less the reserve and every always-on deployment's claim)."""
     given = float(demand.get("budget_gib") or 0)
@@ -162,9 +188,11 @@ def budgets(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any],
         if given > 0:
             out[host] = int(given * admission.GIB)
             continue
-        pinned = sum(int((r.get("claim") or {}).get("bytes") or 0) for r in found
-                     if r.get("host") == host and not r.get("on_demand")
-                     and (r.get("slot") not in dropped or r.get("new")))  # fmt: skip
+        pinned = sum(
+            int((r.get("claim") or {}).get("bytes") or 0)
+            for r in found
+            if r.get("host") == host and not r.get("on_demand") and (r.get("slot") not in dropped or r.get("new"))
+        )
         out[host] = max(0, admission.meminfo(str(text))[0] - admission.RESERVE - pinned)
     return out
 
@@ -172,8 +200,14 @@ def budgets(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any],
 def gateway_secret(path: str, lines: Iterable[str], group: str) -> dict[str, Any]:
     """A file of the gateway's secrets (its keys, an engine's key): one a line, root:GROUP 0640, written as a
     secret (its bytes never in a diff or a log)."""
-    return {"path": path, "content": "".join(f"{line}\n" for line in lines), "owner": "root", "group": group,
-            "mode": "0640", "secret": True}  # fmt: skip
+    return {
+        "path": path,
+        "content": "".join(f"{line}\n" for line in lines),
+        "owner": "root",
+        "group": group,
+        "mode": "0640",
+        "secret": True,
+    }
 
 
 def gateway_key_file(read: Mapping[str, Any], group: str) -> dict[str, Any] | None:
@@ -244,11 +278,21 @@ def gateway_row(
     said = _json(state_text).get("models") if state == "active" else None
     routed = table.get("models") if isinstance(table.get("models"), dict) else {}
     states = {n: _model_state(n, routed.get(n) or {}, said) for n in models}
-    row = {"host": host, "url": url, "keys_required": keys, "state": state, "up": state == "active",
-           "models": models, "model_states": states, "default": table.get("default")}  # fmt: skip
-    row["line"] = (f"gateway on {host}: {url} ({'keys required' if keys else 'no key asked'}), {state}, routes "
-                   + (", ".join(f"{n} ({s})" for n, s in states.items()) or "nothing")
-                   + f"; a request without `model` goes to {row['default'] or 'no model (404)'}")  # fmt: skip
+    row = {
+        "host": host,
+        "url": url,
+        "keys_required": keys,
+        "state": state,
+        "up": state == "active",
+        "models": models,
+        "model_states": states,
+        "default": table.get("default"),
+    }
+    row["line"] = (
+        f"gateway on {host}: {url} ({'keys required' if keys else 'no key asked'}), {state}, routes "
+        + (", ".join(f"{n} ({s})" for n, s in states.items()) or "nothing")
+        + f"; a request without `model` goes to {row['default'] or 'no model (404)'}"
+    )
     return row
 
 
@@ -283,21 +327,33 @@ def added_rows(
         state = props.get("ActiveState") or "unknown"
         state += f"/{props['SubState']}" if props.get("SubState") else ""
         healthy = bool(seen.get("health")) and bool(seen.get("served")) and seen.get("answers", True) is not False
-        row = {"recipe": record.get("recipe"), "host": record["host"], "unit": record.get("unit"), "state": state,
-               "restarts": int(props.get("NRestarts") or 0), "health": "ok" if healthy else "down",
-               "model": record.get("served_name"), "api_url": record.get("api_url"),
-               "claim_gib": round(int((record.get("claim") or {}).get("bytes") or 0) / 1024**3, 1),
-               "up": state.startswith("active") and healthy,
-               "why": why or (seen.get("why") if not healthy else None)}  # fmt: skip
+        row = {
+            "recipe": record.get("recipe"),
+            "host": record["host"],
+            "unit": record.get("unit"),
+            "state": state,
+            "restarts": int(props.get("NRestarts") or 0),
+            "health": "ok" if healthy else "down",
+            "model": record.get("served_name"),
+            "api_url": record.get("api_url"),
+            "claim_gib": round(int((record.get("claim") or {}).get("bytes") or 0) / 1024**3, 1),
+            "up": state.startswith("active") and healthy,
+            "why": why or (seen.get("why") if not healthy else None),
+        }
         if record.get("on_demand") and state.startswith("inactive"):  # stopped by design, not by a fault
-            row |= {"health": "on demand", "up": True,
-                    "why": "stopped on demand: the gateway starts it when a request names it"}  # fmt: skip
+            row |= {
+                "health": "on demand",
+                "up": True,
+                "why": "stopped on demand: the gateway starts it when a request names it",
+            }
         # a stand-in: an update's new version, beside its deployment until that one restarted with it
         row["standin"] = names.stands_in_for(record.get("slot")) is not None
         label = f"{row['recipe']} (its update's new version, standing in)" if row["standin"] else row["recipe"]
-        row["line"] = (f"{label} on {row['host']}: {row['unit']} {state}, {row['health']}, serving "
-                       f"{row['model']} at {row['api_url']}, claims {row['claim_gib']} GiB"
-                       + (f": {row['why']}" if row["why"] else ""))  # fmt: skip
+        row["line"] = (
+            f"{label} on {row['host']}: {row['unit']} {state}, {row['health']}, serving "
+            f"{row['model']} at {row['api_url']}, claims {row['claim_gib']} GiB"
+            + (f": {row['why']}" if row["why"] else "")
+        )
         rows.append(row)
     return rows
 

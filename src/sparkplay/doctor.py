@@ -140,16 +140,20 @@ SECRET_KEY = re.compile(r"(token|secret|passw|private|api[_-]?key|credential)", 
 _SECRET_WORD = r"(?:token(?![a-z])|secret|passw(?:or)?d?(?![a-z])|api[_-]?key|credential)"  # noqa: S105
 SECRET_IN_TEXT = (
     # a secret-looking key whose value is a list (an engine's argument dump: 'api_key': ['k1', 'k2'])
-    re.compile(rf"(?i)((?:--)?[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_]*[\"']?[ \t]*[=:][ \t]*)(?!<redacted>)"
-               r"\[[^\]\n]+\]"),
-    re.compile(rf"(?i)((?:--)?[A-Za-z0-9_.-]*{_SECRET_WORD}"
-               r"[A-Za-z0-9_]*[\"']?[ \t]*[=:][ \t]*[\"']?)(?!<redacted>)[^\s\"',;}]+"),
+    re.compile(
+        rf"(?i)((?:--)?[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_]*[\"']?[ \t]*[=:][ \t]*)(?!<redacted>)"
+        r"\[[^\]\n]+\]"
+    ),
+    re.compile(
+        rf"(?i)((?:--)?[A-Za-z0-9_.-]*{_SECRET_WORD}"
+        r"[A-Za-z0-9_]*[\"']?[ \t]*[=:][ \t]*[\"']?)(?!<redacted>)[^\s\"',;}]+"
+    ),
     re.compile(r"(?i)(--[a-z-]*(?:token|secret|password|api-key)[a-z-]*[ \t]+)(?!<redacted>)(?!-)\S+"),
     re.compile(r"(?i)(\bbearer[ \t]+)(?!<redacted>)[^\s\"']+"),
     re.compile(r"(?i)(\bauthorization[\"']?[ \t]*[=:][ \t]*[\"']?(?:basic|token|digest)[ \t]+)(?!<redacted>)[^\s\"']+"),
     # credentials in a URL: scheme://user:PASSWORD@host
     re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/:@\"']*:)(?!<redacted>)[^\s/@\"']+(?=@)"),
-)  # fmt: skip
+)
 # tokens recognisable by their shape wherever they stand: Hugging Face, OpenAI-style, GitHub, GitLab, NVIDIA
 # NGC, Slack, AWS access key ids
 SECRET_VALUE = re.compile(

@@ -91,8 +91,10 @@ def cma_problem(meminfo: str, rdma_expected: bool) -> str | None:
         return None
     match = re.search(r"^CmaTotal:\s+(\d+)\s+kB", meminfo, re.MULTILINE)
     if match and int(match.group(1)) == 0:
-        return ("CmaTotal is 0 kB: RDMA memory registration will fail with ENOMEM; boot with a CMA area "
-                "(kernel command line cma=1G, e.g. in GRUB_CMDLINE_LINUX) and reboot")  # fmt: skip
+        return (
+            "CmaTotal is 0 kB: RDMA memory registration will fail with ENOMEM; boot with a CMA area "
+            "(kernel command line cma=1G, e.g. in GRUB_CMDLINE_LINUX) and reboot"
+        )
     return None
 
 
@@ -115,12 +117,13 @@ def nccl_build_problem(version: str | None, where: str) -> str | None:
     text = (version or "").strip()
     if not text or NCCL_RELEASE.match(text):
         return None
-    return (f"{where} has NCCL {text}, not a release tag (like 2.28.9-1): development builds have run several "
-            "times slower across the cable; use an image or package built on an NCCL release")  # fmt: skip
+    return (
+        f"{where} has NCCL {text}, not a release tag (like 2.28.9-1): development builds have run several "
+        "times slower across the cable; use an image or package built on an NCCL release"
+    )
 
 
-def netplan_conflicts(listing: str, own_file: str, twins: list[str], mtu: int,
-                      addresses: dict[str, str]) -> list[str]:  # fmt: skip
+def netplan_conflicts(listing: str, own_file: str, twins: list[str], mtu: int, addresses: dict[str, str]) -> list[str]:
     """Other netplan files that configure the cable's twins with another MTU or addresses (or DHCP).
 
     `listing` is `grep -H '' /etc/netplan/*.yaml`: each line prefixed with its file's path. Netplan merges
@@ -150,8 +153,10 @@ def netplan_conflicts(listing: str, own_file: str, twins: list[str], mtu: int,
                 problems.append(f"{path} sets {twin} mtu {config['mtu']} (the cable needs {mtu}): {fix}")
             theirs = [str(a) for a in config.get("addresses") or []]
             if theirs and addresses.get(twin) not in theirs:
-                problems.append(f"{path} gives {twin} the addresses {', '.join(theirs)} (sparkplay gives "
-                                f"{addresses.get(twin)}): {fix}")  # fmt: skip
+                problems.append(
+                    f"{path} gives {twin} the addresses {', '.join(theirs)} (sparkplay gives "
+                    f"{addresses.get(twin)}): {fix}"
+                )
             if config.get("dhcp4") in (True, "true", "yes") or config.get("dhcp6") in (True, "true", "yes"):
                 problems.append(f"{path} turns on DHCP for {twin} (the cable has no DHCP server): {fix}")
     return problems

@@ -43,13 +43,21 @@ def import_sources(
         try:  # what the recipe alone decides must plan: an import that could never start is no import
             plan.rehearse(doc, root)
         except BadInput as exc:
-            raise BadInput(f"{source}: recipe {doc['name']} cannot be planned as written: {exc.problem}",
-                           exc.fix) from None  # fmt: skip
+            raise BadInput(
+                f"{source}: recipe {doc['name']} cannot be planned as written: {exc.problem}", exc.fix
+            ) from None
         for key in plan.env_not_passed(doc, root):
-            doc["provenance"].append({"key": f"serve.env.{key}", "how": "overridden", "detail": (
-                f"the recipe sets {key}={doc['serve']['env'][key]!r}; the {doc['engine']['name']} plan sets it on "
-                "each node itself (from that node's cable, paths and rank), so the recipe's value is not used"
-            )})  # fmt: skip
+            doc["provenance"].append(
+                {
+                    "key": f"serve.env.{key}",
+                    "how": "overridden",
+                    "detail": (
+                        f"the recipe sets {key}={doc['serve']['env'][key]!r}; the {doc['engine']['name']} plan sets "
+                        "it on each node itself (from that node's cable, paths and rank), so the recipe's value is not "
+                        "used"
+                    ),
+                }
+            )
         for flag, why in plan.ADDED_FLAGS.get(doc["engine"]["name"], {}).items():
             if not cmdline.has_flag(doc["serve"]["args"], flag):
                 doc["provenance"].append({"key": "serve.args", "how": "added", "detail": f"{flag}: {why}"})

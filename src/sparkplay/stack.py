@@ -33,9 +33,11 @@ ENGINE = ("images", "engine_packages", "files", "checkpoints")
 
 
 def what_to_read(
-    plan: Mapping[str, Any] | None, host: str, doc: Mapping[str, Any] | None = None,
+    plan: Mapping[str, Any] | None,
+    host: str,
+    doc: Mapping[str, Any] | None = None,
     checkpoints: Iterable[Mapping[str, Any]] = (),
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The module's arguments for one node: what the served deployment's plan runs there (its image, its
     packages, its program, its checkpoints) and whatever the lock `doc` names for it; the stack's own rows
     are always read. `packages` are the engine's (the stack's own are found by the module)."""
@@ -49,8 +51,13 @@ def what_to_read(
         found["files"] += [creates] if creates else []
         found["checkpoints"] = [str(c["dest"]) for c in checkpoints if c.get("dest")]
     rows = ((doc or {}).get("nodes") or {}).get(host) or {}
-    for arg, key in (("twins", "fabric"), ("images", "images"), ("packages", "engine_packages"),
-                     ("files", "files"), ("checkpoints", "checkpoints")):  # fmt: skip
+    for arg, key in (
+        ("twins", "fabric"),
+        ("images", "images"),
+        ("packages", "engine_packages"),
+        ("files", "files"),
+        ("checkpoints", "checkpoints"),
+    ):
         found[arg] += [name for name in rows.get(key) or {} if name not in found[arg]]
     return {key: list(dict.fromkeys(values)) for key, values in found.items()}
 
@@ -72,9 +79,11 @@ def node(read: Mapping[str, Any], engine_packages: Iterable[str]) -> dict[str, A
 
 
 def lock(
-    nodes: Mapping[str, Mapping[str, Any]], recipe: Mapping[str, Any] | None, stamp: str,
+    nodes: Mapping[str, Mapping[str, Any]],
+    recipe: Mapping[str, Any] | None,
+    stamp: str,
     before: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The lock document: every node's rows, the recipe they serve (name and content hash), sparkplay's version.
     The same stack as `before` keeps that lock as it is (its time too): locking twice changes nothing."""
     doc = {
@@ -112,8 +121,14 @@ def _short(value: Any) -> str:
 
 def _flat(rows: Mapping[str, Any], engine: bool) -> dict[str, Any]:
     flat: dict[str, Any] = {WORDS.get(k, k): rows.get(k) for k in BASE}
-    named = {"packages": "package", "fabric": "fabric", "images": "image", "engine_packages": "package",
-             "files": "file", "checkpoints": "checkpoint"}  # fmt: skip
+    named = {
+        "packages": "package",
+        "fabric": "fabric",
+        "images": "image",
+        "engine_packages": "package",
+        "files": "file",
+        "checkpoints": "checkpoint",
+    }
     for key, word in named.items():
         if key in ENGINE and not engine:
             continue
@@ -142,9 +157,11 @@ def drift(
 
 
 def cluster_drift(
-    doc: Mapping[str, Any] | None, now: Mapping[str, Mapping[str, Any]], ranks: Mapping[str, Any],
+    doc: Mapping[str, Any] | None,
+    now: Mapping[str, Mapping[str, Any]],
+    ranks: Mapping[str, Any],
     recipe: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Every node's drift from the lock: {locked, hash, recipe_changed, nodes: {host: [words]}, lines}.
 
     With `recipe` (what `up` is about to serve), a recipe other than the lock's (another name, or the same
@@ -154,7 +171,9 @@ def cluster_drift(
         return {"locked": False, "hash": None, "recipe_changed": False, "nodes": {}, "lines": []}
     locked_recipe = doc.get("recipe") or {}
     changed = bool(recipe) and (locked_recipe.get("name"), locked_recipe.get("sha256")) != (
-        recipe.get("name"), recipe_sha256(recipe))  # fmt: skip
+        recipe.get("name"),
+        recipe_sha256(recipe),
+    )
     found: dict[str, list[str]] = {}
     for host, rows in (doc.get("nodes") or {}).items():
         if host not in now:
@@ -164,8 +183,11 @@ def cluster_drift(
     for host in now:
         if host not in (doc.get("nodes") or {}):
             found[host] = ["not in the lock (a node added since): `sparkplay lock` records it"]
-    lines = [f"rank {ranks.get(h, '?')} ({h}): {w}" for h, words in sorted(found.items(), key=lambda i: str(
-        ranks.get(i[0], i[0]))) for w in words]  # fmt: skip
+    lines = [
+        f"rank {ranks.get(h, '?')} ({h}): {w}"
+        for h, words in sorted(found.items(), key=lambda i: str(ranks.get(i[0], i[0])))
+        for w in words
+    ]
     return {"locked": True, "hash": doc.get("hash"), "recipe_changed": changed, "nodes": found, "lines": lines}
 
 
@@ -193,8 +215,10 @@ def compare_locks(now: Mapping[str, Any] | None, before: Mapping[str, Any] | Non
     said = [f"stack: {now.get('hash')} (before {before.get('hash')})"]
     was, isnow = before.get("recipe") or {}, now.get("recipe") or {}
     if was != isnow:
-        said.append(f"recipe {isnow.get('name')} sha256:{str(isnow.get('sha256'))[:12]} (before {was.get('name')} "
-                    f"sha256:{str(was.get('sha256'))[:12]})")  # fmt: skip
+        said.append(
+            f"recipe {isnow.get('name')} sha256:{str(isnow.get('sha256'))[:12]} (before {was.get('name')} "
+            f"sha256:{str(was.get('sha256'))[:12]})"
+        )
     if now.get("sparkplay") != before.get("sparkplay"):
         said.append(f"sparkplay {now.get('sparkplay')} (before {before.get('sparkplay')})")
     old_nodes, new_nodes = before.get("nodes") or {}, now.get("nodes") or {}

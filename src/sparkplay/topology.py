@@ -66,12 +66,16 @@ def node_count_problem(
     if mode == "add":
         if wanted is None or wanted <= count:
             return None
-        return (f"recipe {recipe.get('name') if recipe else None} runs on {wanted} nodes but the inventory has {count} "
-                f"in {group}: list {wanted} hosts in {group}, or add a recipe written for fewer")  # fmt: skip
+        return (
+            f"recipe {recipe.get('name') if recipe else None} runs on {wanted} nodes but the inventory has {count} "
+            f"in {group}: list {wanted} hosts in {group}, or add a recipe written for fewer"
+        )
     if wanted is None or wanted == count:
         return None
-    return (f"recipe {recipe.get('name') if recipe else None} runs on {wanted} node(s) but the inventory has {count} "
-            f"in {group}: list {wanted} hosts in {group}, or choose a recipe written for {count}")  # fmt: skip
+    return (
+        f"recipe {recipe.get('name') if recipe else None} runs on {wanted} node(s) but the inventory has {count} "
+        f"in {group}: list {wanted} hosts in {group}, or choose a recipe written for {count}"
+    )
 
 
 def check_node_count(

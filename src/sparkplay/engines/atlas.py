@@ -35,8 +35,11 @@ def family(recipe: Any) -> str:
     found = atlas_family(image)
     stated = recipe["engine"].get("family")
     if stated and found not in (None, stated):
-        raise BadInput(f"engine.image {image!r} is an Atlas {found} image, but the recipe's command is the {stated} "
-                       "family's (engine.family)", "make the image and the command agree")  # fmt: skip
+        raise BadInput(
+            f"engine.image {image!r} is an Atlas {found} image, but the recipe's command is the {stated} "
+            "family's (engine.family)",
+            "make the image and the command agree",
+        )
     if stated:
         return str(stated)
     if found:
@@ -58,10 +61,28 @@ PREFIX_CACHE = "/prefix-cache"
 REPLACED = ("--host", "--port")
 PREFIX_GB_RANGE = (16, 100)
 CONTAINER_OPTIONS = [
-    "--network", "host", "--ipc", "host", "--shm-size", "32g", "--memory", "114g",
-    "--gpus", "all", "--device", "/dev/infiniband", *CONFINED, "--cap-add", "IPC_LOCK", "--cap-add", "SYS_NICE",
-    "--ulimit", "memlock=-1:-1", "--stop-timeout", "60",
-]  # fmt: skip
+    "--network",
+    "host",
+    "--ipc",
+    "host",
+    "--shm-size",
+    "32g",
+    "--memory",
+    "114g",
+    "--gpus",
+    "all",
+    "--device",
+    "/dev/infiniband",
+    *CONFINED,
+    "--cap-add",
+    "IPC_LOCK",
+    "--cap-add",
+    "SYS_NICE",
+    "--ulimit",
+    "memlock=-1:-1",
+    "--stop-timeout",
+    "60",
+]
 
 
 def check_knobs(knobs: dict[str, Any], ours: Sequence[str] = ()) -> None:
@@ -134,13 +155,16 @@ def plan(ctx: Context) -> dict[str, Any]:
     mounts = [
         {"source": target, "target": target, "readonly": True},
         *(
-            [{"source": overlay_dir, "target": overlay_dir, "readonly": True},
-             {"source": overlay_dir, "target": overlay["mount"], "readonly": True}]
-            if overlay and overlay_dir else []
+            [
+                {"source": overlay_dir, "target": overlay_dir, "readonly": True},
+                {"source": overlay_dir, "target": overlay["mount"], "readonly": True},
+            ]
+            if overlay and overlay_dir
+            else []
         ),
         {"source": cuda_cache, "target": CUDA_CACHE, "readonly": False},
         {"source": profile_path, "target": PROFILE_IN_CONTAINER, "readonly": True},
-    ]  # fmt: skip
+    ]
     drafter_mount = next((c.get("mount") for c in model.get("checkpoints") or [] if c["role"] == "drafter"), None)
     if drafter:
         mounts.insert(1, {"source": drafter, "target": drafter, "readonly": True})

@@ -28,10 +28,26 @@ OWNED = ("--rank", "--world-size", "--master-addr", "--master-port")
 # the knobs only the SparkGLM images' profile reads
 PROFILE_KNOBS = ("kv_shard", "display_carveout", "fabric_siblings", "prefix_cache_dir", "prefix_cache_gb")
 CONTAINER_OPTIONS = [
-    "--entrypoint", "spark", "--network", "host", "--ipc", "host", "--shm-size", "32g", "--gpus", "all",
-    "--device", "/dev/infiniband", *CONFINED, "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1:-1",
-    "--stop-timeout", "60",
-]  # fmt: skip
+    "--entrypoint",
+    "spark",
+    "--network",
+    "host",
+    "--ipc",
+    "host",
+    "--shm-size",
+    "32g",
+    "--gpus",
+    "all",
+    "--device",
+    "/dev/infiniband",
+    *CONFINED,
+    "--cap-add",
+    "IPC_LOCK",
+    "--ulimit",
+    "memlock=-1:-1",
+    "--stop-timeout",
+    "60",
+]
 
 
 def world_size(args: list[str]) -> int:
@@ -65,8 +81,10 @@ def plan(ctx: Context) -> dict[str, Any]:
     recipe, knobs = ctx.recipe, ctx.knobs
     profile_only = [k for k in PROFILE_KNOBS if knobs.get(k)]
     if profile_only:
-        raise BadInput(f"knob {profile_only[0]} is read by the SparkGLM Atlas images' profile, not by "
-                       f"{recipe['engine']['image']}", f"remove {profile_only[0]} from the knobs")  # fmt: skip
+        raise BadInput(
+            f"knob {profile_only[0]} is read by the SparkGLM Atlas images' profile, not by {recipe['engine']['image']}",
+            f"remove {profile_only[0]} from the knobs",
+        )
     args = with_served_name(engine_args(recipe, REPLACED, OWNED, "atlas"), recipe, "--model-name")
     if knobs.get("gpu_memory_utilization") is not None:
         args = cmdline.with_flag(args, "--gpu-memory-utilization", str(knobs["gpu_memory_utilization"]))
@@ -76,8 +94,10 @@ def plan(ctx: Context) -> dict[str, Any]:
         raise BadInput("the atlas recipe names no hub repository to serve", "set model.repo (org/name)")
     world = world_size(args)
     if world != len(ctx.nodes):
-        raise BadInput(f"Atlas's tp/ep sizes make a world of {world} rank(s) but there are {len(ctx.nodes)} nodes",
-                       "set --tp-size/--ep-size for the node count, or list that many nodes")  # fmt: skip
+        raise BadInput(
+            f"Atlas's tp/ep sizes make a world of {world} rank(s) but there are {len(ctx.nodes)} nodes",
+            "set --tp-size/--ep-size for the node count, or list that many nodes",
+        )
     mounts: list[dict[str, Any]] = []
     files: list[dict[str, Any]] = []
     for ckpt in model.get("checkpoints") or []:  # the target and any draft model, each a cache entry
@@ -88,8 +108,20 @@ def plan(ctx: Context) -> dict[str, Any]:
     for node in ctx.nodes:
         leader = node.leads
         api = ["--host", ctx.bind, "--port", str(ctx.port)] if leader else ["--port", "0"]
-        cluster = ["--rank", str(node.rank), "--world-size", str(world), "--master-addr", ctx.leader.address,
-                   "--master-port", str(ctx.rendezvous(MASTER_PORT))] if world > 1 else []  # fmt: skip
+        cluster = (
+            [
+                "--rank",
+                str(node.rank),
+                "--world-size",
+                str(world),
+                "--master-addr",
+                ctx.leader.address,
+                "--master-port",
+                str(ctx.rendezvous(MASTER_PORT)),
+            ]
+            if world > 1
+            else []
+        )
         env = {
             **fabric_env(dict(node.fabric_env)),
             **recipe["serve"]["env"],
@@ -114,6 +146,10 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "wait_for": [],
             }
         )
-    requires = [{"host": n.host, "path": m["source"], "what": "a mirrored checkpoint"}
-                for n in ctx.nodes for m in mounts if not m["source"].startswith("/etc/")]  # fmt: skip
+    requires = [
+        {"host": n.host, "path": m["source"], "what": "a mirrored checkpoint"}
+        for n in ctx.nodes
+        for m in mounts
+        if not m["source"].startswith("/etc/")
+    ]
     return {"ranks": ranks, "leader_follows_workers": False, "directories": [], "requires": requires}

@@ -178,10 +178,23 @@ def gpu_container_options(shm_size: str | None, one_node: bool = False) -> list[
     privileges. The host's IPC namespace only across nodes, as the Spark recipes run it; one node's ranks
     share memory inside the container (--shm-size)."""
     return [
-        "--network", "host", *([] if one_node else ["--ipc", "host"]), "--gpus", "all",
-        "--shm-size", shm_size or "32g", "--ulimit", "memlock=-1", "--device", "/dev/infiniband",
-        *CONFINED, "--cap-add", "IPC_LOCK", "--stop-timeout", "60",
-    ]  # fmt: skip
+        "--network",
+        "host",
+        *([] if one_node else ["--ipc", "host"]),
+        "--gpus",
+        "all",
+        "--shm-size",
+        shm_size or "32g",
+        "--ulimit",
+        "memlock=-1",
+        "--device",
+        "/dev/infiniband",
+        *CONFINED,
+        "--cap-add",
+        "IPC_LOCK",
+        "--stop-timeout",
+        "60",
+    ]
 
 
 def served_name(recipe: Mapping[str, Any]) -> str:

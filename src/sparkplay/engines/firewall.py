@@ -42,8 +42,10 @@ def names(slot: str | None) -> dict[str, str]:
     named with the deployment's other units (engines/names.py)."""
     if slot is None:
         return {"file": FILE, "table": TABLE}
-    return {"file": FILE.replace(".nft", f"@{slot}.nft"),
-            "table": f"{TABLE}_{hashlib.sha256(slot.encode()).hexdigest()[:12]}"}  # fmt: skip
+    return {
+        "file": FILE.replace(".nft", f"@{slot}.nft"),
+        "table": f"{TABLE}_{hashlib.sha256(slot.encode()).hexdigest()[:12]}",
+    }
 
 
 def ruleset(ports: Sequence[int], peers: Sequence[str], table: str = TABLE) -> str:
@@ -73,8 +75,9 @@ def ruleset(ports: Sequence[int], peers: Sequence[str], table: str = TABLE) -> s
     return "\n".join(lines) + "\n"
 
 
-def plan_for(ranks: Sequence[dict[str, Any]], fabric_envs: Iterable[Mapping[str, str]],
-             slot: str | None = None, unit: str = UNIT) -> dict[str, Any]:  # fmt: skip
+def plan_for(
+    ranks: Sequence[dict[str, Any]], fabric_envs: Iterable[Mapping[str, str]], slot: str | None = None, unit: str = UNIT
+) -> dict[str, Any]:
     """Each rank's ruleset (empty where it listens for no peer), under the same peers for every rank, in the
     deployment's own table (`slot`: an added deployment's) loaded by its `unit`."""
     peers = cable_addresses(fabric_envs)

@@ -40,8 +40,10 @@ REPLACED = (
 OWNED = ("--rpc",)
 
 # flags the plan adds to the leader when the recipe has not: why, as the import says it
-ADDED = {"--metrics": "llama-server's Prometheus /metrics (off unless asked for), which sparkplay's metrics and "
-                      "watchdog read"}  # fmt: skip
+ADDED = {
+    "--metrics": "llama-server's Prometheus /metrics (off unless asked for), which sparkplay's metrics and "
+    "watchdog read"
+}
 
 
 def rpc_server(machine: str) -> str:

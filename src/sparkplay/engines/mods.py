@@ -45,11 +45,15 @@ def verified(recipe: Mapping[str, Any]) -> list[dict[str, Any]]:
         for f in mod["files"]:
             parts = str(f["path"]).split("/")
             if not f["path"] or any(p in ("", ".", "..") for p in parts) or any(ord(c) < 32 for c in f["path"]):
-                raise BadInput(f"mod {mod['name']}: the file path {f['path']!r} leaves the mod's folder",
-                               "re-import the recipe (the import reads a mod's own files only)")  # fmt: skip
+                raise BadInput(
+                    f"mod {mod['name']}: the file path {f['path']!r} leaves the mod's folder",
+                    "re-import the recipe (the import reads a mod's own files only)",
+                )
         if recipe_mods.digest(mod["files"]) != mod["sha256"]:
-            raise BadInput(f"mod {mod['name']}: its files do not hash to the sha256 the recipe pins",
-                           "re-import the recipe (the import reads and pins its mods again)")  # fmt: skip
+            raise BadInput(
+                f"mod {mod['name']}: its files do not hash to the sha256 the recipe pins",
+                "re-import the recipe (the import reads and pins its mods again)",
+            )
         if not any(f["path"] == "run.sh" for f in mod["files"]):
             raise BadInput(f"mod {mod['name']} has no run.sh", "re-import the recipe from its registry checkout")
     return found
@@ -62,8 +66,10 @@ def _pinned(recipe: Mapping[str, Any], kind: str) -> list[str] | None:
         return None
     commands = [str(c) for c in found["commands"]]
     if hooks.digest(commands) != found["sha256"]:
-        raise BadInput(f"engine.{kind}: its commands do not hash to the sha256 the recipe pins",
-                       f"re-import the recipe (the import reads and pins its {kind} again)")  # fmt: skip
+        raise BadInput(
+            f"engine.{kind}: its commands do not hash to the sha256 the recipe pins",
+            f"re-import the recipe (the import reads and pins its {kind} again)",
+        )
     return commands
 
 
@@ -73,8 +79,11 @@ def pre_exec_script(recipe: Mapping[str, Any]) -> str | None:
     commands = _pinned(recipe, "pre_exec")
     if commands is None:
         return None
-    lines = ["# the recipe's pre_exec, as sparkrun runs it: each command by bash, in order; the first failure "
-             "stops the start", "set -e"]  # fmt: skip
+    lines = [
+        "# the recipe's pre_exec, as sparkrun runs it: each command by bash, in order; the first failure "
+        "stops the start",
+        "set -e",
+    ]
     return "\n".join([*lines, *(f"bash -c {shlex.quote(c)}" for c in commands)]) + "\n"
 
 
@@ -84,8 +93,12 @@ def preamble_script(recipe: Mapping[str, Any]) -> str | None:
     commands = _pinned(recipe, "preamble")
     if commands is None:
         return None
-    return "\n".join(["# the recipe's command line before its engine; the first failure stops the start",
-                      "set -e", *commands]) + "\n"  # fmt: skip
+    return (
+        "\n".join(
+            ["# the recipe's command line before its engine; the first failure stops the start", "set -e", *commands]
+        )
+        + "\n"
+    )
 
 
 def apply(plan: dict[str, Any], recipe: Mapping[str, Any], runtime: str, state_dir: str) -> None:
@@ -98,8 +111,10 @@ def apply(plan: dict[str, Any], recipe: Mapping[str, Any], runtime: str, state_d
     if runtime != "docker":
         kinds = [*(["pre_exec"] if script else []), *(["preamble"] if preamble else [])]
         what = ", ".join([*kinds, *(f"mod {m['name']}" for m in found)])
-        raise BadInput(f"the recipe's {what} run in the engine's container; the native runtime has none",
-                       "use the docker runtime, or import without them")  # fmt: skip
+        raise BadInput(
+            f"the recipe's {what} run in the engine's container; the native runtime has none",
+            "use the docker runtime, or import without them",
+        )
     relative = [{**f, "path": f"{i:02d}-{m['name']}/{f['path']}"} for i, m in enumerate(found) for f in m["files"]]
     if script is not None:
         relative.append({"path": PRE_EXEC, "text": script, "mode": "0644"})
@@ -112,8 +127,11 @@ def apply(plan: dict[str, Any], recipe: Mapping[str, Any], runtime: str, state_d
         options = list(rank["container_options"])
         entry = cmdline.flag_value(options, "--entrypoint")
         if not entry:
-            raise BadInput(f"the recipe's mods need the {plan.get('engine') or 'engine'}'s entrypoint, which its "
-                           "image chooses here", "import without the mods")  # fmt: skip
+            raise BadInput(
+                f"the recipe's mods need the {plan.get('engine') or 'engine'}'s entrypoint, which its "
+                "image chooses here",
+                "import without the mods",
+            )
         at = options.index("--entrypoint")
         options[at + 1] = SHELL
         rank["container_options"] = options

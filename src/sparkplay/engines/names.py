@@ -61,8 +61,15 @@ def for_slot(slot: str | None, record: str = RECORD) -> dict[str, Any]:
     if slot is not None and not SLOT.match(str(slot)):
         raise ValueError(f"deployment name {slot!r} is not a recipe name ([a-z0-9._-], up to 64) or its stand-in's")
     if slot is None:
-        return {"slot": None, "units": dict(UNITS), "container": CONTAINER, "env_file": ENV_FILE,
-                "record": record, "watchdog_state": WATCHDOG_STATE, "last_good": LAST_GOOD}  # fmt: skip
+        return {
+            "slot": None,
+            "units": dict(UNITS),
+            "container": CONTAINER,
+            "env_file": ENV_FILE,
+            "record": record,
+            "watchdog_state": WATCHDOG_STATE,
+            "last_good": LAST_GOOD,
+        }
     return {
         "slot": slot,
         "units": {part: unit.replace(".service", f"@{slot}.service") for part, unit in UNITS.items()},

@@ -137,8 +137,11 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
     boundary.confine(recipe)
     ctx = Context(recipe, check_nodes(nodes, recipe), options)
     names = for_slot(options.slot)
-    allowed = (boundary.enforce(recipe, options.allow, options.knobs, options.bind, options.trusted_images)
-               if options.allow is not None else [])  # fmt: skip
+    allowed = (
+        boundary.enforce(recipe, options.allow, options.knobs, options.bind, options.trusted_images)
+        if options.allow is not None
+        else []
+    )
     engine = recipe["engine"]["name"]
     check_knobs(engine, ctx.knobs, options.knobs)
     deployment = ADAPTERS[engine](ctx)
@@ -157,8 +160,9 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         rank_plan["env"] = environment(rank_plan["env"])
         if runtime == "docker":
             cache = ctx.knobs.get("prefix_cache_dir")
-            boundary.confine_mounts(rank_plan["mounts"], [*ours, CONFIG_DIR, *([cache] if cache else [])],
-                                    rank_plan["rank"])  # fmt: skip
+            boundary.confine_mounts(
+                rank_plan["mounts"], [*ours, CONFIG_DIR, *([cache] if cache else [])], rank_plan["rank"]
+            )
             rank_plan["container_options"] = container_settings(rank_plan["container_options"], recipe["serve"])
             rank_plan["exec"] = docker_exec(
                 rank_plan, recipe["engine"]["image"], options.docker, names["container"], names["env_file"]

@@ -85,8 +85,11 @@ def plan(ctx: Context) -> dict[str, Any]:
     init = ctx.rendezvous(INIT_PORT)
     for node in ctx.nodes:
         leader = node.leads
-        cluster = ["--nnodes", str(count), "--node-rank", str(node.rank),
-                   "--dist-init-addr", f"{ctx.leader.address}:{init}"] if count > 1 else []  # fmt: skip
+        cluster = (
+            ["--nnodes", str(count), "--node-rank", str(node.rank), "--dist-init-addr", f"{ctx.leader.address}:{init}"]
+            if count > 1
+            else []
+        )
         env = {
             **fabric_env(dict(node.fabric_env)),
             **recipe["serve"]["env"],
@@ -100,8 +103,18 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "rank": node.rank,
                 "host": node.host,
                 "role": "leader" if leader else "worker",
-                "argv": ["-m", "sglang.launch_server", "--model-path", model, *args,
-                         "--host", ctx.bind if leader else "127.0.0.1", "--port", str(ctx.port), *cluster],
+                "argv": [
+                    "-m",
+                    "sglang.launch_server",
+                    "--model-path",
+                    model,
+                    *args,
+                    "--host",
+                    ctx.bind if leader else "127.0.0.1",
+                    "--port",
+                    str(ctx.port),
+                    *cluster,
+                ],
                 "env": env,
                 "mounts": mounts,
                 "container_options": list(options),
@@ -111,15 +124,21 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "peer_ports": [init] if leader and count > 1 else [],
                 "wait_for": [],
             }
-        )  # fmt: skip
+        )
     return {
         "ranks": ranks,
         "leader_follows_workers": False,
         # one torch distributed group: a worker of a dead leader never rejoins
         "workers_follow_leader": count > 1,
         "directories": [cache],
-        "requires": [{"host": n.host, "path": checkpoints.checkpoint_dir(ctx.model_root, c["repo"]),
-                      "what": f"the {c['role']} checkpoint {c['repo']}"}
-                     for n in ctx.nodes for c in recipe["model"].get("checkpoints") or []],
+        "requires": [
+            {
+                "host": n.host,
+                "path": checkpoints.checkpoint_dir(ctx.model_root, c["repo"]),
+                "what": f"the {c['role']} checkpoint {c['repo']}",
+            }
+            for n in ctx.nodes
+            for c in recipe["model"].get("checkpoints") or []
+        ],
         "parallel": {"tensor": tp, "pipeline": pp, "data": 1, "backend": "sglang"},
-    }  # fmt: skip
+    }

@@ -142,10 +142,25 @@ def status_rows(
     rows = []
     for host, down in (unreachable or {}).items():
         if down:
-            rows.append({"rank": down.get("rank", "-"), "host": host, "role": "-", "unit": "-", "state": "unreachable",
-                         "since": "-", "restarts": 0, "health": "-", "model": "-", "watchdog": "-",
-                         "watchdog_restarts": 0, "watchdog_stood_down": None, "plan_differs": False, "up": False,
-                         "why": f"the node does not answer: {str(down.get('msg') or '-').strip()[:160]}"})  # fmt: skip
+            rows.append(
+                {
+                    "rank": down.get("rank", "-"),
+                    "host": host,
+                    "role": "-",
+                    "unit": "-",
+                    "state": "unreachable",
+                    "since": "-",
+                    "restarts": 0,
+                    "health": "-",
+                    "model": "-",
+                    "watchdog": "-",
+                    "watchdog_restarts": 0,
+                    "watchdog_stood_down": None,
+                    "plan_differs": False,
+                    "up": False,
+                    "why": f"the node does not answer: {str(down.get('msg') or '-').strip()[:160]}",
+                }
+            )
     for host, record in records.items():
         if (unreachable or {}).get(host):
             continue
@@ -214,9 +229,12 @@ def plan_digest(plan: Mapping[str, Any]) -> str:
 
 
 def plan_problems(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    return [f"rank {row['rank']} ({row['host']}) runs another launch plan than the leader (engine flags, env or "
-            "image differ): run `sparkplay up` (or serve.yml) on every host again" for row in rows
-            if row.get("plan_differs")]  # fmt: skip
+    return [
+        f"rank {row['rank']} ({row['host']}) runs another launch plan than the leader (engine flags, env or "
+        "image differ): run `sparkplay up` (or serve.yml) on every host again"
+        for row in rows
+        if row.get("plan_differs")
+    ]
 
 
 def _short_time(stamp: str) -> str:

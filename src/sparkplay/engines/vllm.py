@@ -34,9 +34,16 @@ DP_RPC_PORT = 29550
 # stated by the recipe's own fields (the model and its pinned revision, served from the mirror; serve.bind/port)
 REPLACED = ("--model", "--revision", "--host", "--port")
 OWNED = (
-    "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--data-parallel-size-local",
-    "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank",
-)  # fmt: skip
+    "--nnodes",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+    "--headless",
+    "--data-parallel-size-local",
+    "--data-parallel-address",
+    "--data-parallel-rpc-port",
+    "--data-parallel-start-rank",
+)
 BACKENDS = ("mp", "ray")
 # Ray head, then the server with the rest of argv ("$@"): no argument is ever re-split by the shell. No
 # dashboard: its job API runs any code a caller submits, with no authentication (a local user's way to root)
@@ -211,13 +218,27 @@ def plan(ctx: Context) -> dict[str, Any]:
 def _rank_flags(ctx: Context, node: Node, dp: int, port: int) -> list[str]:
     """How rank `node` finds the others (mp back end), on the leader's `port`."""
     if dp > 1:  # one data-parallel replica per node; rank 0 serves the API and balances
-        flags = ["--data-parallel-size-local", "1", "--data-parallel-address", ctx.leader.address,
-                 "--data-parallel-rpc-port", str(port)]  # fmt: skip
+        flags = [
+            "--data-parallel-size-local",
+            "1",
+            "--data-parallel-address",
+            ctx.leader.address,
+            "--data-parallel-rpc-port",
+            str(port),
+        ]
         if not cmdline.has_flag(ctx.recipe["serve"]["args"], "--data-parallel-size", "-dp"):
             flags = ["--data-parallel-size", str(dp), *flags]
         return flags + (["--data-parallel-start-rank", str(node.rank)] if node.rank else [])
-    return ["--nnodes", str(len(ctx.nodes)), "--node-rank", str(node.rank),
-            "--master-addr", ctx.leader.address, "--master-port", str(port)]  # fmt: skip
+    return [
+        "--nnodes",
+        str(len(ctx.nodes)),
+        "--node-rank",
+        str(node.rank),
+        "--master-addr",
+        ctx.leader.address,
+        "--master-port",
+        str(port),
+    ]
 
 
 def _models(ctx: Context) -> list[tuple[str, str]]:

@@ -163,8 +163,10 @@ def pull(project: Path, twin: str | None = None) -> Report:
     """Pull the cable (one twin, or both): every node's end of it shows no carrier until it is plugged."""
     report = Report()
     if cable.uses_switch(len(_nodes()), topology(project)) or topology(project) == "ring":
-        raise BadInput("lab cable pull simulates the direct cable of two nodes",
-                       "use a two-node lab (sparkplay lab up --nodes 2), or lab off RANK")  # fmt: skip
+        raise BadInput(
+            "lab cable pull simulates the direct cable of two nodes",
+            "use a two-node lab (sparkplay lab up --nodes 2), or lab off RANK",
+        )
     with _lab_lock():
         for rank, info in _nodes().items():
             pid = _pid(info)

@@ -48,8 +48,18 @@ def tokenizer_json() -> str:
     """The same vocabulary as a Hugging Face tokenizer.json (Llama's layout: a BPE model with no merges
     and byte fallback, spaces as U+2581), for clients that count tokens, such as llama-benchy."""
     tokens, _, _ = vocabulary()
-    specials = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-                 "special": True} for i, t in enumerate(tokens[:3])]  # fmt: skip
+    specials = [
+        {
+            "id": i,
+            "content": t,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, t in enumerate(tokens[:3])
+    ]
     document = {
         "version": "1.0",
         "truncation": None,
@@ -93,8 +103,9 @@ def tokenizer_json() -> str:
 SMALL = {"name": "lab-small", "layers": 2, "hidden": 64, "heads": 2, "ffn": 128}
 
 
-def write(path: Path, name: str = "lab-tiny", layers: int = LAYERS, hidden: int = HIDDEN, heads: int = HEADS,
-          ffn: int = FFN) -> Path:  # fmt: skip
+def write(
+    path: Path, name: str = "lab-tiny", layers: int = LAYERS, hidden: int = HIDDEN, heads: int = HEADS, ffn: int = FFN
+) -> Path:
     """Write the model to `path` (a .gguf file); return it. The defaults are lab-tiny's; SMALL is lab-small's."""
     import gguf  # late: only the lab needs it
 

@@ -44,14 +44,29 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "convert":
             result = overlay.convert(
-                args.source, args.output, scheme=args.scheme, match=args.match,
-                expect=args.expect or None, device=args.device, keep_moved=args.keep_moved,
-            )  # fmt: skip
-            print(json.dumps({"output": str(result.output), "action": result.action, "converted": result.converted,
-                              "moved_aside": str(result.moved_aside) if result.moved_aside else None,
-                              "reason": result.reason, "route": result.route,
-                              "removed": [str(p) for p in result.removed], "kept": [str(p) for p in result.kept],
-                              "seconds": round(result.seconds, 3)}))  # fmt: skip
+                args.source,
+                args.output,
+                scheme=args.scheme,
+                match=args.match,
+                expect=args.expect or None,
+                device=args.device,
+                keep_moved=args.keep_moved,
+            )
+            print(
+                json.dumps(
+                    {
+                        "output": str(result.output),
+                        "action": result.action,
+                        "converted": result.converted,
+                        "moved_aside": str(result.moved_aside) if result.moved_aside else None,
+                        "reason": result.reason,
+                        "route": result.route,
+                        "removed": [str(p) for p in result.removed],
+                        "kept": [str(p) for p in result.kept],
+                        "seconds": round(result.seconds, 3),
+                    }
+                )
+            )
             return 0
         report = overlay.verify_report(args.output, args.expect or None)
         print(

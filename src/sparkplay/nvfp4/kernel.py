@@ -95,15 +95,35 @@ def library() -> ctypes.CDLL | None:
         return None
     lib.nvfp4_absmax_bf16.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint16)]
     lib.nvfp4_absmax_bf16.restype = ctypes.c_int
-    lib.nvfp4_absmax_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                      ctypes.POINTER(ctypes.c_uint16)]  # fmt: skip
+    lib.nvfp4_absmax_rows.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.POINTER(ctypes.c_uint16),
+    ]
     lib.nvfp4_absmax_rows.restype = ctypes.c_int
-    lib.nvfp4_atlas_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                     ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
+    lib.nvfp4_atlas_rows.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_float,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+    ]
     lib.nvfp4_atlas_rows.restype = None
-    lib.nvfp4_team.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
-                               ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
-                               ctypes.POINTER(ctypes.c_uint16)]  # fmt: skip
+    lib.nvfp4_team.argtypes = [
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int,
+        ctypes.c_float,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_uint16),
+    ]
     lib.nvfp4_team.restype = ctypes.c_int
     return lib
 

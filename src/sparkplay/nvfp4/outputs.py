@@ -32,8 +32,13 @@ RECEIPT_FORMAT = 2
 
 
 def _identity(source: Path, scheme: str, match: str) -> dict[str, Any]:
-    return {"format": RECEIPT_FORMAT, "converter_version": __version__, "scheme": scheme, "match": match,
-            "source": str(source.resolve())}  # fmt: skip
+    return {
+        "format": RECEIPT_FORMAT,
+        "converter_version": __version__,
+        "scheme": scheme,
+        "match": match,
+        "source": str(source.resolve()),
+    }
 
 
 def _source_changed(src: Source, recorded: dict[str, Any]) -> str | None:

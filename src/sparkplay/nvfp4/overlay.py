@@ -125,9 +125,17 @@ def _plan(tensors: dict[str, TensorInfo], chosen: set[str]) -> list[tuple[str, s
     return plan
 
 
-def _rewrite_shard(src: Path, dst: Path, tensors: dict[str, TensorInfo], metadata: dict[str, str],
-                   chosen: set[str], workers: int, route: str, scheme: str,
-                   shared: dict[str, np.float32]) -> dict[str, Any]:  # fmt: skip
+def _rewrite_shard(
+    src: Path,
+    dst: Path,
+    tensors: dict[str, TensorInfo],
+    metadata: dict[str, str],
+    chosen: set[str],
+    workers: int,
+    route: str,
+    scheme: str,
+    shared: dict[str, np.float32],
+) -> dict[str, Any]:
     """Write `dst`: the header first, then every tensor at its planned offset by whichever thread made it.
 
     Tensors are read, quantised, hashed and written in parallel, each step itself spread over the cores,
@@ -265,8 +273,7 @@ def convert(
             return Result(output, "already complete", src.count, None, time.monotonic() - started)
     sample_shard = min(src.chosen, default="")
     sample = src.headers[sample_shard][min(src.chosen[sample_shard])] if sample_shard else None
-    route, measured = choose_route(scheme, device, sample,
-                                   lambda: read_bytes(src.root / sample_shard, sample))  # fmt: skip
+    route, measured = choose_route(scheme, device, sample, lambda: read_bytes(src.root / sample_shard, sample))
     ident = _identity(source, scheme, match)
     resuming = output.is_dir() and not output.is_symlink() and _resumable(output, ident)
     moved: Path | None = None
@@ -295,8 +302,17 @@ def convert(
         partial = _reusable(output, src, shard) if resuming else None
         if partial is None:
             (output / shard).parent.mkdir(parents=True, exist_ok=True)
-            partial = _rewrite_shard(source / shard, output / shard, src.headers[shard], src.metadata[shard],
-                                     src.chosen[shard], workers, route, scheme, shared)  # fmt: skip
+            partial = _rewrite_shard(
+                source / shard,
+                output / shard,
+                src.headers[shard],
+                src.metadata[shard],
+                src.chosen[shard],
+                workers,
+                route,
+                scheme,
+                shared,
+            )
             partial |= {"source_stat": _stat(source / shard), "output_stat": _stat(output / shard)}
             atomic_write(output / PARTIAL_DIR / _partial_key(shard), json.dumps(partial, sort_keys=True) + "\n")
         else:
@@ -317,8 +333,10 @@ def convert(
     total = sum(
         info.nbytes for shard in sorted(set(new_map.values())) for info in read_header(output / shard)[0].values()
     )
-    new_index = {"metadata": {**src.index.get("metadata", {}), "total_size": total},
-                 "weight_map": dict(sorted(new_map.items()))}  # fmt: skip
+    new_index = {
+        "metadata": {**src.index.get("metadata", {}), "total_size": total},
+        "weight_map": dict(sorted(new_map.items())),
+    }
     atomic_write(output / INDEX, json.dumps(new_index, indent=2) + "\n")
     sources = {rel: {**stats[rel], "sha256": fut.result(), "proof": proof} for rel, (proof, fut) in hashes.items()}
     hashing.shutdown()
@@ -348,8 +366,9 @@ def convert(
     shutil.rmtree(output / PARTIAL_DIR)
     removed, kept = prune_moved(output, keep_moved)
     action = "resumed" if reused else "converted"
-    return Result(output, action, src.count, moved, time.monotonic() - started, route, reason, tuple(removed),
-                  tuple(kept))  # fmt: skip
+    return Result(
+        output, action, src.count, moved, time.monotonic() - started, route, reason, tuple(removed), tuple(kept)
+    )
 
 
 def _done(value: str) -> concurrent.futures.Future[str]:

@@ -19,8 +19,9 @@ from sparkplay.nvfp4.source import (
 )
 
 
-def _quantise(raw: bytes, info: TensorInfo, route: str, scheme: str, shared: dict[str, np.float32],
-              workers: int) -> tuple[list[OutTensor], float]:  # fmt: skip
+def _quantise(
+    raw: bytes, info: TensorInfo, route: str, scheme: str, shared: dict[str, np.float32], workers: int
+) -> tuple[list[OutTensor], float]:
     prefix = info.name.removesuffix(".weight")
     bits = np.frombuffer(raw, dtype="<u2").reshape(info.shape)
     try:

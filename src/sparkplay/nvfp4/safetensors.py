@@ -18,9 +18,22 @@ from pathlib import Path
 from typing import IO, Any
 
 DTYPE_SIZES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
-}  # fmt: skip
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+}
 
 
 class SafetensorsError(ValueError):
@@ -102,8 +115,12 @@ def header_bytes(tensors: list[tuple[str, str, tuple[int, ...], int]], metadata:
     return struct.pack("<Q", len(body)) + body
 
 
-def write_file(path: Path, tensors: Iterator[OutTensor], plan: list[tuple[str, str, tuple[int, ...], int]],
-               metadata: dict[str, str]) -> dict[str, tuple[str, int]]:  # fmt: skip
+def write_file(
+    path: Path,
+    tensors: Iterator[OutTensor],
+    plan: list[tuple[str, str, tuple[int, ...], int]],
+    metadata: dict[str, str],
+) -> dict[str, tuple[str, int]]:
     """Write tensors (in `plan` order) to `path`, fsync it; return name -> (sha256, size) of each payload."""
     digests: dict[str, tuple[str, int]] = {}
     with path.open("wb") as fh:

@@ -45,8 +45,11 @@ def make_checkpoint(dest: Path, experts: int = 2, rows: int = 32, cols: int = 64
     second.append(OutTensor("model.position_ids", "I64", (8,), np.arange(8, dtype="<i8").tobytes()))
     third = [OutTensor("lm_head.weight", "BF16", (16, 16), bf16(rng.standard_normal((16, 16))))]
     weight_map = {}
-    for fname, tensors in (("model-00001-of-00003.safetensors", first), ("model-00002-of-00003.safetensors", second),
-                           ("model-00003-of-00003.safetensors", third)):  # fmt: skip
+    for fname, tensors in (
+        ("model-00001-of-00003.safetensors", first),
+        ("model-00002-of-00003.safetensors", second),
+        ("model-00003-of-00003.safetensors", third),
+    ):
         _shard(dest / fname, tensors)
         weight_map.update({t.name: fname for t in tensors})
     (dest / INDEX).write_text(json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}, indent=2))

@@ -83,8 +83,10 @@ def pin_image(recipe: dict[str, Any], pins: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(pinned, str):
         return recipe
     if not imageref.pinned(pinned) or pinned.partition("@")[0] not in (image, f"{image}:latest"):
-        raise BadInput(f"sparkplay_image_pins maps {image} to {pinned!r}, which is not that image by digest",
-                       "run `sparkplay apply` again, or remove the entry")  # fmt: skip
+        raise BadInput(
+            f"sparkplay_image_pins maps {image} to {pinned!r}, which is not that image by digest",
+            "run `sparkplay apply` again, or remove the entry",
+        )
     return {**recipe, "engine": {**recipe["engine"], "image": pinned}}
 
 
@@ -129,8 +131,11 @@ def record(
     warnings = [warning] if warning else []
     text = render(recipe, knobs, pins)
     if not target.exists():
-        diff = [f"sparkplay_recipe: {recipe_name}", *(f"knob {k}: {v}" for k, v in sorted(knobs.items())),
-                *(f"image {k} pinned to {v}" for k, v in pins.items())]  # fmt: skip
+        diff = [
+            f"sparkplay_recipe: {recipe_name}",
+            *(f"knob {k}: {v}" for k, v in sorted(knobs.items())),
+            *(f"image {k} pinned to {v}" for k, v in pins.items()),
+        ]
         if dry_run:
             return Recorded(target, "would create", diff, warnings=warnings)
         atomic_write(target, text)
@@ -143,8 +148,11 @@ def record(
     recorded_digest = old.get("sparkplay_recipe_sha256")
     if old.get("sparkplay_recipe") == recipe_name and recorded_digest not in (None, deployed_digest(recipe)):
         diff = [line for line in diff if not line.startswith("sparkplay_recipe_sha256")]
-        diff.insert(0, f"recipe {recipe_name}: its content changed since it was applied (re-imported or edited; "
-                       f"`sparkplay recipe show {recipe_name}` shows it now)")  # fmt: skip
+        diff.insert(
+            0,
+            f"recipe {recipe_name}: its content changed since it was applied (re-imported or edited; "
+            f"`sparkplay recipe show {recipe_name}` shows it now)",
+        )
     diff = diff or ["only the file's comments and layout differ (same recipe, knobs and pins)"]
     if dry_run:
         return Recorded(target, "would replace", diff, warnings=warnings)

@@ -131,8 +131,10 @@ def _body(source: str) -> tuple[bytes, str, str]:
     else:
         path = Path(source)
         if not path.is_file():
-            raise BadInput(f"{source} does not exist or is not a file",
-                           "give the path of a recipe, command line, compose file or page (- reads stdin)")  # fmt: skip
+            raise BadInput(
+                f"{source} does not exist or is not a file",
+                "give the path of a recipe, command line, compose file or page (- reads stdin)",
+            )
         body = path.read_bytes()
     if len(body) > fetch.MAX_BYTES:
         raise BadInput(f"{source} is larger than 1 MiB", "a recipe is small; check the file")
@@ -219,8 +221,9 @@ def read_all(
     return [doc]
 
 
-def _shell_text(text: str, source: Callable[[str], dict[str, Any]], name: str | None, pick: int | None,
-                where: str) -> list[dict[str, Any]]:  # fmt: skip
+def _shell_text(
+    text: str, source: Callable[[str], dict[str, Any]], name: str | None, pick: int | None, where: str
+) -> list[dict[str, Any]]:
     """Text that is no recipe format: a page in Markdown, else shell text (a command line, a script, a profile)."""
     if page.is_markdown(text):
         return pasted(page.find(text, False, where), source("page"), name, pick, where, "a Markdown page")
@@ -234,20 +237,25 @@ def _shell_text(text: str, source: Callable[[str], dict[str, Any]], name: str | 
     return pasted(found, source("command"), name, pick, where, "shell text (a command line or a script)")
 
 
-def pasted(found: launches.Found, src: dict[str, Any], name: str | None, pick: int | None,
-           where: str, shape: str) -> list[dict[str, Any]]:  # fmt: skip
+def pasted(
+    found: launches.Found, src: dict[str, Any], name: str | None, pick: int | None, where: str, shape: str
+) -> list[dict[str, Any]]:
     """The recipes of the launches a command line, a script, a compose file or a page holds."""
     chosen = paste.pick(found, pick, where, shape)
     if len(chosen) > 1 and src["kind"] != "compose":
-        raise BadInput(f"{where} holds {len(chosen)} engine commands: {paste.listing(found)}",
-                       "choose one with --pick N")  # fmt: skip
+        raise BadInput(
+            f"{where} holds {len(chosen)} engine commands: {paste.listing(found)}", "choose one with --pick N"
+        )
     docs = []
     for launch in chosen:
         own = f"{name}-{launch.name_hint}" if name and len(chosen) > 1 and launch.name_hint else name
         raw = paste.to_raw(launch, {**src, "launch": launch.where}, own)
         if src["kind"] == "compose" and found.ignored:
-            raw.note("extra.compose.services", "ignored", "the compose file's other services run no engine and are "
-                     f"not applied: {', '.join(found.ignored)}")  # fmt: skip
+            raw.note(
+                "extra.compose.services",
+                "ignored",
+                f"the compose file's other services run no engine and are not applied: {', '.join(found.ignored)}",
+            )
             raw.extra.setdefault("compose", {})["services"] = list(found.ignored)
         docs.append(normalise(raw))
     names = [d["name"] for d in docs]
@@ -283,8 +291,17 @@ def apply_set(doc: dict[str, Any], assignment: str, where: str) -> None:
         target["revision"] = node[parts[-1]]
     elif key == "model.repo" and isinstance(node[parts[-1]], str):  # and it is the target checkpoint's repository
         if target is None:
-            ckpts.insert(0, {"role": "target", "repo": node[parts[-1]], "revision": doc["model"].get("revision"),
-                             "size_bytes": None, "mount": None, "license": None})  # fmt: skip
+            ckpts.insert(
+                0,
+                {
+                    "role": "target",
+                    "repo": node[parts[-1]],
+                    "revision": doc["model"].get("revision"),
+                    "size_bytes": None,
+                    "mount": None,
+                    "license": None,
+                },
+            )
         else:
             target["repo"] = node[parts[-1]]
     doc.setdefault("provenance", []).append({"key": key, "how": "set", "detail": f"--set at import of {where}"})

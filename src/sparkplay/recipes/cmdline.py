@@ -26,9 +26,11 @@ ENGINES_HELP = (
 # Each engine's flags for the context length; the first is the one sparkplay writes where a recipe's
 # flags do not state it (the recipe's context_length field is the source of truth for both).
 CONTEXT_FLAGS = {
-    "vllm": ("--max-model-len",), "atlas": ("--max-seq-len",), "llamacpp": ("--ctx-size", "-c"),
+    "vllm": ("--max-model-len",),
+    "atlas": ("--max-seq-len",),
+    "llamacpp": ("--ctx-size", "-c"),
     "sglang": ("--context-length",),
-}  # fmt: skip
+}
 
 
 # vLLM's human-readable integers (its arg_utils): decimal k/m/g/t, binary K/M/G/T (no decimals), and
@@ -92,10 +94,12 @@ class Command:
 # positional mask or list before the command
 _PINNING = {
     "taskset": ({"-c", "--cpu-list", "-a", "--all-tasks"}, set(), True),
-    "numactl": ({"-l", "--localalloc", "-a", "--all"},
-                {"-N", "--cpunodebind", "-m", "--membind", "-C", "--physcpubind", "-i", "--interleave",
-                 "-p", "--preferred"}, False),
-}  # fmt: skip
+    "numactl": (
+        {"-l", "--localalloc", "-a", "--all"},
+        {"-N", "--cpunodebind", "-m", "--membind", "-C", "--physcpubind", "-i", "--interleave", "-p", "--preferred"},
+        False,
+    ),
+}
 
 
 def _strip_pinning(tokens: list[str]) -> tuple[list[str], list[str]]:
@@ -111,8 +115,10 @@ def _strip_pinning(tokens: list[str]) -> tuple[list[str], list[str]]:
             i += 1
             break
         if name not in switches and name not in valued:
-            raise BadInput(f"the command runs the engine under {program} {tokens[i]}, which sparkplay does not read",
-                           f"remove the {program} prefix from the recipe's command")  # fmt: skip
+            raise BadInput(
+                f"the command runs the engine under {program} {tokens[i]}, which sparkplay does not read",
+                f"remove the {program} prefix from the recipe's command",
+            )
         i += 2 if name in valued and "=" not in tokens[i] else 1
     i += 1 if positional else 0
     if i >= len(tokens):
@@ -146,8 +152,10 @@ def split_preamble(text: str, scripts: bool = False) -> tuple[dict[str, str], st
         try:
             words = list(lexer)
         except ValueError as exc:
-            raise BadInput(f"the recipe's command line cannot be split into arguments ({exc})",
-                           "fix the unbalanced quotes in its command") from None  # fmt: skip
+            raise BadInput(
+                f"the recipe's command line cannot be split into arguments ({exc})",
+                "fix the unbalanced quotes in its command",
+            ) from None
         current: list[str] = []
         for word in words:
             if word in (";", "&&"):

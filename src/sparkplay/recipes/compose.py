@@ -19,18 +19,66 @@ from sparkplay.recipes.launches import Found
 from sparkplay.recipes.shell_words import Piece, Word
 
 # service keys -> the docker run option each is
-OPTIONS = {"ipc": "--ipc", "network_mode": "--network", "shm_size": "--shm-size", "user": "--user",
-           "runtime": "--runtime", "pid": "--pid", "privileged": "--privileged", "container_name": "--name",
-           "restart": "--restart", "working_dir": "--workdir", "platform": "--platform", "userns_mode": "--userns",
-           "mem_limit": "--memory", "cpus": "--cpus", "hostname": "--hostname", "stop_signal": "--stop-signal",
-           "init": "--init", "tty": "--tty", "stdin_open": "--interactive", "read_only": "--read-only"}  # fmt: skip
-LISTS = {"cap_add": "--cap-add", "cap_drop": "--cap-drop", "devices": "--device", "security_opt": "--security-opt",
-         "env_file": "--env-file", "tmpfs": "--tmpfs", "extra_hosts": "--add-host", "group_add": "--group-add",
-         "dns": "--dns", "sysctls": "--sysctl"}  # fmt: skip
+OPTIONS = {
+    "ipc": "--ipc",
+    "network_mode": "--network",
+    "shm_size": "--shm-size",
+    "user": "--user",
+    "runtime": "--runtime",
+    "pid": "--pid",
+    "privileged": "--privileged",
+    "container_name": "--name",
+    "restart": "--restart",
+    "working_dir": "--workdir",
+    "platform": "--platform",
+    "userns_mode": "--userns",
+    "mem_limit": "--memory",
+    "cpus": "--cpus",
+    "hostname": "--hostname",
+    "stop_signal": "--stop-signal",
+    "init": "--init",
+    "tty": "--tty",
+    "stdin_open": "--interactive",
+    "read_only": "--read-only",
+}
+LISTS = {
+    "cap_add": "--cap-add",
+    "cap_drop": "--cap-drop",
+    "devices": "--device",
+    "security_opt": "--security-opt",
+    "env_file": "--env-file",
+    "tmpfs": "--tmpfs",
+    "extra_hosts": "--add-host",
+    "group_add": "--group-add",
+    "dns": "--dns",
+    "sysctls": "--sysctl",
+}
 # what only the project's own wiring or the container's life is about
-QUIET = {"image", "command", "entrypoint", "environment", "volumes", "ports", "ulimits", "deploy", "build", "expose",
-         "depends_on", "healthcheck", "labels", "logging", "networks", "profiles", "links", "stop_grace_period",
-         "pull_policy", "annotations", "develop", "scale", "attach"}  # fmt: skip
+QUIET = {
+    "image",
+    "command",
+    "entrypoint",
+    "environment",
+    "volumes",
+    "ports",
+    "ulimits",
+    "deploy",
+    "build",
+    "expose",
+    "depends_on",
+    "healthcheck",
+    "labels",
+    "logging",
+    "networks",
+    "profiles",
+    "links",
+    "stop_grace_period",
+    "pull_policy",
+    "annotations",
+    "develop",
+    "scale",
+    "attach",
+}
 
 
 def is_compose(data: Any) -> bool:
@@ -83,9 +131,15 @@ def _notes(spec: dict[str, Any], service: str) -> list[tuple[str, str, str]]:
     notes = []
     if spec.get("build") is not None:
         how = f"its image {spec['image']} is" if spec.get("image") else "its image is"
-        notes.append(("engine.image", "ignored", f"service {service}: {how} built from the compose file's build: "
-                      "section, not pulled: build it under that tag on every node first, or --set engine.image "
-                      "to a published image"))  # fmt: skip
+        notes.append(
+            (
+                "engine.image",
+                "ignored",
+                f"service {service}: {how} built from the compose file's build: "
+                "section, not pulled: build it under that tag on every node first, or --set engine.image "
+                "to a published image",
+            )
+        )
     others = sorted(
         k for k in spec if k not in QUIET and k not in OPTIONS and k not in LISTS and not k.startswith("x-")
     )
@@ -162,5 +216,6 @@ def _ulimit(name: str, value: Any) -> str:
 def _gpus(spec: dict[str, Any]) -> bool:
     """deploy.resources.reservations.devices asking for GPUs (the specification's way of giving them)."""
     devices = (((spec.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or []
-    return any(isinstance(d, dict) and ("gpu" in (d.get("capabilities") or []) or d.get("driver") == "nvidia")
-               for d in devices)  # fmt: skip
+    return any(
+        isinstance(d, dict) and ("gpu" in (d.get("capabilities") or []) or d.get("driver") == "nvidia") for d in devices
+    )

@@ -9,41 +9,173 @@ from dataclasses import dataclass, field
 from sparkplay.errors import BadInput
 
 # docker run's options that take a value (long names; the short ones map to them)
-RUN_VALUED = frozenset({
-    "--add-host", "--annotation", "--attach", "--blkio-weight", "--blkio-weight-device", "--cap-add", "--cap-drop",
-    "--cgroup-parent", "--cgroupns", "--cidfile", "--cpu-count", "--cpu-percent", "--cpu-period", "--cpu-quota",
-    "--cpu-rt-period", "--cpu-rt-runtime", "--cpu-shares", "--cpus", "--cpuset-cpus", "--cpuset-mems", "--device",
-    "--device-cgroup-rule", "--device-read-bps", "--device-read-iops", "--device-write-bps", "--device-write-iops",
-    "--detach-keys", "--dns", "--dns-opt", "--dns-option", "--dns-search", "--domainname", "--entrypoint", "--env",
-    "--env-file", "--expose", "--gpus", "--group-add", "--health-cmd", "--health-interval", "--health-retries",
-    "--health-start-interval", "--health-start-period", "--health-timeout", "--hostname", "--io-maxbandwidth",
-    "--io-maxiops", "--ip", "--ip6", "--ipc", "--isolation", "--kernel-memory", "--label", "--label-file", "--link",
-    "--link-local-ip", "--log-driver", "--log-opt", "--mac-address", "--memory", "--memory-reservation",
-    "--memory-swap", "--memory-swappiness", "--mount", "--name", "--network", "--net", "--network-alias",
-    "--net-alias", "--oom-score-adj", "--pid", "--pids-limit", "--platform", "--publish", "--pull", "--restart",
-    "--runtime", "--security-opt", "--shm-size", "--stop-signal", "--stop-timeout", "--storage-opt", "--sysctl",
-    "--tmpfs", "--ulimit", "--user", "--userns", "--uts", "--volume", "--volume-driver", "--volumes-from",
-    "--workdir",
-})  # fmt: skip
-RUN_SWITCHES = frozenset({
-    "--detach", "--disable-content-trust", "--help", "--init", "--interactive", "--no-healthcheck",
-    "--oom-kill-disable", "--privileged", "--publish-all", "--quiet", "--read-only", "--rm", "--sig-proxy", "--tty",
-    "--use-api-socket",
-})  # fmt: skip
-RUN_SHORT = {"-a": "--attach", "-c": "--cpu-shares", "-e": "--env", "-h": "--hostname", "-l": "--label",
-             "-m": "--memory", "-p": "--publish", "-u": "--user", "-v": "--volume", "-w": "--workdir",
-             "-d": "--detach", "-i": "--interactive", "-t": "--tty", "-P": "--publish-all",
-             "-q": "--quiet"}  # fmt: skip
+RUN_VALUED = frozenset(
+    {
+        "--add-host",
+        "--annotation",
+        "--attach",
+        "--blkio-weight",
+        "--blkio-weight-device",
+        "--cap-add",
+        "--cap-drop",
+        "--cgroup-parent",
+        "--cgroupns",
+        "--cidfile",
+        "--cpu-count",
+        "--cpu-percent",
+        "--cpu-period",
+        "--cpu-quota",
+        "--cpu-rt-period",
+        "--cpu-rt-runtime",
+        "--cpu-shares",
+        "--cpus",
+        "--cpuset-cpus",
+        "--cpuset-mems",
+        "--device",
+        "--device-cgroup-rule",
+        "--device-read-bps",
+        "--device-read-iops",
+        "--device-write-bps",
+        "--device-write-iops",
+        "--detach-keys",
+        "--dns",
+        "--dns-opt",
+        "--dns-option",
+        "--dns-search",
+        "--domainname",
+        "--entrypoint",
+        "--env",
+        "--env-file",
+        "--expose",
+        "--gpus",
+        "--group-add",
+        "--health-cmd",
+        "--health-interval",
+        "--health-retries",
+        "--health-start-interval",
+        "--health-start-period",
+        "--health-timeout",
+        "--hostname",
+        "--io-maxbandwidth",
+        "--io-maxiops",
+        "--ip",
+        "--ip6",
+        "--ipc",
+        "--isolation",
+        "--kernel-memory",
+        "--label",
+        "--label-file",
+        "--link",
+        "--link-local-ip",
+        "--log-driver",
+        "--log-opt",
+        "--mac-address",
+        "--memory",
+        "--memory-reservation",
+        "--memory-swap",
+        "--memory-swappiness",
+        "--mount",
+        "--name",
+        "--network",
+        "--net",
+        "--network-alias",
+        "--net-alias",
+        "--oom-score-adj",
+        "--pid",
+        "--pids-limit",
+        "--platform",
+        "--publish",
+        "--pull",
+        "--restart",
+        "--runtime",
+        "--security-opt",
+        "--shm-size",
+        "--stop-signal",
+        "--stop-timeout",
+        "--storage-opt",
+        "--sysctl",
+        "--tmpfs",
+        "--ulimit",
+        "--user",
+        "--userns",
+        "--uts",
+        "--volume",
+        "--volume-driver",
+        "--volumes-from",
+        "--workdir",
+    }
+)
+RUN_SWITCHES = frozenset(
+    {
+        "--detach",
+        "--disable-content-trust",
+        "--help",
+        "--init",
+        "--interactive",
+        "--no-healthcheck",
+        "--oom-kill-disable",
+        "--privileged",
+        "--publish-all",
+        "--quiet",
+        "--read-only",
+        "--rm",
+        "--sig-proxy",
+        "--tty",
+        "--use-api-socket",
+    }
+)
+RUN_SHORT = {
+    "-a": "--attach",
+    "-c": "--cpu-shares",
+    "-e": "--env",
+    "-h": "--hostname",
+    "-l": "--label",
+    "-m": "--memory",
+    "-p": "--publish",
+    "-u": "--user",
+    "-v": "--volume",
+    "-w": "--workdir",
+    "-d": "--detach",
+    "-i": "--interactive",
+    "-t": "--tty",
+    "-P": "--publish-all",
+    "-q": "--quiet",
+}
 EXEC_VALUED = frozenset({"--detach-keys", "--env", "--env-file", "--user", "--workdir"})
 EXEC_SWITCHES = frozenset({"--detach", "--interactive", "--privileged", "--tty"})
-EXEC_SHORT = {"-e": "--env", "-u": "--user", "-w": "--workdir", "-d": "--detach", "-i": "--interactive",
-              "-t": "--tty"}  # fmt: skip
+EXEC_SHORT = {"-e": "--env", "-u": "--user", "-w": "--workdir", "-d": "--detach", "-i": "--interactive", "-t": "--tty"}
 # what only the container's life is about: sparkplay's unit starts, restarts and removes it
-LIFECYCLE = frozenset({"--detach", "--interactive", "--tty", "--rm", "--restart", "--name", "--init", "--sig-proxy",
-                       "--detach-keys", "--quiet", "--pull", "--hostname", "--label", "--log-driver", "--log-opt",
-                       "--health-cmd", "--health-interval", "--health-retries", "--health-start-period",
-                       "--health-timeout", "--health-start-interval", "--no-healthcheck", "--stop-signal",
-                       "--stop-timeout", "--cidfile", "--workdir", "--platform"})  # fmt: skip
+LIFECYCLE = frozenset(
+    {
+        "--detach",
+        "--interactive",
+        "--tty",
+        "--rm",
+        "--restart",
+        "--name",
+        "--init",
+        "--sig-proxy",
+        "--detach-keys",
+        "--quiet",
+        "--pull",
+        "--hostname",
+        "--label",
+        "--log-driver",
+        "--log-opt",
+        "--health-cmd",
+        "--health-interval",
+        "--health-retries",
+        "--health-start-period",
+        "--health-timeout",
+        "--health-start-interval",
+        "--no-healthcheck",
+        "--stop-signal",
+        "--stop-timeout",
+        "--cidfile",
+        "--workdir",
+        "--platform",
+    }
+)
 
 
 @dataclass
@@ -84,8 +216,9 @@ def _options(
             elif name in switches:
                 options.setdefault(name, []).append(value or "true")
             else:
-                raise BadInput(f"{what}: {name} is not an option docker knows",
-                               "check the command against `docker run --help`")  # fmt: skip
+                raise BadInput(
+                    f"{what}: {name} is not an option docker knows", "check the command against `docker run --help`"
+                )
             i += 1
             continue
         # short options: a cluster of switches (-it, -dit), the last of which may take a value (-itv x, -p8000:8000)
@@ -94,8 +227,9 @@ def _options(
             flag = "-" + word[j]
             long = short.get(flag)
             if long is None:
-                raise BadInput(f"{what}: {flag} is not an option docker knows",
-                               "check the command against `docker run --help`")  # fmt: skip
+                raise BadInput(
+                    f"{what}: {flag} is not an option docker knows", "check the command against `docker run --help`"
+                )
             if long in valued:
                 value = word[j + 1 :].removeprefix("=")
                 if not value:

@@ -80,8 +80,14 @@ def internal(host: str | None) -> bool:
     for text in addresses:
         address = ipaddress.ip_address(text.split("%", 1)[0])
         mapped = getattr(address, "ipv4_mapped", None) or address
-        if (mapped.is_loopback or mapped.is_private or mapped.is_link_local or mapped.is_reserved
-                or mapped.is_multicast or mapped.is_unspecified):  # fmt: skip
+        if (
+            mapped.is_loopback
+            or mapped.is_private
+            or mapped.is_link_local
+            or mapped.is_reserved
+            or mapped.is_multicast
+            or mapped.is_unspecified
+        ):
             return True
     return False
 

@@ -43,8 +43,12 @@ def context(raw: RawRecipe, engine: str) -> int | None:
         return None
     value = cmdline.context_value(engine, text)
     if value is None:
-        raw.note("context_length", "derived", f"{cmdline.CONTEXT_FLAGS[engine][0]} {text}: the engine sizes the "
-                 "context to the memory it has at start, so the recipe states no length")  # fmt: skip
+        raw.note(
+            "context_length",
+            "derived",
+            f"{cmdline.CONTEXT_FLAGS[engine][0]} {text}: the engine sizes the "
+            "context to the memory it has at start, so the recipe states no length",
+        )
     return value
 
 
@@ -85,8 +89,11 @@ def speculative(raw: RawRecipe) -> dict[str, Any] | None:
     # Atlas's own switches: the checkpoint's MTP head (--speculative), n-grams, or the model drafting itself
     for switch, method in (("--speculative", "mtp"), ("--ngram-speculative", "ngram"), ("--self-speculative", "self")):
         if raw.engine == "atlas" and cmdline.has_flag(args, switch):
-            return {"method": method, "num_tokens": whole(cmdline.flag_value(args, "--num-drafts"), "--num-drafts"),
-                    "draft_model": None}  # fmt: skip
+            return {
+                "method": method,
+                "num_tokens": whole(cmdline.flag_value(args, "--num-drafts"), "--num-drafts"),
+                "draft_model": None,
+            }
     if raw.engine == "vllm":
         text = cmdline.flag_value(args, "--speculative-config")
         if text is not None:
@@ -97,8 +104,11 @@ def speculative(raw: RawRecipe) -> dict[str, Any] | None:
             method = config.get("method")
             if method is None:
                 method = _vllm_speculative_method(config)
-                raw.note("speculative.method", "derived", f"--speculative-config names no method: vLLM detects it "
-                         f"from the draft model ({method})")  # fmt: skip
+                raw.note(
+                    "speculative.method",
+                    "derived",
+                    f"--speculative-config names no method: vLLM detects it from the draft model ({method})",
+                )
             return {
                 "method": str(method),
                 "num_tokens": tokens if isinstance(tokens, int) else None,
@@ -132,8 +142,10 @@ def _vllm_speculative_method(config: dict[str, Any]) -> str:
     refuses it."""
     draft = config.get("model")
     if not isinstance(draft, str) or not draft:
-        raise BadInput("--speculative-config has neither a method nor a draft model: vLLM refuses it too",
-                       "give it a method (e.g. ngram, mtp) or a draft model")  # fmt: skip
+        raise BadInput(
+            "--speculative-config has neither a method nor a draft model: vLLM refuses it too",
+            "give it a method (e.g. ngram, mtp) or a draft model",
+        )
     name = draft.lower()
     if "eagle3-" in name:
         return "eagle3"

@@ -113,8 +113,10 @@ def choose(files: Sequence[str], tag: str, hf_file: str | None = None) -> tuple[
             primary = next((f for f in files if is_model(f) and _first_part(f)), None)
         if primary is None:
             available = ", ".join(f for f in files if f.endswith(".gguf")) or "none"
-            raise BadInput(f"no GGUF file for the tag {tag or 'default'!r} in the repository (its GGUF files: "
-                           f"{available})", "name a tag that one of them carries, e.g. repo:Q8_0")  # fmt: skip
+            raise BadInput(
+                f"no GGUF file for the tag {tag or 'default'!r} in the repository (its GGUF files: {available})",
+                "name a tag that one of them carries, e.g. repo:Q8_0",
+            )
     return primary, _parts(files, primary)
 
 
@@ -159,11 +161,16 @@ def apply(doc: dict[str, Any]) -> None:
     repo, _ = split_repo_tag(gguf["ref"])
     target = next((c for c in model.get("checkpoints") or [] if c["role"] == "target" and c["repo"] == repo), None)
     if target is None:
-        target = {"role": "target", "repo": repo, "revision": model.get("revision"), "size_bytes": None,
-                  "mount": None, "license": None}  # fmt: skip
+        target = {
+            "role": "target",
+            "repo": repo,
+            "revision": model.get("revision"),
+            "size_bytes": None,
+            "mount": None,
+            "license": None,
+        }
         model.setdefault("checkpoints", []).insert(0, target)
-    choice = resolve(gguf["ref"], gguf["file"], target.get("revision") or model.get("revision"), gguf["mmproj"],
-                     LISTER)  # fmt: skip
+    choice = resolve(gguf["ref"], gguf["file"], target.get("revision") or model.get("revision"), gguf["mmproj"], LISTER)
     folder = checkpoints.checkpoint_folder(repo)
     model["path"] = f"{folder}/{choice.model}"
     gguf["projector"] = f"{folder}/{choice.mmproj}" if choice.mmproj else None
@@ -171,15 +178,33 @@ def apply(doc: dict[str, Any]) -> None:
     target["revision"] = model["revision"] = choice.commit
     target["files"] = list(choice.files)
     rule = f"llama.cpp's -hf rule on {repo}'s files at {choice.commit[:12]}"
-    notes = [("model.path", "derived", f"{rule}: {choice.model}" + (f" ({len(choice.files) - bool(choice.mmproj)} "
-                                                                     "parts)" if len(choice.files) > 2 else "")),
-             ("model.checkpoints[0].files", "derived", f"only {', '.join(choice.files)} are downloaded")]  # fmt: skip
+    notes = [
+        (
+            "model.path",
+            "derived",
+            f"{rule}: {choice.model}"
+            + (f" ({len(choice.files) - bool(choice.mmproj)} parts)" if len(choice.files) > 2 else ""),
+        ),
+        ("model.checkpoints[0].files", "derived", f"only {', '.join(choice.files)} are downloaded"),
+    ]
     if choice.mmproj:
-        notes.append(("model.gguf.projector", "derived", f"llama.cpp loads the vision projector {choice.mmproj} "
-                      "with -hf (the recipe has no --no-mmproj): passed as --mmproj"))  # fmt: skip
+        notes.append(
+            (
+                "model.gguf.projector",
+                "derived",
+                f"llama.cpp loads the vision projector {choice.mmproj} "
+                "with -hf (the recipe has no --no-mmproj): passed as --mmproj",
+            )
+        )
     if not pinned:
-        notes.append(("model.revision", "pinned", f"{repo} at main is {choice.commit}: the commit whose files "
-                      "were chosen, so every run serves the same ones"))  # fmt: skip
+        notes.append(
+            (
+                "model.revision",
+                "pinned",
+                f"{repo} at main is {choice.commit}: the commit whose files "
+                "were chosen, so every run serves the same ones",
+            )
+        )
     doc.setdefault("provenance", []).extend({"key": k, "how": how, "detail": d} for k, how, d in notes)
 
 
@@ -189,12 +214,25 @@ def _apply_draft(doc: dict[str, Any], gguf: dict[str, Any]) -> None:
     ckpts = doc["model"].setdefault("checkpoints", [])
     drafter = next((c for c in ckpts if c["repo"] == repo and c["role"] == "drafter"), None)
     if drafter is None:
-        drafter = {"role": "drafter", "repo": repo, "revision": None, "size_bytes": None, "mount": None,
-                   "license": None}  # fmt: skip
+        drafter = {
+            "role": "drafter",
+            "repo": repo,
+            "revision": None,
+            "size_bytes": None,
+            "mount": None,
+            "license": None,
+        }
         ckpts.append(drafter)
     choice = resolve(gguf["draft_ref"], None, drafter.get("revision"), False, LISTER)
     gguf["draft"] = f"{checkpoints.checkpoint_folder(repo)}/{choice.model}"
     drafter["revision"], drafter["files"] = choice.commit, list(choice.files)
-    doc.setdefault("provenance", []).append({"key": "model.gguf.draft", "how": "pinned", "detail": (
-        f"llama.cpp's -hf rule on the draft {repo}'s files at {choice.commit[:12]}: {choice.model}, served as -md "
-        "from the mirror")})  # fmt: skip
+    doc.setdefault("provenance", []).append(
+        {
+            "key": "model.gguf.draft",
+            "how": "pinned",
+            "detail": (
+                f"llama.cpp's -hf rule on the draft {repo}'s files at {choice.commit[:12]}: {choice.model}, "
+                "served as -md from the mirror"
+            ),
+        }
+    )

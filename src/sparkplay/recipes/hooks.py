@@ -45,8 +45,10 @@ def read(entries: Any, values: dict[str, Any]) -> tuple[dict[str, Any] | None, s
     if not isinstance(entries, list):
         return None, "pre_exec must be a list of commands"
     if any(isinstance(e, dict) for e in entries):
-        return None, ("a `copy` entry copies a file from the control machine into the container; sparkplay reads "
-                      "no file from the machine it runs on for a recipe: put the file in a mod")  # fmt: skip
+        return None, (
+            "a `copy` entry copies a file from the control machine into the container; sparkplay reads "
+            "no file from the machine it runs on for a recipe: put the file in a mod"
+        )
     if not all(isinstance(e, str) for e in entries):
         return None, "a pre_exec entry is neither a command nor a copy"
     commands = [render(e, values) for e in entries]

@@ -82,12 +82,22 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
         found.append(Problem("engine.image", "no container image is known", "set engine.image in the recipe"))
     image = engine.get("image")
     if image and not imageref.is_reference(image):
-        found.append(Problem("engine.image", f"{image!r} is not a container image reference",
-                             "set engine.image to one, e.g. nvcr.io/nvidia/vllm:25.09-py3"))  # fmt: skip
+        found.append(
+            Problem(
+                "engine.image",
+                f"{image!r} is not a container image reference",
+                "set engine.image to one, e.g. nvcr.io/nvidia/vllm:25.09-py3",
+            )
+        )
     elif image and imageref.floating(image):
-        found.append(Problem("engine.image", f"{image} names no fixed image (no tag, or latest)",
-                             "pin a tag or a digest (@sha256:...) so every rank and every run gets the same image",
-                             "warning"))  # fmt: skip
+        found.append(
+            Problem(
+                "engine.image",
+                f"{image} names no fixed image (no tag, or latest)",
+                "pin a tag or a digest (@sha256:...) so every rank and every run gets the same image",
+                "warning",
+            )
+        )
     if engine["runtime"] == "native" and not engine.get("packages") and engine["name"] not in NATIVE_SELF_INSTALLED:
         found.append(Problem("engine.packages", "no packages are known", "set engine.packages in the recipe"))
     if (
@@ -97,15 +107,31 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
     ):
         found.append(Problem("model.repo", "the model's repository is not known", "set model.repo (org/name)"))
     if engine["name"] == "llamacpp" and not model.get("path"):
-        found.append(Problem("model.path", "no GGUF file is named", "set model.path (the GGUF file under the model "
-                             "root, e.g. Qwen3-1.7B-Q8_0.gguf)"))  # fmt: skip
+        found.append(
+            Problem(
+                "model.path",
+                "no GGUF file is named",
+                "set model.path (the GGUF file under the model root, e.g. Qwen3-1.7B-Q8_0.gguf)",
+            )
+        )
     mismatch = cmdline.context_mismatch(engine["name"], doc["serve"]["args"], doc["context_length"])
     if mismatch:
-        found.append(Problem("context_length", mismatch, "make them the same (or drop the flag: sparkplay writes "
-                             "it from context_length)"))  # fmt: skip
+        found.append(
+            Problem(
+                "context_length",
+                mismatch,
+                "make them the same (or drop the flag: sparkplay writes it from context_length)",
+            )
+        )
     if doc["context_length"] is None:
-        found.append(Problem("context_length", "the context length is not stated: the engine uses the model's own "
-                             "maximum", "set context_length (and the engine's flag) to choose", "warning"))  # fmt: skip
+        found.append(
+            Problem(
+                "context_length",
+                "the context length is not stated: the engine uses the model's own maximum",
+                "set context_length (and the engine's flag) to choose",
+                "warning",
+            )
+        )
     # llama.cpp spreads layers over however many ranks there are
     if doc["topology"]["nodes"] is None and engine["name"] != "llamacpp":
         found.append(Problem("topology.nodes", "the node count is not known", "set topology.nodes"))
@@ -132,9 +158,14 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
     # a privileged request below)
     for flag, value in codepaths.code_flags(doc["serve"].get("args") or []):
         if flag not in codepaths.PLUGIN_FILES:
-            found.append(Problem(f"serve.args {flag}", codepaths.CODE_FLAGS[flag].format(value=value or "(none)"),
-                                 "serve it only if you trust where that code comes from (the checkpoint's "
-                                 "repository, the image)", "warning"))  # fmt: skip
+            found.append(
+                Problem(
+                    f"serve.args {flag}",
+                    codepaths.CODE_FLAGS[flag].format(value=value or "(none)"),
+                    "serve it only if you trust where that code comes from (the checkpoint's repository, the image)",
+                    "warning",
+                )
+            )
     # shown, never refused here: the inventory may allow them (serve_allow); the plan refuses the others
     for request in boundary.requests(doc):
         found.append(

@@ -18,8 +18,21 @@ from sparkplay.recipes import compose, launches, shell
 from sparkplay.recipes.launches import Found
 
 FENCE = re.compile(r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$", re.MULTILINE)
-SHELL_INFO = ("", "bash", "sh", "shell", "console", "zsh", "shell-session", "sh-session", "terminal", "text",
-              "plaintext", "dockerfile", "docker")  # fmt: skip
+SHELL_INFO = (
+    "",
+    "bash",
+    "sh",
+    "shell",
+    "console",
+    "zsh",
+    "shell-session",
+    "sh-session",
+    "terminal",
+    "text",
+    "plaintext",
+    "dockerfile",
+    "docker",
+)
 YAML_INFO = ("yaml", "yml", "compose", "docker-compose")
 PROMPT = re.compile(r"^[ \t]*(?:[\w.@-]+(?::[~\w/.-]*)?)?[$#>][ \t]+(?=\S)", re.MULTILINE)
 

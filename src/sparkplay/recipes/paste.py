@@ -23,8 +23,16 @@ from sparkplay.recipes.raw import RawRecipe
 SECRET = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|CREDENTIALS?)$", re.IGNORECASE)
 HF_CACHE = re.compile(r"(^|/)(\.cache/huggingface|huggingface|hf[-_]?cache)(/|$)", re.IGNORECASE)
 # what sparkplay's engine container already is (engines/context.py), as docker run options
-EXECUTOR_OPTIONS = {"--gpus": "gpus", "--ipc": "ipc", "--network": "network", "--net": "network",
-                    "--device": "devices", "--cap-add": "cap_add", "--ulimit": "ulimit", "--user": "user"}  # fmt: skip
+EXECUTOR_OPTIONS = {
+    "--gpus": "gpus",
+    "--ipc": "ipc",
+    "--network": "network",
+    "--net": "network",
+    "--device": "devices",
+    "--cap-add": "cap_add",
+    "--ulimit": "ulimit",
+    "--user": "user",
+}
 HANDLED = {"--env", "--volume", "--mount", "--publish", "--shm-size", "--entrypoint", "--runtime", "_entrypoint_note"}
 GPU_RUNTIMES = ("nvidia",)
 
@@ -32,10 +40,19 @@ GPU_RUNTIMES = ("nvidia",)
 # the flags a multi-node guide gives each node's command, which sparkplay sets per rank itself (engines/vllm.py,
 # engines/sglang.py OWNED): a pasted node's command drops them, and --nnodes gives the node count
 PER_RANK = {
-    "vllm": ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--data-parallel-address",
-             "--data-parallel-rpc-port", "--data-parallel-start-rank", "--data-parallel-size-local"),
+    "vllm": (
+        "--nnodes",
+        "--node-rank",
+        "--master-addr",
+        "--master-port",
+        "--headless",
+        "--data-parallel-address",
+        "--data-parallel-rpc-port",
+        "--data-parallel-start-rank",
+        "--data-parallel-size-local",
+    ),
     "sglang": ("--nnodes", "--node-rank", "--dist-init-addr"),
-}  # fmt: skip
+}
 PRINTABLE = re.compile(r"[^\x20-\x7e\u00a0-\uffff]|[\ufffd\ue000-\uf8ff]")  # what a one-line error may show
 DASHES = ("\u2013", "\u2014", "\u2012", "\u2212")  # what a web page makes of `--`
 
@@ -45,8 +62,9 @@ def pick(found: Found, choice: int | None, where: str, shape: str = "shell text"
     launches = found.launches
     if not launches:
         if found.elsewhere:
-            raise BadInput(f"{where}: no engine command to import: {found.elsewhere[0]}",
-                           "import the file it names instead")  # fmt: skip
+            raise BadInput(
+                f"{where}: no engine command to import: {found.elsewhere[0]}", "import the file it names instead"
+            )
         programs = ", ".join(dict.fromkeys(PRINTABLE.sub("?", p)[:60] for p in found.ignored[:8]))
         shown = f" (it runs {programs})" if found.ignored else ""
         raise BadInput(
@@ -56,8 +74,10 @@ def pick(found: Found, choice: int | None, where: str, shape: str = "shell text"
         )
     if choice is not None:
         if not 1 <= choice <= len(launches):
-            raise BadInput(f"--pick {choice}: {where} holds {len(launches)} engine command(s)",
-                           f"pick one from 1 to {len(launches)}")  # fmt: skip
+            raise BadInput(
+                f"--pick {choice}: {where} holds {len(launches)} engine command(s)",
+                f"pick one from 1 to {len(launches)}",
+            )
         return [launches[choice - 1]]
     return launches
 
@@ -70,11 +90,21 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
     _check_settled(launch)
     for word in launch.command:
         if word.startswith(DASHES):
-            raise BadInput(f"the command at {launch.where} has {word[:30]!r}, whose dash is a typographic one (a web "
-                           "page's rendering of --)", "write the flag with two hyphens (--)")  # fmt: skip
+            raise BadInput(
+                f"the command at {launch.where} has {word[:30]!r}, whose dash is a typographic one (a web "
+                "page's rendering of --)",
+                "write the flag with two hyphens (--)",
+            )
     parsed = cmdline.parse(shlex.join(launch.command))
-    raw = RawRecipe(name="", title="", source=source, engine=parsed.engine, model=parsed.model, args=parsed.args,
-                    pinning=parsed.pinning)  # fmt: skip
+    raw = RawRecipe(
+        name="",
+        title="",
+        source=source,
+        engine=parsed.engine,
+        model=parsed.model,
+        args=parsed.args,
+        pinning=parsed.pinning,
+    )
     for key, how, detail in launch.notes:
         raw.note(key, how, detail)
     _per_rank(raw, launch)
@@ -82,28 +112,44 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
     env = {**launch.env, **parsed.env}
     container = launch.container
     if container is not None and parsed.engine not in sparkrun_executor.CONTAINER_ENGINES:
-        raw.note("engine.image", "ignored", f"sparkplay runs {parsed.engine} from the node's packages, not in a "
-                 f"container: the image {container.image or '(unknown)'} and docker's options around it are not "
-                 "used")  # fmt: skip
+        raw.note(
+            "engine.image",
+            "ignored",
+            f"sparkplay runs {parsed.engine} from the node's packages, not in a "
+            f"container: the image {container.image or '(unknown)'} and docker's options around it are not "
+            "used",
+        )
         env.update(_container_env(container, raw))
     elif container is not None:
         env.update(_container_env(container, raw))
         raw.image = container.image or None
         _container(container, raw)
     elif parsed.engine in sparkrun_executor.CONTAINER_ENGINES:
-        raw.note("engine.image", "derived", "the command runs the engine outside a container: sparkplay runs it "
-                 "in the engine's image, which the text does not name")  # fmt: skip
+        raw.note(
+            "engine.image",
+            "derived",
+            "the command runs the engine outside a container: sparkplay runs it "
+            "in the engine's image, which the text does not name",
+        )
     raw.env = _without_secrets(env, raw)
     raw.nodes = launch.nodes
     if launch.preamble:
         raw.preamble = {"commands": launch.preamble, "sha256": hooks.digest(launch.preamble)}
-        raw.note("engine.preamble", "derived", f"the container's shell runs {len(launch.preamble)} command(s) before "
-                 f"the engine (sha256 {raw.preamble['sha256'][:12]}): a privileged request, run in the engine's "
-                 "container on every rank only where the inventory allows it")  # fmt: skip
+        raw.note(
+            "engine.preamble",
+            "derived",
+            f"the container's shell runs {len(launch.preamble)} command(s) before "
+            f"the engine (sha256 {raw.preamble['sha256'][:12]}): a privileged request, run in the engine's "
+            "container on every rank only where the inventory allows it",
+        )
     if launch.before:
-        raw.note("serve.args", "ignored", "not applied: the text's other commands before the engine: "
-                 + "; ".join(c[:60] for c in launch.before[:6])
-                 + (" ..." if len(launch.before) > 6 else ""))  # fmt: skip
+        raw.note(
+            "serve.args",
+            "ignored",
+            "not applied: the text's other commands before the engine: "
+            + "; ".join(c[:60] for c in launch.before[:6])
+            + (" ..." if len(launch.before) > 6 else ""),
+        )
     served = cmdline.flag_value(parsed.args, "--served-model-name", "--alias", "-a")
     raw.title = served or parsed.model or launch.name_hint or parsed.engine
     hint = launch.name_hint if launch.name_hint and not shell.unknowns(launch.name_hint) else None
@@ -122,8 +168,12 @@ def _per_rank(raw: RawRecipe, launch: Launch) -> None:
     if count and count.isdigit() and launch.nodes is None:
         launch.nodes = int(count)
     raw.args = cmdline.without_flags(raw.args, *owned)
-    raw.note("serve.args", "cleaned", f"{', '.join(owned)}: one node's flags in a multi-node command; sparkplay "
-             "sets each rank's own (the leader and the peers from the inventory)")  # fmt: skip
+    raw.note(
+        "serve.args",
+        "cleaned",
+        f"{', '.join(owned)}: one node's flags in a multi-node command; sparkplay "
+        "sets each rank's own (the leader and the peers from the inventory)",
+    )
 
 
 def _check_settled(launch: Launch) -> None:
@@ -136,8 +186,11 @@ def _check_settled(launch: Launch) -> None:
         if names := shell.unknowns(text):
             unset = names[0]
             if unset.startswith(("$(", "`")):
-                raise BadInput(f"the command at {launch.where} uses a command substitution ({shell.shown(text)[:80]}), "
-                               "whose value only running it would give", "write its value in its place")  # fmt: skip
+                raise BadInput(
+                    f"the command at {launch.where} uses a command substitution ({shell.shown(text)[:80]}), "
+                    "whose value only running it would give",
+                    "write its value in its place",
+                )
             what = f"${unset.lstrip('$')}"
             raise BadInput(
                 f"the command at {launch.where} uses {what}, which the text never sets ({shell.shown(text)[:80]})",
@@ -145,8 +198,10 @@ def _check_settled(launch: Launch) -> None:
             )
     for text in fields:
         if m := re.search(r"<[A-Za-z][A-Za-z0-9_ .:/-]*>", text):
-            raise BadInput(f"the command at {launch.where} holds the placeholder {m.group(0)} ({text[:80]})",
-                           f"replace {m.group(0)} with its value in the text")  # fmt: skip
+            raise BadInput(
+                f"the command at {launch.where} holds the placeholder {m.group(0)} ({text[:80]})",
+                f"replace {m.group(0)} with its value in the text",
+            )
 
 
 def _container_env(container: Container, raw: RawRecipe) -> dict[str, str]:
@@ -154,15 +209,23 @@ def _container_env(container: Container, raw: RawRecipe) -> dict[str, str]:
     for entry in container.values("--env"):
         name, eq, value = entry.partition("=")
         if not eq:
-            raw.note("serve.env", "ignored", f"{name}: docker takes it from the environment of whoever runs the "
-                     f"command; not in the text, so not applied (import with --set "
-                     f"serve.env.{name}=VALUE)")  # fmt: skip
+            raw.note(
+                "serve.env",
+                "ignored",
+                f"{name}: docker takes it from the environment of whoever runs the "
+                f"command; not in the text, so not applied (import with --set "
+                f"serve.env.{name}=VALUE)",
+            )
             continue
         env[name] = value
     for path in container.values("--env-file"):
-        raw.note("serve.env", "ignored", f"--env-file {shell.shown(path)}: a file on the machine the text was "
-                 "run on, not in the text: its settings are not applied (import with --set "
-                 "serve.env.NAME=VALUE)")  # fmt: skip
+        raw.note(
+            "serve.env",
+            "ignored",
+            f"--env-file {shell.shown(path)}: a file on the machine the text was "
+            "run on, not in the text: its settings are not applied (import with --set "
+            "serve.env.NAME=VALUE)",
+        )
     return env
 
 
@@ -170,13 +233,23 @@ def _without_secrets(env: dict[str, str], raw: RawRecipe) -> dict[str, str]:
     kept = {}
     for name, value in env.items():
         if SECRET.search(name):
-            where = "checkpoint_hf_token in the inventory's vault" if name.startswith(("HF_", "HUGGING")) else (
-                "the inventory (serve_api_key for an engine's API key)")  # fmt: skip
-            raw.note("serve.env", "ignored", f"{name} left out: a secret is never stored in a recipe; sparkplay "
-                     f"takes it from {where}")  # fmt: skip
+            where = (
+                "checkpoint_hf_token in the inventory's vault"
+                if name.startswith(("HF_", "HUGGING"))
+                else ("the inventory (serve_api_key for an engine's API key)")
+            )
+            raw.note(
+                "serve.env",
+                "ignored",
+                f"{name} left out: a secret is never stored in a recipe; sparkplay takes it from {where}",
+            )
         elif shell.unknowns(value):
-            raw.note("serve.env", "ignored", f"{name}: its value {shell.shown(value)} comes from the shell of "
-                     f"whoever runs the text; not applied (import with --set serve.env.{name}=VALUE)")  # fmt: skip
+            raw.note(
+                "serve.env",
+                "ignored",
+                f"{name}: its value {shell.shown(value)} comes from the shell of "
+                f"whoever runs the text; not applied (import with --set serve.env.{name}=VALUE)",
+            )
         else:
             kept[name] = value
     return kept
@@ -186,9 +259,13 @@ def _container(container: Container, raw: RawRecipe) -> None:
     """docker's options around the engine, against sparkplay's own container."""
     options = container.options
     if "_entrypoint_note" in options:
-        raw.note("serve.args", "derived", f"{container.image} runs what its command gives after its entrypoint, "
-                 "which sparkplay does not know: the engine's flags say it is "
-                 f"`{options['_entrypoint_note'][-1]}`")  # fmt: skip
+        raw.note(
+            "serve.args",
+            "derived",
+            f"{container.image} runs what its command gives after its entrypoint, "
+            "which sparkplay does not know: the engine's flags say it is "
+            f"`{options['_entrypoint_note'][-1]}`",
+        )
     executor: dict[str, Any] = {}
     for option, key in EXECUTOR_OPTIONS.items():
         values = [shell.shown(v) for v in options.get(option, [])]
@@ -208,9 +285,13 @@ def _container(container: Container, raw: RawRecipe) -> None:
     left: dict[str, Any] = raw.extra.setdefault("docker", {})  # what docker was asked and sparkplay leaves
     left.update(mapped.left)
     for key, value in mapped.left.items():
-        raw.note(f"extra.docker.{key}", "ignored", f"{key} {value}: not applied: sparkplay's engine container has "
-                 "the host's network and IPC, every GPU, the RDMA devices and IPC_LOCK, and no other capability, "
-                 "device or privilege a recipe asks (docs/security.md)")  # fmt: skip
+        raw.note(
+            f"extra.docker.{key}",
+            "ignored",
+            f"{key} {value}: not applied: sparkplay's engine container has "
+            "the host's network and IPC, every GPU, the RDMA devices and IPC_LOCK, and no other capability, "
+            "device or privilege a recipe asks (docs/security.md)",
+        )
     if (shm := options.get("--shm-size")) and raw.engine in sparkrun_executor.CONTAINER_ENGINES:
         raw.shm_size = shm[-1]
     for spec in [*options.get("--volume", []), *options.get("--mount", [])]:
@@ -220,23 +301,35 @@ def _container(container: Container, raw: RawRecipe) -> None:
     others = sorted(k for k in options if k not in EXECUTOR_OPTIONS and k not in HANDLED and k not in LIFECYCLE)
     for option in others:
         left[option.lstrip("-")] = [shell.shown(v) for v in options[option]]
-        raw.note(f"extra.docker.{option.lstrip('-')}", "ignored", f"docker {option} {' '.join(options[option])}: "
-                 "not applied: sparkplay's engine container is never privileged and takes no other docker option "
-                 "from a recipe (docs/security.md)")  # fmt: skip
+        raw.note(
+            f"extra.docker.{option.lstrip('-')}",
+            "ignored",
+            f"docker {option} {' '.join(options[option])}: "
+            "not applied: sparkplay's engine container is never privileged and takes no other docker option "
+            "from a recipe (docs/security.md)",
+        )
     if life := sorted(k for k in options if k in LIFECYCLE):
         left["lifecycle"] = life
-        raw.note("extra.docker.lifecycle", "ignored", f"{', '.join(life)}: the container's life and name are "
-                 "sparkplay's systemd unit's (it starts, restarts and removes it)")  # fmt: skip
+        raw.note(
+            "extra.docker.lifecycle",
+            "ignored",
+            f"{', '.join(life)}: the container's life and name are "
+            "sparkplay's systemd unit's (it starts, restarts and removes it)",
+        )
 
 
 def _mount_note(spec: str) -> str:
     target = spec.split(":")[1] if ":" in spec and not spec.startswith(("type=", "source=", "src=")) else spec
     if HF_CACHE.search(target) or HF_CACHE.search(spec.split(":")[0]):
-        return (f"{spec}: the Hugging Face cache: sparkplay downloads the model once, mirrors it to every rank "
-                "and mounts its own model root instead")  # fmt: skip
-    return (f"{spec}: not applied: sparkplay mounts no host folder a recipe names (its engines see the model "
-            "root and their own cache; docs/security.md); a model served from there is named by "
-            "model.repo")  # fmt: skip
+        return (
+            f"{spec}: the Hugging Face cache: sparkplay downloads the model once, mirrors it to every rank "
+            "and mounts its own model root instead"
+        )
+    return (
+        f"{spec}: not applied: sparkplay mounts no host folder a recipe names (its engines see the model "
+        "root and their own cache; docs/security.md); a model served from there is named by "
+        "model.repo"
+    )
 
 
 def _ports(specs: list[str], raw: RawRecipe) -> None:
@@ -256,6 +349,10 @@ def _ports(specs: list[str], raw: RawRecipe) -> None:
         if int(host_port) != container_port:
             raw.port = int(host_port)
             raw.args = cmdline.with_flag(raw.args, "--port", host_port) if engine_port else raw.args
-            raw.note("serve.port", "derived", f"docker -p {spec} publishes the engine's port {container_port} as "
-                     f"{host_port}: sparkplay runs the engine on the host's network, so it listens on "
-                     f"{host_port}")  # fmt: skip
+            raw.note(
+                "serve.port",
+                "derived",
+                f"docker -p {spec} publishes the engine's port {container_port} as "
+                f"{host_port}: sparkplay runs the engine on the host's network, so it listens on "
+                f"{host_port}",
+            )

@@ -21,12 +21,14 @@ from sparkplay.errors import BadInput, SparkplayError
 from sparkplay.recipes import fetch
 
 DOCKER_HUB = "registry-1.docker.io"
-ACCEPT = ", ".join((
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-))  # fmt: skip
+ACCEPT = ", ".join(
+    (
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    )
+)
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
 TIMEOUT_S = 15.0

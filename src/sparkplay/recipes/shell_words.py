@@ -141,8 +141,10 @@ def lex(text: str, in_array: bool = False) -> Iterator[tuple[str, Word | str, in
 
 
 def _unbalanced(what: str, line: int) -> BadInput:
-    return BadInput(f"an unbalanced {what} on line {line} of the text: it cannot be split into words",
-                    "fix the quotes or brackets on that line")  # fmt: skip
+    return BadInput(
+        f"an unbalanced {what} on line {line} of the text: it cannot be split into words",
+        "fix the quotes or brackets on that line",
+    )
 
 
 def _double(text: str, i: int, line: int, add: Callable[[Piece], None]) -> tuple[int, int]:

@@ -16,20 +16,49 @@ RUNTIMES: dict[str, tuple[str, str | None]] = {
 }
 NOT_SUPPORTED = ("trtllm",)
 # a command's first word -> runtime, when `runtime` is left out (sparkrun's own detection)
-COMMAND_HINTS = (("vllm", "vllm"), ("llama-server", "llama-cpp"), ("serve", "atlas"), ("spark", "atlas"),
-                 ("sglang", "sglang"), ("python3", "sglang"), ("python", "sglang"))  # fmt: skip
+COMMAND_HINTS = (
+    ("vllm", "vllm"),
+    ("llama-server", "llama-cpp"),
+    ("serve", "atlas"),
+    ("spark", "atlas"),
+    ("sglang", "sglang"),
+    ("python3", "sglang"),
+    ("python", "sglang"),
+)
 
 READ = {
-    "recipe_version", "name", "model", "model_revision", "runtime", "container", "min_nodes", "max_nodes",
-    "mode", "solo_only", "cluster_only", "defaults", "env", "command", "metadata", "distribution_config",
-    "executor_config", "benchmark",
-}  # fmt: skip
+    "recipe_version",
+    "name",
+    "model",
+    "model_revision",
+    "runtime",
+    "container",
+    "min_nodes",
+    "max_nodes",
+    "mode",
+    "solo_only",
+    "cluster_only",
+    "defaults",
+    "env",
+    "command",
+    "metadata",
+    "distribution_config",
+    "executor_config",
+    "benchmark",
+}
 # fields that only describe a recipe (sparkrun's own and the registries' habits): kept in extra, nothing to apply
 DESCRIPTIVE = frozenset({"description", "maintainer", "model_url", "sparkrun_version", "author", "tags", "license"})
 # launcher features sparkplay has no equivalent for: reported, kept in extra
 NOT_HONOURED = (
-    "mods", "pre_exec", "post_exec", "post_commands", "builder", "build_args", "runtime_config", "docker_image_dir",
-)  # fmt: skip
+    "mods",
+    "pre_exec",
+    "post_exec",
+    "post_commands",
+    "builder",
+    "build_args",
+    "runtime_config",
+    "docker_image_dir",
+)
 # sparkrun's benchmark block (core/benchmark_profiles.py): its own keys; any other key is an argument
 BENCH_BLOCK_KEYS = ("framework", "args", "timeout", "schedule")
 BENCH_LISTS = ("pp", "tg", "depth", "concurrency")

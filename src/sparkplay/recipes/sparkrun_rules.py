@@ -11,8 +11,12 @@ from sparkplay.recipes import cmdline
 
 # the flag each runtime serves a model's name under (sparkrun's runtimes: served_model_name's flag), and its
 # other spellings a command may already hold
-SERVED_FLAGS = {"vllm": ("--served-model-name",), "sglang": ("--served-model-name",),
-                "llamacpp": ("--alias", "-a"), "atlas": ("--model-name", "--served-model-name")}  # fmt: skip
+SERVED_FLAGS = {
+    "vllm": ("--served-model-name",),
+    "sglang": ("--served-model-name",),
+    "llamacpp": ("--alias", "-a"),
+    "atlas": ("--model-name", "--served-model-name"),
+}
 
 
 def served_from_defaults(parsed: cmdline.Command, defaults: dict[str, Any]) -> str | None:
@@ -23,8 +27,10 @@ def served_from_defaults(parsed: cmdline.Command, defaults: dict[str, Any]) -> s
     if value in (None, "") or cmdline.has_flag(parsed.args, *flags):
         return None
     parsed.args = [*parsed.args, flags[0], str(value)]
-    return (f"defaults.served_model_name {value}: sparkrun appends {flags[0]} {value} to a command that leaves it "
-            "out, and so does sparkplay")  # fmt: skip
+    return (
+        f"defaults.served_model_name {value}: sparkrun appends {flags[0]} {value} to a command that leaves it "
+        "out, and so does sparkplay"
+    )
 
 
 # build-and-copy.sh's flags that still pull the prebuilt runner (sparkrun's eugr builder,
@@ -40,8 +46,9 @@ def built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
     image = str(data.get("container") or "")
     build_args = [str(a) for a in data.get("build_args") or []]
     nightly = image.startswith("ghcr.io/spark-arena/dgx-vllm-eugr-nightly")
-    eugr = data.get("builder") == "eugr" or (runtime.startswith("vllm") and (version == "1" or bool(build_args)
-                                                                             or nightly))  # fmt: skip
+    eugr = data.get("builder") == "eugr" or (
+        runtime.startswith("vllm") and (version == "1" or bool(build_args) or nightly)
+    )
     if not eugr:
         return bool(data.get("builder")) and "/" not in (imageref.repository(image) or image)
     return any(a not in PULL_COMPATIBLE for a in build_args) or "/" not in (imageref.repository(image) or image)

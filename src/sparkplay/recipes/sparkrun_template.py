@@ -113,8 +113,9 @@ def reads_as(template: str) -> str:
 
 
 def _hole(name: str, where: str) -> BadInput:
-    return BadInput(f"{where}: the command uses {{{name}}}, which defaults does not define",
-                    f"add {name} to the recipe's defaults")  # fmt: skip
+    return BadInput(
+        f"{where}: the command uses {{{name}}}, which defaults does not define", f"add {name} to the recipe's defaults"
+    )
 
 
 def _str_format(template: str, values: dict[str, Any], where: str) -> str:
@@ -123,15 +124,18 @@ def _str_format(template: str, values: dict[str, Any], where: str) -> str:
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:  # a single brace: str.format refuses it, so eugr's runner does too
-        raise BadInput(f"{where}: the command template is not valid for str.format ({exc})",
-                       "write literal braces as {{ and }}") from None  # fmt: skip
+        raise BadInput(
+            f"{where}: the command template is not valid for str.format ({exc})", "write literal braces as {{ and }}"
+        ) from None
     for literal, field_name, spec, conversion in parsed:
         out.append(literal)
         if field_name is None:
             continue
         if not HOLE.match(field_name) or "." in field_name:
-            raise BadInput(f"{where}: the command's placeholder {{{field_name}}} is not a plain name",
-                           "use {name} with a name from defaults")  # fmt: skip
+            raise BadInput(
+                f"{where}: the command's placeholder {{{field_name}}} is not a plain name",
+                "use {name} with a name from defaults",
+            )
         if field_name not in values:
             raise _hole(field_name, where)
         value = values[field_name]

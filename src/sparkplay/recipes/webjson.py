@@ -108,8 +108,9 @@ def prose_settings(text: str) -> tuple[dict[str, str], list[str]]:
         key, value = match.group(1), match.group(2).rstrip(".")
         # a sentence that opens with a condition ("If you want, X=1") governs every setting in it;
         # elsewhere a condition governs the setting right after it ("X=1 when ...", "only with X=1")
-        start = max(text.rfind(". ", 0, match.start()), text.rfind(";", 0, match.start()),
-                    text.rfind("\n", 0, match.start()))  # fmt: skip
+        start = max(
+            text.rfind(". ", 0, match.start()), text.rfind(";", 0, match.start()), text.rfind("\n", 0, match.start())
+        )
         opens = CONDITION_OPENS.match(text[start + 1 : match.start()])
         before = text[max(0, match.start() - 16) : match.start()]
         sentence_ended = match.group(2).endswith(".")
@@ -305,8 +306,9 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
     if (mapping := _env_mapping(env_field)) is not None:
         env.update(mapping)
     # KEY=VALUE settings are read from the env prose and every other prose field alike
-    prose_env = "\n".join(v for v in (env_field if isinstance(env_field, str) else None, *_other_prose(data))
-                          if isinstance(v, str))  # fmt: skip
+    prose_env = "\n".join(
+        v for v in (env_field if isinstance(env_field, str) else None, *_other_prose(data)) if isinstance(v, str)
+    )
     settings, conditional = prose_settings(prose_env)
     env.update({k: v for k, v in settings.items() if k not in env})
     if settings:
@@ -316,15 +318,26 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
     raw.env = {k: v for k, v in env.items() if ENV_NAME.match(k)}
     if bad := sorted(k for k in env if not ENV_NAME.match(k)):
         raw.note("serve.env", "ignored", f"not environment variable names, left out: {', '.join(map(repr, bad))}")
-    mentioned, _ = prose_settings("\n".join(v for where, v in _strings(data, "") if isinstance(v, str)
-                                            and where != command_field and not _about_env(where)))  # fmt: skip
+    mentioned, _ = prose_settings(
+        "\n".join(
+            v
+            for where, v in _strings(data, "")
+            if isinstance(v, str) and where != command_field and not _about_env(where)
+        )
+    )
     knob_env = known.ENGINES[parsed.engine].knob_env
     if elsewhere := {k: v for k, v in mentioned.items() if k not in raw.env}:
         fixes = [f"{k}: sparkplay apply --set {knob_env[k]}=..." for k in elsewhere if k in knob_env]
         if any(k not in knob_env for k in elsewhere):
             fixes.append("others: import with --set serve.env.NAME=VALUE")
-        raw.note("serve.env", "ignored", "named in the recipe's prose outside its environment fields, not applied: "
-                 + ", ".join(f"{k}={v}" for k, v in elsewhere.items()) + "; " + "; ".join(fixes))  # fmt: skip
+        raw.note(
+            "serve.env",
+            "ignored",
+            "named in the recipe's prose outside its environment fields, not applied: "
+            + ", ".join(f"{k}={v}" for k, v in elsewhere.items())
+            + "; "
+            + "; ".join(fixes),
+        )
     if isinstance(env_field, str):
         raw.notes = "\n\n".join(x for x in (env_field, raw.notes) if x)
 

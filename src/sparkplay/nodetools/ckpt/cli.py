@@ -25,8 +25,13 @@ from .transports import NAMES
 def _manifest(args: argparse.Namespace) -> dict[str, Any]:
     built, snapshot, counts = mf.build(args.dir, args.jobs)
     write_json(args.dir / MANIFEST, built)
-    out = {"manifest": str(args.dir / MANIFEST), "files": built["count"], "bytes": built["bytes"],
-           "digest": built["digest"], **counts}  # fmt: skip
+    out = {
+        "manifest": str(args.dir / MANIFEST),
+        "files": built["count"],
+        "bytes": built["bytes"],
+        "digest": built["digest"],
+        **counts,
+    }
     if args.revision:  # every byte was just hashed: rank 0 is complete for this revision
         state.drop_marker(args.dir)
         out["marker"] = state.mark(args.dir, built, args.revision, snapshot)["marker"]
@@ -87,11 +92,20 @@ def _receive(args: argparse.Namespace) -> dict[str, Any]:
 
 def _sync(args: argparse.Namespace) -> dict[str, Any]:
     opts = syncing.Options(
-        root=args.dir, host=args.host, dest=(args.dest or str(args.dir)).rstrip("/"), revision=args.revision,
-        transport=args.transport, streams=args.streams, ssh=tuple(syncing.ssh_command(args.cipher, args.ssh_options)),
-        remote_tool=args.remote_tool or str(Path(sys.argv[0]).resolve()), bwlimit_kbps=args.bwlimit,
-        port=args.port, full=args.full, stall_timeout=args.stall_timeout, status_file=args.status,
-    )  # fmt: skip
+        root=args.dir,
+        host=args.host,
+        dest=(args.dest or str(args.dir)).rstrip("/"),
+        revision=args.revision,
+        transport=args.transport,
+        streams=args.streams,
+        ssh=tuple(syncing.ssh_command(args.cipher, args.ssh_options)),
+        remote_tool=args.remote_tool or str(Path(sys.argv[0]).resolve()),
+        bwlimit_kbps=args.bwlimit,
+        port=args.port,
+        full=args.full,
+        stall_timeout=args.stall_timeout,
+        status_file=args.status,
+    )
     return syncing.sync(opts, plan=args.plan)
 
 
@@ -157,8 +171,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", required=True)
     p.add_argument("--revision")
     p.add_argument("--token-file", type=Path)
-    p = command("download", lambda a: hub.download(a.repo, a.revision, a.dest, a.token_file, a.offline, a.files),
-                "snapshot_download into a folder (rank 0)", "")  # fmt: skip
+    p = command(
+        "download",
+        lambda a: hub.download(a.repo, a.revision, a.dest, a.token_file, a.offline, a.files),
+        "snapshot_download into a folder (rank 0)",
+        "",
+    )
     p.add_argument("--file", dest="files", action="append", default=[], help="only this file (repeatable)")
     p.add_argument("--repo", required=True)
     p.add_argument("--revision", required=True)

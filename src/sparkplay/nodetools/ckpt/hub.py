@@ -49,8 +49,9 @@ def download(
     # fnmatch patterns: a name's own [, ] and * are escaped so it matches itself and nothing else
     patterns = ["".join(f"[{c}]" if c in "[]*?" else c for c in name) for name in files or []] or None
     try:
-        path = hub.snapshot_download(repo_id=repo, revision=revision, local_dir=str(dest), token=token,
-                                     allow_patterns=patterns)  # fmt: skip
+        path = hub.snapshot_download(
+            repo_id=repo, revision=revision, local_dir=str(dest), token=token, allow_patterns=patterns
+        )
     except Exception as exc:
         raise Failure(f"download of {repo}@{revision} failed: {_first_line(exc)}") from None
     files = [p for p in Path(path).rglob("*") if p.is_file() and ".cache" not in p.relative_to(path).parts]

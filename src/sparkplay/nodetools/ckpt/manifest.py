@@ -124,13 +124,20 @@ def build(root: Path, jobs: int) -> tuple[dict[str, Any], dict[str, list[int]], 
             hub = _hub_sha256(root, entry["path"])
             if hub is not None:
                 if hub != digest:
-                    raise Failure(f"{root / entry['path']} does not match the sha256 the hub gave ({hub[:12]}...): "
-                                  "the download is damaged; remove the file and run again")  # fmt: skip
+                    raise Failure(
+                        f"{root / entry['path']} does not match the sha256 the hub gave ({hub[:12]}...): "
+                        "the download is damaged; remove the file and run again"
+                    )
                 crosschecked += 1
     for entry in files:
         entry.pop("via_link", None)
-    manifest = {"format": FORMAT, "files": entries, "bytes": sum(e.get("size", 0) for e in entries),
-                "count": len(entries), "digest": digest_of(entries)}  # fmt: skip
+    manifest = {
+        "format": FORMAT,
+        "files": entries,
+        "bytes": sum(e.get("size", 0) for e in entries),
+        "count": len(entries),
+        "digest": digest_of(entries),
+    }
     validate(manifest, str(root))
     return manifest, snapshot, {"hashed": len(files), "hub_crosschecked": crosschecked}
 
@@ -176,8 +183,9 @@ def validate(manifest: Any, where: str, wanted: str | None = None) -> dict[str, 
     if manifest.get("digest") != digest:
         raise Failure(f"{where}: its digest field does not match its entries (edited or damaged); refusing it")
     if wanted is not None and wanted != digest:
-        raise Failure(f"{where} is not rank 0's manifest for this run (digest {digest[:12]}..., "
-                      f"wanted {wanted[:12]}...)")  # fmt: skip
+        raise Failure(
+            f"{where} is not rank 0's manifest for this run (digest {digest[:12]}..., wanted {wanted[:12]}...)"
+        )
     total = sum(e.get("size", 0) for e in manifest["files"])
     if manifest.get("bytes") != total or manifest.get("count") != len(manifest["files"]):
         raise Failure(f"{where}: its byte or entry count does not match its entries")

@@ -119,8 +119,9 @@ def _check_links_on_the_way(path: str) -> None:
             continue
         hops += 1
         if hops > MAX_HOPS or st.st_uid != 0 or _unsafe(os.lstat("/" + "/".join(done))):
-            raise Refused(here, "is a link another user made or could replace (or links loop); sparkplay "
-                                "follows only root's")  # fmt: skip
+            raise Refused(
+                here, "is a link another user made or could replace (or links loop); sparkplay follows only root's"
+            )
         target = os.readlink(here)  # noqa: PTH115 - a string path, as the walk holds it
         done = [] if target.startswith("/") else done
         pending = [p for p in target.split("/") if p] + pending
@@ -148,8 +149,11 @@ def open_tree(path: os.PathLike[str] | str, create: bool) -> int:
             os.close(fd)
             fd, done = nxt, f"{done}/{name}"
             if os.geteuid() == 0 and _unsafe(os.fstat(fd)):
-                raise Refused(real, f"{done} is writable by a user other than root: a local user could swap "
-                                    "folders under sparkplay's writes; fix its owner or mode")  # fmt: skip
+                raise Refused(
+                    real,
+                    f"{done} is writable by a user other than root: a local user could swap "
+                    "folders under sparkplay's writes; fix its owner or mode",
+                )
         return fd
     except BaseException:
         os.close(fd)

@@ -52,9 +52,15 @@ def _answer(reader: BinaryIO, where: str) -> dict[str, Any]:
 
 
 def send_entries(
-    reader: BinaryIO, send: Callable[[bytes], None], send_file: Callable[[int, int, int], int],
-    entries: list[dict[str, Any]], root: Path, restart: bool, moved: Callable[[int], None], where: str,
-) -> tuple[int, int]:  # fmt: skip
+    reader: BinaryIO,
+    send: Callable[[bytes], None],
+    send_file: Callable[[int, int, int], int],
+    entries: list[dict[str, Any]],
+    root: Path,
+    restart: bool,
+    moved: Callable[[int], None],
+    where: str,
+) -> tuple[int, int]:
     """Send entries over one stream; return (bytes of the files sent, bytes that crossed)."""
     transferred = crossed = 0
     for entry in entries:
@@ -68,8 +74,9 @@ def send_entries(
         try:
             fd = os.open(root / entry["path"], os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | follow)
         except OSError as exc:
-            raise Failure(f"rank 0's {entry['path']} cannot be opened as the file its manifest lists ({exc.strerror})"
-                          "; run again") from None  # fmt: skip
+            raise Failure(
+                f"rank 0's {entry['path']} cannot be opened as the file its manifest lists ({exc.strerror}); run again"
+            ) from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -78,8 +85,17 @@ def send_entries(
                 )
             if st.st_size != entry["size"]:
                 raise Failure(f"rank 0's {entry['path']} changed since its manifest was made; run again")
-            send(encode({"path": entry["path"], "size": st.st_size, "mode": st.st_mode & 0o777,
-                         "mtime_ns": st.st_mtime_ns, "restart": restart or entry.get("restart", False)}))  # fmt: skip
+            send(
+                encode(
+                    {
+                        "path": entry["path"],
+                        "size": st.st_size,
+                        "mode": st.st_mode & 0o777,
+                        "mtime_ns": st.st_mtime_ns,
+                        "restart": restart or entry.get("restart", False),
+                    }
+                )
+            )
             offset = _answer(reader, where).get("offset")
             if type(offset) is not int or not 0 <= offset <= st.st_size:
                 raise Failure(f"{where} answered an impossible offset for {entry['path']}")

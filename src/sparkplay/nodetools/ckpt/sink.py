@@ -82,8 +82,9 @@ class Sink:
         finally:
             os.close(parent)
 
-    def _file(self, req: dict[str, Any], rfile: BinaryIO, reply: Callable[[dict[str, Any]], None],
-              buffer: memoryview) -> None:  # fmt: skip
+    def _file(
+        self, req: dict[str, Any], rfile: BinaryIO, reply: Callable[[dict[str, Any]], None], buffer: memoryview
+    ) -> None:
         rel = req.get("path")
         parts = check_rel(rel)
         size = _int(req, "size", 0, MAX_FILE)

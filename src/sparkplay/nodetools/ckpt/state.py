@@ -93,9 +93,15 @@ def verify(root: Path, manifest: dict[str, Any], full: bool, jobs: int = 0) -> d
     # a tree holding what rank 0 does not list is not rank 0's tree (status refuses it too)
     bad |= {rel: "not in the manifest" for rel, _ in mf.walk(root) if rel not in listed}
     snapshot = {e["path"]: st for e, (why, st) in zip(entries, results, strict=True) if st is not None and not why}
-    return {"ok": not bad, "mode": "full" if full else "sizes", "checked": len(entries),
-            "bytes_hashed": sum(e.get("size", 0) for e in entries) if full else 0, "bad": bad,
-            "digest": manifest["digest"], "_snapshot": snapshot}  # fmt: skip
+    return {
+        "ok": not bad,
+        "mode": "full" if full else "sizes",
+        "checked": len(entries),
+        "bytes_hashed": sum(e.get("size", 0) for e in entries) if full else 0,
+        "bad": bad,
+        "digest": manifest["digest"],
+        "_snapshot": snapshot,
+    }
 
 
 def need(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -147,8 +153,9 @@ def prepare(root: Path, text: str, wanted: str) -> dict[str, Any]:
     return {**need(root, manifest), "restart": restart}
 
 
-def mark(root: Path, manifest: dict[str, Any], revision: str, snapshot: dict[str, list[int]] | None = None,
-         jobs: int = 0) -> dict[str, Any]:  # fmt: skip
+def mark(
+    root: Path, manifest: dict[str, Any], revision: str, snapshot: dict[str, list[int]] | None = None, jobs: int = 0
+) -> dict[str, Any]:
     """Hash everything against the manifest (unless `snapshot` comes from hashing just now), then write the marker."""
     if snapshot is None:
         result = verify(root, manifest, full=True, jobs=jobs)
@@ -156,12 +163,22 @@ def mark(root: Path, manifest: dict[str, Any], revision: str, snapshot: dict[str
             bad = ", ".join(sorted(result["bad"])[:5])
             raise Failure(f"not marking {root} complete: {len(result['bad'])} file(s) missing or wrong ({bad})")
         snapshot = result["_snapshot"]
-    marker = {"revision": revision, "manifest_digest": manifest["digest"], "files": manifest["count"],
-              "bytes": manifest["bytes"], "stat": snapshot,
-              "marked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+    marker = {
+        "revision": revision,
+        "manifest_digest": manifest["digest"],
+        "files": manifest["count"],
+        "bytes": manifest["bytes"],
+        "stat": snapshot,
+        "marked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     write_json(root / MARKER, marker)
-    return {"marker": str(root / MARKER), "files": marker["files"], "bytes": marker["bytes"], "revision": revision,
-            "digest": manifest["digest"]}  # fmt: skip
+    return {
+        "marker": str(root / MARKER),
+        "files": marker["files"],
+        "bytes": marker["bytes"],
+        "revision": revision,
+        "digest": manifest["digest"],
+    }
 
 
 def status(root: Path, wanted: str | None, revision: str | None) -> dict[str, Any]:
@@ -198,8 +215,13 @@ def status(root: Path, wanted: str | None, revision: str | None) -> dict[str, An
                 return {"complete": False, "why": f"{entry['path']}: {why}"}
             if entry["type"] == "file" and snapshot.get(entry["path"]) != st:
                 return {"complete": False, "why": f"{entry['path']} was modified since it was hashed"}
-    return {"complete": True, "files": manifest["count"], "bytes": manifest["bytes"],
-            "revision": marker.get("revision"), "digest": manifest["digest"]}  # fmt: skip
+    return {
+        "complete": True,
+        "files": manifest["count"],
+        "bytes": manifest["bytes"],
+        "revision": marker.get("revision"),
+        "digest": manifest["digest"],
+    }
 
 
 def prune(root: Path, manifest: dict[str, Any]) -> list[str]:

@@ -69,8 +69,13 @@ class Peer:
 
     def run(self, *args: str, stdin: str = "", ok: tuple[int, ...] = (0,)) -> dict[str, Any]:
         remote = shlex.join([self.opts.remote_tool, *args])
-        proc = subprocess.run([*self.opts.ssh, self.opts.host, remote], input=stdin.encode(), capture_output=True,
-                              timeout=max(self.opts.stall_timeout, 60) * 10, check=False)  # fmt: skip
+        proc = subprocess.run(
+            [*self.opts.ssh, self.opts.host, remote],
+            input=stdin.encode(),
+            capture_output=True,
+            timeout=max(self.opts.stall_timeout, 60) * 10,
+            check=False,
+        )
         if proc.returncode not in ok:
             err = proc.stderr.decode(errors="replace").strip().splitlines() or ["no message"]
             raise Failure(f"{self.opts.host}: {args[0]} failed (exit {proc.returncode}): {err[-1]}")
@@ -145,8 +150,9 @@ def own_folder(path: Path) -> None:
     path.mkdir(mode=0o700, exist_ok=True)
     seen = os.lstat(path)
     if not stat.S_ISDIR(seen.st_mode) or seen.st_uid != os.getuid():
-        raise Failure(f"{path} is not a folder of this user's (a link, or owned by uid {seen.st_uid}): "
-                      "remove it and run again")  # fmt: skip
+        raise Failure(
+            f"{path} is not a folder of this user's (a link, or owned by uid {seen.st_uid}): remove it and run again"
+        )
     if stat.S_IMODE(seen.st_mode) != 0o700:
         path.chmod(0o700)
 
@@ -211,8 +217,10 @@ def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
     started = time.monotonic()
     mine = state.status(opts.root, None, opts.revision)
     if not mine["complete"]:
-        raise Failure(f"rank 0's {opts.root} is not complete for revision {opts.revision} ({mine['why']}); "
-                      "it is made and hashed on rank 0 first")  # fmt: skip
+        raise Failure(
+            f"rank 0's {opts.root} is not complete for revision {opts.revision} ({mine['why']}); "
+            "it is made and hashed on rank 0 first"
+        )
     manifest = mf.load(opts.root / MANIFEST)
     digest, text = manifest["digest"], json.dumps(manifest)
     peer = Peer(opts)
@@ -232,9 +240,11 @@ def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
     if plan:
         return {**base, "state": "needs", "only": only, **room}
     if room["need_bytes"] > room["free_bytes"]:
-        raise Failure(f"{opts.host} needs {room['need_bytes'] / 1e9:.2f} GB more for {opts.dest} but has "
-                      f"{room['free_bytes'] / 1e9:.2f} GB free. Free space or set sparkplay_model_root to a "
-                      "larger filesystem. Nothing was copied.")  # fmt: skip
+        raise Failure(
+            f"{opts.host} needs {room['need_bytes'] / 1e9:.2f} GB more for {opts.dest} but has "
+            f"{room['free_bytes'] / 1e9:.2f} GB free. Free space or set sparkplay_model_root to a "
+            "larger filesystem. Nothing was copied."
+        )
     status.phase = "preparing"
     prepared = peer.run("prepare", opts.dest, "--digest", digest, stdin=text)
     changed = set(prepared.get("restart", []))
@@ -261,18 +271,39 @@ def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
         if not marked.get("ok", True):
             raise Failure(f"{opts.host} still does not match rank 0 after a re-send: {', '.join(marked['bad'])}")
     elapsed = time.monotonic() - started
-    return {**base, "state": "mirrored", "transport": opts.transport, "streams": sent.streams,
-            "transferred_bytes": sent.transferred, "sent_bytes": sent.crossed, "only": only, "resent": resent,
-            "pruned": prepared.get("pruned", []), "seconds": round(elapsed, 3), "transfer_seconds": round(moving, 3),
-            "stream_seconds": round(sent.seconds, 3),
-            "gbps": round(sent.transferred / elapsed / 1e9, 3) if elapsed else None}  # fmt: skip
+    return {
+        **base,
+        "state": "mirrored",
+        "transport": opts.transport,
+        "streams": sent.streams,
+        "transferred_bytes": sent.transferred,
+        "sent_bytes": sent.crossed,
+        "only": only,
+        "resent": resent,
+        "pruned": prepared.get("pruned", []),
+        "seconds": round(elapsed, 3),
+        "transfer_seconds": round(moving, 3),
+        "stream_seconds": round(sent.seconds, 3),
+        "gbps": round(sent.transferred / elapsed / 1e9, 3) if elapsed else None,
+    }
 
 
 def _send(opts: Options, status: Status, entries: list[dict[str, Any]], restart: bool) -> transports.Sent:
     progress = Progress(sum(e.get("size", 0) for e in entries))
-    job = Job(root=opts.root, host=opts.host, dest=opts.dest, entries=entries, streams=opts.streams,
-              restart=restart, progress=progress, ssh=list(opts.ssh), remote_tool=opts.remote_tool,
-              bwlimit_kbps=opts.bwlimit_kbps, port=opts.port, idle_timeout=opts.stall_timeout)  # fmt: skip
+    job = Job(
+        root=opts.root,
+        host=opts.host,
+        dest=opts.dest,
+        entries=entries,
+        streams=opts.streams,
+        restart=restart,
+        progress=progress,
+        ssh=list(opts.ssh),
+        remote_tool=opts.remote_tool,
+        bwlimit_kbps=opts.bwlimit_kbps,
+        port=opts.port,
+        idle_timeout=opts.stall_timeout,
+    )
     status.phase, status.progress = "sending", progress
     try:
         with _reporting(status, job, opts.stall_timeout) as watch:
@@ -280,8 +311,9 @@ def _send(opts: Options, status: Status, entries: list[dict[str, Any]], restart:
                 return transports.send(opts.transport, job)
             except (Failure, OSError, ConnectionError) as exc:
                 if watch["stalled"]:
-                    raise Failure(f"no byte moved to {opts.host} for {opts.stall_timeout:.0f} s; "
-                                  "run again to resume") from None  # fmt: skip
+                    raise Failure(
+                        f"no byte moved to {opts.host} for {opts.stall_timeout:.0f} s; run again to resume"
+                    ) from None
                 raise Failure(str(exc)) from None
     finally:
         job.abort()  # nothing this transfer started outlives it

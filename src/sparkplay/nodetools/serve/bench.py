@@ -28,8 +28,14 @@ INVARIANCE_PROMPTS = (
 
 def answer_tokens(url: str, model: str, prompt: str, max_tokens: int, timeout: float) -> tuple[list[str], str] | None:
     """A temperature-0 answer as its tokens (the engine's logprobs), else its characters, and which of the two."""
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0, "seed": 0,
-            "max_tokens": max_tokens, "logprobs": True}  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "seed": 0,
+        "max_tokens": max_tokens,
+        "logprobs": True,
+    }
     status, answer = http_json(f"{url}/v1/chat/completions", body, timeout=timeout)
     if status != 200 or not isinstance(answer, dict) or not answer.get("choices"):
         return None
@@ -70,14 +76,24 @@ def invariance(url: str, model: str, levels: list[int], max_tokens: int, timeout
                 continue
             position = first_difference(reference[0], found[0])
             if position is not None:
-                differences.append({
-                    "prompt": prompt, "concurrency": level, "request": request, "position": position,
-                    "alone": "".join(reference[0][position:position + 8]),
-                    "among": "".join(found[0][position:position + 8]),
-                })  # fmt: skip
-    return {"prompts": len(INVARIANCE_PROMPTS), "levels": [c for c in levels if c > 1], "max_tokens": max_tokens,
-            "unit": units.pop() if len(units) == 1 else "token", "identical": not differences,
-            "differences": differences}  # fmt: skip
+                differences.append(
+                    {
+                        "prompt": prompt,
+                        "concurrency": level,
+                        "request": request,
+                        "position": position,
+                        "alone": "".join(reference[0][position : position + 8]),
+                        "among": "".join(found[0][position : position + 8]),
+                    }
+                )
+    return {
+        "prompts": len(INVARIANCE_PROMPTS),
+        "levels": [c for c in levels if c > 1],
+        "max_tokens": max_tokens,
+        "unit": units.pop() if len(units) == 1 else "token",
+        "identical": not differences,
+        "differences": differences,
+    }
 
 
 def bare_latency_ms(url: str, model: str, runs: int = 5) -> float:
@@ -154,18 +170,51 @@ def cmd_bench(args: argparse.Namespace) -> int:
     use_api_key(args)
     if args.as_user:
         drop_to(args.as_user, args.home)
-    result: dict[str, Any] = {"url": args.url, "model": args.model, "started": time.time(),
-                              "profile": {"pp": args.pp, "tg": args.tg, "depth": args.depth,
-                                          "concurrency": args.concurrency, "runs": args.runs}}  # fmt: skip
+    result: dict[str, Any] = {
+        "url": args.url,
+        "model": args.model,
+        "started": time.time(),
+        "profile": {
+            "pp": args.pp,
+            "tg": args.tg,
+            "depth": args.depth,
+            "concurrency": args.concurrency,
+            "runs": args.runs,
+        },
+    }
     result["invariance"] = invariance(args.url, args.model, args.concurrency, args.invariance_tokens, args.timeout)
     book_url, server = serve_corpus(args.corpus)
     report = Path(args.out).with_suffix(".benchy.json")
-    argv, env = benchy_argv(args.benchy, [
-            "--base-url", f"{args.url}/v1", "--model", args.model, "--tokenizer", args.tokenizer,
-            "--book-url", book_url, "--pp", *map(str, args.pp), "--tg", *map(str, args.tg),
-            "--depth", *map(str, args.depth), "--concurrency", *map(str, args.concurrency),
-            "--runs", str(args.runs), "--latency-mode", "generation", "--skip-coherence",
-            "--format", "json", "--save-result", str(report)])  # fmt: skip
+    argv, env = benchy_argv(
+        args.benchy,
+        [
+            "--base-url",
+            f"{args.url}/v1",
+            "--model",
+            args.model,
+            "--tokenizer",
+            args.tokenizer,
+            "--book-url",
+            book_url,
+            "--pp",
+            *map(str, args.pp),
+            "--tg",
+            *map(str, args.tg),
+            "--depth",
+            *map(str, args.depth),
+            "--concurrency",
+            *map(str, args.concurrency),
+            "--runs",
+            str(args.runs),
+            "--latency-mode",
+            "generation",
+            "--skip-coherence",
+            "--format",
+            "json",
+            "--save-result",
+            str(report),
+        ],
+    )
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=args.timeout * 10)
     finally:

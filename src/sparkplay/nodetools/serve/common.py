@@ -109,16 +109,23 @@ def completion(url: str, model: str, prompt: str, max_tokens: int, timeout: floa
     """The model's answer to `prompt` through the endpoint it serves: a chat completion; for a model that
     refuses one (an embedding or reranking model), an embedding, then a ranking. None: no proper answer."""
     started = time.monotonic()
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-            "max_tokens": max_tokens}  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+    }
     status, answer = http_json(f"{url}/v1/chat/completions", body, timeout=timeout)
     if status == 200 and isinstance(answer, dict) and answer.get("choices"):
         message = answer["choices"][0].get("message") or {}
         text = message.get("content") or message.get("reasoning_content") or ""
         if not text:
             return None
-        return {"text": text, "tokens": (answer.get("usage") or {}).get("completion_tokens"),
-                "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
+        return {
+            "text": text,
+            "tokens": (answer.get("usage") or {}).get("completion_tokens"),
+            "seconds": round(time.monotonic() - started, 3),
+        }
     if status not in NOT_THIS_KIND:
         return None
     status, answer = http_json(f"{url}/v1/embeddings", {"model": model, "input": prompt}, timeout=timeout)
@@ -126,19 +133,27 @@ def completion(url: str, model: str, prompt: str, max_tokens: int, timeout: floa
         vector = (answer["data"][0] or {}).get("embedding") if isinstance(answer["data"][0], dict) else None
         if not isinstance(vector, list) or not vector or not all(isinstance(x, int | float) for x in vector):
             return None
-        return {"text": f"an embedding of {len(vector)} numbers", "endpoint": "embeddings",
-                "tokens": (answer.get("usage") or {}).get("prompt_tokens"),
-                "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
+        return {
+            "text": f"an embedding of {len(vector)} numbers",
+            "endpoint": "embeddings",
+            "tokens": (answer.get("usage") or {}).get("prompt_tokens"),
+            "seconds": round(time.monotonic() - started, 3),
+        }
     if status not in NOT_THIS_KIND:
         return None
     documents = [prompt, "The sky is blue."]
-    status, answer = http_json(f"{url}/v1/rerank", {"model": model, "query": prompt, "documents": documents},
-                               timeout=timeout)  # fmt: skip
+    status, answer = http_json(
+        f"{url}/v1/rerank", {"model": model, "query": prompt, "documents": documents}, timeout=timeout
+    )
     results = answer.get("results") if status == 200 and isinstance(answer, dict) else None
     if not isinstance(results, list) or len(results) != len(documents):
         return None
-    return {"text": f"a ranking of {len(results)} documents", "endpoint": "rerank", "tokens": None,
-            "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
+    return {
+        "text": f"a ranking of {len(results)} documents",
+        "endpoint": "rerank",
+        "tokens": None,
+        "seconds": round(time.monotonic() - started, 3),
+    }
 
 
 def journal(unit: str, peer: str | None = None) -> str:

@@ -14,8 +14,18 @@ from .common import PROC, unit_show
 from .memory import current_kills, gib
 from .ports import WAITING
 
-PROPS = ("LoadState", "ActiveState", "SubState", "Result", "NRestarts", "ExecMainCode", "ExecMainStatus", "MainPID",
-         "InvocationID", "StateChangeTimestamp")  # fmt: skip
+PROPS = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "Result",
+    "NRestarts",
+    "ExecMainCode",
+    "ExecMainStatus",
+    "MainPID",
+    "InvocationID",
+    "StateChangeTimestamp",
+)
 READY = "all ports answer"
 
 
@@ -120,12 +130,16 @@ def frozen(pid: str) -> bool:
     return bool(stat) and stat.rsplit(")", 1)[-1].split()[:1] == ["T"]
 
 
-def explain(show: dict[str, str], waits: list[tuple[float, str]], twins: dict[str, str], memory: dict[str, Any],
-            last: str) -> str | None:  # fmt: skip
+def explain(
+    show: dict[str, str], waits: list[tuple[float, str]], twins: dict[str, str], memory: dict[str, Any], last: str
+) -> str | None:
     """The one sentence status shows for a rank (None: nothing is wrong that the rank itself can see), with the
     state of a cable twin that is not up after whatever else it says."""
-    cable = "; ".join(f"twin {t} {'is missing' if s == 'missing' else 'has ' + s if s == 'no carrier' else 'is ' + s}"
-                      for t, s in twins.items() if s != "up")  # fmt: skip
+    cable = "; ".join(
+        f"twin {t} {'is missing' if s == 'missing' else 'has ' + s if s == 'no carrier' else 'is ' + s}"
+        for t, s in twins.items()
+        if s != "up"
+    )
     why = _reason(show, waits, memory, last)
     return "; ".join(part for part in (why, cable) if part) or None
 
@@ -137,8 +151,9 @@ def _reason(show: dict[str, str], waits: list[tuple[float, str]], memory: dict[s
     oom = ""
     if memory.get("oom_kills"):
         at = memory.get("last_oom_at")
-        oom = (f"killed {memory['oom_kills']} time(s) above its memory limit of {gib(int(limit or 0))}"
-               + (f" (last at {_clock(at)})" if at else ""))  # fmt: skip
+        oom = f"killed {memory['oom_kills']} time(s) above its memory limit of {gib(int(limit or 0))}" + (
+            f" (last at {_clock(at)})" if at else ""
+        )
     if active == "failed" or result == "start-limit-hit":
         why = f"gave up after {restarts} restarts ({result or 'failed'})"
         if result == "oom-kill" or memory.get("killed_now") or oom:
@@ -155,8 +170,10 @@ def _reason(show: dict[str, str], waits: list[tuple[float, str]], memory: dict[s
     if active != "active":
         return f"unit {active or 'unknown'}"
     if waits:
-        return "; ".join(f"waiting for {what.split(': ', 1)[0]} since {_clock(since)}: {what.split(': ', 1)[-1]}"
-                         for since, what in waits)  # fmt: skip
+        return "; ".join(
+            f"waiting for {what.split(': ', 1)[0]} since {_clock(since)}: {what.split(': ', 1)[-1]}"
+            for since, what in waits
+        )
     if frozen(show.get("MainPID", "")):
         return "engine frozen (its process is stopped): the watchdog restarts it after its failed probes"
     return oom or None
@@ -170,8 +187,15 @@ def report(unit: str, fabric_env: str | None) -> dict[str, Any]:
     waits = waiting_for(lines) if show.get("ActiveState") == "active" else []
     loaded = show.get("LoadState") == "loaded"  # no unit here: nothing deployed, nothing to explain
     why = explain(show, waits, twins, memory, last_words(unit)) if loaded else None
-    return {"unit": unit, "why": why, "waiting": [w for _, w in waits], "twins": twins, "memory": memory,
-            "restarts": int(show.get("NRestarts") or 0), "result": show.get("Result", "")}  # fmt: skip
+    return {
+        "unit": unit,
+        "why": why,
+        "waiting": [w for _, w in waits],
+        "twins": twins,
+        "memory": memory,
+        "restarts": int(show.get("NRestarts") or 0),
+        "result": show.get("Result", ""),
+    }
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

@@ -54,8 +54,12 @@ class Demand:
         for name, route in table["models"].items():
             model = self.models.get(name) or Model()
             state = model.state or ("serving" if not route.get("on_demand") else "unknown")
-            out[name] = {"state": state, "on_demand": bool(route.get("on_demand")), "in_flight": model.in_flight,
-                         "waiting": model.waiting}  # fmt: skip
+            out[name] = {
+                "state": state,
+                "on_demand": bool(route.get("on_demand")),
+                "in_flight": model.in_flight,
+                "waiting": model.waiting,
+            }
         return out
 
     async def acquire(self, name: str, route: dict[str, Any], table: dict[str, Any]) -> None:
@@ -84,8 +88,9 @@ class Demand:
             if broken and model.state == "serving":  # its engine went away (stopped by hand, crashed)
                 model.state = "stopped on demand"
 
-    async def _ready(self, name: str, model: Model, route: dict[str, Any], table: dict[str, Any],
-                     deadline: float) -> None:  # fmt: skip
+    async def _ready(
+        self, name: str, model: Model, route: dict[str, Any], table: dict[str, Any], deadline: float
+    ) -> None:
         if not model.state:
             model.state = "serving" if await self._healthy(route, 1.0) else "stopped on demand"
         while model.state != "serving":
@@ -111,8 +116,9 @@ class Demand:
                 await asyncio.sleep(min(0.5, max(left, 0)))
                 if time.monotonic() >= deadline:
                     _journal(f"refused {name}: it does not fit beside the models answering requests on its node")
-                    raise Unavailable(f"model {name!r} does not fit beside the models answering requests now; "
-                                      "try again", 15)  # fmt: skip
+                    raise Unavailable(
+                        f"model {name!r} does not fit beside the models answering requests now; try again", 15
+                    )
                 continue
             await self._start(name, model, route, deadline)
 
@@ -125,14 +131,28 @@ class Demand:
             return []
         if claim > budget:
             _journal(f"refused {name}: it claims {claim} bytes, over the {budget} its node keeps for models on demand")
-            raise Unavailable(f"model {name!r} claims {claim / 2**30:.1f} GiB, more than the "
-                              f"{budget / 2**30:.1f} GiB its node keeps for models on demand", 3600)  # fmt: skip
-        running = {n: r for n, r in table["models"].items()
-                   if r.get("on_demand") and r.get("host") == route.get("host") and n != name
-                   and self.models.get(n, Model()).state in ("serving", "loading")}  # fmt: skip
+            raise Unavailable(
+                f"model {name!r} claims {claim / 2**30:.1f} GiB, more than the "
+                f"{budget / 2**30:.1f} GiB its node keeps for models on demand",
+                3600,
+            )
+        running = {
+            n: r
+            for n, r in table["models"].items()
+            if r.get("on_demand")
+            and r.get("host") == route.get("host")
+            and n != name
+            and self.models.get(n, Model()).state in ("serving", "loading")
+        }
         used = sum(int(r.get("claim") or 0) for r in running.values())
-        idle = sorted((n for n in running if self.models[n].state == "serving" and not self.models[n].in_flight
-                       and not self.models[n].waiting), key=lambda n: self.models[n].last_used)  # fmt: skip
+        idle = sorted(
+            (
+                n
+                for n in running
+                if self.models[n].state == "serving" and not self.models[n].in_flight and not self.models[n].waiting
+            ),
+            key=lambda n: self.models[n].last_used,
+        )
         victims: list[str] = []
         for victim in idle:
             if used + claim <= budget:
@@ -184,8 +204,14 @@ class Demand:
         now, ttl = time.monotonic(), float(table.get("ttl_s") or DEFAULT_TTL_S)
         for name, route in table["models"].items():
             model = self.models.get(name)
-            if (route.get("on_demand") and model is not None and model.state == "serving" and not model.in_flight
-                    and not model.waiting and now - model.last_used > ttl):  # fmt: skip
+            if (
+                route.get("on_demand")
+                and model is not None
+                and model.state == "serving"
+                and not model.in_flight
+                and not model.waiting
+                and now - model.last_used > ttl
+            ):
                 async with self.lock:
                     if model.state == "serving" and not model.in_flight and not model.waiting:
                         try:

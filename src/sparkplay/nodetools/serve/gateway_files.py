@@ -100,10 +100,15 @@ class Routes(Watched):
             if url.scheme != "http" or not url.hostname or url.path not in ("", "/") or url.query:
                 raise ValueError(f"{name}: {route['url']} is not http://HOST:PORT")
             slot = route.get("slot")
-            models[str(name)] = {"url": f"http://{url.netloc}", "recipe": str(route.get("recipe") or ""),
-                                 "slot": None if slot is None else str(slot), "host": str(route.get("host") or ""),
-                                 "on_demand": route.get("on_demand") is True, "claim": int(route.get("claim") or 0),
-                                 "units": [str(u) for u in route.get("units") or []]}  # fmt: skip
+            models[str(name)] = {
+                "url": f"http://{url.netloc}",
+                "recipe": str(route.get("recipe") or ""),
+                "slot": None if slot is None else str(slot),
+                "host": str(route.get("host") or ""),
+                "on_demand": route.get("on_demand") is True,
+                "claim": int(route.get("claim") or 0),
+                "units": [str(u) for u in route.get("units") or []],
+            }
         default = raw.get("default")
         budgets = {str(h): int(b) for h, b in (raw.get("budgets") or {}).items()}
         return {

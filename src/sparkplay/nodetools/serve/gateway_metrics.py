@@ -15,20 +15,39 @@ class Metrics:
 
         self.registry = CollectorRegistry()
         labels = ("model",)
-        self.requests = Counter("sparkplay_gateway_requests", "Requests by model and status", ("model", "code"),
-                                registry=self.registry)  # fmt: skip
-        self.latency = Histogram("sparkplay_gateway_request_seconds", "From the request to the last byte",
-                                 labels, buckets=BUCKETS, registry=self.registry)  # fmt: skip
-        self.ttfb = Histogram("sparkplay_gateway_first_byte_seconds", "From the request to the first byte",
-                              labels, buckets=BUCKETS, registry=self.registry)  # fmt: skip
-        self.loads = Histogram("sparkplay_gateway_load_seconds", "A model started on demand: asked to answering",
-                               labels, buckets=BUCKETS, registry=self.registry)  # fmt: skip
-        self.evictions = Counter("sparkplay_gateway_evictions", "Stopped to make room for another model", labels,
-                                 registry=self.registry)  # fmt: skip
-        self.expiries = Counter("sparkplay_gateway_ttl_stops", "Stopped after idling past the TTL", labels,
-                                registry=self.registry)  # fmt: skip
-        self.waiting = Gauge("sparkplay_gateway_queue_depth", "Requests waiting for their model to load", labels,
-                             registry=self.registry)  # fmt: skip
+        self.requests = Counter(
+            "sparkplay_gateway_requests", "Requests by model and status", ("model", "code"), registry=self.registry
+        )
+        self.latency = Histogram(
+            "sparkplay_gateway_request_seconds",
+            "From the request to the last byte",
+            labels,
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.ttfb = Histogram(
+            "sparkplay_gateway_first_byte_seconds",
+            "From the request to the first byte",
+            labels,
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.loads = Histogram(
+            "sparkplay_gateway_load_seconds",
+            "A model started on demand: asked to answering",
+            labels,
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.evictions = Counter(
+            "sparkplay_gateway_evictions", "Stopped to make room for another model", labels, registry=self.registry
+        )
+        self.expiries = Counter(
+            "sparkplay_gateway_ttl_stops", "Stopped after idling past the TTL", labels, registry=self.registry
+        )
+        self.waiting = Gauge(
+            "sparkplay_gateway_queue_depth", "Requests waiting for their model to load", labels, registry=self.registry
+        )
 
     def answered(self, model: str, code: int, first_byte_s: float, total_s: float) -> None:
         self.requests.labels(model, str(code)).inc()

@@ -122,8 +122,13 @@ def _same_start(unit: str, invocation: str) -> bool:
 def _enforce_docker(unit: str, invocation: str, container: str, limit: int, docker: str) -> str:
     """The container's limit, as soon as it exists (a leader's container only once its workers answer)."""
     while _same_start(unit, invocation):
-        done = subprocess.run([docker, "update", "--memory", str(limit), "--memory-swap", str(limit), container],
-                              capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            [docker, "update", "--memory", str(limit), "--memory-swap", str(limit), container],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         if done.returncode == 0:
             return f"enforced on container {container} (docker's cgroup)"
         time.sleep(0.5)
@@ -170,8 +175,15 @@ def cmd_memguard(args: argparse.Namespace) -> int:
                 print(f"the engine's previous run was killed above its memory limit of {gib(limit)}", flush=True)
             previous["oom_kill_counter"] = found
             kills = int(previous.get("oom_kills_seen") or 0)
-    state: dict[str, Any] = {**previous, "unit": unit, "limit": limit, "high": high, "how": how,
-                             "oom_kills_seen": kills, "started": time.time()}  # fmt: skip
+    state: dict[str, Any] = {
+        **previous,
+        "unit": unit,
+        "limit": limit,
+        "high": high,
+        "how": how,
+        "oom_kills_seen": kills,
+        "started": time.time(),
+    }
     _write_json(state_path(unit), state)
     print(f"memory limit {gib(limit)} (high {gib(high)}): {how}", flush=True)
     return 0
@@ -199,8 +211,13 @@ def current_kills(unit: str) -> dict[str, Any]:
         cg = unit_show(unit, "ControlGroup").get("ControlGroup", "")
         if cg and oom_kills_v2(CGROUP2 / cg.lstrip("/")):
             killed_now = True
-    return {"limit": state.get("limit"), "how": state.get("how"), "oom_kills": kills, "killed_now": killed_now,
-            "last_oom_at": state.get("last_oom_at")}  # fmt: skip
+    return {
+        "limit": state.get("limit"),
+        "how": state.get("how"),
+        "oom_kills": kills,
+        "killed_now": killed_now,
+        "last_oom_at": state.get("last_oom_at"),
+    }
 
 
 def cmd_release(args: argparse.Namespace) -> int:

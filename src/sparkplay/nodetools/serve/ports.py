@@ -123,8 +123,9 @@ def ss_listeners(port: int) -> list[tuple[str | None, str]] | None:
     --cgroup`: no reading of other users' /proc fds, which root cannot do without CAP_SYS_PTRACE, as in a
     container); None where ss is missing."""
     try:
-        out = subprocess.run(["ss", "-Htln", "--cgroup", f"sport = :{port}"], capture_output=True, text=True,
-                             timeout=30, check=False).stdout  # fmt: skip
+        out = subprocess.run(
+            ["ss", "-Htln", "--cgroup", f"sport = :{port}"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     rows = []

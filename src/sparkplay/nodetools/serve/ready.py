@@ -64,11 +64,22 @@ def _progress(path: str | None, stage: str, started: float) -> None:
         scratch.replace(path)
 
 
-def _report(args: argparse.Namespace, ranks: list[tuple[str, str | None]], code: int, why: str, stage: str,
-            started: float) -> int:  # fmt: skip
+def _report(
+    args: argparse.Namespace, ranks: list[tuple[str, str | None]], code: int, why: str, stage: str, started: float
+) -> int:
     journals = {name: journal(args.unit, peer) for name, peer in ranks}
-    print(json.dumps({"ready": False, "why": why, "stage": stage, "seconds": round(time.monotonic() - started, 1),
-                      "journals": journals}), flush=True)  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "ready": False,
+                "why": why,
+                "stage": stage,
+                "seconds": round(time.monotonic() - started, 1),
+                "journals": journals,
+            }
+        ),
+        flush=True,
+    )
     return code
 
 

@@ -20,9 +20,17 @@ class Watchdog:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.state: dict[str, Any] = {"status": "starting", "restarts": [], "failures_in_a_row": 0,
-                                      "probes": 0, "probe_failures": 0, "restarts_total": 0,
-                                      "stood_down": None, "last_ok": None, "since": time.time()}  # fmt: skip
+        self.state: dict[str, Any] = {
+            "status": "starting",
+            "restarts": [],
+            "failures_in_a_row": 0,
+            "probes": 0,
+            "probe_failures": 0,
+            "restarts_total": 0,
+            "stood_down": None,
+            "last_ok": None,
+            "since": time.time(),
+        }
         previous = _read_json(args.state)
         if isinstance(previous, dict) and previous.get("stood_down"):  # a stand-down outlives a watchdog restart
             self.state.update({k: previous.get(k, self.state[k]) for k in self.state})
@@ -50,8 +58,9 @@ class Watchdog:
             self.state["probes"] += 1
             self.state["probe_failures"] += 1
             return False
-        answer = completion(self.args.url, self.args.model, self.args.prompt, self.args.max_tokens,
-                            timeout=self.args.probe_timeout)  # fmt: skip
+        answer = completion(
+            self.args.url, self.args.model, self.args.prompt, self.args.max_tokens, timeout=self.args.probe_timeout
+        )
         self.state["probes"] += 1
         if self.metrics:
             self.metrics["probes"].inc()
@@ -95,8 +104,11 @@ class Watchdog:
             self.metrics["oom_kills"].set(int((seen.get("memory") or {}).get("oom_kills") or 0))
         if seen.get("waiting"):
             return str(seen.get("why"))
-        cable = [f"twin {t} has {s}" if s == "no carrier" else f"twin {t} is {s}"
-                 for t, s in (seen.get("twins") or {}).items() if s != "up"]  # fmt: skip
+        cable = [
+            f"twin {t} has {s}" if s == "no carrier" else f"twin {t} is {s}"
+            for t, s in (seen.get("twins") or {}).items()
+            if s != "up"
+        ]
         if cable:
             return "; ".join(cable)
         for rank, worker in enumerate(self.args.workers, start=1):
@@ -166,9 +178,12 @@ class Watchdog:
         state.update(failures_in_a_row=0, status="ok" if ok else "restarted-not-answering", since=time.time())
 
     def run(self) -> int:
-        print(f"watchdog on {self.args.url} ({self.args.model}): every {self.args.interval} s, "
-              f"{self.args.failures} failures restart every rank, at most {self.args.max_restarts} per "
-              f"{self.args.window} s", flush=True)  # fmt: skip
+        print(
+            f"watchdog on {self.args.url} ({self.args.model}): every {self.args.interval} s, "
+            f"{self.args.failures} failures restart every rank, at most {self.args.max_restarts} per "
+            f"{self.args.window} s",
+            flush=True,
+        )
         while True:
             self.step()
             self.save()

@@ -42,8 +42,13 @@ class Progress:
         elapsed = max(time.monotonic() - self.start, 1e-6)
         rate = done / elapsed
         left = max(self.total - done, 0)
-        return {"bytes_done": done, "bytes_total": self.total, "rate_bps": rate,
-                "eta_s": left / rate if rate > 0 else None, "elapsed_s": elapsed}  # fmt: skip
+        return {
+            "bytes_done": done,
+            "bytes_total": self.total,
+            "rate_bps": rate,
+            "eta_s": left / rate if rate > 0 else None,
+            "elapsed_s": elapsed,
+        }
 
 
 @dataclass
@@ -144,8 +149,16 @@ def run_streams(job: Job, open_stream: Callable[[int], Stream]) -> Sent:
     def one(index: int, entries: list[dict[str, Any]]) -> tuple[int, int]:
         stream = open_stream(index)
         try:
-            result = send_entries(stream.reader, stream.send, paced(job, stream.send_file), entries, job.root,
-                                  job.restart, job.progress.moved, job.host)  # fmt: skip
+            result = send_entries(
+                stream.reader,
+                stream.send,
+                paced(job, stream.send_file),
+                entries,
+                job.root,
+                job.restart,
+                job.progress.moved,
+                job.host,
+            )
         except (OSError, ConnectionError) as exc:
             raise stream.failure(exc) from None
         stream.finish()

@@ -50,8 +50,18 @@ def _run(job: Job, args: list[str], done: dict[int, int], index: int) -> tuple[i
 
 
 def send(job: Job) -> Sent:
-    base = ["rsync", "-rlt", "--partial", "--copy-unsafe-links", "--info=progress2", "--no-inc-recursive", "--stats",
-            f"--exclude=/{META}/", "-e", shlex.join(job.ssh)]  # fmt: skip
+    base = [
+        "rsync",
+        "-rlt",
+        "--partial",
+        "--copy-unsafe-links",
+        "--info=progress2",
+        "--no-inc-recursive",
+        "--stats",
+        f"--exclude=/{META}/",
+        "-e",
+        shlex.join(job.ssh),
+    ]
     if job.bwlimit_kbps:
         base.append(f"--bwlimit={job.bwlimit_kbps}")
     target = f"{job.host}:{job.dest.rstrip('/')}/"

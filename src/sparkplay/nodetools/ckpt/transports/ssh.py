@@ -19,8 +19,13 @@ class SshStream:
     def __init__(self, job: Job) -> None:
         remote = shlex.join([job.remote_tool, "sink", job.dest])
         self.host = job.host
-        self.proc = subprocess.Popen([*job.ssh, job.host, remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, bufsize=0)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [*job.ssh, job.host, remote],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=0,
+        )
         job.procs.append(self.proc)
         assert self.proc.stdin is not None and self.proc.stdout is not None  # noqa: S101 - Popen with PIPE
         self.out = self.proc.stdin.fileno()

@@ -77,10 +77,26 @@ def send(job: Job) -> Sent:
     if not job.port:
         raise Failure("the tcp transport needs a port (checkpoint_receive_port)")
     secret = secrets.token_hex(32).encode()
-    remote = [job.remote_tool, "receive", job.dest, "--address", job.host, "--port", str(job.port),
-              "--allow", local_address_towards(job.host), "--idle-timeout", str(int(job.idle_timeout))]  # fmt: skip
-    proc = subprocess.Popen([*job.ssh, job.host, shlex.join(remote)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, bufsize=0)  # fmt: skip
+    remote = [
+        job.remote_tool,
+        "receive",
+        job.dest,
+        "--address",
+        job.host,
+        "--port",
+        str(job.port),
+        "--allow",
+        local_address_towards(job.host),
+        "--idle-timeout",
+        str(int(job.idle_timeout)),
+    ]
+    proc = subprocess.Popen(
+        [*job.ssh, job.host, shlex.join(remote)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+    )
     job.procs.append(proc)
     assert proc.stdin is not None and proc.stdout is not None  # noqa: S101 - Popen with PIPE gives both
     try:
