@@ -113,7 +113,7 @@ def test_the_gateway_listens_where_told_and_a_client_on_the_leader_reaches_it():
     launch = {"ranks": [{"role": "worker", "host": "b"}, {"role": "leader", "host": "a", "record": {}, "env": {}}]}
 
     def laid(bind: str) -> dict:
-        return gateway_layout(launch, None, GATEWAY, [], (bind, 9930), [], "/etc/systemd/system")
+        return gateway_layout(launch, None, GATEWAY, [], (bind, 9930), [], "/etc/systemd/system", "/t/serve")
 
     assert laid("127.0.0.1")["leader_rank"]["host"] == "a"
     assert (laid("127.0.0.1")["listen"], laid("127.0.0.1")["client"]) == ("127.0.0.1:9930", "127.0.0.1")
@@ -121,6 +121,7 @@ def test_the_gateway_listens_where_told_and_a_client_on_the_leader_reaches_it():
     assert (laid("0.0.0.0")["listen"], laid("0.0.0.0")["client"]) == ("0.0.0.0:9930", "127.0.0.1")  # noqa: S104
     assert laid("127.0.0.1")["unit_path"] == "/etc/systemd/system/sparkplay-gateway.service"
     assert laid("127.0.0.1")["secret_files"] == []  # no keys asked, no engine key
+    assert laid("127.0.0.1")["tool_file"] == layout.tool_file("/t/serve")  # on a leader that may run no rank
 
 
 def test_the_gateways_secrets_are_the_keys_this_engines_key_and_the_others():
@@ -136,7 +137,7 @@ def test_the_gateways_secrets_are_the_keys_this_engines_key_and_the_others():
         "content": base64.b64encode(b'K="theirs"\n').decode(),
     }
     gone = {"item": {"slot": "lab-c", "api_key_env": "K"}, "failed": True}  # its env file is gone: no key
-    got = gateway_layout({"ranks": [leader]}, "lab-a", GATEWAY, keys, ("127.0.0.1", 1), [other, gone], "/u")
+    got = gateway_layout({"ranks": [leader]}, "lab-a", GATEWAY, keys, ("127.0.0.1", 1), [other, gone], "/u", "/t")
     wanted = [("keys", "sk-one\nsk-two\n"), ("lab-a.key", "mine\n"), ("lab-b.key", "theirs\n")]
     assert [(f["path"].rsplit("/", 1)[1], f["content"]) for f in got["secret_files"]] == wanted
     assert all(f["secret"] and f["mode"] == "0640" and f["group"] == "sparkplay-gateway" for f in got["secret_files"])

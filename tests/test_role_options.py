@@ -643,8 +643,8 @@ EFFECTS: dict[str, Effect] = {
         "roles/serve/tasks/configure.yml",
         "/opt/serve-tool",
         "",
-        ("var", "serve_layout.tool_file"),
-        lab_tiny_leader(),
+        ("var", "serve_gateway.tool_file"),
+        GATEWAY,
     ),
     # the stack role (docs/lock.md): where the lock goes, what is read, held and refused
     "stack_lock_file": Effect(

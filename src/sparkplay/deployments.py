@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sparkplay import admission
+from sparkplay import admission, layout
 from sparkplay.engines import names, systemd
 from sparkplay.errors import BadInput
 
@@ -232,11 +232,12 @@ def gateway_layout(
     listen: tuple[str, int],
     other_envs: Iterable[Mapping[str, Any]],
     unit_dir: str,
+    tool: str,
 ) -> dict[str, Any]:
     """What the gateway lays on the leader for this run (the serve role's tasks/gateway.yml): this deployment's
     leader rank; the secret files (the endpoint's keys, this deployment's engine key, the other deployments'
-    from their env files as `other_envs` read them), its unit's path, where it listens and where a client on
-    the leader reaches it."""
+    from their env files as `other_envs` read them), the serve tool it runs, its unit's path, where it listens
+    and where a client on the leader reaches it. (The leader of the cluster may run no rank of this deployment.)"""
     leader = next(rank for rank in launch["ranks"] if rank["role"] == "leader")
     keys, key_env, user = list(keys), leader["record"].get("api_key_env"), gateway["user"]
     secrets = [gateway_secret(gateway["client_keys"], keys, user)] if keys else []
@@ -248,6 +249,7 @@ def gateway_layout(
     return {
         "leader_rank": leader,
         "secret_files": secrets,
+        "tool_file": layout.tool_file(tool),
         "unit_path": f"{unit_dir}/{gateway['unit']}",
         "listen": f"{host}:{port}",
         "client": "127.0.0.1" if bind in ("0.0.0.0", "") else host,  # noqa: S104 - the wildcard, compared

@@ -46,6 +46,11 @@ def record_text(record: Mapping[str, Any], claim: Mapping[str, Any] | None) -> s
     return json.dumps({**record, "claim": claim}, indent=4, sort_keys=True, separators=(",", ": "))
 
 
+def tool_file(tool: str) -> dict[str, Any]:
+    """The serve tool as a file to write: sparkplay's own path, not guarded (each rank's and the gateway's)."""
+    return {"path": tool, "content_base64": nodetools.app_base64("serve"), "mode": "0755", "managed": False}
+
+
 def ready_argv(plan: Mapping[str, Any], tool: str, timeout: Any, settings: Mapping[str, Any]) -> list[str]:
     """The leader's readiness check: a real completion, every rank's unit watched (`sparkplay-serve ready`)."""
     api = plan["api"]
@@ -107,10 +112,7 @@ def rank_layout(
         templates.append({"path": path, "template": TEMPLATES[kind]})
         return {"path": path, "validate": f"{tool} verify-unit %s {unit}"}
 
-    files: list[dict[str, Any]] = [
-        {"path": tool, "content_base64": nodetools.app_base64("serve"), "mode": "0755", "managed": False},
-        *rank["files"],
-    ]
+    files: list[dict[str, Any]] = [tool_file(tool), *rank["files"]]
     if firewalling:
         files += [
             {"path": firewall["file"], "content": rank["firewall"], "validate": f"{wall['nft']} --check --file %s"},
@@ -142,7 +144,6 @@ def rank_layout(
         "home": [{"path": plan["home"], "owner": plan["user"], "group": plan["user"], "mode": "0750"}]
         if plan.get("user") is not None
         else [],
-        "tool_file": files[0],  # the serve tool: sparkplay's own path, not guarded (the gateway writes it too)
         "files": files,  # a unit's entry has no content until rendered (files_with_units)
         "templates": templates,
         "managed_paths": [unit_path, plan["env_file"], record, *own]
