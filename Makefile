@@ -50,7 +50,7 @@ pytest: venv
 	if [[ $$rc -eq 5 ]]; then echo "pytest collected no tests: the suite must run" >&2; exit 1; fi; \
 	exit $$rc
 
-test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py) and the slow several-model extras (tests/test_several_extra_lab.py: an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand); about 25 min
+test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py) and the slow several-model extras (tests/test_several_extra_lab.py: an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand); about 21 min
 	pytest -m extra
 
 test-faults: setup ## day two on the lab: reboots, pulled cables, a node off, killed and frozen engines, an engine past its memory limit, each recovered by itself (tests/test_faults_lab.py, about 45 min)
