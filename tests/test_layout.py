@@ -141,3 +141,14 @@ def test_the_gateways_secrets_are_the_keys_this_engines_key_and_the_others():
     wanted = [("keys", "sk-one\nsk-two\n"), ("lab-a.key", "mine\n"), ("lab-b.key", "theirs\n")]
     assert [(f["path"].rsplit("/", 1)[1], f["content"]) for f in got["secret_files"]] == wanted
     assert all(f["secret"] and f["mode"] == "0640" and f["group"] == "sparkplay-gateway" for f in got["secret_files"])
+
+
+def test_the_gateway_on_every_address_is_reached_on_loopback_as_an_engine_is():
+    from sparkplay.deployments import gateway_layout
+    from sparkplay.engines.context import client_address
+
+    launch = {"ranks": [{"role": "leader", "host": "a", "record": {}, "env": {}}]}
+    for bind in ("0.0.0.0", "::", "127.0.0.1", "::1", "10.0.0.5"):  # noqa: S104
+        got = gateway_layout(launch, None, GATEWAY, [], (bind, 9930), [], "/u", "/t")
+        assert got["client"] == client_address(bind)
+    assert client_address("::") == "[::1]"

@@ -17,6 +17,7 @@ from typing import Any
 
 from sparkplay import admission, layout
 from sparkplay.engines import names, systemd
+from sparkplay.engines.context import client_address
 from sparkplay.errors import BadInput
 
 # the gateway's names on the leader: its unit and user; the routes file (root's, 0644); its folder of secrets
@@ -252,7 +253,7 @@ def gateway_layout(
         "tool_file": layout.tool_file(tool),
         "unit_path": f"{unit_dir}/{gateway['unit']}",
         "listen": f"{host}:{port}",
-        "client": "127.0.0.1" if bind in ("0.0.0.0", "") else host,  # noqa: S104 - the wildcard, compared
+        "client": client_address(bind),
     }
 
 

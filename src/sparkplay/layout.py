@@ -105,6 +105,8 @@ def rank_layout(
     # the watchdog's state file: the inventory's for the primary, the added deployment's own (watchdog@NAME.json)
     state = rank["record"]["watchdog_state"] if added else settings["serve_watchdog_state"]
     timeout = plan["health"]["timeout_s"]
+    needs = [need for need in plan["requires"] if need["host"] == rank["host"]]
+    ready = ready_argv(plan, tool, timeout, settings)
 
     templates: list[dict[str, str]] = []
 
@@ -134,10 +136,9 @@ def rank_layout(
         "timeout": timeout,
         "plan_leader": leader["host"],
         "peers": [r["address"] for r in plan["ranks"] if r["role"] != "leader"],
-        "requires": [need for need in plan["requires"] if need["host"] == rank["host"]],
+        "requires": needs,
         # what the preflight's probe looks for: what the plan needs here, and whether the units exist yet
-        "probe_paths": [need["path"] for need in plan["requires"] if need["host"] == rank["host"]]
-        + [unit_path, watchdog["path"]],
+        "probe_paths": [need["path"] for need in needs] + [unit_path, watchdog["path"]],
         "packages": (["nftables"] if firewalling else [])
         + (["python3-prometheus-client"] if watchdogging and metrics_port > 0 else []),
         "folders": _unique([posixpath.dirname(tool), posixpath.dirname(plan["env_file"]), *plan["directories"]]),
@@ -158,7 +159,7 @@ def rank_layout(
         + ([watch["unit"]] if watching else [])
         + ([watchdog["unit"]] if watchdogging else []),
         "memory_limit": admission.memory_limit(claim) if _true(settings["serve_memory_guard"]) else None,
-        "ready_argv": ready_argv(plan, tool, timeout, settings),
+        "ready_argv": ready,
         "quick_ready_argv": ready_argv(plan, tool, QUICK_READY_S, settings),
         "last_good_file": f"{settings['serve_state_dir']}/{paths['last_good']}",
         # what the last deployment that answered was (the role adds the rendered files: the whole of it)
@@ -170,7 +171,7 @@ def rank_layout(
             "watch": watch["unit"] if watching else None,
             "watchdog": watchdog["unit"] if watchdogging else None,
             "files": None,
-            "ready_argv": ready_argv(plan, tool, timeout, settings) if rank["role"] == "leader" else None,
+            "ready_argv": ready if rank["role"] == "leader" else None,
         },
     }
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from sparkplay import boundary, imageref, topology
 from sparkplay.engines import atlas, firewall, llamacpp, mods, sglang, systemd, vllm
-from sparkplay.engines.context import Context, Node, Options, environment, served_name
+from sparkplay.engines.context import Context, Node, Options, client_address, environment, served_name
 from sparkplay.engines.names import CONTAINER, ENV_FILE, engine_home, engine_user, for_slot
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, model
@@ -171,7 +171,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
             # the program is the adapter's; what follows comes from the recipe and stays in our folders
             boundary.confine_args(rank_plan["argv"][1:], ours, f"rank {rank_plan['rank']}'s engine argument")
             rank_plan["exec"] = list(rank_plan["argv"])
-    url = f"http://{_client_address(ctx.bind)}:{ctx.port}"
+    url = f"http://{client_address(ctx.bind)}:{ctx.port}"
     return {
         "recipe": recipe["name"],
         "title": recipe["title"],
@@ -257,12 +257,3 @@ def env_not_passed(recipe: Mapping[str, Any], model_root: str) -> list[str]:
         return rank["env"].get(key) == marker or any(marker in str(f.get("content", "")) for f in rank["files"])
 
     return [k for k, v in marked.items() if not all(passed(rank, k, v) for rank in ranks)]
-
-
-def _client_address(bind: str) -> str:
-    """Where a client on the leader reaches an API bound to `bind`."""
-    if bind in ("0.0.0.0", "", "*"):  # noqa: S104 - we only connect, to loopback
-        return "127.0.0.1"
-    if bind == "::":
-        return "[::1]"
-    return f"[{bind}]" if ":" in bind else bind
