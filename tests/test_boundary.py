@@ -8,7 +8,6 @@ stand-in nodes, imports from files in tmp_path.
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 
@@ -430,10 +429,19 @@ def test_reset_empties_the_state_folder_the_serve_role_used_and_never_a_system_f
     assert reset_state_dirs(
         ["/srv/sparkplay/", None, "relative", "/", "/etc/x", "/var/lib", "/var/lib/sparkplay/."], "/var/lib/sparkplay"
     ) == ["/var/lib/sparkplay", "/srv/sparkplay"]
-    note = task("roles/reset/tasks/main.yml", "Reset | Note sparkplay's state folders")
-    record = base64.b64encode(json.dumps({"state_dir": "/srv/sparkplay"}).encode()).decode()
-    for content, want in ((record, ["/var/lib/sparkplay", "/srv/sparkplay"]), (None, ["/var/lib/sparkplay"])):
-        given = {"reset_record": {"content": content} if content else {}, "reset_state_dir": "/var/lib/sparkplay"}
+    note = task(
+        "roles/reset/tasks/main.yml", "Reset | Note the cable addresses, the state folders and the added deployments"
+    )
+    path = "/var/lib/sparkplay/serve.json"
+    for doc, want in (
+        ({"state_dir": "/srv/sparkplay"}, ["/var/lib/sparkplay", "/srv/sparkplay"]),
+        (None, ["/var/lib/sparkplay"]),
+    ):
+        given = {
+            "reset_read": {"documents": {path: doc}},
+            "sparkplay_serve_record": path,
+            "reset_state_dir": "/var/lib/sparkplay",
+        }
         assert render(note["ansible.builtin.set_fact"]["reset_state_dirs"], role_vars(**given)) == want
 
 

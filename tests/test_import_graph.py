@@ -83,7 +83,7 @@ def test_the_walk_finds_a_late_import_circle(tmp_path):
 # The package's layers, lowest first: a module imports only from its own layer or below ("no import back up").
 # A subpackage is one unit (sparkplay.recipes, sparkplay.engines, ...); a top-level module is its own.
 LAYERS = [
-    {"sparkplay", "sparkplay.errors"},
+    {"sparkplay", "sparkplay.errors", "sparkplay.plays", "sparkplay.probed"},
     {
         "sparkplay.fsutil",
         "sparkplay.paths",
@@ -103,7 +103,7 @@ LAYERS = [
     {"sparkplay.managed", "sparkplay.inventory", "sparkplay.recipes"},  # formats: read and normalise, never plan
     {"sparkplay.engines"},  # the per-rank launch plans
     # the run's plan; what fits; what serves; what a rank lays on its node
-    {"sparkplay.deployment", "sparkplay.admission", "sparkplay.deployments", "sparkplay.layout"},
+    {"sparkplay.deployment", "sparkplay.admission", "sparkplay.deployments", "sparkplay.layout", "sparkplay.stopping"},
     {"sparkplay.importing", "sparkplay.doctor", "sparkplay.lab"},
     {"sparkplay.cli_common", "sparkplay.cli_display"},
     {"sparkplay.cli_run", "sparkplay.cli_recipes", "sparkplay.cli_overlay", "sparkplay.cli_bench"},

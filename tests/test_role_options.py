@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sparkplay.deployments import records
 from tests.conftest import PROJECT
 from tests.role_render import render, role_vars, task, template
 from tests.test_knobs import documented, effect_tests
@@ -261,7 +262,7 @@ EFFECTS: dict[str, Effect] = {
         {
             "ansible_play_hosts": ["spark0"],
             "sparkplay_recipe_plan": {"name": "lab-tiny"},
-            "hostvars": {"spark0": {"bench_records_read": {"directory_contents": {}, "contents": _records()}}},
+            "hostvars": {"spark0": {"bench_records": records({"spark0": _records()})}},
         },
     ),
     "bench_pp": bench_effect([777]),
@@ -731,7 +732,7 @@ EFFECTS: dict[str, Effect] = {
         "roles/serve/tasks/rollback.yml",
         "/srv/kept.json",
         "Serve | Read the deployment to go back to",
-        ("ansible.builtin.slurp", "src"),
+        ("sparkplay.spark.sparkplay_probe", "read_json"),
         {"serve_rollback_file": "/srv/serve.json"},
     ),
     "serve_rollback_current": Effect(

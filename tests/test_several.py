@@ -266,6 +266,18 @@ def test_the_probe_measures_folders_without_following_links_and_reads_only_recor
     }
 
 
+def test_the_probe_reads_json_documents_and_a_damaged_one_as_none(tmp_path):
+    (tmp_path / "ok.json").write_text('{"a": [1]}')
+    (tmp_path / "half.json").write_text('{"a": [1')  # a crash mid-write
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00")
+    (tmp_path / "big.json").write_text(" " * (1 << 20) + "{}")
+    assert sparkplay_probe.read_json(str(tmp_path / "ok.json")) == {"a": [1]}
+    for name in ("half.json", "bin.json", "absent.json"):
+        assert sparkplay_probe.read_json(str(tmp_path / name)) is None
+    with pytest.raises(ValueError, match="larger than"):  # bounded: a huge file is refused, not read
+        sparkplay_probe.read_json(str(tmp_path / "big.json"))
+
+
 def test_the_nodes_gguf_reader_agrees_with_llamacpps_own(tmp_path: Path):
     for params in ({}, {k: v for k, v in tiny_gguf.SMALL.items()}):
         model = tiny_gguf.write(tmp_path / f"{params.get('name', 'tiny')}.gguf", **params)

@@ -18,6 +18,9 @@ FILTERS = {
     # what one rank lays on its node: folders, files (content or template), units, restart paths, readiness
     "sparkplay_rank_layout": "sparkplay.layout:rank_layout",
     "sparkplay_layout_files": "sparkplay.layout:files_with_units",
+    "sparkplay_last_good_text": "sparkplay.layout:last_good_text",
+    "sparkplay_go_back": "sparkplay.layout:go_back",
+    "sparkplay_plan_rank": "sparkplay.layout:plan_rank",
     # several deployments: the admission rule, the records read back, the gateway's routes
     "sparkplay_admit": "sparkplay.admission:verdict",
     "sparkplay_memory_limit": "sparkplay.admission:memory_limit",
@@ -32,6 +35,20 @@ FILTERS = {
     "sparkplay_gateway_layout": "sparkplay.deployments:gateway_layout",
     "sparkplay_key_lines": "sparkplay.deployments:key_lines",
     "sparkplay_added_leftovers": "sparkplay.engines.names:leftovers",
+    "sparkplay_added_users": "sparkplay.engines.names:added_users",
+    # what `stop` (and reset) take down, in order, from the records
+    "sparkplay_stop_plan": "sparkplay.stopping:stop_plan",
+    "sparkplay_routed_units": "sparkplay.stopping:routed_units",
+    "sparkplay_any_added": "sparkplay.deployments:any_added",
+    "sparkplay_bench_leaders": "sparkplay.bench:leaders_serving",
+    "sparkplay_key_holders": "sparkplay.deployments:key_holders",
+    # what a node's probe read, as the rules read it
+    "sparkplay_record_texts": "sparkplay.probed:record_texts",
+    "sparkplay_node_memory": "sparkplay.probed:node_memory",
+    "sparkplay_required_paths": "sparkplay.probed:required_paths",
+    "sparkplay_paths_lacking": "sparkplay.probed:paths_lacking",
+    "sparkplay_lacking_words": "sparkplay.probed:lacking_words",
+    "sparkplay_units_up": "sparkplay.probed:units_up",
     "sparkplay_slot_names": "sparkplay.engines.names:for_slot",
     # an added deployment's update beside itself: its stand-in's slot, whether it is wanted, the routes it moves
     "sparkplay_standin": "sparkplay.engines.names:standin",

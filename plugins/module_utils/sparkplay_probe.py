@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 from collections.abc import Callable
@@ -38,6 +39,16 @@ def read(path: str, limit: int = 1 << 20) -> str | None:
     if len(data) > limit:
         raise ValueError(f"{path} is larger than {limit} bytes")
     return data.decode("utf-8", errors="replace")
+
+
+def read_json(path: str, limit: int = 1 << 20) -> object:
+    """A small JSON file's document, or None when it is absent or not JSON (a record half written by a
+    crash reads as no record, never as a failed play)."""
+    text = read(path, limit)
+    try:
+        return json.loads(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def user(name: str) -> dict | None:

@@ -35,6 +35,13 @@ options:
     type: list
     elements: path
     default: []
+  read_json:
+    description:
+      - Small JSON files to read and parse (at most 1 MiB each), in RV(documents); an absent one, or one that
+        is not JSON, reads as null. As with O(read), not for secrets.
+    type: list
+    elements: path
+    default: []
   users:
     description: User names to look up in the passwd database.
     type: list
@@ -128,6 +135,10 @@ contents:
   description: Each file of O(read) as text (UTF-8, undecodable bytes replaced), or null when absent.
   returned: always
   type: dict
+documents:
+  description: Each file of O(read_json), parsed, or null when it is absent or not JSON.
+  returned: always
+  type: dict
 users:
   description: Each user of O(users) as {uid, gid, home, shell}, or null when there is none.
   returned: always
@@ -179,6 +190,7 @@ from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_probe im
     modes,
     read,
     read_dir,
+    read_json,
     sizes,
     unit_states,
     user,
@@ -202,6 +214,7 @@ def main() -> None:
             "packages": {"type": "list", "elements": "str", "default": []},
             "hash": {"type": "list", "elements": "path", "default": []},
             "read": {"type": "list", "elements": "path", "default": []},
+            "read_json": {"type": "list", "elements": "path", "default": []},
             "users": {"type": "list", "elements": "str", "default": []},
             "disk": {"type": "list", "elements": "path", "default": []},
             "listening": {"type": "list", "elements": "int", "default": []},
@@ -220,6 +233,7 @@ def main() -> None:
     registry = load_registry(module.params["registry"]) if managed else {}
     try:
         contents = {p: read(p) for p in module.params["read"]}
+        documents = {p: read_json(p) for p in module.params["read_json"]}
         space = {p: free(p) for p in module.params["disk"]}
         hashes = digests(module.params["hash"])
         measured = sizes(module.params["sizes"])
@@ -241,6 +255,7 @@ def main() -> None:
         changed=False,
         listeners=listeners,
         contents=contents,
+        documents=documents,
         bytes=measured,
         directory_contents=listed,
         gguf_headers=found_headers,

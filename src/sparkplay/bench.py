@@ -177,3 +177,10 @@ def chart(found: list[dict[str, Any]], path: Path, title: str) -> Path:
     figure.savefig(path)
     plt.close(figure)
     return path
+
+
+def leaders_serving(records: list[Mapping[str, Any]], model: str, recipe: str) -> list[dict[str, Any]]:
+    """The deployments' leader records a bench may measure: the one serving `model` (a served name) where
+    one is asked for, else the recipe's."""
+    key, want = ("served_name", model) if model else ("recipe", recipe)
+    return [dict(r) for r in records if r.get("role") == "leader" and r.get(key) == want]

@@ -118,6 +118,12 @@ def fabric_env(text: str) -> dict[str, str]:
     return env
 
 
+def fabric_addresses(text: str | None) -> list[str]:
+    """The cable addresses a node's fabric environment names (SPARKPLAY_FABRIC_ADDRESSES); none without one."""
+    listed = fabric_env(text or "").get("SPARKPLAY_FABRIC_ADDRESSES", "")
+    return [address for address in listed.split(",") if address]
+
+
 def progress_line(host: str, progress: Mapping[str, Any]) -> str:
     """'rank1: 1.20 / 3.40 GB (35%), 0.85 GB/s, ETA 3 s' from the mirror's progress file."""
     done, total = progress.get("bytes_done", 0), progress.get("bytes_total", 0) or 1

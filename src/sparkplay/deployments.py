@@ -186,6 +186,7 @@ def budgets(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any], deman
     dropped = set(drop_slots)
     out = {}
     for host, text in (demand.get("meminfo") or {}).items():
+        text = text.get("meminfo") if isinstance(text, Mapping) else text  # a node's admission read, or its text
         if given > 0:
             out[host] = int(given * admission.GIB)
             continue
@@ -234,11 +235,14 @@ def gateway_layout(
     other_envs: Iterable[Mapping[str, Any]],
     unit_dir: str,
     tool: str,
+    claims: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the gateway lays on the leader for this run (the serve role's tasks/gateway.yml): this deployment's
     leader rank; the secret files (the endpoint's keys, this deployment's engine key, the other deployments'
     from their env files as `other_envs` read them), the serve tool it runs, its unit's path, where it listens
-    and where a client on the leader reaches it. (The leader of the cluster may run no rank of this deployment.)"""
+    and where a client on the leader reaches it; the leader rank's record for the routes, with its host and
+    the memory claim admission worked out (`claims`, host -> claim). (The cluster's leader may run no rank
+    of this deployment.)"""
     leader = next(rank for rank in launch["ranks"] if rank["role"] == "leader")
     keys, key_env, user = list(keys), leader["record"].get("api_key_env"), gateway["user"]
     secrets = [gateway_secret(gateway["client_keys"], keys, user)] if keys else []
@@ -249,12 +253,24 @@ def gateway_layout(
     host = f"[{bind}]" if ":" in bind else bind
     return {
         "leader_rank": leader,
+        "route_record": {**leader["record"], "host": leader["host"], "claim": (claims or {}).get(leader["host"])},
         "secret_files": secrets,
         "tool_file": layout.tool_file(tool),
         "unit_path": f"{unit_dir}/{gateway['unit']}",
         "listen": f"{host}:{port}",
         "client": client_address(bind),
     }
+
+
+def any_added(records: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a deployment was added beside the primary (the gateway runs from then on)."""
+    return any(r.get("slot") for r in records)
+
+
+def key_holders(records: Iterable[Mapping[str, Any]], slot: str | None) -> list[dict[str, Any]]:
+    """The leader records of the deployments other than `slot` whose engine asks for a key: the gateway
+    presents each one's key, read back from its env file on its node."""
+    return [dict(r) for r in records if r.get("role") == "leader" and r.get("api_key_env") and r.get("slot") != slot]
 
 
 def gateway_row(

@@ -90,8 +90,10 @@ def collect(
     ping_results: Iterable[Mapping[str, Any]],
     ssh_results: Iterable[Mapping[str, Any]],
     env_text: str | None,
+    found: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A node's findings from the registered results of doctor.yml's read-only probes."""
+    """A node's findings from the registered results of doctor.yml's read-only probes, beside what the role
+    `found` already (its preflight, its fabric, why it is not serving, ...)."""
     ssh: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     for result in ssh_results:
@@ -107,6 +109,7 @@ def collect(
             key, value = line.split("=", 1)
             env[key.strip()] = value.strip()
     return {
+        **(found or {}),
         "addresses": {r["item"]: _inet(r.get("stdout", "")) for r in addr_results if "item" in r},
         "pings": [
             {"ifname": r["item"]["ifname"], "peer": r["item"]["peer"], "ok": r.get("rc") == 0}
@@ -172,6 +175,11 @@ def command_result(result: Mapping[str, Any]) -> dict[str, Any] | None:
         "stdout": str(result.get("stdout") or "")[-OUTPUT_LIMIT:],
         "stderr": str(result.get("stderr") or result.get("msg") or "")[-2000:],
     }
+
+
+def commands(results: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The bundle's commands: each probe's name (its loop item's) -> its outcome (command_result)."""
+    return {str((r.get("item") or {}).get("name")): command_result(r) for r in results}
 
 
 def redact(value: Any, secrets: Iterable[str] = ()) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sparkplay import admission, nodetools
@@ -195,3 +195,25 @@ def files_with_units(layout: Mapping[str, Any], rendered: Mapping[str, str]) -> 
     return [
         {**entry, "content": rendered[entry["path"]]} if entry["path"] in units else entry for entry in layout["files"]
     ]
+
+
+def last_good_text(layout: Mapping[str, Any], files: Sequence[Mapping[str, Any]]) -> str:
+    """What this rank keeps as its last good deployment (JSON): the layout's last_good with the files it
+    wrote (`files`: sparkplay_layout_files's; the serve tool, first, is the node's and left out)."""
+    return json.dumps({**layout["last_good"], "files": list(files[1:])})
+
+
+def go_back(docs: Iterable[Any], differs: Iterable[Any]) -> bool:
+    """Whether the ranks' kept deployments (`docs`, each rank's that has one) make one to go back to: one
+    leader among them, and on some rank it differs from what runs now (after a failed change: not the
+    deployment that just failed)."""
+    leaders = [d for d in docs if isinstance(d, Mapping) and d.get("role") == "leader"]
+    return len(leaders) == 1 and any(differs)
+
+
+def plan_rank(launch: Mapping[str, Any], host: str | None = None) -> dict[str, Any] | None:
+    """The rank a launch plan gives `host` (None where it runs none); without a host, the leader's."""
+    for rank in launch.get("ranks") or ():
+        if (rank.get("host") == host) if host is not None else (rank.get("role") == "leader"):
+            return dict(rank)
+    return None

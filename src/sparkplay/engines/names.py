@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from sparkplay.engines import firewall
@@ -130,3 +131,10 @@ def leftovers(records: list[dict[str, Any]]) -> list[str]:
             found += [named["record"], named["env_file"], firewall.names(str(record["slot"]))["file"]]
             found += [posixpath.join(UNIT_DIR, named["units"][part]) for part in ("serve", "watchdog", "firewall")]
     return found
+
+
+def added_users(passwd: Mapping[str, Any] | None) -> list[str]:
+    """The added deployments' engine users among a node's passwd entries (getent's, name -> fields): each
+    ran as a user of its own, its slot's hash in the name."""
+    pattern = re.compile(re.escape(ADDED_USER_PREFIX) + r"[0-9a-f]{12}\Z")
+    return [name for name in passwd or {} if pattern.match(name)]

@@ -124,6 +124,7 @@ def status_rows(
     probe: Mapping[str, Any],
     explained: Mapping[str, Any] | None = None,
     unreachable: Mapping[str, Any] | None = None,
+    watchdog: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per host: rank, host, unit, state, since, health, served model, and why it is not serving.
 
@@ -131,9 +132,10 @@ def status_rows(
     empty for a host with none; units: host -> `systemctl show` properties;
     probe: the leader's look at its API ({health, served, answers: a completion came back}) and its
     watchdog's state file (or None); explained: host -> the serve tool's `explain` report of its unit;
-    unreachable: host -> {rank, msg} for a node that did not answer (off, its management link cut).
+    unreachable: host -> {rank, msg} for a node that did not answer (off, its management link cut);
+    watchdog: the watchdog's state file, where not in `probe`.
     """
-    watchdog = probe.get("watchdog") or {}
+    watchdog = (watchdog if watchdog is not None else probe.get("watchdog")) or {}
     # health is a real answer from the model where the probe asked for one (/health stays "ok" while a
     # worker is gone or the engine is frozen)
     healthy = bool(probe.get("answers")) if "answers" in probe else bool(probe.get("health"))

@@ -1,0 +1,23 @@
+"""Filters for what a play's tasks read of each other (each host's variable, a node tool's JSON answer);
+the rules live in sparkplay.plays."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ansible_collections.sparkplay.spark.plugins.plugin_utils.sparkplay_package import resolve
+
+FILTERS = {
+    "sparkplay_per_host": "sparkplay.plays:per_host",
+    "sparkplay_of_hosts": "sparkplay.plays:of_hosts",
+    "sparkplay_any_host": "sparkplay.plays:any_host",
+    "sparkplay_readiness": "sparkplay.plays:readiness",
+    "sparkplay_answer": "sparkplay.plays:answer",
+    "sparkplay_properties": "sparkplay.plays:properties",
+}
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return resolve(FILTERS)
