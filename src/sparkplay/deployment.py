@@ -331,6 +331,7 @@ def _launch(doc: Mapping[str, Any], recipe: Mapping[str, Any], nodes: Sequence[N
         allow=check_allow(merged["serve_allow"] or [], recipe),
         trusted_images=check_trusted(merged["serve_trusted_images"] or []),
         slot=slot,
+        settings=merged,
     )
     plan = build(recipe, nodes, options)
     plan["on_demand"] = _on_demand(recipe, slot, merged["serve_on_demand"], len(nodes))
