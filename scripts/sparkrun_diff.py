@@ -224,7 +224,7 @@ def compare(rendered: str, stand_in_hub: bool) -> int:
     from sparkplay import importing
     from sparkplay.engines.plan import Options, build, stand_in_nodes
     from sparkplay.errors import BadInput
-    from sparkplay.recipes import gguf_hub
+    from sparkplay.recipes.importers.pasted import gguf_hub
 
     if stand_in_hub:  # no network: every GGUF repository lists a Q4_K_M and a Q8_0 file of its own name
         gguf_hub.LISTER = lambda repo, _rev: ("0" * 40, [f"{repo.split('/')[-1]}-{q}.gguf" for q in ("Q4_K_M", "Q8_0")])

@@ -1,10 +1,10 @@
-"""Regenerate src/sparkplay/recipes/sparkrun_flagmaps.json from an installed sparkrun (needs Python >= 3.12):
+"""Regenerate src/sparkplay/recipes/importers/sparkrun/flagmaps.json from an installed sparkrun (needs Python >= 3.12):
 
     python3.12 -m venv /tmp/sr && /tmp/sr/bin/pip install sparkrun==0.4.2
-    /tmp/sr/bin/python scripts/sparkrun_flagmaps.py > src/sparkplay/recipes/sparkrun_flagmaps.json
+    /tmp/sr/bin/python scripts/sparkrun_flagmaps.py > src/sparkplay/recipes/importers/sparkrun/flagmaps.json
 
 The file is the data of sparkrun's rule for a recipe without a command template (which `defaults` key becomes
-which engine flag, which are switches); sparkplay's own code (recipes/sparkrun_flags.py) applies it.
+which engine flag, which are switches); sparkplay's own code (recipes/importers/sparkrun/flags.py) applies it.
 """
 
 import json

@@ -38,7 +38,7 @@ def no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Hugging Face hub is a test double wherever a test needs one: an import that would list a
     repository's files (llama.cpp's -hf) fails here as it would where the hub does not answer."""
     from sparkplay.errors import BadInput
-    from sparkplay.recipes import gguf_hub
+    from sparkplay.recipes.importers.pasted import gguf_hub
 
     def unreachable(repo: str, revision: str | None) -> tuple[str, list[str]]:
         raise BadInput(

@@ -20,7 +20,8 @@ from sparkplay.engines.names import ENGINE_USER
 from sparkplay.engines.plan import Options, build, stand_in_nodes
 from sparkplay.errors import BadInput
 from sparkplay.managed import reset_removable, reset_state_dirs
-from sparkplay.recipes import catalog, model
+from sparkplay.recipes import model
+from sparkplay.recipes.store import catalog
 from tests.conftest import PROJECT
 
 ROOT = "/var/lib/sparkplay/models"
@@ -471,7 +472,7 @@ def test_the_sample_inventory_documents_serve_allow():
 def test_a_public_recipe_url_may_not_redirect_inward_or_to_another_scheme(target):
     import urllib.request
 
-    from sparkplay.recipes import fetch
+    from sparkplay.recipes.store import fetch
 
     handler = fetch._Redirects("https://recipes.example/r.json")
     request = urllib.request.Request("https://recipes.example/r.json")
@@ -483,7 +484,7 @@ def test_a_public_recipe_url_may_not_redirect_inward_or_to_another_scheme(target
 def test_a_url_the_user_names_on_loopback_may_redirect_on_loopback():
     import urllib.request
 
-    from sparkplay.recipes import fetch
+    from sparkplay.recipes.store import fetch
 
     handler = fetch._Redirects("http://127.0.0.1:8000/a.json")
     request = urllib.request.Request("http://127.0.0.1:8000/a.json")

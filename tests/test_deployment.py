@@ -12,7 +12,7 @@ import yaml
 
 from sparkplay import deployment
 from sparkplay.errors import BadInput
-from sparkplay.recipes import catalog
+from sparkplay.recipes.store import catalog
 from tests.conftest import PROJECT, run_cli
 
 

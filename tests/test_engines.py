@@ -17,7 +17,8 @@ from sparkplay.engines.plan import Node, Options, build
 from sparkplay.engines.systemd import env_file, exec_line, plan_digest, plan_problems, quote, status_rows, status_table
 from sparkplay.errors import BadInput
 from sparkplay.hostfacts import prefix_cache_problems
-from sparkplay.recipes import catalog, cmdline
+from sparkplay.recipes import cmdline
+from sparkplay.recipes.store import catalog
 from tests.conftest import PROJECT
 
 FIXTURES = PROJECT / "tests" / "fixtures"

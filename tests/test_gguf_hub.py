@@ -13,7 +13,7 @@ import pytest
 from sparkplay import importing
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput
-from sparkplay.recipes import gguf_hub
+from sparkplay.recipes.importers.pasted import gguf_hub
 from tests.conftest import PROJECT
 from tests.fake_hub import FakeHub
 from tests.test_engines import ROOT, contains_run, nodes

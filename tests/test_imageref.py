@@ -9,7 +9,8 @@ import pytest
 from sparkplay import imageref
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput
-from sparkplay.recipes import catalog, model
+from sparkplay.recipes import model
+from sparkplay.recipes.store import catalog
 from tests.conftest import PROJECT
 from tests.test_engines import nodes
 

@@ -177,3 +177,27 @@ def test_no_module_of_the_package_or_its_plugins_is_over_400_lines():
     ]
     long = {str(p.relative_to(project)): n for p in files if (n := len(p.read_text().splitlines())) > 400}
     assert not long, f"over 400 lines: {long}"
+
+
+# sparkplay.recipes inside: the model and its rules, then one importer per format, then the catalog and fetch
+RECIPE_LAYERS = ["sparkplay.recipes", "sparkplay.recipes.importers", "sparkplay.recipes.store"]
+
+
+def recipe_layer(module: str) -> int:
+    return max(i for i, prefix in enumerate(RECIPE_LAYERS) if module == prefix or module.startswith(prefix + "."))
+
+
+def test_the_recipe_model_imports_no_importer_and_no_importer_the_catalog():
+    graph = {n: ts for n, ts in package_graph().items() if n.startswith("sparkplay.recipes")}
+    assert "sparkplay.recipes.importers.sparkrun.recipe" in graph and "sparkplay.recipes.store.catalog" in graph
+    upward = sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        for target in targets
+        if target.startswith("sparkplay.recipes") and recipe_layer(target) > recipe_layer(name)
+    )
+    assert upward == [], "recipe modules importing back up: " + "; ".join(upward)
+    # what sits at the top is the model and its rules; a new importer or store module goes in its folder
+    top = sorted(n.rpartition(".")[2] for n in graph if n.count(".") == 2)
+    model = ["cmdline", "diff", "flags", "hooks", "importers", "known", "model", "mods", "normalise", "raw", "store"]
+    assert top == model, top

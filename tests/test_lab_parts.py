@@ -155,7 +155,7 @@ def test_the_vllm_lab_model_is_a_seeded_llama_checkpoint_its_tokenizer_and_confi
     from safetensors.numpy import load_file
 
     from sparkplay.lab import tiny_hf
-    from sparkplay.recipes import catalog
+    from sparkplay.recipes.store import catalog
 
     first, second = tiny_hf.write(tmp_path / "a"), tiny_hf.write(tmp_path / "b")
     for name in tiny_hf.FILES:

@@ -17,7 +17,8 @@ import pytest
 
 from sparkplay import paths
 from sparkplay.errors import BadInput, Declined
-from sparkplay.recipes import catalog, model
+from sparkplay.recipes import model
+from sparkplay.recipes.store import catalog
 from tests.conftest import PROJECT
 
 

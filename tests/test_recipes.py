@@ -26,9 +26,10 @@ import yaml
 
 from sparkplay import importing
 from sparkplay.errors import BadInput
-from sparkplay.recipes import catalog, cmdline, fetch, model
+from sparkplay.recipes import cmdline, model
 from sparkplay.recipes.diff import semantic_diff
-from sparkplay.recipes.webjson import prose_settings
+from sparkplay.recipes.importers.webjson import prose_settings
+from sparkplay.recipes.store import catalog, fetch
 from tests.conftest import PROJECT, run_cli
 
 FIXTURES = PROJECT / "tests" / "fixtures"
@@ -634,7 +635,7 @@ def test_serve_playbook_uses_the_inventorys_recorded_choice(inventory):
 def test_a_failed_write_leaves_the_old_recipe_whole(project, tmp_path, monkeypatch):
     """Writes go to a temp file, fsync, rename: a crash mid-write never leaves half a file."""
     from sparkplay import fsutil
-    from sparkplay.recipes import catalog
+    from sparkplay.recipes.store import catalog
 
     cat = project / "recipes"
     assert cli(project, "recipe", "import", str(TOML)).returncode == 0

@@ -22,7 +22,8 @@ import pytest
 from sparkplay import boundary, checkpoints, importing
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput, SparkplayError
-from sparkplay.recipes import catalog, shell
+from sparkplay.recipes.importers.pasted import shell
+from sparkplay.recipes.store import catalog
 from tests import test_recipes
 from tests.conftest import PROJECT
 from tests.fake_hub import FakeHub
@@ -70,7 +71,7 @@ def test_vllm_reads_underscored_flags_and_so_does_the_import():
 
 
 def test_a_prompt_before_a_copied_command_is_no_part_of_it(monkeypatch):
-    from sparkplay.recipes import gguf_hub
+    from sparkplay.recipes.importers.pasted import gguf_hub
 
     commit = "f" * 40
     monkeypatch.setattr(gguf_hub, "LISTER", lambda repo, rev: (commit, ["gpt-oss-20b-mxfp4.gguf", "README.md"]))
@@ -158,7 +159,7 @@ def test_a_launcher_script_with_defaults_arrays_and_argument_parsing():
 
 
 def test_llama_cpp_in_docker_runs_from_the_nodes_packages_and_says_so(monkeypatch):
-    from sparkplay.recipes import gguf_hub
+    from sparkplay.recipes.importers.pasted import gguf_hub
 
     monkeypatch.setattr(gguf_hub, "LISTER", lambda repo, rev: ("a" * 40, ["Qwen3-8B-Q4_K_M.gguf"]))
     doc = imported("llama-docker.sh")

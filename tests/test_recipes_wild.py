@@ -25,8 +25,9 @@ import yaml
 from sparkplay import importing
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput
-from sparkplay.recipes import apply as apply_mod
-from sparkplay.recipes import catalog, cmdline, model
+from sparkplay.recipes import cmdline, model
+from sparkplay.recipes.store import apply as apply_mod
+from sparkplay.recipes.store import catalog
 from tests.conftest import PROJECT, run_cli
 from tests.test_engines import ROOT, contains_run, nodes
 
@@ -152,7 +153,7 @@ def test_bad_sparkrun_recipes_are_one_line_errors_naming_the_file(tmp_path, chan
 
 
 def test_shell_variables_are_not_placeholders_and_a_placeholder_may_hold_another():
-    from sparkplay.recipes.sparkrun import expand
+    from sparkplay.recipes.importers.sparkrun.recipe import expand
 
     assert expand("a {x} ${HOME} {y}", {"x": "{y}", "y": 2}, "w") == "a 2 ${HOME} 2"
     assert expand("--c '{j}'", {"j": '{"method":"eagle3"}'}, "w") == """--c '{"method":"eagle3"}'"""
@@ -452,7 +453,7 @@ def registry_port():
 
 
 def test_a_floating_tag_is_resolved_through_the_registrys_token_challenge(registry_port):
-    from sparkplay.recipes import registry
+    from sparkplay.recipes.store import registry
 
     image = f"127.0.0.1:{registry_port}/org/engine:latest"
     assert registry.resolve(image) == f"{image}@{DIGEST}"
@@ -738,7 +739,7 @@ def test_eugrs_version_1_template_is_str_format_so_doubled_braces_are_literal_js
     ],
 )
 def test_the_version_1_template_follows_str_format(template, values, expected):
-    from sparkplay.recipes.sparkrun import expand
+    from sparkplay.recipes.importers.sparkrun.recipe import expand
 
     assert expand(template, values, "w", "1") == expected
 
@@ -757,14 +758,14 @@ def test_the_version_1_template_follows_str_format(template, values, expected):
 def test_a_version_1_template_str_format_cannot_fill_is_filled_as_sparkrun_runs_it(template, expected):
     """Version 1 recipes live in sparkrun's registries too (runtime vllm-distributed and the like): what eugr's
     str.format cannot fill, sparkrun's rule does, as sparkrun runs it; the import says which rule filled it."""
-    from sparkplay.recipes.sparkrun import expand
+    from sparkplay.recipes.importers.sparkrun.recipe import expand
 
     assert expand(template, {"model": "o/m", "n": 2}, "w", "1") == expected
 
 
 @pytest.mark.parametrize("template", ["--x {model.__class__}", "--x {nope}", "--c '{\"a\": 1}' {nope}"])
 def test_a_version_1_placeholder_nothing_defines_is_refused_by_either_rule(template):
-    from sparkplay.recipes.sparkrun import expand
+    from sparkplay.recipes.importers.sparkrun.recipe import expand
 
     with pytest.raises(BadInput, match=r"the command uses \{(model\.__class__|nope)\}, which defaults does not define"):
         expand(template, {"model": "o/m"}, "w", "1")
@@ -786,7 +787,7 @@ def test_sparkruns_own_placeholders_take_any_key_and_leave_json_alone():
     """sparkrun (render_template over vpd's arg_substitute): a `{key}` span with no brace inside, key stripped
     of braces, filled where defined, repeatedly; hyphens in a key are fine; JSON stays JSON, and a placeholder
     nested in it resolves."""
-    from sparkplay.recipes.sparkrun import expand
+    from sparkplay.recipes.importers.sparkrun.recipe import expand
 
     values = {"max-model-len": 8192, "a.b": "x", "nested": "{max-model-len}", "n": 3}
     assert expand("--l {max-model-len} {a.b} {nested}", values, "w") == "--l 8192 x 8192"
@@ -800,7 +801,7 @@ def test_sparkruns_own_placeholders_take_any_key_and_leave_json_alone():
 def test_a_template_holding_doubled_braces_is_in_the_escape_convention_whatever_its_version(version):
     """sparkrun reads the convention off the template (`{{` cannot occur in JSON): each `{{`/`}}` is one brace,
     a placeholder inside the escaped JSON still resolves, and the plain JSON beside it keeps its braces."""
-    from sparkplay.recipes.sparkrun import expand
+    from sparkplay.recipes.importers.sparkrun.recipe import expand
 
     template = """--s '{{"method":"dspark","num_speculative_tokens":{k},"a":1}}' -j '{"t": 0.6}'"""
     got = expand(template, {"k": 5}, "w", version)
@@ -1252,7 +1253,7 @@ def test_container_settings_sparkplay_already_makes_are_not_reported_the_rest_ma
     """sparkrun's executor_config: what every sparkplay GPU container has (host network and IPC, all GPUs, the RDMA
     devices, IPC_LOCK, unlimited memlock) needs nothing, ssh is how sparkrun reaches hosts; resource limits and the
     user are mapped; a privileged container, another capability, device or mount is said, on one line."""
-    from sparkplay.recipes import sparkrun_executor
+    from sparkplay.recipes.importers.sparkrun import executor as sparkrun_executor
 
     executor = {
         "shm_size": "64g",

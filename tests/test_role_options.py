@@ -112,7 +112,7 @@ def lab_tiny_leader() -> dict[str, Any]:
     """The serve role's view on lab-tiny's leader: its plan and deployment, computed by the Deployment."""
     from sparkplay import deployment
     from sparkplay.engines.plan import stand_in_nodes
-    from sparkplay.recipes import catalog
+    from sparkplay.recipes.store import catalog
 
     doc = catalog.load_for_use(catalog.catalog_dir(PROJECT), "lab-tiny")
     facts = {n.host: {"machine": "aarch64", "fabric_env": dict(n.fabric_env)} for n in stand_in_nodes(2)}

@@ -20,7 +20,7 @@ import pytest
 from sparkplay import importing
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput, SparkplayError
-from sparkplay.recipes import catalog
+from sparkplay.recipes.store import catalog
 from tests.conftest import PROJECT
 from tests.test_engines import ROOT, nodes
 

@@ -13,7 +13,7 @@ import yaml
 from sparkplay import importing
 from sparkplay.engines.plan import Options, build, stand_in_nodes
 from sparkplay.errors import BadInput
-from sparkplay.recipes import sparkrun_flags
+from sparkplay.recipes.importers.sparkrun import flags as sparkrun_flags
 from tests.test_engines import contains_run
 
 

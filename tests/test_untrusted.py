@@ -24,7 +24,8 @@ from sparkplay.engines import names
 from sparkplay.engines.context import environment
 from sparkplay.errors import BadInput
 from sparkplay.managed import reset_removable
-from sparkplay.recipes import fetch, model, registry
+from sparkplay.recipes import model
+from sparkplay.recipes.store import fetch, registry
 from tests.conftest import PROJECT
 from tests.test_boundary import imported, plan, recipe, refused
 

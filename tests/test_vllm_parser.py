@@ -22,7 +22,7 @@ from sparkplay import boundary, importing
 from sparkplay.engines import vllm_cpu
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput, SparkplayError
-from sparkplay.recipes import catalog
+from sparkplay.recipes.store import catalog
 from tests.conftest import PROJECT
 from tests.test_engines import ROOT, nodes
 

@@ -58,8 +58,8 @@ from ansible_collections.sparkplay.spark.plugins.plugin_utils.sparkplay_package 
 try:
     from sparkplay import boundary
     from sparkplay.errors import SparkplayError
-    from sparkplay.recipes import catalog
-    from sparkplay.recipes.apply import pin_image
+    from sparkplay.recipes.store import catalog
+    from sparkplay.recipes.store.apply import pin_image
 except ImportError as error:  # the plugin still loads (ansible-doc, Galaxy); a call says the fix
     SPARKPLAY_MISSING: ImportError | None = error
 else:

@@ -15,7 +15,7 @@ from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, out, reports_err
 from sparkplay.cli_run import VerboseOpt, finish, hosts_file, locked, run
 from sparkplay.errors import BadInput, ExitCode
 from sparkplay.paths import data_dir, project_dir
-from sparkplay.recipes import catalog
+from sparkplay.recipes.store import catalog
 
 
 def _file(flag: str, text: str) -> Any:

@@ -15,7 +15,7 @@ from sparkplay.cli_display import print_drift, print_summary
 from sparkplay.cli_run import VerboseOpt, YesOpt, ask, finish, hosts_file, lock_file, locked, relock, run
 from sparkplay.errors import BadInput, ExitCode
 from sparkplay.paths import project_dir
-from sparkplay.recipes import apply as apply_mod
+from sparkplay.recipes.store import apply as apply_mod
 
 
 @reports_errors

@@ -15,9 +15,10 @@ from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, inventory_of, ou
 from sparkplay.cli_common import confirm as ask_terminal
 from sparkplay.errors import BadInput, Declined, ExitCode
 from sparkplay.paths import project_dir
-from sparkplay.recipes import apply as apply_mod
-from sparkplay.recipes import catalog, model
+from sparkplay.recipes import model
 from sparkplay.recipes.diff import semantic_diff
+from sparkplay.recipes.store import apply as apply_mod
+from sparkplay.recipes.store import catalog
 
 recipe_app = typer.Typer(help="Import, list, show, validate and compare recipes (the catalog in recipes/).")
 

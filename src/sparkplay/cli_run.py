@@ -22,8 +22,8 @@ from sparkplay.cli_display import RunDisplay, print_summary
 from sparkplay.errors import BadInput, Declined, ExitCode
 from sparkplay.fsutil import atomic_write
 from sparkplay.paths import default_inventory, project_dir
-from sparkplay.recipes import apply as apply_mod
-from sparkplay.recipes import catalog
+from sparkplay.recipes.store import apply as apply_mod
+from sparkplay.recipes.store import catalog
 from sparkplay.runner import RunResult, run_playbook
 
 STEPS = {"provision": "provision.yml", "models": "models.yml", "overlay": "overlay.yml", "serve": "serve.yml"}

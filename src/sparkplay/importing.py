@@ -13,7 +13,8 @@ from typing import Any
 from sparkplay import deployment
 from sparkplay.engines import plan
 from sparkplay.errors import BadInput
-from sparkplay.recipes import catalog, cmdline
+from sparkplay.recipes import cmdline
+from sparkplay.recipes.store import catalog
 
 
 def import_source(

@@ -92,7 +92,7 @@ def _model_file(raw: RawRecipe, repo: str | None) -> str | None:
 
 def _gguf(raw: RawRecipe, hub: str | None, repo: str | None) -> dict[str, Any] | None:
     """llama.cpp serving a hub repository (-hf repo:QUANT, or sparkrun's model repo:QUANT) rather than a file:
-    what it names, resolved at import into the files it serves (recipes/gguf_hub.py)."""
+    what it names, resolved at import into the files it serves (recipes/importers/pasted/gguf_hub.py)."""
     if raw.engine != "llamacpp":
         return None
     draft = cmdline.flag_value(raw.args, *flags.HUB_DRAFT)

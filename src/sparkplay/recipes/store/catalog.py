@@ -19,9 +19,14 @@ import yaml
 from sparkplay import paths
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
-from sparkplay.recipes import compose, fetch, gguf_hub, launcher, launches, model, page, paste, sparkrun, webjson
+from sparkplay.recipes import model
 from sparkplay.recipes.diff import semantic_diff
+from sparkplay.recipes.importers import launcher, webjson
+from sparkplay.recipes.importers.pasted import compose, gguf_hub, launches, page
+from sparkplay.recipes.importers.pasted import launch as paste
+from sparkplay.recipes.importers.sparkrun import recipe as sparkrun
 from sparkplay.recipes.normalise import normalise
+from sparkplay.recipes.store import fetch
 
 # a YAML mapping's first line (`key: value`): shell text never starts so
 YAML_KEY = re.compile(r"^(#[^\n]*\n\s*)*[A-Za-z_][A-Za-z0-9_.-]*:(\s|$)")

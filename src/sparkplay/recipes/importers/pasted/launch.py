@@ -1,7 +1,7 @@
 """A Launch (an engine start found in a command line, a script, a compose service or a page) as a RawRecipe.
 
 Everything docker was asked around the engine is read against sparkplay's own engine container (the same rules
-as sparkrun's executor_config, recipes/sparkrun_executor.py): what it already has needs nothing, what the
+as sparkrun's executor_config, recipes/importers/sparkrun/executor.py): what it already has needs nothing, what the
 recipe boundary lets a recipe set is mapped, and the rest is named as not applied. A value the text leaves to
 its reader's shell ($VAR, $(...)) never becomes a recipe's value.
 """
@@ -13,9 +13,11 @@ import shlex
 from typing import Any
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, hooks, known, shell, sparkrun_executor
-from sparkplay.recipes.docker_run import LIFECYCLE, Container
-from sparkplay.recipes.launches import Found, Launch
+from sparkplay.recipes import cmdline, hooks, known
+from sparkplay.recipes.importers.pasted import shell
+from sparkplay.recipes.importers.pasted.docker_run import LIFECYCLE, Container
+from sparkplay.recipes.importers.pasted.launches import Found, Launch
+from sparkplay.recipes.importers.sparkrun import executor as sparkrun_executor
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 

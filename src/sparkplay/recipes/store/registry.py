@@ -18,7 +18,7 @@ import urllib.request
 
 from sparkplay import imageref
 from sparkplay.errors import BadInput, SparkplayError
-from sparkplay.recipes import fetch
+from sparkplay.recipes.store import fetch
 
 DOCKER_HUB = "registry-1.docker.io"
 ACCEPT = ", ".join(

@@ -2,7 +2,7 @@
 
 A service's fields are read as the `docker run` options they are (the specification's own correspondence:
 environment is --env, volumes --volume, ports --publish, ipc --ipc, ...), so one set of rules
-(recipes/paste.py) decides what sparkplay maps and what it names as not applied. Variables are interpolated
+(pasted/launch.py) decides what sparkplay maps and what it names as not applied. Variables are interpolated
 as Compose does (`${VAR:-default}`, `$$`), from nothing but the file: a value left to the machine's
 environment or `.env` is unknown, and refused where the engine would need it.
 """
@@ -13,10 +13,10 @@ import shlex
 from typing import Any
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import launches, shell
-from sparkplay.recipes.docker_run import Container
-from sparkplay.recipes.launches import Found
-from sparkplay.recipes.shell_words import Piece, Word
+from sparkplay.recipes.importers.pasted import launches, shell
+from sparkplay.recipes.importers.pasted.docker_run import Container
+from sparkplay.recipes.importers.pasted.launches import Found
+from sparkplay.recipes.importers.pasted.shell_words import Piece, Word
 
 # service keys -> the docker run option each is
 OPTIONS = {

@@ -20,8 +20,9 @@ from sparkplay import imageref, topology
 from sparkplay import inventory as inventory_mod
 from sparkplay.errors import BadInput, Declined
 from sparkplay.fsutil import atomic_write
-from sparkplay.recipes import catalog, model, registry
+from sparkplay.recipes import model
 from sparkplay.recipes.diff import deployed_digest, mapping_diff
+from sparkplay.recipes.store import catalog, registry
 
 MARKER = "# Written by `sparkplay apply`"
 HEADER = f"""{MARKER}: the recipe this inventory serves and your knob values.

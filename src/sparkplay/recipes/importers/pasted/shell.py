@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes.shell_words import REDIRECTS, UNKNOWN, Piece, Word, lex, matching, unknown
+from sparkplay.recipes.importers.pasted.shell_words import REDIRECTS, UNKNOWN, Piece, Word, lex, matching, unknown
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")

@@ -27,10 +27,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, hooks, mods, sparkrun_executor, sparkrun_rules
-from sparkplay.recipes.model import slugify
-from sparkplay.recipes.raw import RawRecipe
-from sparkplay.recipes.sparkrun_fields import (
+from sparkplay.recipes import cmdline, hooks, mods
+from sparkplay.recipes.importers.sparkrun import executor as sparkrun_executor
+from sparkplay.recipes.importers.sparkrun import rules as sparkrun_rules
+from sparkplay.recipes.importers.sparkrun.fields import (
     BENCH_BLOCK_KEYS,
     BENCH_LISTS,
     COMMAND_HINTS,
@@ -41,8 +41,10 @@ from sparkplay.recipes.sparkrun_fields import (
     READ,
     RUNTIMES,
 )
-from sparkplay.recipes.sparkrun_flags import generated_flags
-from sparkplay.recipes.sparkrun_template import VERSIONS, collapse_escapes, expand, reads_as
+from sparkplay.recipes.importers.sparkrun.flags import generated_flags
+from sparkplay.recipes.importers.sparkrun.template import VERSIONS, collapse_escapes, expand, reads_as
+from sparkplay.recipes.model import slugify
+from sparkplay.recipes.raw import RawRecipe
 
 SHELL_VARIABLE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*")
 

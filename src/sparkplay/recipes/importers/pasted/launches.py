@@ -1,7 +1,7 @@
 """Engine launches in pasted shell text: a command line, `docker run`/`docker exec` around it, `bash -c '...'`
 inside those, `ssh HOST "..."`, eugr's `launch-cluster.sh ... exec ...`, and a script of such lines.
 
-The text is read by sparkplay.recipes.shell (never run); each statement that starts an engine (by the engines'
+The text is read by pasted.shell (never run); each statement that starts an engine (by the engines'
 own command grammar, sparkplay.recipes.cmdline) becomes a Launch, with what docker was asked around it. Other
 statements are named, not applied.
 """
@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from sparkplay import imageref
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, docker_run, shell
-from sparkplay.recipes.docker_run import Container
+from sparkplay.recipes import cmdline
+from sparkplay.recipes.importers.pasted import docker_run, shell
+from sparkplay.recipes.importers.pasted.docker_run import Container
 
 SHELLS = ("bash", "sh", "zsh", "dash")
 # the programs a statement may run the real command under, and their options that take a value

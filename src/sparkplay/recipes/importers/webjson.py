@@ -15,8 +15,10 @@ from typing import Any
 
 from sparkplay import imageref
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, known, launches, model, paste
-from sparkplay.recipes.launches import Launch
+from sparkplay.recipes import cmdline, known, model
+from sparkplay.recipes.importers.pasted import launch as paste
+from sparkplay.recipes.importers.pasted import launches
+from sparkplay.recipes.importers.pasted.launches import Launch
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 

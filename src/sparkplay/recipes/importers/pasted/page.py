@@ -14,8 +14,8 @@ from html.parser import HTMLParser
 import yaml
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import compose, launches, shell
-from sparkplay.recipes.launches import Found
+from sparkplay.recipes.importers.pasted import compose, launches, shell
+from sparkplay.recipes.importers.pasted.launches import Found
 
 FENCE = re.compile(r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$", re.MULTILINE)
 SHELL_INFO = (

@@ -1,4 +1,4 @@
-"""Shell words as POSIX sh/bash splits them, with their quoting kept for expansion (sparkplay.recipes.shell).
+"""Shell words as POSIX sh/bash splits them, with their quoting kept for expansion (pasted.shell).
 
 Quotes, escapes, comments, line continuations, `$(...)`/`${...}` kept whole, here-documents consumed, bash
 arrays (`NAME=(...)`) and redirection operators told apart from words. Never run.
