@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkplay import deployment
+from sparkplay import deployment, settings
 from sparkplay.errors import BadInput
 from sparkplay.recipes.store import catalog
 from tests.conftest import PROJECT, run_cli
@@ -22,7 +22,7 @@ def recipe(name: str) -> dict:
 
 def test_the_project_defaults_are_the_pythons():
     ansible = yaml.safe_load((PROJECT / "roles/sparkplay/defaults/main.yml").read_text())
-    assert {k: ansible[k] for k in deployment.DEFAULTS} == deployment.DEFAULTS
+    assert {k: ansible[k] for k in settings.DEFAULTS} == settings.DEFAULTS
 
 
 def test_leader_paths_checkpoints_and_overlay_of_an_atlas_pair():
@@ -304,14 +304,14 @@ def test_the_printed_deployment_names_the_api_key_but_never_holds_it():
 
 def test_the_serve_roles_settings_default_to_stage_twos():
     ansible = yaml.safe_load((PROJECT / "roles/serve/defaults/main.yml").read_text())
-    given = {k: v for k, v in deployment.LAUNCH_DEFAULTS.items() if k not in ("serve_knobs", "serve_watchdog_state")}
+    given = {k: v for k, v in settings.LAUNCH_DEFAULTS.items() if k not in ("serve_knobs", "serve_watchdog_state")}
     assert {k: ansible[k] for k in given} == given
     assert ansible["serve_watchdog_state"] == "{{ serve_state_dir }}/watchdog.json"
 
 
 def test_a_vllm_model_folder_is_staged_from_rank_0_and_is_the_models_folder():
     got = deployment.compute(recipe("lab-vllm"), {"n0": 0, "n1": 1}, {})
-    root = deployment.DEFAULTS["sparkplay_model_root"]
+    root = settings.DEFAULTS["sparkplay_model_root"]
     assert [(c["name"], c["kind"], c["dest"]) for c in got["checkpoints"]] == [
         ("lab-vllm", "staged", f"{root}/lab-vllm")
     ]
@@ -351,7 +351,7 @@ SETTINGS_SHOW = """
 
 
 def test_stage_two_reads_every_setting_python_declares_as_the_role_has_it(tmp_path):
-    """One lookup, one key list (deployment.SETTINGS): the serve role's defaults, an override over them,
+    """One lookup, one key list (settings.SETTINGS): the serve role's defaults, an override over them,
     templated; nothing else."""
     (tmp_path / "show.yml").write_text(SETTINGS_SHOW.format(project=PROJECT))
     extra = json.dumps({"serve_knobs": {"kv_shard": 2}, "serve_health_timeout": "{{ 60 * 2 }}", "serve_port": 1})
@@ -359,13 +359,13 @@ def test_stage_two_reads_every_setting_python_declares_as_the_role_has_it(tmp_pa
     proc = subprocess.run(argv, cwd=PROJECT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:]
     got = json.loads(re.search(r'"SETTINGS=(.*)"\n', proc.stdout).group(1).replace('\\"', '"'))
-    assert tuple(got) == deployment.SETTINGS["launch"]  # every declared key, in order, and only those
+    assert tuple(got) == settings.SETTINGS["launch"]  # every declared key, in order, and only those
     assert got["serve_knobs"] == {"kv_shard": 2} and got["serve_health_timeout"] == 120
     assert got["serve_watchdog_state"] == "/var/lib/sparkplay/watchdog.json"  # the role's default, templated
     assert {
         k: v for k, v in got.items() if k not in ("serve_knobs", "serve_health_timeout", "serve_watchdog_state")
     } == {
         k: v
-        for k, v in deployment.LAUNCH_DEFAULTS.items()
+        for k, v in settings.LAUNCH_DEFAULTS.items()
         if k in got and k not in ("serve_knobs", "serve_health_timeout", "serve_watchdog_state")
     }

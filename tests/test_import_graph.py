@@ -103,7 +103,14 @@ LAYERS = [
     {"sparkplay.managed", "sparkplay.inventory", "sparkplay.recipes"},  # formats: read and normalise, never plan
     {"sparkplay.engines"},  # the per-rank launch plans
     # the run's plan; what fits; what serves; what a rank lays on its node
-    {"sparkplay.deployment", "sparkplay.admission", "sparkplay.deployments", "sparkplay.layout", "sparkplay.stopping"},
+    {
+        "sparkplay.deployment",
+        "sparkplay.admission",
+        "sparkplay.deployments",
+        "sparkplay.layout",
+        "sparkplay.stopping",
+        "sparkplay.settings",
+    },
     {"sparkplay.importing", "sparkplay.doctor", "sparkplay.lab"},
     {"sparkplay.cli_common", "sparkplay.cli_display"},
     {"sparkplay.cli_run", "sparkplay.cli_recipes", "sparkplay.cli_overlay", "sparkplay.cli_bench"},

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from sparkplay.deployment import SETTINGS
+from sparkplay.settings import SETTINGS
 from tests.conftest import PROJECT
 
 SAMPLE = PROJECT / "inventory" / "sample" / "group_vars" / "sparkplay_nodes" / "main.yml"

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from sparkplay import deployment, layout
+from sparkplay import layout, settings
 from tests.conftest import PROJECT
 from tests.test_deployment import two_stage
 
@@ -23,7 +23,7 @@ def test_the_serve_roles_defaults_are_the_layouts():
     ansible = yaml.safe_load((PROJECT / "roles/serve/defaults/main.yml").read_text())
     given = {k: v for k, v in layout.LAYOUT_DEFAULTS.items() if k != "serve_watchdog_state"}
     assert {k: ansible[k] for k in given} == given
-    assert deployment.SETTINGS["layout"] == tuple(layout.LAYOUT_DEFAULTS)
+    assert settings.SETTINGS["layout"] == tuple(layout.LAYOUT_DEFAULTS)
 
 
 def test_the_leader_of_a_pair_writes_its_units_env_and_record_and_watches_its_workers():

@@ -1,7 +1,7 @@
 """A new setting needs one Python list entry and one role default (issue 42): nothing between them is edited.
 
 The test adds `serve_test_flag` the way docs/architecture.md ("How to add: a setting") says, on a copy of the
-project: its key and default in `deployment.LAUNCH_DEFAULTS` (which `SETTINGS["launch"]` lists) and one line in
+project: its key and default in `settings.LAUNCH_DEFAULTS` (which `SETTINGS["launch"]` lists) and one line in
 the copy's roles/serve/defaults/main.yml. An engine reads it where it builds argv (`ctx.options.settings`);
 here a wrapper around the llama.cpp adapter stands for that rule. Then `sparkplay plan --json` (the CLI,
 ansible-runner, playbooks/plan.yml, the serve role's plan, the settings and deployment lookups) must show it
@@ -28,11 +28,11 @@ from tests.conftest import PROJECT, run_cli
 # What a developer adds in Python, given to every Python process of the run (the CLI and Ansible's) as it
 # starts: the setting's list entry, and the rule that reads it (here: a flag on each rank's command line).
 SITECUSTOMIZE = """
-from sparkplay import deployment
+from sparkplay import settings
 from sparkplay.engines import plan
 
-deployment.LAUNCH_DEFAULTS["serve_test_flag"] = ""
-deployment.SETTINGS["launch"] = tuple(deployment.LAUNCH_DEFAULTS)
+settings.LAUNCH_DEFAULTS["serve_test_flag"] = ""
+settings.SETTINGS["launch"] = tuple(settings.LAUNCH_DEFAULTS)
 _adapter = plan.ADAPTERS["llamacpp"]
 
 

@@ -24,8 +24,8 @@ STATED = re.compile(r"(^|/)(defaults/main\.yml|meta/argument_specs\.yml)$")
 RULES: dict[str, tuple[str, str]] = {
     "the serve env file": (r"/etc/sparkplay/serve\.env", "src/sparkplay/engines/names.py"),
     "the serve record": (r"/etc/sparkplay/serve\.json", "src/sparkplay/engines/names.py"),
-    "the fabric env file": (r"/etc/sparkplay/fabric\.env", "src/sparkplay/deployment.py"),
-    "the model root": (r"/var/lib/sparkplay/models", "src/sparkplay/deployment.py"),
+    "the fabric env file": (r"/etc/sparkplay/fabric\.env", "src/sparkplay/settings.py"),
+    "the model root": (r"/var/lib/sparkplay/models", "src/sparkplay/settings.py"),
     "the state folder": (r"/var/lib/sparkplay(?!/models)", "src/sparkplay/engines/context.py"),
     "the node tools": (r"/usr/local/lib/sparkplay/sparkplay-", "src/sparkplay/engines/names.py"),
     "the unit folder": (r"/etc/systemd/system", "src/sparkplay/engines/names.py"),

@@ -55,7 +55,7 @@ FILTERS = {
     "sparkplay_update_beside": "sparkplay.deployments:update_beside",
     "sparkplay_routes_moved": "sparkplay.deployments:moved",
     # `none | sparkplay_node_constants`: the engine user, serve tool, units, unit and state folders
-    "sparkplay_node_constants": "sparkplay.deployment:node_constants",
+    "sparkplay_node_constants": "sparkplay.settings:node_constants",
 }
 
 

@@ -30,7 +30,7 @@ options:
     description:
       - Stage one, the inventory's sparkplay_* settings (model root, fabric env file, serve record, docker client)
         and the API address (serve_bind, serve_port).
-      - Stage two, the serve role's settings (sparkplay.deployment.LAUNCH_DEFAULTS names them) and the API address.
+      - Stage two, the serve role's settings (sparkplay.settings.LAUNCH_DEFAULTS names them) and the API address.
     type: dict
     default: {}
   deployment:

@@ -4,7 +4,7 @@
     stage two: "{{ lookup('sparkplay.spark.sparkplay_settings', 'launch') }}"
     a rank's layout: "{{ lookup('sparkplay.spark.sparkplay_settings', 'layout') }}"
 
-A setting is declared once, in sparkplay.deployment (SETTINGS: the key and its default); a role states the
+A setting is declared once, in sparkplay.settings (SETTINGS: the key and its default); a role states the
 same default for Ansible. Stage one reads the leader's inventory variables (`host`, from a play on the
 controller); stage two the variables of the task that asks (the serve role's defaults, the inventory's over
 them). The CLI reads the same lists from the inventory's files.
@@ -17,7 +17,7 @@ DOCUMENTATION = """
 name: sparkplay_settings
 short_description: The settings a stage of the sparkplay Deployment reads
 description:
-  - Returns {key, value} for every setting sparkplay.deployment.SETTINGS declares for the stage, where set.
+  - Returns {key, value} for every setting sparkplay.settings.SETTINGS declares for the stage, where set.
   - A setting not set is left out (the Deployment then takes its default).
 options:
   _terms:
@@ -38,7 +38,7 @@ from ansible_collections.sparkplay.spark.plugins.plugin_utils.sparkplay_package 
 
 class LookupModule(LookupBase):
     def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[Any]:
-        settings = load("sparkplay.deployment:SETTINGS")  # at call time: the plugin loads without the package
+        settings = load("sparkplay.settings:SETTINGS")  # at call time: the plugin loads without the package
         self.set_options(var_options=variables, direct=kwargs)
         host, variables = self.get_option("host"), variables or {}
         found = []

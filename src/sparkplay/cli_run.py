@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from sparkplay import deployment, stack
+from sparkplay import deployment, settings, stack
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import InventoryOpt, ProjectOpt, confirm, err, inventory_of, out, reports_errors
 from sparkplay.cli_display import RunDisplay, print_summary
@@ -62,7 +62,7 @@ def stage_one(root: Path, name: str, hosts: list[inv_mod.Host]) -> tuple[dict[st
     computed = deployment.compute(
         doc,
         {h.name: h.rank for h in hosts},
-        {k: lead.get(k) for k in deployment.SETTINGS["stage_one"]},
+        {k: lead.get(k) for k in settings.SETTINGS["stage_one"]},
         lead.get("checkpoint_staged") or [],
         lead.get("sparkplay_checkpoint_lock") or {},
     )

@@ -23,56 +23,20 @@ import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sparkplay import __version__, admission, checkpoints, stack, topology
-from sparkplay.boundary import TRUSTED_IMAGES, check_allow, check_trusted
-from sparkplay.deployments import gateway
+from sparkplay import __version__, admission, checkpoints, topology
+from sparkplay.boundary import check_allow, check_trusted
 from sparkplay.engines import names as slots
-from sparkplay.engines.context import STATE_DIR, Node, Options, api_address
-from sparkplay.engines.names import ADDED_DIR, ADDED_USER_PREFIX, ENGINE_USER, RECORD, TOOLS, UNIT_DIR, UNITS, for_slot
+from sparkplay.engines.context import Node, Options, api_address
+from sparkplay.engines.names import TOOLS, UNIT_DIR, UNITS, for_slot
 from sparkplay.engines.plan import build
 from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
-from sparkplay.layout import LAYOUT_DEFAULTS
+from sparkplay.settings import DEFAULTS, LAUNCH_DEFAULTS, MODES
 
 GROUP = "sparkplay_nodes"
 
-# The settings an inventory may change, with their defaults. roles/sparkplay/defaults/main.yml
-# states the same values for Ansible; tests/test_deployment.py keeps the two equal.
-DEFAULTS: dict[str, Any] = {
-    "sparkplay_model_root": "/var/lib/sparkplay/models",
-    "sparkplay_fabric_env_file": "/etc/sparkplay/fabric.env",
-    "sparkplay_serve_record": RECORD,
-    "sparkplay_docker": "/usr/bin/docker",
-}
-# The inventory's API address (the serve role's serve_bind / serve_port): empty or 0 keeps the recipe's.
-API_SETTINGS = ("serve_bind", "serve_port")
-# serve_mode: `replace` the primary deployment (plain `up`), or `add` one beside what is served (`up --add`)
-MODES = ("replace", "add")
 # engines whose model.path names a model folder (Hugging Face layout) rather than a file
 FOLDER_MODEL_ENGINES = ("vllm",)
-# The serve role's settings stage two reads, with their defaults (roles/serve/defaults/main.yml states the
-# same; tests/test_deployment.py keeps the two equal). The watchdog's state file defaults to the state folder's.
-LAUNCH_DEFAULTS: dict[str, Any] = {
-    "serve_knobs": {},
-    "serve_allow": [],
-    "serve_trusted_images": list(TRUSTED_IMAGES),
-    "serve_health_timeout": 0,
-    "serve_state_dir": STATE_DIR,
-    "serve_tool": TOOLS["serve"],
-    "serve_worker_wait": 0,
-    "serve_watchdog_enabled": True,
-    "serve_watchdog_state": None,
-    "serve_memory_claim_gib": 0,
-    "serve_on_demand": [],
-}
-# What each stage reads of the inventory (and the serve role's defaults), by name: lookup sparkplay_settings
-# (playbooks/recipe.yml, the serve role's plan and vars) and the CLI read exactly these. A new setting is one entry here
-# (with its default above) and one role default.
-SETTINGS: dict[str, tuple[str, ...]] = {
-    "stage_one": (*DEFAULTS, *API_SETTINGS, "serve_mode", "serve_node"),
-    "launch": tuple(LAUNCH_DEFAULTS),
-    "layout": tuple(LAYOUT_DEFAULTS),  # what a rank lays on its node (sparkplay.layout)
-}
 OVERLAY_EXPECT = 864  # MTP expert matrices of GLM-5.x (layer 45: 288 experts x gate/up/down)
 
 
@@ -101,32 +65,15 @@ def leader_host(hosts: Iterable[str], hostvars: Mapping[str, Any]) -> str | None
         return hosts[0] if hosts else None
 
 
-def node_constants(_: Any = None) -> dict[str, Any]:
-    """What a node holds whatever the deployment, for playbooks that run without one (reset, bench) and
-    records older than their fields: the engine user, the serve tool, every unit (in stopping order), the
-    unit folder and the default state folder."""
-    return {
-        "engine_user": ENGINE_USER,
-        "added_user_prefix": ADDED_USER_PREFIX,
-        "serve_tool": TOOLS["serve"],
-        "units": list(UNITS.values()),
-        "unit_dir": UNIT_DIR,
-        "state_dir": str(LAUNCH_DEFAULTS["serve_state_dir"]),
-        # where added deployments keep their records, env files (engines/names.py); the gateway's names
-        "added_dir": ADDED_DIR,
-        "gateway": gateway(),
-        "holds": stack.HOLDS,  # the packages a lock held (reset releases them)
-        "stack_lock": stack.FILE,  # the lock's file, in the inventory's folder (on the controller)
-    }
-
-
 def _api(recipe: Mapping[str, Any], settings: Mapping[str, Any], offset: int = 0) -> dict[str, Any] | None:
     if not recipe.get("serve"):
         return None
     bind, port = api_address(recipe["serve"], settings.get("serve_bind"), settings.get("serve_port"))
     if port + offset > 65535:  # a stand-in's: its deployment's port + STANDIN_PORT_OFFSET
-        raise BadInput(f"port {port} leaves no port for {recipe['name']}'s stand-in ({port + offset})",
-                       "choose a port below 64536 (sparkplay up --port N), or serve_update_beside: false")  # fmt: skip
+        raise BadInput(
+            f"port {port} leaves no port for {recipe['name']}'s stand-in ({port + offset})",
+            "choose a port below 64536 (sparkplay up --port N), or serve_update_beside: false",
+        )
     return {"bind": bind, "port": port + offset}
 
 
@@ -215,18 +162,24 @@ def _placement(
                 f"serve_node {node} places an added deployment only", "use --add (serve_mode=add), or drop it"
             )
         topology.check_node_count(recipe, len(ranks), GROUP)
-        return [{"host": host, "rank": int(rank), "role": "leader" if topology.leads(rank) else "worker"}
-                for host, rank in ordered]  # fmt: skip
+        return [
+            {"host": host, "rank": int(rank), "role": "leader" if topology.leads(rank) else "worker"}
+            for host, rank in ordered
+        ]
     if not recipe:
         raise BadInput("serve_mode add needs a recipe", "pass -e recipe=NAME (sparkplay up NAME --add)")
     topology.check_node_count(recipe, len(ranks), GROUP, mode)
     wanted = (recipe.get("topology") or {}).get("nodes") or 1
     if wanted > 1:
         if node:
-            raise BadInput(f"serve_node {node} places a one-node deployment; {recipe['name']} runs on {wanted}",
-                           "leave --node out: it runs on the first ranks, the leader leading")  # fmt: skip
-        return [{"host": host, "rank": int(rank), "role": "leader" if topology.leads(rank) else "worker"}
-                for host, rank in ordered[:wanted]]  # fmt: skip
+            raise BadInput(
+                f"serve_node {node} places a one-node deployment; {recipe['name']} runs on {wanted}",
+                "leave --node out: it runs on the first ranks, the leader leading",
+            )
+        return [
+            {"host": host, "rank": int(rank), "role": "leader" if topology.leads(rank) else "worker"}
+            for host, rank in ordered[:wanted]
+        ]
     host = node or ordered[0][0]
     if host not in ranks:
         raise BadInput(f"serve_node {host} is not in {GROUP}", f"name one of {', '.join(h for h, _ in ordered)}")
@@ -292,17 +245,36 @@ def with_launch(
         )
         # a group engine's leader restarts its workers before each start of its own (none outlives its leader)
         workers = [r["address"] for r in plan["ranks"] if r["role"] != "leader"]
-        rank["start_pre"] = ([tool, "restart-workers", "--unit", plan["unit"], *(f"--peer={w}" for w in workers)]
-                             if leader and plan["workers_follow_leader"] and workers else [])  # fmt: skip
-        parts = ("serve", *(["watch"] if watch else []), *(["watchdog"] if watchdog else []),
-                 *(["firewall"] if rank.get("firewall") else []))  # fmt: skip
+        rank["start_pre"] = (
+            [tool, "restart-workers", "--unit", plan["unit"], *(f"--peer={w}" for w in workers)]
+            if leader and plan["workers_follow_leader"] and workers
+            else []
+        )
+        parts = (
+            "serve",
+            *(["watch"] if watch else []),
+            *(["watchdog"] if watchdog else []),
+            *(["firewall"] if rank.get("firewall") else []),
+        )
         rank["units"] = [units[part] for part in parts]
         rank["record"] = {
-            "recipe": plan["recipe"], "engine": plan["engine"], "runtime": plan["runtime"], "rank": rank["rank"],
-            "role": rank["role"], "unit": plan["unit"], "address": rank["address"], "served_name": plan["served_name"],
-            "api_url": plan["api"]["url"], "tool": tool, "api_key_env": plan["api"]["key_env"],
-            "env_file": plan["env_file"], "state_dir": state, "plan_sha256": digest, "version_sha256": version,
-            "sparkplay_version": doc["sparkplay_version"], "slot": doc.get("slot"),
+            "recipe": plan["recipe"],
+            "engine": plan["engine"],
+            "runtime": plan["runtime"],
+            "rank": rank["rank"],
+            "role": rank["role"],
+            "unit": plan["unit"],
+            "address": rank["address"],
+            "served_name": plan["served_name"],
+            "api_url": plan["api"]["url"],
+            "tool": tool,
+            "api_key_env": plan["api"]["key_env"],
+            "env_file": plan["env_file"],
+            "state_dir": state,
+            "plan_sha256": digest,
+            "version_sha256": version,
+            "sparkplay_version": doc["sparkplay_version"],
+            "slot": doc.get("slot"),
             "watch_unit": units["watch"] if watch else None,
             "watchdog_unit": units["watchdog"] if watchdog else None,
             "watchdog_state": watchdog_state if watchdog else None,
@@ -310,15 +282,25 @@ def with_launch(
             "on_demand": plan.get("on_demand", False),
             # every port this rank listens on (its API, its rendezvous): admission keeps them apart per node
             "ports": rank_ports(rank),
-        }  # fmt: skip
+        }
     plan["memory_claim"] = admission.stated_claim(recipe, merged)
-    plan["probe"] = {"url": plan["api"]["url"], "model": plan["served_name"], "prompt": plan["health"]["prompt"],
-                     "timeout_s": plan["health"]["timeout_s"]}  # fmt: skip
+    plan["probe"] = {
+        "url": plan["api"]["url"],
+        "model": plan["served_name"],
+        "prompt": plan["health"]["prompt"],
+        "timeout_s": plan["health"]["timeout_s"],
+    }
     return {**doc, "launch": plan}
 
 
-def _launch(doc: Mapping[str, Any], recipe: Mapping[str, Any], nodes: Sequence[Node], merged: Mapping[str, Any],
-            slot: str | None, port: int) -> dict[str, Any]:  # fmt: skip
+def _launch(
+    doc: Mapping[str, Any],
+    recipe: Mapping[str, Any],
+    nodes: Sequence[Node],
+    merged: Mapping[str, Any],
+    slot: str | None,
+    port: int,
+) -> dict[str, Any]:
     """The engines' launch plan of the deployment in `slot` with its API on `port`."""
     options = Options(
         model_root=doc["paths"]["model_root"],
@@ -355,13 +337,16 @@ def _on_demand(recipe: Mapping[str, Any], slot: str | None, listed: Any, nodes: 
     if recipe["name"] not in listed:
         return False
     if slot is None:
-        raise BadInput(f"serve_on_demand names {recipe['name']}, which this run serves as the primary (always on)",
-                       f"add it beside the primary instead (sparkplay up {recipe['name']} --add), or drop it "
-                       "from serve_on_demand")  # fmt: skip
+        raise BadInput(
+            f"serve_on_demand names {recipe['name']}, which this run serves as the primary (always on)",
+            f"add it beside the primary instead (sparkplay up {recipe['name']} --add), or drop it from serve_on_demand",
+        )
     if nodes > 1:
-        raise BadInput(f"serve_on_demand names {recipe['name']}, which runs on {nodes} nodes; models on demand "
-                       "run on one node each",
-                       f"drop {recipe['name']} from serve_on_demand to serve it always")  # fmt: skip
+        raise BadInput(
+            f"serve_on_demand names {recipe['name']}, which runs on {nodes} nodes; models on demand "
+            "run on one node each",
+            f"drop {recipe['name']} from serve_on_demand to serve it always",
+        )
     return True
 
 
@@ -395,6 +380,8 @@ def public(doc: Mapping[str, Any]) -> dict[str, Any]:
     key = (launch or {}).get("api", {}).get("key_env")
     if not key:
         return dict(doc)
-    ranks = [{**r, "env": {k: ("(secret: kept in the 0600 env file)" if k == key else v) for k, v in r["env"].items()}}
-             for r in launch["ranks"]]  # fmt: skip
+    ranks = [
+        {**r, "env": {k: ("(secret: kept in the 0600 env file)" if k == key else v) for k, v in r["env"].items()}}
+        for r in launch["ranks"]
+    ]
     return {**doc, "launch": {**launch, "ranks": ranks}}

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sparkplay import deployment
+from sparkplay import settings
 from sparkplay.engines import plan
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
@@ -39,7 +39,7 @@ def import_sources(
     how it is read: one, or one per engine service of a compose file); one that could never start (its plan
     refused on stand-in nodes) is refused, naming the source."""
     docs = catalog.read_sources(source, name, sets, mods_from, pick)
-    root = deployment.DEFAULTS["sparkplay_model_root"]
+    root = settings.DEFAULTS["sparkplay_model_root"]
     for doc in docs:
         try:  # what the recipe alone decides must plan: an import that could never start is no import
             plan.rehearse(doc, root)

@@ -98,7 +98,7 @@ class Options:
     # the image repositories the inventory trusts (serve_trusted_images): others are requests, pinned
     trusted_images: tuple[str, ...] = boundary.TRUSTED_IMAGES
     slot: str | None = None  # an added deployment's (engines/names.py); None: the primary
-    # every launch setting by name (sparkplay.deployment.SETTINGS["launch"], defaults filled in): a setting an
+    # every launch setting by name (sparkplay.settings.SETTINGS["launch"], defaults filled in): a setting an
     # adapter reads for itself is one entry there and one role default, no plumbing between
     settings: Mapping[str, Any] = field(default_factory=dict)
 

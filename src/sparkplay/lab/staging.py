@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from sparkplay.deployment import DEFAULTS
 from sparkplay.fsutil import atomic_write
 from sparkplay.lab import dockercli, tiny_gguf, tiny_hf
+from sparkplay.settings import DEFAULTS
 
 MODEL_ROOT = DEFAULTS["sparkplay_model_root"]
 FOLDER = f"{MODEL_ROOT}/lab-tiny"
