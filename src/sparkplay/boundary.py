@@ -48,8 +48,10 @@ PRIVILEGED_KNOBS = {
 # official images and the catalog's publishers; `ORG/*` takes every repository under ORG
 # (sparkrun's images, scitrera/*, are what most public registries' recipes run; avarok's are Atlas GB10's);
 # `*` alone trusts every image (the check off)
-TRUSTED_IMAGES = ("vllm/vllm-openai", "lmsysorg/sglang", "nvcr.io/nvidia/*", "ghcr.io/ggml-org/llama.cpp",
-                  "ghcr.io/enntity/*", "scitrera/*", "avarok/atlas-gb10")  # fmt: skip
+TRUSTED_IMAGES = tuple(
+    "vllm/vllm-openai lmsysorg/sglang nvcr.io/nvidia/* ghcr.io/ggml-org/llama.cpp ghcr.io/enntity/* scitrera/* "
+    "avarok/atlas-gb10".split()
+)
 
 # Debian packages an engine's native runtime needs (what its adapter runs): a recipe's others are requests
 NATIVE_PACKAGES = {
@@ -59,11 +61,11 @@ NATIVE_PACKAGES = {
 # Hugging Face's rule for repo ids (huggingface_hub validate_repo_id): [\w.-] parts, no '--' or '..', 96 long
 _REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 # folders a disk cache must never be, or be inside: the system's own, and the home folders
-SYSTEM_TREES = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/dev", "/proc",
-                "/sys", "/run", "/var/run", "/var/lib/dpkg", "/var/lib/apt", "/var/log", "/var/spool", "/root",
-                "/snap")  # fmt: skip
-SYSTEM_FOLDERS = frozenset({"/", "/tmp", "/var", "/var/tmp", "/var/lib", "/var/cache", "/home", "/opt", "/srv",  # noqa: S108
-                            "/mnt", "/media", "/usr/local"})  # fmt: skip
+SYSTEM_TREES = tuple(
+    "/etc /usr /bin /sbin /lib /lib32 /lib64 /libx32 /boot /dev /proc /sys /run /var/run /var/lib/dpkg /var/lib/apt "
+    "/var/log /var/spool /root /snap".split()
+)
+SYSTEM_FOLDERS = frozenset("/ /tmp /var /var/tmp /var/lib /var/cache /home /opt /srv /mnt /media /usr/local".split())
 # Debian policy 5.6.1: lower-case letters, digits, '+', '-', '.'; at least two long, starting alphanumeric
 _DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
 _SHM = re.compile(r"^[0-9]{1,6}(\.[0-9]+)?[bkmgt]?b?\Z", re.IGNORECASE)
@@ -133,8 +135,8 @@ def requests(recipe: Mapping[str, Any], trusted: Iterable[str] = TRUSTED_IMAGES)
             first = str(commands["commands"][0])
             first = first[:60] + "..." if len(first) > 60 else first
             what = f"runs {len(commands['commands'])} command(s) by bash as root in every rank's engine container"
-            found.append(Request(f"{kind}:{recipe['name']}@{commands['sha256']}", f"engine.{kind}",
-                                 f"{what} {when} (the first: {first})"))  # fmt: skip
+            asked = f"{kind}:{recipe['name']}@{commands['sha256']}"
+            found.append(Request(asked, f"engine.{kind}", f"{what} {when} (the first: {first})"))
     image = _image_request(recipe, trusted)
     if image:
         found.append(image)
@@ -183,9 +185,11 @@ def _image_request(recipe: Mapping[str, Any], trusted: Iterable[str]) -> Request
 
 
 def effective(
-    recipe: Mapping[str, Any], inventory_knobs: Mapping[str, Any], bind: str | None,
+    recipe: Mapping[str, Any],
+    inventory_knobs: Mapping[str, Any],
+    bind: str | None,
     trusted: Iterable[str] = TRUSTED_IMAGES,
-) -> list[Request]:  # fmt: skip
+) -> list[Request]:
     """The requests that still come from the recipe once the inventory's own settings are applied: a knob
     the inventory sets (even to null) and an API address it chooses are the user's, not the recipe's."""
     return [
@@ -196,9 +200,12 @@ def effective(
 
 
 def enforce(
-    recipe: Mapping[str, Any], allow: Collection[str], inventory_knobs: Mapping[str, Any], bind: str | None,
+    recipe: Mapping[str, Any],
+    allow: Collection[str],
+    inventory_knobs: Mapping[str, Any],
+    bind: str | None,
     trusted: Iterable[str] = TRUSTED_IMAGES,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """Refuse the first privileged request the inventory does not allow; return the names allowed and used."""
     used = []
     for request in effective(recipe, inventory_knobs, bind, trusted):
@@ -362,8 +369,10 @@ def confine(recipe: Mapping[str, Any]) -> None:
         raise BadInput(f"serve.shm_size {shm!r} is not a size", "give a size such as 32g")
     for limit in serve.get("ulimits") or []:  # the schema's rule, kept for a recipe edited after import
         if not CONTAINER_ULIMIT.match(str(limit)):
-            raise BadInput(f"serve.ulimits {limit!r} is not a resource limit sparkplay sets",
-                           "give nofile, stack, nproc, core or memlock as NAME=SOFT[:HARD]")  # fmt: skip
+            raise BadInput(
+                f"serve.ulimits {limit!r} is not a resource limit sparkplay sets",
+                "give nofile, stack, nproc, core or memlock as NAME=SOFT[:HARD]",
+            )
     user = serve.get("container_user")
     if user is not None and not CONTAINER_USER.match(str(user)):
         raise BadInput(f"serve.container_user {user!r} is not a user name or uid[:gid]", "give root, 0 or 1000:1000")
