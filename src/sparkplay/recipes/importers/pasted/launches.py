@@ -21,23 +21,33 @@ from sparkplay.recipes.importers.pasted.docker_run import Container
 
 SHELLS = ("bash", "sh", "zsh", "dash")
 # the programs a statement may run the real command under, and their options that take a value
-WRAPPERS = {"sudo": {"-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T"}, "nohup": set(), "exec": set(),
-            "time": set(), "command": set(), "nice": {"-n"}, "ionice": {"-c", "-n"}, "stdbuf": set(),
-            "env": {"-u", "-C", "-S"}, "timeout": {"-s", "-k"}, "unbuffer": set(), "uvx": {"--with", "--from", "-p",
-            "--python"}}  # fmt: skip
-UV_RUN_VALUED = {"--with", "--python", "-p", "--project", "--directory", "--env-file", "--group", "--extra"}
+WRAPPERS: dict[str, frozenset[str]] = {
+    "sudo": frozenset("-u -g -h -p -C -D -r -t -U -T".split()),
+    "nice": frozenset({"-n"}),
+    "ionice": frozenset({"-c", "-n"}),
+    "env": frozenset({"-u", "-C", "-S"}),
+    "timeout": frozenset({"-s", "-k"}),
+    "uvx": frozenset({"--with", "--from", "-p", "--python"}),
+    **dict.fromkeys(("nohup", "exec", "time", "command", "stdbuf", "unbuffer"), frozenset()),
+}
+UV_RUN_VALUED = set("--with --python -p --project --directory --env-file --group --extra".split())
 DOCKERS = ("docker", "podman", "nvidia-docker")
 # the entrypoint of the images whose command is only the engine's arguments (their Dockerfiles' ENTRYPOINT)
-ENTRYPOINTS = {"vllm/vllm-openai": ["vllm", "serve"], "ghcr.io/ggml-org/llama.cpp": ["llama-server"],
-               "ghcr.io/ggerganov/llama.cpp": ["llama-server"]}  # fmt: skip
+ENTRYPOINTS = {"vllm/vllm-openai": ("vllm", "serve")} | dict.fromkeys(
+    ("ghcr.io/ggml-org/llama.cpp", "ghcr.io/ggerganov/llama.cpp"), ("llama-server",)
+)
 # what an engine's own flags say it is, for an image whose entrypoint sparkplay does not know
-FLAG_ENGINES = (("--kernel-target", ["serve"]), ("--model-path", ["python3", "-m", "sglang.launch_server"]),
-                ("-hf", ["llama-server"]), ("--hf-repo", ["llama-server"]),
-                ("--tensor-parallel-size", ["vllm", "serve"]),
-                ("--model", ["vllm", "serve"]))  # fmt: skip
+FLAG_ENGINES = (
+    ("--kernel-target", ["serve"]),
+    ("--model-path", ["python3", "-m", "sglang.launch_server"]),
+    *((flag, ["llama-server"]) for flag in ("-hf", "--hf-repo")),
+    *((flag, ["vllm", "serve"]) for flag in ("--tensor-parallel-size", "--model")),
+)
 SSH_VALUED = set("BbcDEeFIiJLlmOopQRSWw")
-EUGR_VALUED = {"-n", "--nodes", "-t", "--name", "--eth-if", "--ib-if", "--apply-mod", "-e", "--env", "--launch-script",
-               "--mem-limit-gb", "--mem-swap-limit-gb", "--pids-limit", "--shm-size-gb"}  # fmt: skip
+EUGR_VALUED = set(
+    "-n --nodes -t --name --eth-if --ib-if --apply-mod -e --env --launch-script --mem-limit-gb --mem-swap-limit-gb "
+    "--pids-limit --shm-size-gb".split()
+)
 IDLE = ("sleep", "tail", "bash", "sh", "/bin/bash", "/bin/sh")
 
 
@@ -93,9 +103,15 @@ def find(
         for launch in found.launches[count:]:
             launch.before, launch.operators = list(earlier), list(operators)
             if statement.piped or statement.redirected or statement.background:
-                launch.notes.append(("serve.args", "ignored", "the text pipes, redirects or backgrounds the engine's "
-                                     "output: sparkplay's unit runs it in the foreground and its journal keeps "
-                                     "the output"))  # fmt: skip
+                launch.notes.append(
+                    (
+                        "serve.args",
+                        "ignored",
+                        "the text pipes, redirects or backgrounds the engine's "
+                        "output: sparkplay's unit runs it in the foreground and its journal keeps "
+                        "the output",
+                    )
+                )
         if len(found.launches) > count or words[:1] in (["set"], ["cd"]):
             continue
         text = shell.shown(shlex.join(words))
@@ -106,8 +122,14 @@ def find(
             operators.append(text)
     if script.control_flow:
         for launch in found.launches[first:]:
-            launch.notes.append(("serve.args", "derived", "the text has if/while/for/case or functions: sparkplay "
-                                 "read its statements in order, without running its conditions or loops"))  # fmt: skip
+            launch.notes.append(
+                (
+                    "serve.args",
+                    "derived",
+                    "the text has if/while/for/case or functions: sparkplay "
+                    "read its statements in order, without running its conditions or loops",
+                )
+            )
     return found, script.variables
 
 
@@ -154,14 +176,22 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
             before = len(found.launches)
             _nested(" ".join(command), at, {}, None, found, depth)
             for launch in found.launches[before:]:
-                launch.notes.append(("topology.nodes", "derived", f"the text runs it on {shell.shown(host)} over ssh: "
-                                     "sparkplay runs it on the nodes its inventory gives"))  # fmt: skip
+                launch.notes.append(
+                    (
+                        "topology.nodes",
+                        "derived",
+                        f"the text runs it on {shell.shown(host)} over ssh: "
+                        "sparkplay runs it on the nodes its inventory gives",
+                    )
+                )
     elif program.startswith("launch-cluster"):
         _eugr(words[1:], at, env, found, depth)
     elif (program.startswith("run-recipe") or (program == "sparkrun" and words[1:2] == ["run"])) and len(words) > 1:
         recipe = next((w for w in words[1:] if not w.startswith("-") and w != "run"), "its recipe")
-        found.elsewhere.append(f"{at} runs {program} on the recipe {shell.shown(recipe)} (sparkplay reads sparkrun's "
-                               "and eugr's recipe YAML itself)")  # fmt: skip
+        found.elsewhere.append(
+            f"{at} runs {program} on the recipe {shell.shown(recipe)} (sparkplay reads sparkrun's "
+            "and eugr's recipe YAML itself)"
+        )
     elif program.startswith("run_cluster") and len(words) > 1:
         found.images.append(words[1])  # vLLM's examples/online_serving/run_cluster.sh IMAGE HEAD_IP --head|--worker
         found.ignored.append(f"{program} (starts a Ray node of {words[1]})")
@@ -197,9 +227,11 @@ def _nested(text: str, at: str, env: dict[str, str], container: Container | None
 
 
 def _container_script(why: str) -> BadInput:
-    return BadInput(f"the container's shell runs more than the engine: {why}",
-                    "reduce the container's command to the engine's line (settings exported and simple commands "
-                    "before it are fine: sparkplay runs those as a privileged request)")  # fmt: skip
+    return BadInput(
+        f"the container's shell runs more than the engine: {why}",
+        "reduce the container's command to the engine's line (settings exported and simple commands "
+        "before it are fine: sparkplay runs those as a privileged request)",
+    )
 
 
 def _ssh(words: list[str]) -> tuple[str, list[str]]:
@@ -228,12 +260,16 @@ def _docker(words: list[str], at: str, env: dict[str, str], found: Found, depth:
         note = ""
         if container is None and len(set(found.images)) == 1:
             container = Container(found.images[0], [], {})
-            note = (f"docker exec runs it in {shell.shown(name)}, which the text starts from {found.images[0]}: "
-                    "that image is the engine's")  # fmt: skip
+            note = (
+                f"docker exec runs it in {shell.shown(name)}, which the text starts from {found.images[0]}: "
+                "that image is the engine's"
+            )
         elif container is None:
             container = Container("", [], {})
-            note = (f"docker exec runs it in the container {shell.shown(name)}, which the text does not start: "
-                    "its image is not known")  # fmt: skip
+            note = (
+                f"docker exec runs it in the container {shell.shown(name)}, which the text does not start: "
+                "its image is not known"
+            )
         exec_env = [*container.values("--env"), *options.get("--env", [])]
         container = Container(container.image, [], {**container.options, "--env": exec_env})
         before = len(found.launches)
@@ -260,8 +296,9 @@ def _inside(command: list[str], at: str, container: Container | None, found: Fou
             launch.name_hint = launch.name_hint or (container.last("--name") if container else None)
         return
     if program in SHELLS and len(command) > 1:
-        found.elsewhere.append(f"{at} runs the script {shell.shown(command[1])} inside the container, which the "
-                               "text does not hold")  # fmt: skip
+        found.elsewhere.append(
+            f"{at} runs the script {shell.shown(command[1])} inside the container, which the text does not hold"
+        )
         return
     try:
         cmdline.parse(shlex.join(command))
@@ -313,8 +350,9 @@ def _eugr(words: list[str], at: str, env: dict[str, str], found: Found, depth: i
             options.setdefault(words[i], []).append("true")
             i += 1
     if script := options.get("--launch-script"):
-        found.elsewhere.append(f"{at} runs the launch script {shell.shown(script[-1])} (a file of eugr's profiles/): "
-                               "import that file")  # fmt: skip
+        found.elsewhere.append(
+            f"{at} runs the launch script {shell.shown(script[-1])} (a file of eugr's profiles/): import that file"
+        )
         return
     rest = words[i:]
     if rest[:1] in (["exec"], ["start"]):
@@ -332,9 +370,21 @@ def _eugr(words: list[str], at: str, env: dict[str, str], found: Found, depth: i
             launch.nodes = len([n for n in nodes[-1].split(",") if n.strip()])
             launch.notes.append(("topology.nodes", "derived", f"launch-cluster.sh -n {nodes[-1]}: one rank a node"))
         for mod in options.get("--apply-mod", []):
-            launch.notes.append(("engine.mods", "ignored", f"--apply-mod {shell.shown(mod)}: a mod on the machine "
-                                 "the text was run on, not in the text: import the recipe with --mods-from its "
-                                 "folder's parent, or apply it by hand"))  # fmt: skip
-        launch.notes.append(("engine.image", "ignored", f"launch-cluster.sh runs the image {image}, which eugr's "
-                             "build-and-copy.sh builds on every node, not pulled from a registry: build it under that "
-                             "tag on every node first, or --set engine.image to a published image"))  # fmt: skip
+            launch.notes.append(
+                (
+                    "engine.mods",
+                    "ignored",
+                    f"--apply-mod {shell.shown(mod)}: a mod on the machine "
+                    "the text was run on, not in the text: import the recipe with --mods-from its "
+                    "folder's parent, or apply it by hand",
+                )
+            )
+        launch.notes.append(
+            (
+                "engine.image",
+                "ignored",
+                f"launch-cluster.sh runs the image {image}, which eugr's "
+                "build-and-copy.sh builds on every node, not pulled from a registry: build it under that "
+                "tag on every node first, or --set engine.image to a published image",
+            )
+        )
