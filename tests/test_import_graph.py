@@ -206,5 +206,18 @@ def test_the_recipe_model_imports_no_importer_and_no_importer_the_catalog():
     assert upward == [], "recipe modules importing back up: " + "; ".join(upward)
     # what sits at the top is the model and its rules; a new importer or store module goes in its folder
     top = sorted(n.rpartition(".")[2] for n in graph if n.count(".") == 2)
-    model = ["cmdline", "diff", "flags", "hooks", "importers", "known", "model", "mods", "normalise", "raw", "store"]
+    model = [
+        "cmdline",
+        "diff",
+        "flags",
+        "hooks",
+        "importers",
+        "known",
+        "model",
+        "model_source",
+        "mods",
+        "normalise",
+        "raw",
+        "store",
+    ]
     assert top == model, top

@@ -18,7 +18,7 @@ from sparkplay.engines import names
 from sparkplay.engines.context import Context, engine_args, fabric_env, gpu_container_options, with_served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
-from sparkplay.recipes.normalise import draft_source
+from sparkplay.recipes.model_source import draft_source
 
 INIT_PORT = 25000
 # stated by the recipe's own fields (the model and its pinned revision, served from the mirror; serve.bind/port):

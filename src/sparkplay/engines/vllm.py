@@ -26,7 +26,7 @@ from sparkplay.engines import names, vllm_cpu
 from sparkplay.engines.context import Context, Node, engine_args, fabric_env, gpu_container_options, with_served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
-from sparkplay.recipes.normalise import draft_source
+from sparkplay.recipes.model_source import draft_source
 
 MASTER_PORT = 29501
 RAY_PORT = 6379

@@ -10,19 +10,17 @@ filled or cleaned value is noted in `provenance`.
 from __future__ import annotations
 
 import copy
-import posixpath
 import re
 from typing import Any
 
-from sparkplay import checkpoints
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, flags, known
+from sparkplay.recipes import model_source as source
 from sparkplay.recipes.model import SCHEMA_ID
 from sparkplay.recipes.raw import RawRecipe
 
 LOOPBACK = "127.0.0.1"
 WILDCARDS = ("0.0.0.0", "::", "[::]", "*", "")  # noqa: S104 - matched to be narrowed, never bound
-REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 QUANT_PATTERN = re.compile(r"(nvfp4|mxfp4|fp8|awq|gptq|int4|int8|q4_k_m|q5_k_m|q8_0|bf16|f16)", re.IGNORECASE)
 
 
@@ -78,32 +76,6 @@ def _one_line_title(raw: RawRecipe) -> str:
     return title
 
 
-def _model_file(raw: RawRecipe, repo: str | None) -> str | None:
-    """llama.cpp's -m: a file under the model root. An absolute path is the recipe author's own disk (or
-    container); with the repository known, the file of that name in its mirrored checkpoint is meant."""
-    path = raw.model
-    if raw.engine != "llamacpp" or not path or not path.startswith("/") or not repo:
-        return path
-    mapped = f"{checkpoints.checkpoint_folder(repo)}/{posixpath.basename(path)}"
-    raw.note("model.path", "cleaned", f"{path} is a path on the recipe author's machine; the file of that name "
-             f"in the {repo} checkpoint is used ({mapped} under the model root)")  # fmt: skip
-    return mapped
-
-
-def _gguf(raw: RawRecipe, hub: str | None, repo: str | None) -> dict[str, Any] | None:
-    """llama.cpp serving a hub repository (-hf repo:QUANT, or sparkrun's model repo:QUANT) rather than a file:
-    what it names, resolved at import into the files it serves (recipes/importers/pasted/gguf_hub.py)."""
-    if raw.engine != "llamacpp":
-        return None
-    draft = cmdline.flag_value(raw.args, *flags.HUB_DRAFT)
-    ref = None if raw.model or not (hub or repo) else hub or (f"{repo}:{raw.quant}" if raw.quant else str(repo))
-    if ref is None and draft is None:
-        return None
-    projector = not any(cmdline.has_flag(raw.args, f) for f in ("--no-mmproj", "--no-mmproj-auto", "--mmproj"))
-    return {"ref": ref, "file": cmdline.flag_value(raw.args, "-hff", "--hf-file"), "mmproj": projector,
-            "projector": None, "draft_ref": draft, "draft": None}  # fmt: skip
-
-
 def _atlas_family(raw: RawRecipe) -> str | None:
     """An Atlas recipe's image family, by what its command is: SparkGLM's `serve MODEL --kernel-target=...`, or
     Atlas GB10's `spark serve MODEL` (the form sparkrun's atlas runtime writes). The image's repository only
@@ -115,11 +87,16 @@ def _atlas_family(raw: RawRecipe) -> str | None:
     named = known.atlas_family(f"{known.ENGINES['atlas'].image_repository}:{raw.image}" if tag_only else raw.image)
     if named is None and raw.image:
         shape = "serve --kernel-target" if found == "sparkglm" else "spark serve"
-        raw.note("engine.family", "derived", f"{raw.image} is an Atlas image sparkplay has not seen: its command "
-                 f"({shape}) is the {found} family's")  # fmt: skip
+        raw.note(
+            "engine.family",
+            "derived",
+            f"{raw.image} is an Atlas image sparkplay has not seen: its command ({shape}) is the {found} family's",
+        )
     elif named not in (None, found):
-        raise BadInput(f"engine.image {raw.image} is an Atlas {named} image, but the command is the {found} "
-                       "family's", "make the image and the command agree")  # fmt: skip
+        raise BadInput(
+            f"engine.image {raw.image} is an Atlas {named} image, but the command is the {found} family's",
+            "make the image and the command agree",
+        )
     return found
 
 
@@ -148,16 +125,22 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     flag_map = cmdline.flag_map(raw.args)
 
     # llama.cpp's -m is always a file (org/file.gguf looks like a repository but is not one); -hf names one
-    model_is_repo = raw.model is not None and raw.engine != "llamacpp" and REPO_PATTERN.match(raw.model) is not None
+    model_is_repo = (
+        raw.model is not None and raw.engine != "llamacpp" and source.REPO_PATTERN.match(raw.model) is not None
+    )
     hub = cmdline.flag_value(raw.args, "-hf", "-hfr", "--hf-repo") if raw.engine == "llamacpp" else None
     repo = raw.model if model_is_repo else raw.repo or (hub.split(":", 1)[0] if hub else None)
-    gguf = _gguf(raw, hub, repo)
+    gguf = source.gguf(raw, hub, repo)
     if raw.model and not model_is_repo and raw.engine != "llamacpp":
-        repo = _served_path_repo(raw, repo)
-    _revision_flag(raw, repo)
+        repo = source.served_path_repo(raw, repo)
+    source.revision_flag(raw, repo)
     if raw.pinning:
-        raw.note("serve.args", "ignored", f"the command ran the engine under `{' '.join(raw.pinning)}`: sparkplay "
-                 "starts the engine itself, one per node, without CPU pinning")  # fmt: skip
+        raw.note(
+            "serve.args",
+            "ignored",
+            f"the command ran the engine under `{' '.join(raw.pinning)}`: sparkplay "
+            "starts the engine itself, one per node, without CPU pinning",
+        )
     served = derived["served_name"]
     family = _atlas_family(raw)
     gb10 = family == "gb10"
@@ -188,8 +171,12 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         bind = LOOPBACK
         raw.note("serve.bind", "default", "not stated; APIs bind to loopback unless the user chooses otherwise")
     elif bind in WILDCARDS:
-        raw.note("serve.bind", "narrowed", f"the recipe binds {bind}; imported as {LOOPBACK} (the API has no "
-                 "authentication): set serve_bind in the inventory to listen wider")  # fmt: skip
+        raw.note(
+            "serve.bind",
+            "narrowed",
+            f"the recipe binds {bind}; imported as {LOOPBACK} (the API has no "
+            "authentication): set serve_bind in the inventory to listen wider",
+        )
         bind = LOOPBACK
     quant_match = QUANT_PATTERN.search(raw.quant or repo or raw.model or "")
     context = derived["context_length"]
@@ -227,7 +214,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "served_name": served,
             # vLLM and SGLang answer to every name --served-model-name lists (the first is the model's own)
             **({"served_aliases": aliases} if (aliases := flags.aliases(raw)) else {}),
-            "path": None if model_is_repo else _model_file(raw, repo),
+            "path": None if model_is_repo else source.model_file(raw, repo),
             **({"gguf": gguf} if gguf else {}),
             "checkpoints": [],
             "overlay": None,
@@ -286,95 +273,10 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         doc["engine"]["image"] = f"{engine_defaults.image_repository}:{doc['engine']['image']}"
         raw.note("engine.image", "filled", "image repository from the known engines table; tag from the recipe")
     if repo and not doc["model"]["checkpoints"]:
-        doc["model"]["checkpoints"] = [_checkpoint("target", repo, doc["model"]["revision"])]
-    _add_other_models(raw, doc)
+        doc["model"]["checkpoints"] = [source.checkpoint("target", repo, doc["model"]["revision"])]
+    source.add_other_models(raw, doc)
     doc["provenance"] = raw.provenance
     return doc
 
 
 # the engines' flag for the model's revision (vLLM's and SGLang's --revision: a branch, tag or commit)
-REVISION_FLAGS = {"vllm": "--revision", "sglang": "--revision"}
-
-
-def _revision_flag(raw: RawRecipe, repo: str | None) -> None:
-    """The revision the engine's own flag asks for pins the download (the plan then serves the mirror of it)."""
-    flag = REVISION_FLAGS.get(raw.engine)
-    stated = cmdline.flag_value(raw.args, flag) if flag else None
-    if stated is None or not repo:
-        return
-    if raw.revision not in (None, stated):
-        raise BadInput(f"the engine's {flag} {stated} and the recipe's model revision {raw.revision} differ",
-                       "make them the same")  # fmt: skip
-    if raw.revision is None:
-        raw.revision = stated
-        raw.note("model.revision", "derived", f"the engine's {flag} {stated}: the download is pinned to it, and "
-                 "the engine serves that revision from the mirror (the plan drops the flag)")  # fmt: skip
-
-
-def _checkpoint(role: str, repo: str, revision: str | None) -> dict[str, Any]:
-    return {"role": role, "repo": repo, "revision": revision, "size_bytes": None, "mount": None, "license": None}
-
-
-HF_CACHE_PATH = re.compile(r"models--([^/]+)--([^/]+)/snapshots/([0-9a-f]{40})")
-
-
-def draft_source(draft: str) -> tuple[str, str | None] | None:
-    """The hub repository (and pinned revision, if the name carries one) a draft model comes from.
-
-    A repository name (org/name) is one; so is a Hugging Face cache snapshot
-    path (.../models--org--name/snapshots/<commit>), which pins the commit.
-    Anything else is a local path sparkplay cannot fetch.
-    """
-    if REPO_PATTERN.match(draft):
-        return draft, None
-    if ":" in draft and REPO_PATTERN.match(draft.rsplit(":", 1)[0]):  # llama.cpp's repo:quant (-hfd)
-        return draft.rsplit(":", 1)[0], None
-    if match := HF_CACHE_PATH.search(draft):
-        return f"{match.group(1)}/{match.group(2)}", match.group(3)
-    return None
-
-
-def _served_path_repo(raw: RawRecipe, repo: str | None) -> str | None:
-    """The repository behind a command that serves a local path: a hub-cache snapshot path names (and pins)
-    it, else the recipe's own model field does. Either way the import says so: sparkplay serves that
-    repository's checkpoint, mirrored to every rank, at its own path."""
-    snapshot = HF_CACHE_PATH.search(raw.model or "")
-    if snapshot:
-        repo, commit = f"{snapshot.group(1)}/{snapshot.group(2)}", snapshot.group(3)
-        if raw.revision not in (None, commit):
-            raise BadInput(f"the command serves {repo} at commit {commit} but the recipe pins {raw.revision}",
-                           "make them the same")  # fmt: skip
-        raw.revision = commit
-        raw.note("model.repo", "derived", f"the command serves the hub-cache snapshot {raw.model}: {repo} at that "
-                 "commit, downloaded and mirrored by sparkplay and served from the model root")  # fmt: skip
-    elif repo:
-        raw.note("model.repo", "derived", f"the command serves the local path {raw.model}; the recipe names the "
-                 f"model {repo}, which sparkplay downloads, mirrors and serves from the model root")  # fmt: skip
-    return repo
-
-
-def _add_other_models(raw: RawRecipe, doc: dict[str, Any]) -> None:
-    """Every model the recipe needs becomes a checkpoint: the draft its speculative decoding names and the
-    other models its source lists. An engine started offline (HF_HUB_OFFLINE=1) cannot fetch them itself."""
-    ckpts = doc["model"]["checkpoints"]
-    pins = {c["repo"]: c.get("revision") for c in raw.checkpoints}
-    draft = (doc["speculative"] or {}).get("draft_model")
-    mounted = any(c.get("mount") and draft.rstrip("/") == c["mount"].rstrip("/") for c in ckpts) if draft else False
-    if isinstance(draft, str) and draft and not mounted:  # a mounted checkpoint is already one
-        source = draft_source(draft)
-        if source is None:
-            raw.note("speculative.draft_model", "derived", f"{draft} is a local path, not a hub repository: "
-                     "sparkplay cannot fetch it, so it must already exist on every rank")  # fmt: skip
-        elif not any(c["repo"] == source[0] for c in ckpts):
-            ckpts.append(_checkpoint("drafter", source[0], source[1] or pins.get(source[0])))
-            raw.note("model.checkpoints", "derived", f"the draft model {source[0]} named in the engine flags")
-    unused = cmdline.flag_value(raw.args, "--speculative-draft-model-path", "--speculative-draft-model")
-    source = draft_source(unused) if raw.engine == "sglang" and doc["speculative"] is None and unused else None
-    if source and not any(c["repo"] == source[0] for c in ckpts):  # mirrored as sparkrun syncs it, though unused
-        ckpts.append(_checkpoint("extra", source[0], source[1] or pins.get(source[0])))
-        raw.note("model.checkpoints", "derived", f"the draft model {source[0]} is named, but SGLang speculates "
-                 "only with --speculative-algorithm: mirrored, not used")  # fmt: skip
-    for other in raw.checkpoints:
-        if not any(c["repo"] == other["repo"] for c in ckpts):
-            ckpts.append(_checkpoint("extra", other["repo"], other.get("revision")))
-            raw.note("model.checkpoints", "derived", f"{other['repo']}: a model the recipe's source lists")
