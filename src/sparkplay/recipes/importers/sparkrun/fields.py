@@ -1,7 +1,10 @@
 """A sparkrun recipe's fields as sparkplay takes them: the runtimes and what each is here, the fields read, those
-that only describe, the launcher features sparkplay does not carry and why (the import says each reason)."""
+that only describe, the launcher features sparkplay does not carry and why (the import says each reason); the
+benchmark block read as the bench profile sparkplay runs."""
 
 from __future__ import annotations
+
+from typing import Any
 
 # sparkrun runtime -> (sparkplay engine, vLLM distributed back end)
 RUNTIMES: dict[str, tuple[str, str | None]] = {
@@ -79,3 +82,32 @@ NOT_HONOURED_WHY = {
     "benchmark": "{value}: sparkplay's bench runs llama-benchy with pp, tg, depth, concurrency and runs from the "
     "recipe; these are not taken",
 }
+
+
+def bench_profile(data: dict[str, Any], where: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The recipe's llama-benchy profile from its benchmark block (explicit args, then other keys swept in,
+    as sparkrun reads it), and what sparkplay's bench does not take from it."""
+    block = data.get("benchmark")
+    if not isinstance(block, dict):
+        return None, ({"benchmark": block} if block not in (None, {}) else {})
+    args = dict(block.get("args") or {}) if isinstance(block.get("args"), dict) else {}
+    for key, value in block.items():
+        if key not in BENCH_BLOCK_KEYS and key not in args:
+            args[key] = value
+    framework = str(block.get("framework") or "llama-benchy")
+    if framework != "llama-benchy":
+        return None, {"benchmark": block}
+    profile: dict[str, Any] = {}
+    left = {k: block[k] for k in ("timeout", "schedule") if block.get(k) is not None}
+    for key, value in args.items():
+        values = value if isinstance(value, list) else [value]
+        whole = all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "depth" else 1) for v in values
+        )
+        if key in BENCH_LISTS and values and whole:
+            profile[key] = values
+        elif key == "runs" and not isinstance(value, list) and whole:
+            profile[key] = value
+        else:
+            left[key] = value
+    return profile or None, ({"benchmark": left} if left else {})

@@ -31,8 +31,6 @@ from sparkplay.recipes import cmdline, hooks, mods
 from sparkplay.recipes.importers.sparkrun import executor as sparkrun_executor
 from sparkplay.recipes.importers.sparkrun import rules as sparkrun_rules
 from sparkplay.recipes.importers.sparkrun.fields import (
-    BENCH_BLOCK_KEYS,
-    BENCH_LISTS,
     COMMAND_HINTS,
     DESCRIPTIVE,
     NOT_HONOURED,
@@ -40,9 +38,10 @@ from sparkplay.recipes.importers.sparkrun.fields import (
     NOT_SUPPORTED,
     READ,
     RUNTIMES,
+    bench_profile,
 )
 from sparkplay.recipes.importers.sparkrun.flags import generated_flags
-from sparkplay.recipes.importers.sparkrun.template import VERSIONS, collapse_escapes, expand, reads_as
+from sparkplay.recipes.importers.sparkrun.template import VERSIONS, collapse_escapes, expand, parse_command, reads_as
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 
@@ -76,8 +75,10 @@ def _positive(data: dict[str, Any], key: str, where: str, what: str) -> int | No
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"{where}: {what} must be a whole number{' of nodes' if what == key else ''} (1 or more), "
-                       f"got {value!r}", f"fix {key}")  # fmt: skip
+        raise BadInput(
+            f"{where}: {what} must be a whole number{' of nodes' if what == key else ''} (1 or more), got {value!r}",
+            f"fix {key}",
+        )
     return value
 
 
@@ -185,14 +186,18 @@ def to_raw(
 
     # sparkrun collapses a default's doubled braces at load (eugr's version 1 inserts values as they are)
     if command_text and version == "1" and reads_as(command_text) == "sparkrun":
-        v1_note = ("a version 1 template that eugr's str.format cannot fill (single-brace JSON, a field that is not a "
-                   "plain name): filled by sparkrun's rule, as sparkrun runs it")  # fmt: skip
+        v1_note = (
+            "a version 1 template that eugr's str.format cannot fill (single-brace JSON, a field that is not a "
+            "plain name): filled by sparkrun's rule, as sparkrun runs it"
+        )
     else:
         v1_note = None
-    values: dict[str, Any] = {**({k: collapse_escapes(v) for k, v in defaults.items()} if version != "1" else defaults),
-                              "model": model or ""}  # fmt: skip
+    values: dict[str, Any] = {
+        **({k: collapse_escapes(v) for k, v in defaults.items()} if version != "1" else defaults),
+        "model": model or "",
+    }
     if command_text:
-        parsed, script = _parse_command(expand(command_text, values, where, version), where, engine != "llamacpp")
+        parsed, script = parse_command(expand(command_text, values, where, version), where, engine != "llamacpp")
         if parsed.engine != engine:
             raise BadInput(
                 f"{where}: runtime {runtime} but the command starts {parsed.engine}'s server", "make them agree"
@@ -247,7 +252,7 @@ def to_raw(
         pre_exec, pre_exec_missing = None, "llama.cpp runs from the node's packages: no container to run them in"
     if pre_exec:
         del not_honoured["pre_exec"]
-    bench_profile, bench_left = _bench(data, where)
+    bench_read, bench_left = bench_profile(data, where)
     not_honoured.update(bench_left)
     if unmapped:  # defaults the engine's flag map has no flag for, with no command to place them
         not_honoured["defaults"] = {k: defaults[k] for k in unmapped}
@@ -280,25 +285,37 @@ def to_raw(
     )
     raw.mods = found_mods
     for mod in found_mods:
-        raw.note("engine.mods", "derived", f"mod {mod['name']} (sha256 {mod['sha256'][:12]}, {len(mod['files'])} "
-                 f"file(s)): a privileged request: its run.sh runs as root in the engine's container before the "
-                 f"engine, only where the inventory allows it (serve_allow: the entry the warning below "
-                 f"names)")  # fmt: skip
+        raw.note(
+            "engine.mods",
+            "derived",
+            f"mod {mod['name']} (sha256 {mod['sha256'][:12]}, {len(mod['files'])} "
+            f"file(s)): a privileged request: its run.sh runs as root in the engine's container before the "
+            f"engine, only where the inventory allows it (serve_allow: the entry the warning below "
+            f"names)",
+        )
     raw.pre_exec = pre_exec
     raw.preamble = {"commands": script, "sha256": hooks.digest(script)} if script else None
     if raw.preamble:
-        raw.note("engine.preamble", "derived", f"the command runs {len(script)} command(s) before the engine (sha256 "
-                 f"{raw.preamble['sha256'][:12]}): a privileged request: in the engine's container on every rank, in "
-                 f"the shell that then starts the engine, only where the inventory allows it (serve_allow: the "
-                 f"entry the warning below names)")  # fmt: skip
+        raw.note(
+            "engine.preamble",
+            "derived",
+            f"the command runs {len(script)} command(s) before the engine (sha256 "
+            f"{raw.preamble['sha256'][:12]}): a privileged request: in the engine's container on every rank, in "
+            f"the shell that then starts the engine, only where the inventory allows it (serve_allow: the "
+            f"entry the warning below names)",
+        )
     if pre_exec:
-        raw.note("engine.pre_exec", "derived", f"{len(pre_exec['commands'])} command(s) (sha256 "
-                 f"{pre_exec['sha256'][:12]}): a privileged request: each runs by bash as root in every rank's engine "
-                 f"container before the engine (and its mods), only where the inventory allows it (serve_allow: "
-                 f"the entry the warning below names)")  # fmt: skip
+        raw.note(
+            "engine.pre_exec",
+            "derived",
+            f"{len(pre_exec['commands'])} command(s) (sha256 "
+            f"{pre_exec['sha256'][:12]}): a privileged request: each runs by bash as root in every rank's engine "
+            f"container before the engine (and its mods), only where the inventory allows it (serve_allow: "
+            f"the entry the warning below names)",
+        )
     raw.revision = _text(data, "model_revision", where)
-    raw.bench = bench_profile
-    if bench_profile:
+    raw.bench = bench_read
+    if bench_read:
         raw.note("bench", "derived", "the recipe's benchmark block: what `sparkplay bench` measures by default")
     # a command serving a local path: the recipe's `model` is the repository behind it (normalise says so)
     raw.repo = model_repo if engine == "llamacpp" else model
@@ -313,8 +330,12 @@ def to_raw(
     for detail in node_notes:
         raw.note("topology.nodes", "derived", detail)
     for key in secrets:
-        raw.note("serve.env", "derived", f"{key} left out: sparkrun fills it from the controller's environment; "
-                 "sparkplay never stores such values in a recipe (the HF token is checkpoint_hf_token)")  # fmt: skip
+        raw.note(
+            "serve.env",
+            "derived",
+            f"{key} left out: sparkrun fills it from the controller's environment; "
+            "sparkplay never stores such values in a recipe (the HF token is checkpoint_hf_token)",
+        )
     for key, value in not_honoured.items():
         why = NOT_HONOURED_WHY.get(key, "").format(value=value) or f"sparkrun's {key} has no sparkplay equivalent"
         if key == "mods" and mods_missing:
@@ -325,71 +346,22 @@ def to_raw(
     if unknown.get("executor") == "docker":  # sparkrun's default executor, and how sparkplay runs the engine too
         del unknown["executor"]
     for key in sorted(k for k in unknown if k not in DESCRIPTIVE):
-        raw.note(f"extra.{key}", "ignored", f"{shorten(str(unknown[key]), 80)}: sparkplay does not read sparkrun's "
-                 f"{key!r}; what it asks is not applied (kept in the recipe's extra)")  # fmt: skip
+        raw.note(
+            f"extra.{key}",
+            "ignored",
+            f"{shorten(str(unknown[key]), 80)}: sparkplay does not read sparkrun's "
+            f"{key!r}; what it asks is not applied (kept in the recipe's extra)",
+        )
     if raw.image and sparkrun_rules.built_locally(data, version, runtime):
         args = " ".join(map(str, data.get("build_args") or []))
-        raw.note("engine.image", "ignored", f"{raw.image} is built by the recipe's launcher (eugr's build-and-copy.sh"
-                 f"{', build_args ' + args if args else ''}), not pulled from a registry: build it under that tag on "
-                 "every node first, or --set engine.image to a published image")  # fmt: skip
+        raw.note(
+            "engine.image",
+            "ignored",
+            f"{raw.image} is built by the recipe's launcher (eugr's build-and-copy.sh"
+            f"{', build_args ' + args if args else ''}), not pulled from a registry: build it under that tag on "
+            "every node first, or --set engine.image to a published image",
+        )
     served = cmdline.flag_value(raw.args, "--served-model-name", "--alias", "-a")
     stem = PurePosixPath(urlsplit(where).path).stem  # sparkrun names a recipe by its file
     raw.name = name or slugify(_text(data, "name", where) or stem or served or title)
     return raw
-
-
-def _bench(data: dict[str, Any], where: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """The recipe's llama-benchy profile from its benchmark block (explicit args, then other keys swept in,
-    as sparkrun reads it), and what sparkplay's bench does not take from it."""
-    block = data.get("benchmark")
-    if not isinstance(block, dict):
-        return None, ({"benchmark": block} if block not in (None, {}) else {})
-    args = dict(block.get("args") or {}) if isinstance(block.get("args"), dict) else {}
-    for key, value in block.items():
-        if key not in BENCH_BLOCK_KEYS and key not in args:
-            args[key] = value
-    framework = str(block.get("framework") or "llama-benchy")
-    if framework != "llama-benchy":
-        return None, {"benchmark": block}
-    profile: dict[str, Any] = {}
-    left = {k: block[k] for k in ("timeout", "schedule") if block.get(k) is not None}
-    for key, value in args.items():
-        values = value if isinstance(value, list) else [value]
-        whole = all(isinstance(v, int) and not isinstance(v, bool) and v >= (0 if key == "depth" else 1)
-                    for v in values)  # fmt: skip
-        if key in BENCH_LISTS and values and whole:
-            profile[key] = values
-        elif key == "runs" and not isinstance(value, list) and whole:
-            profile[key] = value
-        else:
-            left[key] = value
-    return profile or None, ({"benchmark": left} if left else {})
-
-
-# a backslash, then blanks, then the line's end: bash reads an escaped blank and ends the command there;
-# sparkrun repairs it to a line continuation before it runs the command (utils/text.py), and so does this
-BROKEN_CONTINUATION = re.compile(r"\\[ \t]+\n")
-
-
-def _starts_an_engine(statement: str) -> bool:
-    try:
-        cmdline.parse(statement)
-    except BadInput:
-        return False
-    return True
-
-
-def _parse_command(text: str, where: str, scripts: bool) -> tuple[cmdline.Command, list[str]]:
-    """The engine command line the template renders to, with what it exports first as its environment, and
-    the simple commands it runs before the engine (with `scripts`: a container to run them in); anything
-    else a shell would do is refused, not half-read."""
-    text = BROKEN_CONTINUATION.sub("\\\n", text)
-    try:
-        exported, line, script = cmdline.split_preamble(text, scripts)
-        if any(_starts_an_engine(statement) for statement in script):  # the engine is not the last command
-            raise cmdline.script_error(f"{line!r} runs after the engine")
-        parsed = cmdline.parse(line)
-    except BadInput as exc:
-        raise BadInput(f"{where}: {exc.problem}", exc.fix) from None
-    parsed.env = {**exported, **parsed.env}
-    return parsed, script

@@ -23,6 +23,7 @@ import string
 from typing import Any
 
 from sparkplay.errors import BadInput
+from sparkplay.recipes import cmdline
 
 # sparkrun reads every version the same way but version 1, eugr's own format (run-recipe.py), whose command
 # template is Python's str.format: `{{` and `}}` are literal braces there. Versions 2-4 are sparkrun's.
@@ -142,3 +143,32 @@ def _str_format(template: str, values: dict[str, Any], where: str) -> str:
         value = repr(value) if conversion == "r" else ascii(value) if conversion == "a" else value
         out.append(format(value, spec or ""))
     return "".join(out)
+
+
+# a backslash, then blanks, then the line's end: bash reads an escaped blank and ends the command there;
+# sparkrun repairs it to a line continuation before it runs the command (utils/text.py), and so does this
+BROKEN_CONTINUATION = re.compile(r"\\[ \t]+\n")
+
+
+def _starts_an_engine(statement: str) -> bool:
+    try:
+        cmdline.parse(statement)
+    except BadInput:
+        return False
+    return True
+
+
+def parse_command(text: str, where: str, scripts: bool) -> tuple[cmdline.Command, list[str]]:
+    """The engine command line the template renders to, with what it exports first as its environment, and
+    the simple commands it runs before the engine (with `scripts`: a container to run them in); anything
+    else a shell would do is refused, not half-read."""
+    text = BROKEN_CONTINUATION.sub("\\\n", text)
+    try:
+        exported, line, script = cmdline.split_preamble(text, scripts)
+        if any(_starts_an_engine(statement) for statement in script):  # the engine is not the last command
+            raise cmdline.script_error(f"{line!r} runs after the engine")
+        parsed = cmdline.parse(line)
+    except BadInput as exc:
+        raise BadInput(f"{where}: {exc.problem}", exc.fix) from None
+    parsed.env = {**exported, **parsed.env}
+    return parsed, script
