@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import logging
 import signal
 import socket
 import sys
@@ -35,14 +34,11 @@ from . import gateway_metrics
 from .gateway_body import BadBody, forwarded_path, model_of, model_of_form
 from .gateway_demand import Demand, Unavailable
 from .gateway_files import Keys, Routes, UpstreamKeys
+from .gateway_server import capped_server, one_line_logger
 
 # what a client may send through (hop-by-hop headers, the host and its key are the gateway's own)
 FORWARDED = ("content-type", "accept", "x-request-id")
 PASSED_BACK = ("content-type", "x-request-id", "cache-control", "content-encoding")
-BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-        b"Connection: close\r\nContent-Length: 115\r\n\r\n"
-        b'{"error": {"message": "the gateway holds as many connections as it may", '
-        b'"type": "api_error", "code": "overloaded"}}')  # fmt: skip
 
 
 def _error(status: int, message: str, kind: str, code: str, **headers: str) -> Any:
@@ -57,8 +53,17 @@ def _journal(line: str) -> None:
 
 
 class Gateway:
-    def __init__(self, routes: Routes, keys: Keys | None, upstream_keys: UpstreamKeys, *, max_body: int,
-                 body_budget: int, body_timeout: float, timeout_s: float) -> None:  # fmt: skip
+    def __init__(
+        self,
+        routes: Routes,
+        keys: Keys | None,
+        upstream_keys: UpstreamKeys,
+        *,
+        max_body: int,
+        body_budget: int,
+        body_timeout: float,
+        timeout_s: float,
+    ) -> None:
         self.routes, self.keys, self.upstream_keys = routes, keys, upstream_keys
         self.max_body, self.body_budget, self.body_timeout, self.timeout_s = (
             max_body,
@@ -77,8 +82,12 @@ class Gateway:
 
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.timeout_s)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
-                                             skip_auto_headers=("User-Agent", "Accept-Encoding"))  # fmt: skip
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        )
         self.demand.session = self.session
 
     async def tend(self, state_file: Path | None) -> None:
@@ -89,9 +98,14 @@ class Gateway:
             table = self.routes.current()
             await self.demand.reap(table)
             if state_file is not None:
-                now = json.dumps({"models": self.demand.snapshot(table), "default": self._default(table),
-                                  "routes": {n: r["url"] for n, r in table["models"].items()},
-                                  "upstreams": self.upstreams}).encode()  # fmt: skip
+                now = json.dumps(
+                    {
+                        "models": self.demand.snapshot(table),
+                        "default": self._default(table),
+                        "routes": {n: r["url"] for n, r in table["models"].items()},
+                        "upstreams": self.upstreams,
+                    }
+                ).encode()
                 if now != said:
                     staged = state_file.with_suffix(".new")
                     staged.write_bytes(now)
@@ -105,24 +119,38 @@ class Gateway:
 
     async def handle(self, request: Any) -> Any:
         if self.keys is not None and not self.keys.admits(request.headers.get("Authorization")):
-            return _error(401, "this gateway needs `Authorization: Bearer KEY` with one of its keys",
-                          "invalid_request_error", "invalid_api_key", **{"WWW-Authenticate": "Bearer"})  # fmt: skip
+            return _error(
+                401,
+                "this gateway needs `Authorization: Bearer KEY` with one of its keys",
+                "invalid_request_error",
+                "invalid_api_key",
+                **{"WWW-Authenticate": "Bearer"},
+            )
         path = forwarded_path(request.raw_path)
         if request.method == "GET":
             return self._get(request.raw_path)
         if request.method != "POST":
             return _error(405, f"{request.method} is not served here", "invalid_request_error", "method_not_allowed")
         if path is None:
-            return _error(400, "only POST /v1/... (a plain path: no dot segments, escapes or query) is forwarded",
-                          "invalid_request_error", "bad_request")  # fmt: skip
+            return _error(
+                400,
+                "only POST /v1/... (a plain path: no dot segments, escapes or query) is forwarded",
+                "invalid_request_error",
+                "bad_request",
+            )
         length = request.content_length
         if length is None:
             return _error(411, "a POST needs a Content-Length", "invalid_request_error", "length_required")
         if length > self.max_body:
             return _error(413, f"the body is over {self.max_body} bytes", "invalid_request_error", "too_large")
         if self.held + length > self.body_budget:
-            return _error(503, "the gateway holds as many request bodies as it may; try again",
-                          "api_error", "overloaded", **{"Retry-After": "1"})  # fmt: skip
+            return _error(
+                503,
+                "the gateway holds as many request bodies as it may; try again",
+                "api_error",
+                "overloaded",
+                **{"Retry-After": "1"},
+            )
         self.held += length
         try:
             return await self._post(request, path, length)
@@ -135,20 +163,27 @@ class Gateway:
         table = self.routes.current()
         models = table["models"]
         if raw == "/health":
-            return web.json_response({"status": "ok", "models": self.demand.snapshot(table),
-                                      "default": self._default(table)})  # fmt: skip
+            return web.json_response(
+                {"status": "ok", "models": self.demand.snapshot(table), "default": self._default(table)}
+            )
         if raw == "/metrics":
             data, kind = self.metrics.text()
             return web.Response(body=data, headers={"Content-Type": kind})
         if raw == "/v1/models":
-            data = [{"id": name, "object": "model", "owned_by": "sparkplay", "recipe": route["recipe"]}
-                    for name, route in sorted(models.items())]  # fmt: skip
+            data = [
+                {"id": name, "object": "model", "owned_by": "sparkplay", "recipe": route["recipe"]}
+                for name, route in sorted(models.items())
+            ]
             return web.json_response({"object": "list", "data": data})
         name = raw.removeprefix("/v1/models/")
         if raw.startswith("/v1/models/") and name in models:
             return web.json_response({"id": name, "object": "model", "owned_by": "sparkplay"})
-        return _error(404, "no such route (GET serves /health, /metrics, /v1/models, /v1/models/NAME)",
-                      "invalid_request_error", "not_found")  # fmt: skip
+        return _error(
+            404,
+            "no such route (GET serves /health, /metrics, /v1/models, /v1/models/NAME)",
+            "invalid_request_error",
+            "not_found",
+        )
 
     @staticmethod
     def _default(table: dict[str, Any]) -> str | None:
@@ -160,22 +195,23 @@ class Gateway:
             async with asyncio.timeout(self.body_timeout):
                 body = await request.content.readexactly(length)
         except (TimeoutError, asyncio.IncompleteReadError):
-            return _error(408, f"the body did not arrive within {self.body_timeout:g} s",
-                          "invalid_request_error", "timeout")  # fmt: skip
+            return _error(
+                408, f"the body did not arrive within {self.body_timeout:g} s", "invalid_request_error", "timeout"
+            )
         kind = request.headers.get("Content-Type", "")
         try:
             model = model_of_form(body, kind) if kind.lower().startswith("multipart/") else model_of(body)
         except BadBody as exc:
-            return _error(400, f"the body is not a request the gateway can route: {exc}",
-                          "invalid_request_error", "bad_request")  # fmt: skip
+            return _error(
+                400, f"the body is not a request the gateway can route: {exc}", "invalid_request_error", "bad_request"
+            )
         table = self.routes.current()
         models = table["models"]
         name = model if model is not None else self._default(table)
         if name is None or name not in models:
             served = ", ".join(sorted(models)) or "none"
             said = "names no model and no default is set" if model is None else f"asks for {model!r}"
-            return _error(404, f"the request {said}; served here: {served}", "invalid_request_error",
-                          "model_not_found")  # fmt: skip
+            return _error(404, f"the request {said}; served here: {served}", "invalid_request_error", "model_not_found")
         started = time.monotonic()
         url = models[name]["url"]
         # counted from the moment the route is chosen: a deployment whose route moved stops once this is 0
@@ -187,8 +223,16 @@ class Gateway:
             if not self.upstreams[url]:
                 del self.upstreams[url]
 
-    async def _held(self, request: Any, route: dict[str, Any], name: str, path: str, body: bytes,
-                    table: dict[str, Any], started: float) -> Any:  # fmt: skip
+    async def _held(
+        self,
+        request: Any,
+        route: dict[str, Any],
+        name: str,
+        path: str,
+        body: bytes,
+        table: dict[str, Any],
+        started: float,
+    ) -> Any:
         try:
             await self.demand.acquire(name, route, table)
         except Unavailable as exc:
@@ -201,8 +245,9 @@ class Gateway:
         finally:
             self.demand.release(name, broken)
 
-    async def _forward(self, request: Any, route: dict[str, Any], name: str, path: str, body: bytes,
-                       started: float) -> tuple[Any, bool]:  # fmt: skip
+    async def _forward(
+        self, request: Any, route: dict[str, Any], name: str, path: str, body: bytes, started: float
+    ) -> tuple[Any, bool]:
         """The engine's answer passed on, and whether the engine could not be reached."""
         import aiohttp
         from aiohttp import web
@@ -216,8 +261,13 @@ class Gateway:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             _journal(f"model {name} (recipe {route['recipe']}) at {route['url']}: {type(exc).__name__}: {exc}")
             self.metrics.answered(name, 502, time.monotonic() - started, time.monotonic() - started)
-            return _error(502, f"model {name!r} does not answer now (the gateway's journal says why)",
-                          "api_error", "upstream_unavailable", **{"Retry-After": "5"}), True  # fmt: skip
+            return _error(
+                502,
+                f"model {name!r} does not answer now (the gateway's journal says why)",
+                "api_error",
+                "upstream_unavailable",
+                **{"Retry-After": "5"},
+            ), True
         first_byte = time.monotonic() - started
         async with upstream:
             passed = {k: v for k, v in upstream.headers.items() if k.lower() in PASSED_BACK}
@@ -247,65 +297,34 @@ class Gateway:
             return reply, False
 
 
-class _OneLine(logging.Logger):
-    """aiohttp's log of a refused request as one journal line, without its traceback: a client that sends
-    bad requests on purpose gets no page of the journal for each."""
-
-    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
-        error = sys.exc_info()[1]
-        self.error(f"{msg} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
-                   *args, **kwargs)  # fmt: skip
-
-
-class _Busy(asyncio.Protocol):
-    """What a connection above the cap gets: one 503 and the door."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.write(BUSY)  # type: ignore[attr-defined]
-        transport.close()
-
-
-def _capped_server() -> type:
-    from aiohttp import web
-
-    class Capped(web.Server):
-        """aiohttp's server, counting connections as it takes them (asyncio may accept a batch before any is
-        registered), and answering 503 above the cap."""
-
-        def __init__(self, cap: int, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.cap, self.open = cap, 0
-
-        def __call__(self) -> Any:
-            if self.open >= self.cap:
-                return _Busy()
-            self.open += 1
-            return super().__call__()
-
-        def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
-            self.open -= 1
-            super().connection_lost(handler, exc)
-
-    return Capped
-
-
 async def serve(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> None:
-    gateway = Gateway(Routes(Path(args.routes)), Keys(Path(args.keys)) if args.keys else None,
-                      UpstreamKeys(Path(args.upstream_keys) if args.upstream_keys else None),
-                      max_body=args.max_body, body_budget=args.body_budget, body_timeout=args.body_timeout,
-                      timeout_s=args.timeout)  # fmt: skip
+    gateway = Gateway(
+        Routes(Path(args.routes)),
+        Keys(Path(args.keys)) if args.keys else None,
+        UpstreamKeys(Path(args.upstream_keys) if args.upstream_keys else None),
+        max_body=args.max_body,
+        body_budget=args.body_budget,
+        body_timeout=args.body_timeout,
+        timeout_s=args.timeout,
+    )
     gateway.routes.current(force=True)
     gateway.demand.swapper = args.swapper
     await gateway.start()
     tending = asyncio.get_running_loop().create_task(gateway.tend(Path(args.state) if args.state else None))
-    server = _capped_server()(args.max_connections, gateway.handle, keepalive_timeout=args.idle_timeout,
-                              access_log=None, logger=_logger(), max_line_size=8190, max_field_size=8190,
-                              max_headers=100)  # fmt: skip
+    server = capped_server()(
+        args.max_connections,
+        gateway.handle,
+        keepalive_timeout=args.idle_timeout,
+        access_log=None,
+        logger=one_line_logger(),
+        max_line_size=8190,
+        max_field_size=8190,
+        max_headers=100,
+    )
 
     host, _, port = args.listen.rpartition(":")
     loop = asyncio.get_running_loop()
-    listener = await loop.create_server(server, host.strip("[]"), int(port), backlog=args.backlog,
-                                        reuse_address=True)  # fmt: skip
+    listener = await loop.create_server(server, host.strip("[]"), int(port), backlog=args.backlog, reuse_address=True)
     args.bound = listener.sockets[0].getsockname()[:2]
     stop = asyncio.Event()
     for sig, act in ((signal.SIGHUP, lambda: gateway.routes.current(force=True)), (signal.SIGTERM, stop.set)):
@@ -321,15 +340,6 @@ async def serve(args: argparse.Namespace, ready: Callable[[], None] | None = Non
         listener.close()
         await server.shutdown(args.grace)
         await gateway.close()
-
-
-def _logger() -> logging.Logger:
-    logger = _OneLine("sparkplay-gateway")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("sparkplay-gateway: %(message)s"))
-    logger.addHandler(handler)
-    logger.propagate = False
-    return logger
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -353,8 +363,10 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     try:
         import aiohttp  # noqa: F401  (the gateway's one dependency: its virtualenv has it)
     except ImportError:
-        _journal("aiohttp is not installed for this Python: run the gateway from its virtualenv "
-                 "(the serve role installs it: /opt/sparkplay/gateway)")  # fmt: skip
+        _journal(
+            "aiohttp is not installed for this Python: run the gateway from its virtualenv "
+            "(the serve role installs it: /opt/sparkplay/gateway)"
+        )
         return 2
     socket.setdefaulttimeout(None)
     asyncio.run(serve(args))
