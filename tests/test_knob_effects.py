@@ -365,3 +365,18 @@ def test_the_memory_guard_holds_each_engine_to_its_claim_plus_headroom() -> None
     assert small["max"] == 2**29 + 256 * 2**20  # never less than 256 MiB of headroom
     assert render("{{ serve_layout.memory_limit }}", {**given, "serve_memory_guard": False}) in (None, "", "None")
     assert render("{{ serve_layout.memory_limit }}", {**given, "serve_claim": None}) in (None, "", "None")
+
+
+def test_the_engine_finds_rank_0_its_own_rank_and_the_images_nccl_version() -> None:
+    """The docker runtime's tasks read the plan and the image's environment through Python filters (no lab
+    runs a docker engine: rendered here from the real task file)."""
+    plan = {**ENGINE["engine_plan"], "ranks": [{"host": "b", "role": "worker"}, {"host": "a", "role": "leader"}]}
+    find = task("roles/engine/tasks/docker.yml", "Engine | Find rank 0")["ansible.builtin.set_fact"]
+    variables = role_vars("engine", engine_plan=plan, inventory_hostname="b")
+    assert (
+        render(find["engine_leader"], variables) == "a" and render(find["engine_self"], variables)["role"] == "worker"
+    )
+    warn = task("roles/engine/tasks/docker.yml", "Engine | Warn about an NCCL development build")["vars"]
+    env = {"stdout_lines": ["PATH=/usr/bin", "NCCL_VERSION=2.27.7-1+cuda13.0", "X"]}
+    assert render(warn["engine_nccl_version"], {**variables, "engine_image_env": env}) == "2.27.7-1+cuda13.0"
+    assert render(warn["engine_nccl_version"], {**variables, "engine_image_env": {"stdout_lines": []}}) == ""
