@@ -36,7 +36,7 @@ SHAPING = (
 )
 FILTER = re.compile(r"\|\s*(?:ansible\.builtin\.)?(?:" + "|".join(SHAPING) + r")\b")
 EXPRESSION = re.compile(r"\{\{.*?\}\}", re.S)
-CEILING = 35  # 115 before sparkplay.layout, 106 after it; 35 with sparkplay.plays (the aim: 40)
+CEILING = 36  # 119 (this count) before sparkplay.plays; 36 with it (the aim: 40)
 CONDITIONS = ("when", "until", "that", "changed_when", "failed_when")
 
 
