@@ -49,6 +49,6 @@ def test_a_lookup_without_the_package_refuses_with_the_fix(lookup: str, monkeypa
 
 def test_the_settings_lookup_without_the_package_refuses_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     plugin = importlib.import_module("ansible_collections.sparkplay.spark.plugins.lookup.sparkplay_settings")
-    monkeypatch.setitem(sys.modules, "sparkplay.deployment", None)  # an import of it raises ImportError
+    monkeypatch.setitem(sys.modules, "sparkplay.settings", None)  # an import of it raises ImportError
     with pytest.raises(AnsibleError, match="install the sparkplay wheel"):
         plugin.LookupModule().run(["launch"], {})
