@@ -49,6 +49,7 @@ def test_a_lookup_without_the_package_refuses_with_the_fix(lookup: str, monkeypa
 
 def test_the_settings_lookup_without_the_package_refuses_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     plugin = importlib.import_module("ansible_collections.sparkplay.spark.plugins.lookup.sparkplay_settings")
-    monkeypatch.setitem(sys.modules, "sparkplay.settings", None)  # an import of it raises ImportError
+    for name in [n for n in sys.modules if n == "sparkplay" or n.startswith("sparkplay.")] + ["sparkplay"]:
+        monkeypatch.setitem(sys.modules, name, None)  # the whole package: an import of any of it raises ImportError
     with pytest.raises(AnsibleError, match="install the sparkplay wheel"):
         plugin.LookupModule().run(["launch"], {})
