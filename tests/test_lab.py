@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import steps
 from tests.conftest import PROJECT, run_cli
 
 pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
@@ -229,6 +231,25 @@ def test_preflight_passes_on_the_lab():
     )
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "failed=0" in proc.stdout
+
+
+def test_a_lab_step_made_to_hang_fails_within_its_budget_naming_the_step_and_each_nodes_journal():
+    """Budgets, not one long timeout (issue 52): a real ansible step on both nodes that hangs fails the test in
+    seconds, not the twenty minutes a blanket timeout gave it, with what a person needs to see why."""
+    hang = ["ansible", "-i", str(HOSTS), "sparkplay_nodes", "-m", "ansible.builtin.command", "-a", "sleep 911"]
+    started = time.monotonic()
+    with pytest.raises(pytest.fail.Exception) as failed:
+        steps.run_step(hang, step="a step made to hang", budget=8)
+    took = time.monotonic() - started
+    try:
+        assert took < 45, took  # its budget, then the journals read (each bounded at 20 s)
+        said = str(failed.value)
+        assert "lab step `a step made to hang` passed its budget of 8 s" in said
+        for rank in (0, 1):
+            assert f"--- sparkplay-lab-rank{rank}: last 12 journal lines" in said
+    finally:  # docker exec's client is gone; the command it started in each node is not
+        for rank in (0, 1):
+            in_node(rank, "pkill", "-f", "sleep 911", check=False)
 
 
 def test_down_removes_everything_it_made_and_only_that():

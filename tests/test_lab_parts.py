@@ -171,3 +171,62 @@ def test_the_vllm_lab_model_is_a_seeded_llama_checkpoint_its_tokenizer_and_confi
     assert "chat_template" in json.loads((first / "tokenizer_config.json").read_text())
     pinned = catalog.load(catalog.catalog_dir(PROJECT), "lab-vllm")["source"]["sha256"]
     assert hashlib.sha256((first / "model.safetensors").read_bytes()).hexdigest() == pinned
+
+
+def _tree(root, files: dict[str, str]):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_a_snapshots_key_follows_everything_that_decides_provisioning_and_nothing_else(tmp_path):
+    from sparkplay.lab.snapshot import provisioning_key
+
+    root = _tree(
+        tmp_path,
+        {
+            "roles/fabric/tasks/main.yml": "- name: x\n",
+            "src/sparkplay/fabric.py": "X = 1\n",
+            "provision.yml": "---\n",
+            "ansible.cfg": "[defaults]\n",
+            "tests/test_x.py": "",
+            "docs/lab.md": "",
+        },
+    )
+    key = provisioning_key(root, "sparkplay-lab-node:a")
+    assert key == provisioning_key(root, "sparkplay-lab-node:a") and len(key) == 16
+    assert provisioning_key(root, "sparkplay-lab-node:b") != key  # another base image
+    # what does not decide a node's state: tests, docs, Python's byte-code caches
+    _tree(root, {"tests/test_x.py": "changed", "docs/lab.md": "changed", "src/sparkplay/__pycache__/f.pyc": "x"})
+    assert provisioning_key(root, "sparkplay-lab-node:a") == key
+    for name in ("roles/fabric/tasks/main.yml", "src/sparkplay/fabric.py", "provision.yml", "ansible.cfg"):
+        before = (root / name).read_text()
+        (root / name).write_text(before + "# changed\n")
+        assert provisioning_key(root, "sparkplay-lab-node:a") != key, name
+        (root / name).write_text(before)
+    (root / "roles/fabric/tasks/extra.yml").write_text("")  # a new file in a role
+    assert provisioning_key(root, "sparkplay-lab-node:a") != key
+
+
+def test_the_projects_key_is_stable_across_two_reads():
+    from sparkplay.lab.snapshot import provisioning_key
+
+    assert provisioning_key(PROJECT, ImageRecipe().tag) == provisioning_key(PROJECT, ImageRecipe().tag)
+
+
+@pytest.mark.parametrize("name", ["", "A", "a b", "-x", ".x", "x/y", "x:y", "x" * 101])
+def test_a_snapshot_name_that_cannot_be_an_image_tag_is_one_line_bad_input(name):
+    from sparkplay.lab.snapshot import validate_name
+
+    with pytest.raises(BadInput) as exc:
+        validate_name(name)
+    assert "\n" not in str(exc.value) and exc.value.exit_code == ExitCode.BAD_INPUT
+
+
+def test_lab_up_with_a_bad_snapshot_name_is_one_line_before_anything_is_made():
+    from tests.conftest import run_cli
+
+    proc = run_cli("lab", "up", "--snapshot", "Not/A:Tag")
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "snapshot name 'Not/A:Tag'" in proc.stderr

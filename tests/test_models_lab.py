@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.conftest import PROJECT, run_cli
+from tests.conftest import PROJECT, provisioned_lab
 from tests.test_lab import in_node
 from tests.test_provision_lab import HOSTS, playbook, recap
 
@@ -60,14 +60,10 @@ def inodes(rank: int, dest: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def provisioned_lab():
-    run_cli("lab", "down")
-    assert run_cli("lab", "up").returncode == 0
-    proc = playbook("provision.yml")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    make_checkpoint(0, f"{ROOT}/lab-gen", "--large", "2", "--large-mb", "70", "--small", "30")
-    yield
-    run_cli("lab", "down")
+def lab_with_checkpoint():
+    with provisioned_lab():  # the provisioned nodes' snapshot: provision.yml's own tests are test_provision_lab's
+        make_checkpoint(0, f"{ROOT}/lab-gen", "--large", "2", "--large-mb", "70", "--small", "30")
+        yield
 
 
 def test_mirror_copies_and_verifies_on_every_rank():

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import provisioned_lab
 from tests.nvfp4_fixture import MATCH, make_source
 from tests.test_lab import in_node
 from tests.test_provision_lab import playbook, recap
@@ -35,17 +35,14 @@ VARS = json.dumps(
 
 @pytest.fixture(scope="module", autouse=True)
 def lab_with_checkpoint(tmp_path_factory):
-    run_cli("lab", "down")
-    assert run_cli("lab", "up").returncode == 0
-    assert playbook("provision.yml").returncode == 0
-    local = make_source(tmp_path_factory.mktemp("mtp") / "lab-mtp")
-    in_node(0, "mkdir", "-p", ROOT)
-    subprocess.run(["docker", "cp", str(local), f"sparkplay-lab-rank0:{ROOT}/"], check=True)
-    staged = json.dumps({"checkpoint_staged": [{"name": "lab-mtp", "staged": SRC}]})
-    proc = playbook("models.yml", "-e", staged)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    yield
-    run_cli("lab", "down")
+    with provisioned_lab():  # the provisioned nodes' snapshot (tests/conftest.py)
+        local = make_source(tmp_path_factory.mktemp("mtp") / "lab-mtp")
+        in_node(0, "mkdir", "-p", ROOT)
+        subprocess.run(["docker", "cp", str(local), f"sparkplay-lab-rank0:{ROOT}/"], check=True)
+        staged = json.dumps({"checkpoint_staged": [{"name": "lab-mtp", "staged": SRC}]})
+        proc = playbook("models.yml", "-e", staged)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        yield
 
 
 def verify(rank: int) -> dict:

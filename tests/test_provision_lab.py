@@ -18,6 +18,7 @@ import subprocess
 
 import pytest
 
+from tests import steps
 from tests.conftest import PROJECT, run_cli
 from tests.test_lab import in_node
 
@@ -28,14 +29,13 @@ NETPLAN = "/etc/netplan/40-cx7.yaml"
 USER_NETPLAN = "# the user's own cable config\nnetwork:\n  version: 2\n"
 
 
-def playbook(name: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+def playbook(name: str, *args: str, budget: float | None = None) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook NAME on the lab, bounded by the playbook's budget (tests/steps.py)."""
+    step, default = steps.playbook_step(name, args)
+    return steps.run_step(
         ["ansible-playbook", "-i", str(HOSTS), name, *args],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT,
-        check=False,
-        timeout=900,
+        step=step,
+        budget=budget or default,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
     )
 

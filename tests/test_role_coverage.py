@@ -1,32 +1,33 @@
-"""Every role is exercised for real by `make test` (issue 42): a molecule scenario CI runs (the Makefile's
-`molecule` target), or named lab tests that run it on the real lab. A new role without either fails here;
-so does a name that went stale (a renamed test, a scenario CI stopped running, a test moved to an extra).
+"""Every role is exercised for real by `make test` (issue 42): named lab tests run it on the real lab, the
+whole-site test among them running every molecule scenario's checks (issue 52 folded the `lab` scenario into
+make test's lab). A new role without one fails here; so does a name that went stale (a renamed test, a test
+moved to an extra, a scenario whose checks the whole-site test no longer runs).
 """
 
 from __future__ import annotations
 
 import ast
-import re
+from pathlib import Path
 
 from tests.conftest import PROJECT
 
-# role -> what runs it in `make test`: "molecule:SCENARIO" or "tests/FILE.py::TEST"
+# the molecule `lab` scenario, folded into make test's lab (issue 52): the whole site converged, run again with
+# nothing changed, and every scenario's testinfra checks (molecule/*/tests) against the nodes
+SITE = "tests/test_serve_lab.py::test_the_whole_site_converges_then_changes_nothing_and_every_scenarios_checks_hold"
+# role -> the lab tests that run it in `make test` ("tests/FILE.py::TEST")
 COVERAGE: dict[str, tuple[str, ...]] = {
-    "sparkplay": ("molecule:lab",),  # the project's defaults, listed first by every play
+    "sparkplay": (SITE,),  # the project's defaults, listed first by every play
     "preflight": (
-        "molecule:lab",
+        SITE,
         "tests/test_provision_lab.py::test_check_mode_on_a_fresh_lab_reports_and_changes_nothing",
     ),
     "nvidia_stack": (
-        "molecule:lab",
+        SITE,
         "tests/test_provision_lab.py::test_skipping_the_nvidia_stacks_other_steps_does_not_skip_the_daemon_json_question",
     ),
-    "fabric": (
-        "molecule:fabric",
-        "molecule:lab",
-    ),
+    "fabric": (SITE,),
     "peer_ssh": (
-        "molecule:lab",
+        SITE,
         "tests/test_models_lab.py::test_only_rank0_is_trusted_between_the_ranks",
     ),
     "managed_files": (
@@ -34,16 +35,16 @@ COVERAGE: dict[str, tuple[str, ...]] = {
         "tests/test_serve_lab.py::test_a_foreign_file_stops_up_without_a_terminal_and_yes_backs_it_up",
     ),
     "checkpoint": (
-        "molecule:lab",
+        SITE,
         "tests/test_models_lab.py::test_mirror_copies_and_verifies_on_every_rank",
     ),
     "mtp_overlay": ("tests/test_overlay_lab.py::test_every_rank_builds_and_verifies_its_overlay",),
     "engine": (
-        "molecule:lab",
+        SITE,
         "tests/test_serve_lab.py::test_up_yes_from_a_fresh_lab_serves_across_both_ranks",
     ),
     "serve": (
-        "molecule:lab",
+        SITE,
         "tests/test_serve_lab.py::test_up_yes_from_a_fresh_lab_serves_across_both_ranks",
         "tests/test_several_lab.py::test_the_primary_then_a_second_model_beside_it_on_the_other_node",
     ),
@@ -63,13 +64,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     ),
 }
 # marks that keep a test out of `make test` (pyproject's addopts)
-LEFT_OUT = {"lab3", "extra", "vllm", "sglang", "faults"}
-
-
-def ci_scenarios() -> set[str]:
-    target = re.search(r"^molecule:.*?\n((?:\t.*\n)+)", (PROJECT / "Makefile").read_text(), re.M)
-    assert target, "the Makefile has no molecule target"
-    return set(re.findall(r"molecule test --scenario-name (\w+)", target.group(1)))
+LEFT_OUT = {"lab3", "extra", "vllm", "sglang", "faults", "faults_long"}
 
 
 def marks(node: ast.AST) -> set[str]:
@@ -103,13 +98,20 @@ def test_every_role_is_run_by_make_test():
     assert set(COVERAGE) == roles, (
         f"roles without coverage: {sorted(roles - set(COVERAGE))}; gone: {sorted(set(COVERAGE) - roles)}"
     )
-    scenarios = ci_scenarios()
     for role, refs in COVERAGE.items():
         for ref in refs:
-            if ref.startswith("molecule:"):
-                assert ref.split(":", 1)[1] in scenarios, f"{role}: {ref} is not run by `make molecule`"
-            else:
-                assert runs_in_make_test(ref), f"{role}: {ref} is not a lab test `make test` runs"
+            assert runs_in_make_test(ref), f"{role}: {ref} is not a lab test `make test` runs"
+
+
+def test_the_whole_site_test_runs_every_molecule_scenarios_checks():
+    from tests import test_serve_lab
+
+    scenarios = {p.parent.name for p in (PROJECT / "molecule").glob("*/molecule.yml")}
+    checked = {Path(path).parent.name for path in test_serve_lab.SCENARIO_CHECKS}
+    assert scenarios <= checked, f"scenarios whose checks make test does not run: {sorted(scenarios - checked)}"
+    # and no second converge of its own: make test runs no molecule scenario
+    recipe = (PROJECT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "directory molecule" not in recipe and "molecule test" not in recipe
 
 
 def test_a_test_left_out_of_make_test_does_not_count():
@@ -118,4 +120,3 @@ def test_a_test_left_out_of_make_test_does_not_count():
         "tests/test_several_extra_lab.py::test_models_on_demand_start_when_asked_for_make_room_lru_and_stop_after_their_ttl"
     )  # marked extra
     assert not runs_in_make_test("tests/test_serve_lab.py::test_no_such_test")
-    assert "lab" in ci_scenarios() and "peer_ssh" not in ci_scenarios()

@@ -27,6 +27,7 @@ import yaml
 
 from sparkplay.engines.systemd import env_file, sandbox
 from tests.conftest import PROJECT, fresh_lab, run_cli
+from tests.steps import run_step
 from tests.test_lab import in_node, post_on_leader
 from tests.test_provision_lab import playbook, recap
 
@@ -123,6 +124,51 @@ def test_second_and_third_runs_change_and_restart_nothing():
         assert proc.returncode == 0, proc.stdout[-4000:]
         assert all(counts["changed"] == 0 for counts in recap(proc.stdout).values()), proc.stdout[-4000:]
     assert [unit(rank, "MainPID")["MainPID"] for rank in (0, 1)] == before
+
+
+# The molecule `lab` scenario, folded into this lab (issue 52): its converge is the `up` above plus a second
+# checkpoint staged beside the model, its idempotence a whole-site run that changes nothing, its verify every
+# scenario's testinfra checks (molecule/*/tests) against these nodes. `make molecule` still runs the scenarios
+# on labs of their own.
+SCENARIO_CHECKS = sorted(str(p.relative_to(PROJECT)) for p in (PROJECT / "molecule").glob("*/tests"))
+GEN = ("--large", "2", "--large-mb", "70", "--small", "20")
+TESTINFRA = ("-p", "no:cacheprovider", "-o", "addopts=", "-q", "--tb=short", "--hosts=ansible://sparkplay_nodes")
+TESTINFRA += (f"--ansible-inventory={PROJECT / 'inventory' / 'lab' / 'hosts.yml'}",)
+SITE_VARS = json.dumps(
+    {
+        "recipe": "lab-tiny",
+        "checkpoint_staged": [
+            {"name": "lab-tiny", "staged": "/var/lib/sparkplay/models/lab-tiny"},
+            {"name": "lab-gen", "staged": "/var/lib/sparkplay/models/lab-gen"},
+        ],
+    }
+)
+
+
+def test_the_whole_site_converges_then_changes_nothing_and_every_scenarios_checks_hold():
+    # molecule/lab/prepare.yml's checkpoint-like tree on rank 0, as the scenario makes it
+    maker = (PROJECT / "molecule" / "lab" / "files" / "make_checkpoint.py").read_bytes()
+    subprocess.run(
+        ["docker", "exec", "-i", "sparkplay-lab-rank0", "python3", "-", "/var/lib/sparkplay/models/lab-gen", *GEN],
+        input=maker,
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
+    converge = playbook("site.yml", "-e", SITE_VARS)
+    assert converge.returncode == 0, converge.stdout[-4000:]
+    again = playbook("site.yml", "-e", SITE_VARS)
+    assert again.returncode == 0, again.stdout[-4000:]
+    changed = {host: counts["changed"] for host, counts in recap(again.stdout).items()}
+    assert changed == {"sparkplay-lab-rank0": 0, "sparkplay-lab-rank1": 0}, again.stdout[-4000:]
+    checks = run_step(
+        [sys.executable, "-m", "pytest", *TESTINFRA, *SCENARIO_CHECKS],
+        step="testinfra: every molecule scenario's checks on the served lab",
+        budget=300,
+    )
+    assert checks.returncode == 0, checks.stdout[-4000:] + checks.stderr[-2000:]
+    summary = re.search(r"(\d+) passed", checks.stdout)
+    assert summary and int(summary.group(1)) >= 30 and "failed" not in checks.stdout.splitlines()[-1], checks.stdout
 
 
 def test_plan_on_the_served_lab_reports_no_changes():

@@ -25,6 +25,7 @@ from sparkplay.errors import ExitCode
 from sparkplay.lab import faults as lab_faults
 from sparkplay.lab import inventory as lab_inventory
 from sparkplay.lab import manager as lab_manager
+from sparkplay.lab import snapshot as lab_snapshot
 from sparkplay.paths import data_dir, project_dir
 
 app = typer.Typer(
@@ -71,14 +72,26 @@ def lab_up(
             "--topology", help="switch (a direct cable for 2 nodes) or ring (3+ nodes, each twin to another neighbour)."
         ),
     ] = "switch",
+    snapshot: Annotated[
+        str | None,
+        typer.Option("--snapshot", help="Start each rank from the snapshot of that name (sparkplay lab snapshot)."),
+    ] = None,
     project: ProjectOpt = None,
 ) -> None:
     """Build the node image if needed, start the nodes, wire the cable, write inventory/lab."""
     lab_manager.validate_nodes(nodes)  # before looking for a project or an engine
     lab_manager.validate_topology(nodes, topology)
+    if snapshot is not None:
+        lab_snapshot.validate_name(snapshot)
     root_dir = project_dir(project)
     started = time.monotonic()
-    report = lab_manager.up(nodes, root_dir, topology=topology, say=lambda line: out.print(f"[dim]{line}[/dim]"))
+    report = lab_manager.up(
+        nodes,
+        root_dir,
+        topology=topology,
+        snapshot_name=snapshot,
+        say=lambda line: out.print(f"[dim]{line}[/dim]"),
+    )
     elapsed = time.monotonic() - started
     if report.changes:
         for change in report.changes:
@@ -102,6 +115,20 @@ def lab_down(
     for change in report.changes:
         out.print(f"  removed: {change.removesuffix(' removed')}", markup=False, highlight=False)
     out.print(f"lab down: {len(report.changes)} object(s) removed" if report.changes else "lab down: nothing to remove")
+
+
+@lab_app.command("snapshot")
+@reports_errors
+def lab_snapshot_save(
+    name: Annotated[str, typer.Argument(help="The snapshot's name (letters, digits, '.', '_', '-').")],
+) -> None:
+    """Keep each running node's disk as an image, to start a lab from later (lab up --snapshot NAME)."""
+    lab_snapshot.validate_name(name)
+    started = time.monotonic()
+    report = lab_manager.save_snapshot(name)
+    for change in report.changes:
+        out.print(f"  kept: {change}", markup=False, highlight=False)
+    out.print(f"lab snapshot {name}: {len(report.changes)} node(s) in {time.monotonic() - started:.1f} s")
 
 
 @lab_app.command("status")

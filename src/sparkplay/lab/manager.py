@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sparkplay import fabric, paths
 from sparkplay.errors import BadInput, MissingPrerequisite, SparkplayError
-from sparkplay.lab import cable, dockercli, inventory, staging, trust
+from sparkplay.lab import cable, dockercli, inventory, snapshot, staging, trust
 from sparkplay.lab.image import ImageRecipe, ensure_image
 
 LABEL = "sparkplay.lab"
@@ -112,7 +112,7 @@ def _ensure_network(report: Report) -> str:
     return dockercli.inspect("network", [NETWORK])[0]["Id"]
 
 
-def _run_node(rank: int, tag: str, cgroup_root: Path) -> None:
+def _run_node(rank: int, tag: str, cgroup_root: Path, *, from_snapshot: bool = False) -> None:
     name = container_name(rank)
     dockercli.docker(
         [
@@ -151,15 +151,18 @@ def _run_node(rank: int, tag: str, cgroup_root: Path) -> None:
         ]
     )
     # systemd gives every container of one image the same machine-id on its
-    # first boot here, so each node gets its own before it boots.
-    with tempfile.NamedTemporaryFile("w", suffix=".machine-id") as fh:
-        fh.write(uuid.uuid4().hex + "\n")
-        fh.flush()
-        dockercli.docker(["cp", fh.name, f"{name}:/etc/machine-id"])
+    # first boot here, so each node gets its own before it boots. A snapshot
+    # is one rank's own disk: it keeps that rank's identity (and host keys).
+    if not from_snapshot:
+        with tempfile.NamedTemporaryFile("w", suffix=".machine-id") as fh:
+            fh.write(uuid.uuid4().hex + "\n")
+            fh.flush()
+            dockercli.docker(["cp", fh.name, f"{name}:/etc/machine-id"])
     dockercli.docker(["start", name])
 
 
-def _converge_nodes(nodes: int, tag: str, network_id: str, report: Report) -> None:
+def _converge_nodes(tags: list[str], network_id: str, report: Report, *, from_snapshot: bool) -> None:
+    nodes = len(tags)
     existing = _lab_containers()
     cgroup_root = cgroup_v2_root()
     for name, info in sorted(existing.items()):
@@ -167,7 +170,7 @@ def _converge_nodes(nodes: int, tag: str, network_id: str, report: Report) -> No
         if not 0 <= rank < nodes:
             dockercli.docker(["rm", "-f", name])
             report.add(f"{name} removed (not part of a {nodes}-node lab)")
-    for rank in range(nodes):
+    for rank, tag in enumerate(tags):
         name = container_name(rank)
         info = existing.get(name)
         if info is None:
@@ -177,8 +180,8 @@ def _converge_nodes(nodes: int, tag: str, network_id: str, report: Report) -> No
                     f"a container named {name} exists but was not made by sparkplay",
                     f"remove or rename it (docker rm -f {name})",
                 )
-            _run_node(rank, tag, cgroup_root)
-            report.add(f"{name} created")
+            _run_node(rank, tag, cgroup_root, from_snapshot=from_snapshot)
+            report.add(f"{name} created" + (f" from {tag}" if from_snapshot else ""))
             continue
         networks = info.get("NetworkSettings", {}).get("Networks", {})
         attached = any(net.get("NetworkID") == network_id for net in networks.values())
@@ -196,7 +199,7 @@ def _converge_nodes(nodes: int, tag: str, network_id: str, report: Report) -> No
                 else "management network was replaced"
             )
             dockercli.docker(["rm", "-f", name])
-            _run_node(rank, tag, cgroup_root)
+            _run_node(rank, tag, cgroup_root, from_snapshot=from_snapshot)
             report.add(f"{name} recreated ({why})")
         elif not info["State"]["Running"]:
             dockercli.docker(["start", name])
@@ -240,20 +243,31 @@ def up(
     *,
     topology: str = "switch",
     recipe: ImageRecipe | None = None,
+    snapshot_name: str | None = None,
     say: Callable[[str], None] = print,
 ) -> Report:
-    """Bring the lab to `nodes` running, cabled nodes and write its inventory."""
+    """Bring the lab to `nodes` running, cabled nodes and write its inventory; with `snapshot_name`, each rank
+    starts from its snapshot image (sparkplay.lab.snapshot) instead of the bare node image."""
     validate_nodes(nodes)
     validate_topology(nodes, topology)
     dockercli.require_engine()
     cgroup_v2_root()  # fail before building anything on a host that cannot run it
     report = Report()
     with _lab_lock():
-        tag, built = ensure_image(recipe or ImageRecipe(), say=say)
-        if built:
-            report.add(f"image {tag} built")
+        if snapshot_name is not None:
+            tags = snapshot.images(snapshot_name, nodes)
+            if tags is None:
+                raise BadInput(
+                    f"no snapshot {snapshot_name!r} of {nodes} lab node(s) exists",
+                    f"make one from a running lab (sparkplay lab snapshot {snapshot_name}) or leave out --snapshot",
+                )
+        else:
+            tag, built = ensure_image(recipe or ImageRecipe(), say=say)
+            if built:
+                report.add(f"image {tag} built")
+            tags = [tag] * nodes
         network_id = _ensure_network(report)
-        _converge_nodes(nodes, tag, network_id, report)
+        _converge_nodes(tags, network_id, report, from_snapshot=snapshot_name is not None)
         names = [container_name(rank) for rank in range(nodes)]
         _wait_systemd(names)
         cas = trust.host_cas()
@@ -286,10 +300,31 @@ def down(project: Path, *, purge_images: bool = False) -> Report:
             report.add(f"network {network} removed")
         report.add(*(f"{path} removed" for path in inventory.remove(paths.data_dir(project))))
         if purge_images:
+            report.add(*snapshot.remove_all())
             images = dockercli.docker(["images", "--format", "{{.Repository}}:{{.Tag}}", "sparkplay-lab-node"])
             for image in images.stdout.split():
                 dockercli.docker(["rmi", image])
                 report.add(f"image {image} removed")
+    return report
+
+
+def save_snapshot(name: str) -> Report:
+    """Keep each running lab node's disk as `name` (sparkplay.lab.snapshot), for `up --snapshot NAME`."""
+    dockercli.require_engine()
+    report = Report()
+    with _lab_lock():
+        running = sorted(
+            (int(info["Config"]["Labels"].get(RANK_LABEL, "-1")), name_)
+            for name_, info in _lab_containers().items()
+            if info["State"]["Running"]
+        )
+        ranks = [rank for rank, _ in running]
+        if ranks != list(range(len(ranks))):
+            raise SparkplayError(
+                f"the lab's running ranks are {ranks}, not 0 to {len(ranks) - 1}",
+                "bring every node up first (sparkplay lab up), then snapshot",
+            )
+        report.add(*snapshot.save(name, [name_ for _, name_ in running]))
     return report
 
 

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Time `make test`'s phases and report them with the slowest tests: durations are data.
+
+    timed.py --reset                 start a new record (.cache/test-times/)
+    timed.py PHASE -- COMMAND ...    run COMMAND, record PHASE's seconds and exit code, exit as it did
+    timed.py --report                print each phase, the total, and the slowest tests and modules
+
+Standard library only: it runs before the virtualenv exists (the setup phase makes it).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+TIMES = Path(__file__).resolve().parent.parent / ".cache" / "test-times"
+PHASES = TIMES / "phases.tsv"
+TESTS = TIMES / "pytest.tsv"
+
+
+def clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{seconds % 60:04.1f}"
+
+
+def report() -> None:
+    rows = [line.split("\t") for line in PHASES.read_text().splitlines()] if PHASES.exists() else []
+    print("\nmake test, by phase (.cache/test-times/phases.tsv):")
+    for phase, seconds, rc in rows:
+        print(f"  {phase:<12} {clock(float(seconds)):>8}  {'ok' if rc == '0' else 'FAILED rc ' + rc}")
+    total = sum(float(seconds) for _, seconds, _ in rows)
+    print(f"  {'total':<12} {clock(total):>8}")
+    if not TESTS.exists():
+        return
+    tests = [line.split("\t") for line in TESTS.read_text().splitlines()[1:]]
+    modules: dict[str, float] = defaultdict(float)
+    for node, _, seconds, _ in tests:
+        modules[node.split("::")[0]] += float(seconds)
+    print("slowest test modules (setup, call and teardown; .cache/test-times/pytest.tsv):")
+    for module, seconds in sorted(modules.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"  {clock(seconds):>8}  {module}")
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--reset"]:
+        TIMES.mkdir(parents=True, exist_ok=True)
+        PHASES.write_text("")
+        TESTS.unlink(missing_ok=True)
+        return 0
+    if argv == ["--report"]:
+        report()
+        return 0
+    if len(argv) < 3 or argv[1] != "--":
+        print(__doc__, file=sys.stderr)
+        return 2
+    phase, command = argv[0], argv[2:]
+    started = time.monotonic()
+    rc = subprocess.call(command)
+    TIMES.mkdir(parents=True, exist_ok=True)
+    with PHASES.open("a") as fh:
+        fh.write(f"{phase}\t{time.monotonic() - started:.1f}\t{rc}\n")
+    if rc != 0:
+        report()  # what ran, and how long, before the failure
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
