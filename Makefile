@@ -49,7 +49,7 @@ sanity: venv
 
 unit: venv sanity ## the fast checks: lint, Galaxy's sanity checks and every test that needs no lab (no root, no Docker)
 	ruff check .
-	pytest -m "not lab" -q
+	pytest -m "not lab and not lab3 and not extra and not vllm and not sglang and not faults and not faults_long" -q -n 2
 
 # pytest exits 5 when it collected nothing: for this suite that means a
 # broken selection, so it fails loudly instead of passing on no tests.

@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import test_faults_lab as faults
 from tests.conftest import PROJECT, lab_cli, lab_small_as, run_cli
 from tests.test_lab import in_node
 from tests.test_untrusted import ESCAPE_ATTEMPTS
@@ -252,6 +254,53 @@ def full_log(proc: subprocess.CompletedProcess[str]) -> str:
     found = re.findall(r"full log: (\S+)", proc.stdout + proc.stderr)
     assert found, proc.stdout[-2000:]
     return (Path(found[-1]) / "stdout").read_text()
+
+
+# -- day two beside several models (issue 52: in make test; the rest of the faults: tests/test_faults_lab.py) -----
+
+OOM_UNIT = "sparkplay-serve@lab-oom.service"
+
+
+def test_an_engine_past_its_memory_limit_is_killed_by_its_cgroup_and_the_others_keep_answering():
+    """lab-oom: lab-small's model with a 4M-token context (a 2 GiB f16 KV cache) whose recipe claims 0.25 GiB:
+    admitted by its claim, held to 0.5 GiB, it is killed by its own cgroup as it allocates the cache, beside
+    lab-small on the same node and lab-tiny across both."""
+    assert faults.answers("lab-small", GATEWAY) and faults.answers("lab-tiny", GATEWAY)
+    doc = lab_small_as("lab-oom", 1 << 22, 9935, memory_claim_gib=0.25)
+    path = PROJECT / "recipes" / "lab-oom.yml"
+    try:
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        proc = cli("up", "lab-oom", "--add", "--node", "sparkplay-lab-rank1", "--yes")
+    finally:
+        path.unlink()
+    assert proc.returncode != 0  # never proven: it cannot hold its cache
+    record = json.loads(in_node(1, "cat", "/etc/sparkplay/serve.d/lab-oom.json").stdout)
+    assert record["claim"]["bytes"] == 2**28  # the recipe's number, for admission and the limit alike
+    deadline = time.monotonic() + 120
+    while "killed" not in (said := json.dumps(faults.oom_rows())):
+        assert time.monotonic() < deadline, said
+        time.sleep(5)
+    assert "above its memory limit of 512 MiB" in said, said
+    # the kernel killed the engine in its own cgroup: the node and the other models are untouched
+    assert faults.answers("lab-tiny", GATEWAY) and faults.answers("lab-small", GATEWAY)
+    kills = in_node(
+        1,
+        "sh",
+        "-c",
+        f"cat /opt/sparkplay-lab/memory/docker/*/sparkplay/{OOM_UNIT}/memory.oom_control",
+        check=False,
+    ).stdout
+    assert re.search(r"oom_kill [1-9]", kills), kills
+    assert faults.unit_prop(1, "ActiveState") == "active"  # lab-tiny's worker on the same node
+    proc = cli("stop", "lab-oom", "--yes")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert faults.answers("lab-tiny", GATEWAY) and faults.answers("lab-small", GATEWAY)
+    assert in_node(1, "systemctl", "is-active", OOM_UNIT, check=False).stdout.strip() != "active"
+
+
+def test_a_pulled_cable_is_named_and_sat_out_then_serving_comes_back():
+    faults.pulled_cable_sat_out(1, "for 1 min")
+    assert faults.answers("lab-small", GATEWAY)  # the gateway reaches rank 1's model over the cable again
 
 
 def test_stopping_one_leaves_the_other_answering_and_frees_its_claim():
