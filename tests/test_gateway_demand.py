@@ -231,6 +231,22 @@ def test_the_swapper_acts_only_on_models_on_demand_and_their_own_units(tmp_path)
     assert Routes(routes).current()["models"]["a"]["on_demand"] is True
 
 
+@pytest.mark.parametrize("length", [1, 63, 64])
+def test_the_swapper_takes_every_slot_a_recipe_name_can_be(length):
+    """A model on demand named with the 64 characters a recipe name may have could never start (issue 54)."""
+    from sparkplay.recipes.model import NAME_PATTERN
+
+    slot = "m" * length
+    assert NAME_PATTERN.match(slot)
+    route = {"slot": slot, "on_demand": True}
+    route["units"] = [f"sparkplay-serve@{slot}.service", f"sparkplay-serve-watchdog@{slot}.service"]
+    assert units_of(route) == route["units"]
+    too_long = "m" * 65
+    assert not NAME_PATTERN.match(too_long)
+    with pytest.raises(ValueError):
+        units_of({**route, "slot": too_long, "units": [f"sparkplay-serve@{too_long}.service"]})
+
+
 def test_the_gateways_install_pins_every_package_with_its_hashes():
     """What the serve role installs on the leader: aiohttp and prometheus_client (its /metrics), each file's
     sha256 pinned, from PyPI only."""

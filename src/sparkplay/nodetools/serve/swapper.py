@@ -26,7 +26,9 @@ from urllib.parse import urlsplit
 from .gateway_files import Routes
 from .group import on_peer
 
-SLOT = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}\Z")
+# a recipe name, as sparkplay.recipes.model.NAME_PATTERN allows it (64 characters at most); the node tool keeps
+# its own copy (it runs on the node alone), held equal by tests/test_gateway_demand.py
+SLOT = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}\Z")
 MAX_LINE = 4096
 
 
