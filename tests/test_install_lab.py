@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import steps
 from tests.conftest import PROJECT, run_cli
 
 pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
@@ -34,21 +35,14 @@ class Installed:
         self.venv = root / "venv"
         self.data = self.home / ".local" / "share" / "sparkplay"
 
-    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        """The installed command, from its empty folder, bounded by its step's budget (tests/steps.py)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKPLAY_", "XDG_", "VIRTUAL_ENV"))}
         path = [p for p in env.get("PATH", "").split(os.pathsep) if Path(sys.executable).parent != Path(p)]
         env.update(HOME=str(self.home), PATH=os.pathsep.join([str(self.venv / "bin"), *path]))
+        step, budget = steps.cli_step(args)
         argv = [str(self.venv / "bin" / "sparkplay"), *args]
-        return subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            cwd=self.cwd,
-            env=env,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        return steps.run_step(argv, step=f"installed {step}", budget=timeout or budget, cwd=self.cwd, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +104,7 @@ def test_the_installed_command_brings_up_the_lab_and_serves_lab_tiny(installed: 
     assert up.returncode == 0, up.stdout + up.stderr
     inventory = installed.data / "inventory" / "lab"
     assert f"inventory: {inventory / 'hosts.yml'}" in up.stdout
-    served = installed.run("up", "lab-tiny", "-i", str(inventory), "--yes", timeout=1500)
+    served = installed.run("up", "lab-tiny", "-i", str(inventory), "--yes")
     assert served.returncode == 0, served.stdout[-4000:] + served.stderr
     assert "lab-tiny answers at http://127.0.0.1:9931" in served.stdout
     rows = json.loads(installed.run("status", "-i", str(inventory), "--json").stdout)
@@ -149,7 +143,7 @@ def test_the_collection_serves_the_same_lab_by_fqcn(installed: Installed) -> Non
     assert (collections / "ansible_collections" / "sparkplay" / "spark" / "playbooks" / "serve.yml").is_file()
     env["ANSIBLE_COLLECTIONS_PATH"] = str(collections)
     inventory = installed.data / "inventory" / "lab" / "hosts.yml"
-    proc = subprocess.run(
+    proc = steps.run_step(
         [
             str(installed.venv / "bin" / "ansible-playbook"),
             "-i",
@@ -158,12 +152,10 @@ def test_the_collection_serves_the_same_lab_by_fqcn(installed: Installed) -> Non
             "-e",
             "recipe=lab-tiny",
         ],
-        capture_output=True,
-        text=True,
+        step="the installed collection's sparkplay.spark.serve",
+        budget=steps.PLAYBOOK_BUDGETS["serve.yml"],
         cwd=installed.cwd,
         env=env,
-        timeout=1200,
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
     assert "lab-tiny answers at http://127.0.0.1:9931" in proc.stdout

@@ -100,7 +100,7 @@ def served_lab() -> Iterator[None]:
     """lab-tiny served, from whatever lab is there (none, or one another module left serving: then the
     up below changes next to nothing, which keeps the suite's time down)."""
     assert run_cli("lab", "up").returncode == 0
-    proc = run_cli("up", "lab-tiny", "-i", "inventory/lab", "--yes", timeout=1200)
+    proc = run_cli("up", "lab-tiny", "-i", "inventory/lab", "--yes")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     yield
     run_cli("lab", "down")

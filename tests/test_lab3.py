@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.lab3, pytest.mark.usefixtures("lab_ho
 @pytest.fixture(scope="module", autouse=True)
 def three_nodes() -> Iterator[None]:
     run_cli("lab", "down")
-    up = run_cli("lab", "up", "--nodes", "3", timeout=900)
+    up = run_cli("lab", "up", "--nodes", "3", timeout=900)  # budget: three nodes' site, beyond the pair's
     assert up.returncode == 0, up.stdout + up.stderr
     yield
     run_cli("lab", "down")
@@ -39,7 +39,9 @@ def test_the_switch_forwards_between_every_pair_of_ranks():
 
 
 def test_lab_tiny_is_served_across_three_ranks():
-    proc = run_cli("up", "lab-tiny", "-i", "inventory/lab", "--yes", timeout=1800)
+    proc = run_cli(
+        "up", "lab-tiny", "-i", "inventory/lab", "--yes", timeout=1800
+    )  # budget: three nodes' site, beyond the pair's
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
     assert re.search(r"lab-tiny answers at http://127\.0\.0\.1:9931", proc.stdout)
     for rank in (1, 2):  # mirrored and verified on every rank

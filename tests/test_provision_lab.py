@@ -174,7 +174,7 @@ def test_doctor_bundle_has_every_section_of_every_node_and_no_secret(tmp_path):
     environment (what the checkpoint download would use) must not reach it."""
     token = "hf_" + "Zz9Yy8Xx" * 4
     bundle = tmp_path / "bundle.ndjson.gz"
-    proc = run_cli("doctor", "-i", "inventory/lab", "--bundle", str(bundle), env={"HF_TOKEN": token}, timeout=600)
+    proc = run_cli("doctor", "-i", "inventory/lab", "--bundle", str(bundle), env={"HF_TOKEN": token})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     assert oct(bundle.stat().st_mode & 0o777) == "0o600"
     raw = gzip.decompress(bundle.read_bytes()).decode()
@@ -226,7 +226,7 @@ def test_reset_puts_every_file_back_and_a_second_reset_changes_nothing():
     assert refused.returncode != 0, refused.stdout[-3000:]
     assert f"These files changed since sparkplay wrote them: {limits}" in refused.stdout
     assert [node_state(r) for r in (0, 1)] == before and "# my tweak" in in_node(0, "cat", limits).stdout
-    proc = run_cli("reset", "-i", "inventory/lab", "--yes", timeout=900)
+    proc = run_cli("reset", "-i", "inventory/lab", "--yes")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     assert in_node(1, "cat", NETPLAN).stdout == USER_NETPLAN
     assert in_node(1, "sh", "-c", f"ls {NETPLAN}.*~ 2>/dev/null || true").stdout == ""  # sparkplay's backups gone
@@ -241,7 +241,7 @@ def test_reset_puts_every_file_back_and_a_second_reset_changes_nothing():
     assert in_node(0, "test", "-e", NETPLAN, check=False).returncode == 1  # sparkplay created it there
     kept = in_node(0, "sh", "-c", f"cat {limits}.sparkplay-edited-*~").stdout
     assert "# my tweak" in kept
-    again = run_cli("reset", "-i", "inventory/lab", "--yes", timeout=900)
+    again = run_cli("reset", "-i", "inventory/lab", "--yes")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr
     assert "nothing of sparkplay's is left on any node" in again.stdout
 

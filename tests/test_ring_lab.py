@@ -32,12 +32,16 @@ def ring() -> Iterator[None]:
 
 
 def lab_up(nodes: int) -> None:
-    up = run_cli("lab", "up", "--nodes", str(nodes), "--topology", "ring", timeout=900)
+    up = run_cli(
+        "lab", "up", "--nodes", str(nodes), "--topology", "ring", timeout=900
+    )  # budget: a ring's site, beyond the pair's
     assert up.returncode == 0, up.stdout + up.stderr
 
 
 def serve_and_check(nodes: int) -> str:
-    proc = run_cli("up", "lab-tiny", "-i", "inventory/lab", "--yes", timeout=1800)
+    proc = run_cli(
+        "up", "lab-tiny", "-i", "inventory/lab", "--yes", timeout=1800
+    )  # budget: a ring's site, beyond the pair's
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
     assert re.search(r"lab-tiny answers at http://127\.0\.0\.1:9931", proc.stdout)
     for rank in range(1, nodes):  # mirrored from rank 0 and verified on every rank

@@ -73,7 +73,7 @@ def served_lab() -> Iterator[None]:
 
 
 def up(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli("up", "lab-tiny", "-i", "inventory/lab", *args, timeout=1200)
+    return run_cli("up", "lab-tiny", "-i", "inventory/lab", *args)
 
 
 def test_up_without_a_terminal_or_yes_changes_nothing():
@@ -172,7 +172,7 @@ def test_the_whole_site_converges_then_changes_nothing_and_every_scenarios_check
 
 
 def test_plan_on_the_served_lab_reports_no_changes():
-    proc = run_cli("plan", "lab-tiny", "-i", "inventory/lab", "--offline", timeout=1200)  # nothing to download
+    proc = run_cli("plan", "lab-tiny", "-i", "inventory/lab", "--offline")  # nothing to download
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     assert "plan: no changes on any host" in proc.stdout
     assert "would be backed up and replaced" not in proc.stdout
@@ -183,7 +183,7 @@ def test_plan_json_is_the_deployment_the_lab_runs_field_for_field():
     units, record and probe are compared here with what the nodes hold and answer."""
     from sparkplay.engines.systemd import exec_line
 
-    proc = run_cli("plan", "lab-tiny", "-i", "inventory/lab", "--json", timeout=600)
+    proc = run_cli("plan", "lab-tiny", "-i", "inventory/lab", "--json")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     planned = json.loads(proc.stdout)
     launch = planned["launch"]
@@ -374,7 +374,7 @@ def test_a_recipe_from_each_importer_plans_on_the_lab(importers_project, fixture
     computed = json.loads(shown.stdout)
     assert computed["recipe"] == name and computed["engine"]["name"] == "llamacpp"
     assert [n["rank"] for n in computed["nodes"]] == [0, 1]
-    proc = run_cli("plan", name, "-i", lab, "--only", "serve", "--project-dir", str(importers_project), timeout=900)
+    proc = run_cli("plan", name, "-i", lab, "--only", "serve", "--project-dir", str(importers_project))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     assert "plan:" in proc.stdout
 
@@ -397,7 +397,7 @@ def test_bench_measures_across_both_ranks_and_checks_the_output_is_batch_invaria
     profile = tmp_path / "profile.yml"
     profile.write_text(BENCH_PROFILE)
     results = tmp_path / "results"
-    proc = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile), "--results", str(results), timeout=1200)
+    proc = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile), "--results", str(results))
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
     kept = sorted((results / "lab-tiny").glob("*.json"))
     assert len(kept) == 1 and re.fullmatch(r"\d{8}T\d{6}Z-lab-tiny-r[0-9a-f]{12}-e[0-9a-f]{12}\.json", kept[0].name)
@@ -657,7 +657,7 @@ def lab_tiny_variant(name: str, *, args: dict[str, str] | None = None, extra: tu
 def test_a_change_the_engine_refuses_goes_back_to_the_last_good_by_itself_and_serves_again():
     with lab_tiny_variant("lab-tiny-bad", extra=("--no-such-flag",)):
         started = time.monotonic()
-        proc = run_cli("up", "lab-tiny-bad", "-i", "inventory/lab", "--yes", "--only", "serve", timeout=1200)
+        proc = run_cli("up", "lab-tiny-bad", "-i", "inventory/lab", "--yes", "--only", "serve")
         took = time.monotonic() - started
     assert proc.returncode != 0
     assert "lab-tiny-bad is not serving" in proc.stdout
@@ -673,7 +673,7 @@ def test_a_change_the_engine_refuses_goes_back_to_the_last_good_by_itself_and_se
 
 def test_rollback_returns_to_the_previous_recipe_and_forward_again():
     with lab_tiny_variant("lab-tiny-two", args={"-c": "256"}):
-        proc = run_cli("up", "lab-tiny-two", "-i", "inventory/lab", "--yes", "--only", "serve", timeout=1200)
+        proc = run_cli("up", "lab-tiny-two", "-i", "inventory/lab", "--yes", "--only", "serve")
         assert proc.returncode == 0, proc.stdout[-3000:]
         assert served_models() == ["lab-tiny-two"]
         back = run_cli("rollback", "-i", "inventory/lab", "--yes")

@@ -84,7 +84,9 @@ def invocations() -> dict[int, str]:
 
 def test_up_installs_vllm_and_serves_tensor_parallel_across_both_ranks():
     started = time.monotonic()
-    proc = run_cli("up", "lab-vllm", "-i", "inventory/lab", "--yes", timeout=3000)
+    proc = run_cli(
+        "up", "lab-vllm", "-i", "inventory/lab", "--yes", timeout=3000
+    )  # budget: vLLM's CPU build installs and starts, beyond llama.cpp's
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr
     # the health proof is a real completion through vLLM's API
@@ -118,7 +120,9 @@ def test_completions_are_deterministic_at_temperature_zero():
 
 
 def test_status_lists_both_ranks():
-    proc = run_cli("status", "-i", "inventory/lab", timeout=600)
+    proc = run_cli(
+        "status", "-i", "inventory/lab", timeout=600
+    )  # budget: vLLM's CPU build installs and starts, beyond llama.cpp's
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if re.match(r"\s*[01]\s+sparkplay-lab-rank[01]\s", line)]
     assert len(rows) == 2, proc.stdout
@@ -135,7 +139,9 @@ def test_bench_measures_vllm_and_gives_its_invariance_verdict(tmp_path):
     profile = tmp_path / "profile.yml"
     profile.write_text(BENCH_PROFILE)
     results = tmp_path / "results"
-    proc = run_cli("bench", "-i", "inventory/lab", "--profile", str(profile), "--results", str(results), timeout=2400)
+    proc = run_cli(
+        "bench", "-i", "inventory/lab", "--profile", str(profile), "--results", str(results), timeout=2400
+    )  # budget: vLLM's CPU build installs and starts, beyond llama.cpp's
     (kept,) = sorted((results / "lab-vllm").glob("*.json"))
     doc = json.loads(kept.read_text())
     verdict = doc["invariance"]
@@ -154,7 +160,9 @@ def test_bench_measures_vllm_and_gives_its_invariance_verdict(tmp_path):
 
 def test_a_second_up_installs_and_restarts_nothing():
     pids = [in_node(r, "systemctl", "show", UNIT, "--property=MainPID").stdout.strip() for r in (0, 1)]
-    proc = run_cli("up", "lab-vllm", "-i", "inventory/lab", "--yes", timeout=1800)
+    proc = run_cli(
+        "up", "lab-vllm", "-i", "inventory/lab", "--yes", timeout=1800
+    )  # budget: vLLM's CPU build installs and starts, beyond llama.cpp's
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
     # the install's marker is there, so its steps are skipped; the units are unchanged, so nothing restarts
     assert [in_node(r, "systemctl", "show", UNIT, "--property=MainPID").stdout.strip() for r in (0, 1)] == pids
@@ -239,7 +247,9 @@ def test_a_one_node_copy_served_on_demand_is_started_by_the_gateway_when_asked_f
     try:
         recipe.write_text(yaml.safe_dump(doc, sort_keys=False))
         settings.write_text(before + "\nserve_on_demand: [lab-vllm-od]\nserve_on_demand_wait: 600\n")
-        proc = run_cli("up", "lab-vllm-od", "--add", "-i", "inventory/lab", "--yes", timeout=1800)
+        proc = run_cli(
+            "up", "lab-vllm-od", "--add", "-i", "inventory/lab", "--yes", timeout=1800
+        )  # budget: vLLM's CPU build installs and starts, beyond llama.cpp's
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
         unit_name = "sparkplay-serve@lab-vllm-od.service"
         assert in_node(0, "systemctl", "is-active", unit_name, check=False).stdout.strip() != "active"
@@ -256,7 +266,9 @@ def test_a_one_node_copy_served_on_demand_is_started_by_the_gateway_when_asked_f
 
 
 def test_stop_leaves_no_vllm_process_on_either_rank():
-    proc = run_cli("stop", "-i", "inventory/lab", "--yes", timeout=600)
+    proc = run_cli(
+        "stop", "-i", "inventory/lab", "--yes", timeout=600
+    )  # budget: vLLM's CPU build installs and starts, beyond llama.cpp's
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     for rank in (0, 1):  # -i: vLLM renames its processes (VLLM::Worker_TP1)
         left = in_node(rank, "pgrep", "-aif", "vllm", check=False).stdout.strip()
