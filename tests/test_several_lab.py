@@ -11,14 +11,20 @@ nodes (the host's: the lab's containers share its memory). The tests run in file
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from sparkplay import runlock
+from sparkplay.runner import state_dir
+from tests import steps
 from tests import test_faults_lab as faults
 from tests.conftest import PROJECT, lab_cli, lab_small_as, run_cli
 from tests.test_lab import in_node
@@ -213,6 +219,34 @@ def test_a_third_that_cannot_fit_is_refused_naming_the_node_and_nothing_changes(
     ]
 
 
+def up_while_another_is_started(
+    recipe: str,
+) -> tuple[int, subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """`up RECIPE --yes`, and while it holds the lab inventory's run lock, `up lab-small --add --no-wait` from
+    another process: the first's pid and result, and the second's result."""
+    first = subprocess.Popen(
+        [sys.executable, "-m", "sparkplay", "up", recipe, "-i", "inventory/lab", "--yes"],
+        cwd=PROJECT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    lock = runlock.lock_path(PROJECT / "inventory" / "lab", state_dir())
+    deadline = time.monotonic() + 60
+    while f'"pid": {first.pid}' not in (lock.read_text() if lock.exists() else ""):
+        assert first.poll() is None and time.monotonic() < deadline, "the first up never held the lock"
+        time.sleep(0.1)
+    second = cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes", "--no-wait")
+    try:
+        out, err = first.communicate(timeout=steps.CLI_BUDGETS["up"])
+    except subprocess.TimeoutExpired:
+        os.killpg(first.pid, signal.SIGKILL)
+        pytest.fail(f"lab step `sparkplay up {recipe}` passed its budget\n{steps.node_journals()}", pytrace=False)
+    return first.pid, subprocess.CompletedProcess(first.args, first.returncode, out, err), second
+
+
 def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
     proc = run_cli("status", "-i", "inventory/lab", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
@@ -228,9 +262,12 @@ def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
     ), gateway
     assert gateway["models"] == ["lab-small", "lab-tiny"]
     pid = in_node(1, "systemctl", "show", SMALL_UNIT, "--property=MainPID").stdout
-    # plain up of the primary keeps today's meaning, and leaves the added model serving
-    proc = cli("up", "lab-tiny", "--yes")
+    # plain up of the primary keeps today's meaning, and leaves the added model serving; a second run started
+    # while it runs (another terminal) refuses at once naming it (issue 53), and the first goes on unharmed
+    first, proc, second = up_while_another_is_started("lab-tiny")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert second.returncode == 7, second.stdout[-2000:] + second.stderr
+    assert f"`sparkplay up lab-tiny -i inventory/lab --yes` (pid {first} on " in second.stderr
     again = cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes")
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr
     assert "changed" not in "".join(line for line in again.stdout.splitlines() if line.startswith(" sparkplay-lab"))

@@ -18,7 +18,8 @@ from sparkplay.paths import default_inventory, project_dir
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 failed; 2 bad input; 3 confirmation declined; "
-    "4 hosts failed; 5 hosts unreachable; 6 a prerequisite is missing (Docker engine, debootstrap, ...)."
+    "4 hosts failed; 5 hosts unreachable; 6 a prerequisite is missing (Docker engine, debootstrap, ...); "
+    "7 another run is changing these nodes (--no-wait)."
 )
 
 
@@ -81,3 +82,30 @@ InventoryOpt = Annotated[
 def inventory_of(inventory: Path | None) -> Path:
     """The inventory given, else the default one (paths.default_inventory)."""
     return inventory if inventory is not None else default_inventory(project_dir())
+
+
+NoWaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-wait", help="If another run is changing these nodes, refuse at once (exit 7) instead of waiting for it."
+    ),
+]
+
+
+def changes_nodes(func: F) -> F:
+    """A command that changes nodes (or what the next run reads) holds its inventory's run lock while it runs
+    (sparkplay.runlock): a second one waits, naming the first, or refuses with --no-wait. Its `inventory` and
+    `no_wait` parameters say which lock and how."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from sparkplay import runlock
+        from sparkplay.runner import state_dir
+
+        inventory = inventory_of(kwargs.get("inventory")).absolute()
+        folder = inventory if inventory.is_dir() or not inventory.suffix else inventory.parent
+        said = lambda line: err.print(line, markup=False, highlight=False)  # noqa: E731
+        with runlock.holding(folder, state_dir(), wait=not kwargs.get("no_wait"), say=said):
+            return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]

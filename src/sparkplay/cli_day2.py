@@ -23,7 +23,7 @@ from rich.table import Table
 from sparkplay import __version__
 from sparkplay import doctor as doctor_mod
 from sparkplay import inventory as inv_mod
-from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, out, reports_errors
+from sparkplay.cli_common import InventoryOpt, NoWaitOpt, ProjectOpt, changes_nodes, err, out, reports_errors
 from sparkplay.cli_display import print_drift
 from sparkplay.cli_run import VerboseOpt, YesOpt, ask, finish, hosts_file, leader_host, run, show_plan, stage_one
 from sparkplay.engines.names import UNITS
@@ -125,10 +125,12 @@ def logs(
 
 
 @reports_errors
+@changes_nodes
 def stop(
     recipe: Annotated[str | None, typer.Argument(help="Stop only this recipe's deployment (default: all).")] = None,
     inventory: InventoryOpt = None,
     yes: YesOpt = False,
+    no_wait: NoWaitOpt = False,
     verbose: VerboseOpt = 0,
     project: ProjectOpt = None,
 ) -> None:
@@ -189,13 +191,17 @@ def write_bundle(path: Path, result: RunResult, started: float, inventory: Path)
 
 
 @reports_errors
-def verify(inventory: InventoryOpt = None, verbose: VerboseOpt = 0, project: ProjectOpt = None) -> None:
+@changes_nodes
+def verify(
+    inventory: InventoryOpt = None, no_wait: NoWaitOpt = False, verbose: VerboseOpt = 0, project: ProjectOpt = None
+) -> None:
     """Re-hash every checkpoint on every rank and re-verify the overlay; mismatches are re-copied."""
     root = project_dir(project)
     finish(run(root, "verify.yml", hosts_file(inventory), "verify", verbose=verbose), "verify")
 
 
 @reports_errors
+@changes_nodes
 def reset(
     inventory: InventoryOpt = None,
     purge_models: Annotated[
@@ -205,6 +211,7 @@ def reset(
         bool, typer.Option("--remove-packages", help="Also remove the packages only sparkplay needs.")
     ] = False,
     yes: YesOpt = False,
+    no_wait: NoWaitOpt = False,
     verbose: VerboseOpt = 0,
     project: ProjectOpt = None,
 ) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from sparkplay import inventory as inv_mod
-from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, out, reports_errors
+from sparkplay.cli_common import InventoryOpt, NoWaitOpt, ProjectOpt, changes_nodes, err, out, reports_errors
 from sparkplay.cli_display import print_drift, print_summary
 from sparkplay.cli_run import VerboseOpt, YesOpt, ask, finish, hosts_file, lock_file, locked, relock, run
 from sparkplay.errors import BadInput, ExitCode
@@ -19,12 +19,14 @@ from sparkplay.recipes.store import apply as apply_mod
 
 
 @reports_errors
+@changes_nodes
 def lock(
     inventory: InventoryOpt = None,
     recipe: Annotated[
         str | None, typer.Option("--recipe", help="The recipe served (default: the one the inventory records).")
     ] = None,
     yes: YesOpt = False,
+    no_wait: NoWaitOpt = False,
     verbose: VerboseOpt = 0,
     project: ProjectOpt = None,
 ) -> None:
@@ -66,12 +68,14 @@ def lock(
 
 
 @reports_errors
+@changes_nodes
 def rollback(
     name: Annotated[
         str | None, typer.Argument(help="An added deployment (up --add) to roll back (default: the primary).")
     ] = None,
     inventory: InventoryOpt = None,
     yes: YesOpt = False,
+    no_wait: NoWaitOpt = False,
     verbose: VerboseOpt = 0,
     project: ProjectOpt = None,
 ) -> None:

@@ -11,7 +11,16 @@ import typer
 from rich.table import Table
 
 from sparkplay import importing
-from sparkplay.cli_common import InventoryOpt, ProjectOpt, err, inventory_of, out, reports_errors
+from sparkplay.cli_common import (
+    InventoryOpt,
+    NoWaitOpt,
+    ProjectOpt,
+    changes_nodes,
+    err,
+    inventory_of,
+    out,
+    reports_errors,
+)
 from sparkplay.cli_common import confirm as ask_terminal
 from sparkplay.errors import BadInput, Declined, ExitCode
 from sparkplay.paths import project_dir
@@ -233,6 +242,7 @@ def recipe_diff(
 
 
 @reports_errors
+@changes_nodes
 def apply(
     recipe: Annotated[str, typer.Argument(help="A recipe name from the catalog.")],
     inventory: InventoryOpt = None,
@@ -241,6 +251,7 @@ def apply(
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be recorded; change nothing.")] = False,
     yes: YesOpt = False,
+    no_wait: NoWaitOpt = False,
     project: ProjectOpt = None,
 ) -> None:
     """Record the recipe (and knob values) the inventory serves, asking before replacing another choice."""

@@ -17,7 +17,17 @@ import yaml
 
 from sparkplay import deployment, settings, stack
 from sparkplay import inventory as inv_mod
-from sparkplay.cli_common import InventoryOpt, ProjectOpt, confirm, err, inventory_of, out, reports_errors
+from sparkplay.cli_common import (
+    InventoryOpt,
+    NoWaitOpt,
+    ProjectOpt,
+    changes_nodes,
+    confirm,
+    err,
+    inventory_of,
+    out,
+    reports_errors,
+)
 from sparkplay.cli_display import RunDisplay, print_summary
 from sparkplay.errors import BadInput, Declined, ExitCode
 from sparkplay.fsutil import atomic_write
@@ -271,6 +281,7 @@ def plan(
 
 
 @reports_errors
+@changes_nodes
 def up(
     recipe: Annotated[str, typer.Argument(help="A recipe name from the catalog.")],
     inventory: InventoryOpt = None,
@@ -292,6 +303,7 @@ def up(
     accept_drift: Annotated[
         bool, typer.Option("--accept-drift", help="Go on although the nodes drifted from the lock; lock them anew.")
     ] = False,
+    no_wait: NoWaitOpt = False,
     verbose: VerboseOpt = 0,
     project: ProjectOpt = None,
 ) -> None:

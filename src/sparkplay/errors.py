@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     HOSTS_FAILED = 4
     HOSTS_UNREACHABLE = 5
     MISSING_PREREQUISITE = 6
+    BUSY = 7
 
 
 class SparkplayError(Exception):
