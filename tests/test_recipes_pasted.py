@@ -428,3 +428,46 @@ def test_an_empty_source_and_control_characters_in_what_is_named(tmp_path):
     with pytest.raises(BadInput) as caught:
         importing.import_source(str(binary))
     assert not any(c in str(caught.value) for c in "\x00\x1b\ufffd")
+
+
+@pytest.mark.parametrize(
+    ("pasted", "as_vllm_reads_it"),
+    [
+        ("--max_model_len", "--max-model-len"),
+        ("--max_model_len=8192", "--max-model-len=8192"),
+        ("--default-chat-template-kwargs.reasoning_effort", "--default-chat-template-kwargs.reasoning_effort"),
+        ("--compilation_config.cudagraph_mode=FULL", "--compilation-config.cudagraph_mode=FULL"),
+        ("--compilation-config.pass_config.fuse_allreduce_rms", "--compilation-config.pass_config.fuse_allreduce_rms"),
+        ("--speculative_config.num_speculative_tokens=3", "--speculative-config.num_speculative_tokens=3"),
+        ("--json_arg.key4+=a_b,c_d", "--json-arg.key4+=a_b,c_d"),  # a list element, and a value with underscores
+        ("--served_model_name=my_model.v2", "--served-model-name=my_model.v2"),  # a dot in the value is the value
+        ("-tp", "-tp"),
+        ("my_model", "my_model"),
+    ],
+)
+def test_vllm_dashes_only_the_options_name_before_its_first_dot(pasted, as_vllm_reads_it):
+    """vLLM's FlexibleArgumentParser (vllm/utils/argparse_utils.py) dashes what lies between `--` and the first
+    `.`; a dotted JSON key after it is the option's value's key and must reach the engine byte for byte."""
+    from sparkplay.recipes.normalise import vllm_option_spelling
+
+    assert vllm_option_spelling(pasted) == as_vllm_reads_it
+
+
+def test_a_pasted_line_with_dotted_json_options_keeps_each_key_and_says_what_it_dashed():
+    doc = imported("vllm-dotted-keys.sh", VLLM)
+    args = doc["serve"]["args"]
+    for kept in (
+        "--default-chat-template-kwargs.reasoning_effort",
+        "--compilation-config.cudagraph_mode=FULL_AND_PIECEWISE",
+        "--compilation-config.pass_config.fuse_allreduce_rms",
+        "--speculative-config.num_speculative_tokens=3",
+        "--speculative-config.method",
+    ):
+        assert kept in args, (kept, args)
+    assert not any("reasoning-effort" in a or "cudagraph-mode" in a or "num-speculative" in a for a in args), args
+    assert doc["context_length"] == 131072 and doc["topology"]["tensor_parallel"] == 2
+    said = notes(doc, "cleaned")["serve.args"]
+    for dashed in ("--max_model_len", "--compilation_config.cudagraph_mode", "--speculative_config"):
+        assert dashed in said, said
+    assert "reasoning_effort" not in said  # nothing was changed there, so nothing is said
+    assert json.loads(args[args.index("--override-generation-config") + 1]) == {"max_new_tokens": 4096, "top_k": 20}

@@ -100,15 +100,23 @@ def _atlas_family(raw: RawRecipe) -> str | None:
     return found
 
 
+def vllm_option_spelling(arg: str) -> str:
+    """An argument as vLLM's FlexibleArgumentParser reads it: in a long option's name, underscores between the
+    `--` and the first `.` become dashes (`--max_model_len` is `--max-model-len`); what follows that dot is a
+    key of the option's JSON value and stays byte for byte (`--compilation_config.cudagraph_mode` is
+    `--compilation-config.cudagraph_mode`). A value after `=` is the user's, untouched."""
+    if not arg.startswith("--"):
+        return arg
+    name, eq, value = arg.partition("=")
+    option, dot, keys = name[2:].partition(".")
+    return "--" + option.replace("_", "-") + dot + keys + eq + value
+
+
 def _vllm_spelling(raw: RawRecipe) -> None:
-    """vLLM's parser reads `--max_model_len` as `--max-model-len` (FlexibleArgumentParser turns a long option's
-    underscores into dashes): written as vLLM reads it, so every rule here sees the flag."""
+    """Each flag written as vLLM reads it (vllm_option_spelling), so every rule here sees the flag."""
     if raw.engine != "vllm":
         return
-    cleaned = []
-    for arg in raw.args:
-        name, eq, value = arg.partition("=")
-        cleaned.append(name.replace("_", "-") + eq + value if name.startswith("--") and "_" in name else arg)
+    cleaned = [vllm_option_spelling(arg) for arg in raw.args]
     if cleaned != raw.args:
         changed = [a.partition("=")[0] for a, b in zip(raw.args, cleaned, strict=True) if a != b]
         raw.note("serve.args", "cleaned", f"{', '.join(changed)} written with dashes, as vLLM's parser reads them")
