@@ -471,3 +471,35 @@ def test_a_pasted_line_with_dotted_json_options_keeps_each_key_and_says_what_it_
         assert dashed in said, said
     assert "reasoning_effort" not in said  # nothing was changed there, so nothing is said
     assert json.loads(args[args.index("--override-generation-config") + 1]) == {"max_new_tokens": 4096, "top_k": 20}
+
+
+def test_a_one_node_llama_server_line_imports_as_one_node_and_says_why():
+    doc = imported("llama-server-hf.txt", "model.path=gpt-oss-20b-mxfp4.gguf")
+    assert doc["topology"]["nodes"] == 1
+    assert "no --rpc worker" in notes(doc, "derived")["topology.nodes"]
+
+
+def test_a_llama_server_with_its_own_rpc_workers_is_refused_naming_the_flag_sparkplay_sets():
+    with pytest.raises(BadInput, match=r"--rpc, which sparkplay sets per rank"):
+        imported("llama-server-rpc.txt")
+
+
+def test_spec_type_none_is_no_speculation():
+    from sparkplay.recipes import flags
+    from sparkplay.recipes.raw import RawRecipe
+
+    raw = RawRecipe(name="x", title="x", source={}, engine="llamacpp", model=None, args=["--spec-type", "none"])
+    assert flags.speculative(raw) is None
+    raw.args = ["--spec-type=ngram-mod,draft-mtp", "--draft-max", "8"]
+    assert flags.speculative(raw) == {"method": "ngram-mod,draft-mtp", "num_tokens": 8, "draft_model": None}
+    raw.args = ["-md", "draft.gguf"]  # a draft model and no type: llama.cpp's plain draft
+    assert flags.speculative(raw) == {"method": "draft", "num_tokens": None, "draft_model": "draft.gguf"}
+
+
+def test_llama_cpps_spec_type_is_its_speculative_method_with_its_draft_length():
+    """llama.cpp's own MTP head (--spec-type draft-mtp): the flags reach the engine, and the recipe says so."""
+    doc = imported("llama-server-mtp.txt", "model.path=Qwen3.6-27B-MTP-Q8_0.gguf")
+    assert doc["speculative"] == {"method": "draft-mtp", "num_tokens": 3, "draft_model": None}
+    args = doc["serve"]["args"]
+    assert args[args.index("--spec-type") + 1] == "draft-mtp" and args[args.index("--spec-draft-n-max") + 1] == "3"
+    assert doc["topology"]["nodes"] == 1 and doc["context_length"] == 32768

@@ -122,17 +122,32 @@ def speculative(raw: RawRecipe) -> dict[str, Any] | None:
                 "num_tokens": whole(cmdline.flag_value(args, "--speculative-num-steps"), "--speculative-num-steps"),
                 "draft_model": cmdline.flag_value(args, "--speculative-draft-model-path", "--speculative-draft-model"),
             }
-    if raw.engine == "llamacpp":  # a draft GGUF file, or one on the hub (-hfd repo[:quant], resolved like -hf)
-        draft = cmdline.flag_value(args, "-md", "--model-draft", "--spec-draft-model") or cmdline.flag_value(
-            args, *HUB_DRAFT
-        )
-        if draft is not None:
-            return {
-                "method": "draft",
-                "num_tokens": whole(cmdline.flag_value(args, "--draft-max", "--draft"), "--draft-max"),
-                "draft_model": draft,
-            }
+    if raw.engine == "llamacpp":
+        return _llamacpp_speculative(args)
     return None
+
+
+# llama.cpp's draft length (common/arg.cpp: --spec-draft-n-max, and its older spellings)
+LLAMACPP_DRAFT_MAX = ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft")
+
+
+def _llamacpp_speculative(args: list[str]) -> dict[str, Any] | None:
+    """llama.cpp's speculative decoding: `--spec-type` names the method(s) (common/speculative.cpp: draft-simple,
+    draft-mtp, draft-eagle3, draft-dflash, ngram-*; a comma list; none is off), and a draft GGUF file or hub
+    repository (-md, -hfd ...) is the draft model; a draft model without a type is llama.cpp's plain draft."""
+    kind = cmdline.flag_value(args, "--spec-type")
+    draft = cmdline.flag_value(args, "-md", "--model-draft", "--spec-draft-model") or cmdline.flag_value(
+        args, *HUB_DRAFT
+    )
+    if kind is not None and kind.strip().lower() == "none":
+        return None
+    if kind is None and draft is None:
+        return None
+    return {
+        "method": kind.strip() if kind is not None else "draft",
+        "num_tokens": whole(cmdline.flag_value(args, *LLAMACPP_DRAFT_MAX), "--spec-draft-n-max"),
+        "draft_model": draft,
+    }
 
 
 def _vllm_speculative_method(config: dict[str, Any]) -> str:

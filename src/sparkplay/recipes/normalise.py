@@ -112,6 +112,10 @@ def vllm_option_spelling(arg: str) -> str:
     return "--" + option.replace("_", "-") + dot + keys + eq + value
 
 
+# what a person pasted (a command line, a compose service, a page's code block): it says how many nodes it runs on
+PASTED_KINDS = frozenset({"command", "compose", "page"})
+
+
 def _vllm_spelling(raw: RawRecipe) -> None:
     """Each flag written as vLLM reads it (vllm_option_spelling), so every rule here sees the flag."""
     if raw.engine != "vllm":
@@ -164,11 +168,21 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     tp = _pick(raw, "topology.tensor_parallel", raw.tensor_parallel, derived["tensor_parallel"], 1, "engine flags")
     pp = _pick(raw, "topology.pipeline_parallel", raw.pipeline_parallel, derived["pipeline_parallel"], 1, "flags")
     nodes = raw.nodes if raw.nodes is not None else derived["nodes"]
-    if nodes is None and raw.engine != "llamacpp":
+    if raw.nodes is not None:
+        pass
+    elif nodes is not None:
+        raw.note("topology.nodes", "derived", "engine flags")
+    elif raw.engine != "llamacpp":
         nodes = tp * pp  # one GPU per Spark
         raw.note("topology.nodes", "derived", f"tensor x pipeline parallel ({tp} x {pp}), one GPU per node")
-    elif raw.nodes is None and nodes is not None:
-        raw.note("topology.nodes", "derived", "engine flags")
+    elif raw.source.get("kind") in PASTED_KINDS:
+        nodes = 1  # a pasted llama-server names its RPC workers itself (--rpc), or has none: it runs on one node
+        raw.note(
+            "topology.nodes",
+            "derived",
+            "the command names no --rpc worker: it runs on one node (--set topology.nodes=N spreads it over N "
+            "ranks with llama.cpp's RPC backend)",
+        )
     port = raw.port or derived["port"]
     if port is None:
         port = engine_defaults.port
