@@ -51,14 +51,19 @@ unit: venv sanity ## the fast checks: lint, Galaxy's sanity checks and every tes
 	ruff check .
 	pytest -m "not lab and not lab3 and not extra and not vllm and not sglang and not faults and not faults_long" -q -n 2
 
+# What make test runs: every test but the suites of their own below (pyproject's addopts says the same).
+MAKE_TEST_MARKS := not lab3 and not extra and not vllm and not sglang and not faults and not faults_long
 # pytest exits 5 when it collected nothing: for this suite that means a
 # broken selection, so it fails loudly instead of passing on no tests.
-# Two workers: every lab test on one, in file order (one lab: tests/conftest.py groups them), the tests that
-# need no lab on the other meanwhile.
+# The tests that need no lab on two workers first, then the lab's, in file
+# order in one process (there is one lab on the machine).
 pytest: venv
-	pytest -n 2 --dist loadgroup; rc=$$?; \
-	if [[ $$rc -eq 5 ]]; then echo "pytest collected no tests: the suite must run" >&2; exit 1; fi; \
-	exit $$rc
+	for part in unit lab; do \
+	  if [[ $$part == unit ]]; then marks="not lab and $(MAKE_TEST_MARKS)"; workers="-n 2"; else marks="lab and $(MAKE_TEST_MARKS)"; workers=""; fi; \
+	  rc=0; SPARKPLAY_TEST_TIMES=.cache/test-times/pytest-$$part.tsv pytest -m "$$marks" $$workers || rc=$$?; \
+	  if [[ $$rc -eq 5 ]]; then echo "pytest collected no $$part tests: the suite must run" >&2; exit 1; fi; \
+	  if [[ $$rc -ne 0 ]]; then exit $$rc; fi; \
+	done
 
 test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py) and the slow several-model extras (tests/test_several_extra_lab.py: an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand); about 21 min
 	pytest -m extra

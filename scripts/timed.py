@@ -18,7 +18,6 @@ from pathlib import Path
 
 TIMES = Path(__file__).resolve().parent.parent / ".cache" / "test-times"
 PHASES = TIMES / "phases.tsv"
-TESTS = TIMES / "pytest.tsv"
 
 
 def clock(seconds: float) -> str:
@@ -32,13 +31,15 @@ def report() -> None:
         print(f"  {phase:<12} {clock(float(seconds)):>8}  {'ok' if rc == '0' else 'FAILED rc ' + rc}")
     total = sum(float(seconds) for _, seconds, _ in rows)
     print(f"  {'total':<12} {clock(total):>8}")
-    if not TESTS.exists():
+    tests = [
+        line.split("\t") for found in sorted(TIMES.glob("pytest*.tsv")) for line in found.read_text().splitlines()[1:]
+    ]
+    if not tests:
         return
-    tests = [line.split("\t") for line in TESTS.read_text().splitlines()[1:]]
     modules: dict[str, float] = defaultdict(float)
     for node, _, seconds, _ in tests:
         modules[node.split("::")[0]] += float(seconds)
-    print("slowest test modules (setup, call and teardown; .cache/test-times/pytest.tsv):")
+    print("slowest test modules (setup, call and teardown; .cache/test-times/pytest-*.tsv):")
     for module, seconds in sorted(modules.items(), key=lambda kv: -kv[1])[:12]:
         print(f"  {clock(seconds):>8}  {module}")
 
@@ -47,7 +48,8 @@ def main(argv: list[str]) -> int:
     if argv == ["--reset"]:
         TIMES.mkdir(parents=True, exist_ok=True)
         PHASES.write_text("")
-        TESTS.unlink(missing_ok=True)
+        for found in TIMES.glob("pytest*.tsv"):
+            found.unlink()
         return 0
     if argv == ["--report"]:
         report()

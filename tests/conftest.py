@@ -159,14 +159,6 @@ def provisioned() -> Iterator[None]:
         yield
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under xdist (`make test` runs two workers) every lab test goes to one worker, in file order: there is one
-    lab on the machine, so its tests run in sequence while the other worker takes the tests that need none."""
-    for item in items:
-        if item.get_closest_marker("lab"):
-            item.add_marker(pytest.mark.xdist_group("lab"))
-
-
 # Durations are data: every test's setup, call and teardown time, written where `make test` reports them from
 # (scripts/timed.py --report; docs/benchmarks.md keeps the table per suite).
 _TIMES: list[tuple[str, str, float, str]] = []
