@@ -95,6 +95,7 @@ LAYERS = [
         "sparkplay.checkpoints",
         "sparkplay.hostfacts",
         "sparkplay.runner",
+        "sparkplay.runlock",
         "sparkplay.bench",
         "sparkplay.nvfp4",
         "sparkplay.nodetools",

@@ -337,7 +337,11 @@ def test_an_engine_past_its_memory_limit_is_killed_by_its_cgroup_and_the_others_
 
 def test_a_pulled_cable_is_named_and_sat_out_then_serving_comes_back():
     faults.pulled_cable_sat_out(1, "for 1 min")
-    assert faults.answers("lab-small", GATEWAY)  # the gateway reaches rank 1's model over the cable again
+    # the gateway reaches rank 1's model over the cable again (its connection there is made anew)
+    deadline = time.monotonic() + faults.CABLE
+    while not faults.answers("lab-small", GATEWAY):
+        assert time.monotonic() < deadline, "lab-small did not answer through the gateway after the cable was back"
+        time.sleep(2)
 
 
 def test_stopping_one_leaves_the_other_answering_and_frees_its_claim():
