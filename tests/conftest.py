@@ -15,7 +15,6 @@ import pytest
 from tests import steps
 
 PROJECT = Path(__file__).resolve().parents[1]
-LAB_HOSTS = PROJECT / "inventory" / "lab" / "hosts.yml"
 
 # ansible-playbook, molecule and the CLI come from the same environment as this
 # interpreter, whatever PATH the caller had (no test depends on an activated venv)
@@ -140,12 +139,7 @@ def provisioned_lab() -> Iterator[None]:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     else:
         assert run_cli("lab", "up").returncode == 0
-        proc = steps.run_step(
-            ["ansible-playbook", "-i", str(LAB_HOSTS), "provision.yml"],
-            step="ansible-playbook provision.yml (the snapshot's provisioning)",
-            budget=steps.PLAYBOOK_BUDGETS["provision.yml"],
-            env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-        )
+        proc = steps.playbook("provision.yml")
         assert proc.returncode == 0, proc.stdout[-3000:]
         kept = run_cli("lab", "snapshot", name)
         assert kept.returncode == 0, kept.stdout + kept.stderr

@@ -100,27 +100,32 @@ def node_journals(lines: int = JOURNAL_LINES) -> str:
     return "\n".join(parts) or "(no lab node is running)"
 
 
-def run_step(
+def begin(
     argv: Sequence[str],
     *,
-    step: str,
-    budget: float,
     cwd: Path = PROJECT,
     env: dict[str, str] | None = None,
-    input_text: str | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run one step; past `budget` seconds it is killed (its whole process group) and the test fails naming it."""
-    started = time.monotonic()
-    proc = subprocess.Popen(
+    stdin: int | None = subprocess.DEVNULL,
+) -> subprocess.Popen[str]:
+    """Start one step in its own process group (a hang is killed with everything it started)."""
+    return subprocess.Popen(
         list(argv),
-        stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=cwd,
         env=env,
-        start_new_session=True,  # its own process group: a hang is killed with everything it started
+        start_new_session=True,
     )
+
+
+def finish(
+    proc: subprocess.Popen[str], *, step: str, budget: float, input_text: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Wait for a step begun with `begin`; past `budget` seconds it is killed (its whole process group) and the
+    test fails naming it, with its last output and each lab node's last journal lines."""
+    started = time.monotonic()
     try:
         out, err = proc.communicate(input_text, timeout=budget)
     except subprocess.TimeoutExpired:
@@ -134,3 +139,28 @@ def run_step(
             pytrace=False,
         )
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_step(
+    argv: Sequence[str],
+    *,
+    step: str,
+    budget: float,
+    cwd: Path = PROJECT,
+    env: dict[str, str] | None = None,
+    input_text: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run one step; past `budget` seconds it is killed (its whole process group) and the test fails naming it."""
+    stdin = subprocess.PIPE if input_text is not None else subprocess.DEVNULL
+    return finish(begin(argv, cwd=cwd, env=env, stdin=stdin), step=step, budget=budget, input_text=input_text)
+
+
+def playbook(name: str, *args: str, budget: float | None = None) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook NAME on the lab's inventory, bounded by the playbook's budget."""
+    step, default = playbook_step(name, args)
+    return run_step(
+        ["ansible-playbook", "-i", str(PROJECT / "inventory" / "lab" / "hosts.yml"), name, *args],
+        step=step,
+        budget=budget or default,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
-import subprocess
 
 import pytest
 
@@ -29,15 +27,7 @@ NETPLAN = "/etc/netplan/40-cx7.yaml"
 USER_NETPLAN = "# the user's own cable config\nnetwork:\n  version: 2\n"
 
 
-def playbook(name: str, *args: str, budget: float | None = None) -> subprocess.CompletedProcess[str]:
-    """ansible-playbook NAME on the lab, bounded by the playbook's budget (tests/steps.py)."""
-    step, default = steps.playbook_step(name, args)
-    return steps.run_step(
-        ["ansible-playbook", "-i", str(HOSTS), name, *args],
-        step=step,
-        budget=budget or default,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )
+playbook = steps.playbook  # the lab's playbooks, each under its budget (tests/steps.py)
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:

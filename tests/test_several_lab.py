@@ -11,9 +11,7 @@ nodes (the host's: the lab's containers share its memory). The tests run in file
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -226,27 +224,15 @@ def up_while_another_is_started(
 ) -> tuple[int, subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
     """`up RECIPE --yes`, and while it holds the lab inventory's run lock, `up lab-small --add --no-wait` from
     another process: the first's pid and result, and the second's result."""
-    first = subprocess.Popen(
-        [sys.executable, "-m", "sparkplay", "up", recipe, "-i", "inventory/lab", "--yes"],
-        cwd=PROJECT,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    first = steps.begin([sys.executable, "-m", "sparkplay", "up", recipe, "-i", "inventory/lab", "--yes"])
     lock = runlock.lock_path(PROJECT / "inventory" / "lab", state_dir())
     deadline = time.monotonic() + 60
     while f'"pid": {first.pid}' not in (lock.read_text() if lock.exists() else ""):
         assert first.poll() is None and time.monotonic() < deadline, "the first up never held the lock"
         time.sleep(0.1)
     second = cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes", "--no-wait")
-    try:
-        out, err = first.communicate(timeout=steps.CLI_BUDGETS["up"])
-    except subprocess.TimeoutExpired:
-        os.killpg(first.pid, signal.SIGKILL)
-        pytest.fail(f"lab step `sparkplay up {recipe}` passed its budget\n{steps.node_journals()}", pytrace=False)
-    return first.pid, subprocess.CompletedProcess(first.args, first.returncode, out, err), second
+    ran = steps.finish(first, step=f"sparkplay up {recipe} (the first of two)", budget=steps.CLI_BUDGETS["up"])
+    return first.pid, ran, second
 
 
 def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
