@@ -505,6 +505,48 @@ def test_an_existing_link_on_the_peer_is_replaced_never_written_through(
     assert not (dest / "a.bin").is_symlink() and (dest / "a.bin").read_bytes() == (tree / "a.bin").read_bytes()
 
 
+@pytest.mark.parametrize(
+    ("damage", "found"),
+    [
+        (lambda d: _flip(d / "a.bin"), {"a.bin": "sha256"}),  # in place: same size, new mtime
+        (lambda d: (d / "a.bin").write_bytes((d / "a.bin").read_bytes()[:10]), {"a.bin": "size"}),
+        (lambda d: (d / "sub/deep/b.bin").unlink(), {"sub/deep/b.bin": "missing"}),
+        (lambda d: (d / "planted.bin").write_bytes(b"x"), {"planted.bin": "not in the manifest"}),
+    ],
+    ids=["flipped", "truncated", "removed", "planted"],
+)
+def test_a_peer_copy_damaged_after_it_was_verified_is_named_file_by_file_and_repaired(
+    tree, tmp_path, peer_env, remote_tool, damage, found
+):
+    tool("manifest", str(tree), "--revision", "v1")
+    dest = tmp_path / "copy"
+    assert sync(tree, dest, "v1", "ssh", peer_env, remote_tool)[0] == 0
+    damage(dest)
+    rc, planned, err = sync(tree, dest, "v1", "ssh", peer_env, remote_tool, "--plan")
+    assert rc == 0 and planned["state"] == "changed" and "need_bytes" in planned, err
+    rc, out, err = sync(tree, dest, "v1", "ssh", peer_env, remote_tool)
+    assert rc == 0, err
+    assert out["state"] == "mirrored" and out["found"] == found
+    assert same_tree(tree, dest) and not (dest / "planted.bin").exists()
+    assert tool("status", str(dest), "--revision", "v1")[1]["complete"]
+
+
+def test_a_peer_copy_only_touched_is_hashed_and_marked_again_with_nothing_sent(tree, tmp_path, peer_env, remote_tool):
+    tool("manifest", str(tree), "--revision", "v1")
+    dest = tmp_path / "copy"
+    assert sync(tree, dest, "v1", "ssh", peer_env, remote_tool)[0] == 0
+    os.utime(dest / "a.bin", ns=(0, 0))
+    rc, out, err = sync(tree, dest, "v1", "ssh", peer_env, remote_tool)
+    assert rc == 0 and out["state"] == "complete" and out["found"] == {} and out["remarked"], err
+    assert tool("status", str(dest), "--revision", "v1")[1]["complete"]
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[7] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
 def test_files_rank0_removed_are_removed_from_the_peer(tree, tmp_path, peer_env, remote_tool):
     tool("manifest", str(tree), "--revision", "staged")
     dest = tmp_path / "copy"

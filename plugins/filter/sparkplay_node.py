@@ -14,6 +14,8 @@ FILTERS = {
     "sparkplay_doctor_commands": "sparkplay.doctor:commands",
     "sparkplay_offline_model": "sparkplay.checkpoints:offline_model",
     "sparkplay_offline_marker": "sparkplay.checkpoints:offline_marker",
+    "sparkplay_checkpoint_refusal": "sparkplay.checkpoints:refusal",
+    "sparkplay_checkpoint_finding": "sparkplay.checkpoints:finding",
     "sparkplay_netplan_conflicts": "sparkplay.hostfacts:netplan_conflicts",
     "sparkplay_cma_problem": "sparkplay.hostfacts:cma_problem",
     "sparkplay_pcie_warnings": "sparkplay.hostfacts:pcie_warnings",

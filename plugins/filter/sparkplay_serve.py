@@ -25,6 +25,7 @@ FILTERS = {
     "sparkplay_admit": "sparkplay.admission:verdict",
     "sparkplay_memory_limit": "sparkplay.admission:memory_limit",
     "sparkplay_records": "sparkplay.deployments:records",
+    "sparkplay_replaced_units": "sparkplay.deployments:replaced_units",
     "sparkplay_gateway_routes": "sparkplay.deployments:routes",
     "sparkplay_records_of": "sparkplay.deployments:of_slot",
     "sparkplay_added_rows": "sparkplay.deployments:added_rows",

@@ -158,3 +158,62 @@ def offline_model(checkpoint: dict[str, Any]) -> str:
         return f"model {checkpoint.get('name')}: its staged folder {checkpoint.get('dest')} is missing"
     revision = checkpoint.get("revision") or "main"
     return f"model {checkpoint.get('repo')}@{revision} (Hugging Face download)"
+
+
+# What differed in a checkpoint file, in words (the node tool's one-word findings: state.verify, record.py)
+DIFFERED = {
+    "sha256": "its bytes differ",
+    "size": "its size differs (truncated or grown)",
+    "missing": "missing",
+    "type": "no longer a plain file",
+    "link": "a link to somewhere else",
+    "not in the manifest": "a file added",
+    "not in the record": "a file added",
+}
+
+
+def differences(bad: Mapping[str, str], limit: int = 6) -> str:
+    """'model.gguf: its bytes differ; tokenizer.json: missing' (and how many more), sorted by path."""
+    items = sorted(bad.items())
+    text = "; ".join(f"{path}: {DIFFERED.get(why, why)}" for path, why in items[:limit])
+    return text + (f" (and {len(items) - limit} more)" if len(items) > limit else "")
+
+
+def refusal(source: Mapping[str, Any], answer: Mapping[str, Any], host: str) -> str:
+    """Why rank 0's copy is refused, naming each file, and the fixes (one line: the role's failure message)."""
+    name, dest = source.get("name"), source.get("dest")
+    when = answer.get("recorded_at")
+    since = f"since its first verification ({when})" if when else "since it was hashed into its manifest"
+    fetch = ", or remove it and run again to download it anew" if source.get("kind") == "hf" else ""
+    return (
+        f"Rank 0's copy of {name} ({dest} on {host}) changed {since}: {differences(answer.get('bad') or {})}. "
+        f"Nothing was mirrored. Restore the file from a good copy{fetch}; to serve these bytes as they are, "
+        f"run `sparkplay up RECIPE --accept-changed {name}` (checkpoint_accept_changed) or give it a new revision."
+    )
+
+
+def finding(source: Mapping[str, Any], host: str, result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A receiving rank's mirror result as findings: each file its verified copy had wrong, re-sent from rank 0."""
+    found = result.get("found") or {}
+    return [
+        {"checkpoint": source.get("name"), "host": host, "file": path, "what": why, "repaired": True}
+        for path, why in sorted(found.items())
+    ]
+
+
+def verify_lines(findings: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What `verify` (and `up`) found on the ranks, a line per file."""
+    return [
+        f"{f['host']}: {f['checkpoint']}/{f['file']}: {DIFFERED.get(f['what'], f['what'])}; "
+        + ("re-mirrored from rank 0's verified copy" if f.get("repaired") else "not repaired")
+        for f in findings
+    ]
+
+
+def accepted_name(name: str) -> str:
+    """A checkpoint name given to --accept-changed: a plain name, as the deployment's checkpoints are named."""
+    if not name or "/" in name or name.startswith(".") or any(c.isspace() or ord(c) < 32 for c in name):
+        raise BadInput(
+            f"--accept-changed {name!r} is not a checkpoint name", "give the name the refusal printed (e.g. lab-tiny)"
+        )
+    return name

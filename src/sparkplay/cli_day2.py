@@ -24,8 +24,19 @@ from sparkplay import __version__
 from sparkplay import doctor as doctor_mod
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import InventoryOpt, NoWaitOpt, ProjectOpt, changes_nodes, err, out, reports_errors
-from sparkplay.cli_display import print_drift
-from sparkplay.cli_run import VerboseOpt, YesOpt, ask, finish, hosts_file, leader_host, run, show_plan, stage_one
+from sparkplay.cli_display import print_drift, print_summary
+from sparkplay.cli_run import (
+    VerboseOpt,
+    YesOpt,
+    ask,
+    finish,
+    hosts_file,
+    leader_host,
+    run,
+    say_findings,
+    show_plan,
+    stage_one,
+)
 from sparkplay.engines.names import UNITS
 from sparkplay.engines.systemd import plan_problems
 from sparkplay.errors import BadInput, ExitCode
@@ -195,9 +206,31 @@ def write_bundle(path: Path, result: RunResult, started: float, inventory: Path)
 def verify(
     inventory: InventoryOpt = None, no_wait: NoWaitOpt = False, verbose: VerboseOpt = 0, project: ProjectOpt = None
 ) -> None:
-    """Re-hash every checkpoint on every rank and re-verify the overlay; mismatches are re-copied."""
+    """Re-hash every checkpoint on every rank against rank 0's record and re-verify the overlay: each file that
+    differs is named and re-copied from rank 0's verified copy; exit 0 all verified, 8 repaired, 4 not."""
     root = project_dir(project)
-    finish(run(root, "verify.yml", hosts_file(inventory), "verify", verbose=verbose), "verify")
+    result = run(root, "verify.yml", hosts_file(inventory), "verify", verbose=verbose)
+    found = say_findings(result)
+    reloaded = [r for r in result.custom.get("sparkplay_reloaded") or [] if isinstance(r, dict)]
+    for row in reloaded:
+        err.print(
+            f"restarted: {row.get('recipe')} ({row.get('unit')}), workers first: on {row.get('host')} it served "
+            f"{', '.join(row.get('replaced') or [])}, replaced since it started; it answers from the verified copy",
+            markup=False,
+            highlight=False,
+        )
+    print_summary(out, result, verb="verify")
+    if result.exit_code != ExitCode.OK:
+        raise typer.Exit(int(result.exit_code))
+    if found or reloaded:
+        err.print(
+            f"verify: repaired {len(found)} file(s) from rank 0's verified copy, restarted {len(reloaded)} "
+            f"engine(s) on them (exit {int(ExitCode.REPAIRED)})",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(int(ExitCode.REPAIRED))
+    out.print("verify: every checkpoint verified on every rank", markup=False, highlight=False)
 
 
 @reports_errors

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from sparkplay import deployment, settings, stack
+from sparkplay import checkpoints, deployment, settings, stack
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import (
     InventoryOpt,
@@ -101,6 +101,14 @@ def finish(result: RunResult, verb: str) -> None:
     print_summary(out, result, verb=verb)
     if result.exit_code != ExitCode.OK:
         raise typer.Exit(int(result.exit_code))
+
+
+def say_findings(result: RunResult) -> list[dict[str, Any]]:
+    """Each file a rank's verified copy had wrong (the checkpoint role's findings), a line each on stderr."""
+    found = [f for f in result.custom.get("sparkplay_checkpoint_findings") or [] if isinstance(f, dict)]
+    for line in checkpoints.verify_lines(found):
+        err.print(f"found: {line}", markup=False, highlight=False)
+    return found
 
 
 def ask(question: str, yes: bool, refusal: str, fix: str) -> None:
@@ -303,6 +311,14 @@ def up(
     accept_drift: Annotated[
         bool, typer.Option("--accept-drift", help="Go on although the nodes drifted from the lock; lock them anew.")
     ] = False,
+    accept_changed: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--accept-changed",
+            help="NAME: take rank 0's changed copy of checkpoint NAME as the new truth (its old record is kept); "
+            "without it a changed copy is refused (repeatable).",
+        ),
+    ] = None,
     no_wait: NoWaitOpt = False,
     verbose: VerboseOpt = 0,
     project: ProjectOpt = None,
@@ -322,6 +338,8 @@ def up(
     placement.update({k: v for k, v in (("serve_node", node), ("serve_port", port)) if v})
     if force_admit:
         placement["serve_force_admit"] = True
+    if accept_changed:
+        placement["checkpoint_accept_changed"] = [checkpoints.accepted_name(n) for n in accept_changed]
     hosts, playbook, planned = planned_run(root, recipe, inventory, only, verbose, placement=placement)
     foreign = show_plan(planned)
     if add:  # the inventory's recipe stays the primary's: an added deployment is not recorded there
@@ -335,7 +353,9 @@ def up(
         extra: dict[str, Any] = {"recipe": recipe, **placement}
         if foreign:
             extra["sparkplay_confirm_overwrite"] = True
-        finish(run(root, playbook, hosts, f"up {recipe} --add", verbose=verbose, **extra), f"up {recipe} --add")
+        added = run(root, playbook, hosts, f"up {recipe} --add", verbose=verbose, **extra)
+        say_findings(added)
+        finish(added, f"up {recipe} --add")
         return
     choice = apply_mod.record(root, recipe, hosts, knob or [], lambda *_: True, dry_run=True)
     for warning in choice.warnings:
@@ -357,6 +377,7 @@ def up(
     if foreign:
         extra["sparkplay_confirm_overwrite"] = True  # confirmed above; each file is backed up by the roles
     result = run(root, playbook, hosts, f"up {recipe}", verbose=verbose, **extra)
+    say_findings(result)
     went_back(result, recorded)
     drift = result.custom.get("sparkplay_drift") or {}
     if result.exit_code == ExitCode.OK and drift.get("locked") and (drift.get("recipe_changed") or accept_drift):

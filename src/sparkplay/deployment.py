@@ -282,6 +282,9 @@ def with_launch(
             "on_demand": plan.get("on_demand", False),
             # every port this rank listens on (its API, its rendezvous): admission keeps them apart per node
             "ports": rank_ports(rank),
+            # the folders the engine serves from: a file replaced there after it started is named by status
+            # and restarts it under `verify` (the serve tool's explain)
+            "models": served_folders(doc),
         }
     plan["memory_claim"] = admission.stated_claim(recipe, merged)
     plan["probe"] = {
@@ -291,6 +294,14 @@ def with_launch(
         "timeout_s": plan["health"]["timeout_s"],
     }
     return {**doc, "launch": plan}
+
+
+def served_folders(doc: Mapping[str, Any]) -> list[str]:
+    """The checkpoint folders a deployment serves from on every rank, and its overlay."""
+    folders = [str(c["dest"]) for c in doc.get("checkpoints") or []]
+    if doc.get("overlay"):
+        folders.append(str(doc["overlay"]["output"]))
+    return sorted(set(folders))
 
 
 def _launch(

@@ -36,6 +36,7 @@ GATEWAY = {
 }
 # (where it listens is the serve role's serve_gateway_bind / serve_gateway_port, written there once)
 TOOL_PATH = re.compile(r"^(/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*)+\Z")  # a plain absolute path, no '..'/'.' parts
+MODEL_PATH = re.compile(r"^(/[A-Za-z0-9_+-][A-Za-z0-9_.+-]*){2,}\Z")  # the same, two parts deep at least
 
 
 def records(contents: Mapping[str, Mapping[str, str | None]]) -> list[dict[str, Any]]:
@@ -85,6 +86,11 @@ def _named_by_slot(record: Mapping[str, Any], host: str, path: str) -> dict[str,
         "firewall_unit": named["units"]["firewall"],
         # the serve tool the serve role installed (serve_tool moves it): a plain absolute path
         "tool": tool if TOOL_PATH.match(tool) else None,
+        # the folders its engine serves from (status names a file replaced under it): plain absolute paths
+        # at least two deep, so no record has a node's whole disk walked
+        "models": [m for m in record.get("models") or [] if isinstance(m, str) and MODEL_PATH.match(m)]
+        if isinstance(record.get("models"), list)
+        else [],
     }
 
 
@@ -391,3 +397,23 @@ def _json(text: Any) -> dict[str, Any]:
     except ValueError:
         return {}
     return found if isinstance(found, dict) else {}
+
+
+def replaced_units(explained: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """From a looped `explain` over a node's records: each deployment whose engine here serves a file replaced
+    since it started ({unit, recipe, role, host, replaced: [paths]})."""
+    found = []
+    for result in explained:
+        record = result.get("item") or {}
+        replaced = _json(result.get("stdout")).get("replaced") or []
+        if replaced and record.get("unit"):
+            found.append(
+                {
+                    "unit": record["unit"],
+                    "recipe": record.get("recipe"),
+                    "role": record.get("role"),
+                    "host": record.get("host"),
+                    "replaced": [str(r.get("path")) for r in replaced if isinstance(r, Mapping)],
+                }
+            )
+    return found

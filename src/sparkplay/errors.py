@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     HOSTS_UNREACHABLE = 5
     MISSING_PREREQUISITE = 6
     BUSY = 7
+    REPAIRED = 8
 
 
 class SparkplayError(Exception):

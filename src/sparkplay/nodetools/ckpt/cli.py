@@ -1,7 +1,7 @@
 """sparkplay-ckpt's commands. Each prints one JSON object; errors are one line on stderr.
 
 Exit status: 0 done, 1 failed or refused (the line says why), 3 checked and
-found wrong (verify, mark: the JSON lists what).
+found wrong (verify, mark, and manifest against its record: the JSON lists what).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import hub, state
+from . import hub, record, state
 from . import manifest as mf
 from . import sync as syncing
 from .common import MANIFEST, Failure, write_json
@@ -23,6 +23,11 @@ from .transports import NAMES
 
 
 def _manifest(args: argparse.Namespace) -> dict[str, Any]:
+    """Hash rank 0's copy into its manifest and mark it; with --records, held to the record of its first
+    verification: the same revision is re-verified against that record, never hashed anew into a new truth."""
+    recorded = record.load(args.records, args.dir) if args.records else None
+    if recorded is not None and recorded["revision"] == args.revision and not args.accept:
+        return _reverify(args, recorded)
     built, snapshot, counts = mf.build(args.dir, args.jobs)
     write_json(args.dir / MANIFEST, built)
     out = {
@@ -35,10 +40,47 @@ def _manifest(args: argparse.Namespace) -> dict[str, Any]:
     if args.revision:  # every byte was just hashed: rank 0 is complete for this revision
         state.drop_marker(args.dir)
         out["marker"] = state.mark(args.dir, built, args.revision, snapshot)["marker"]
+    if args.records and args.revision:
+        how = args.how if recorded is None else "accepted" if recorded["revision"] == args.revision else "new revision"
+        if recorded is not None:
+            out["changed"] = record.differences(recorded["manifest"], built)
+            out["previous_revision"] = recorded["revision"]
+        out |= record.save(args.records, args.dir, built, args.revision, how)
+        out["how"] = how
     return out
 
 
+def _reverify(args: argparse.Namespace, recorded: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0's copy against its record: every byte hashed; the same bytes are marked again (a copy touched, its
+    marker lost), changed ones refused with what differs (exit 3: nothing is marked, so nothing is mirrored)."""
+    truth = recorded["manifest"]
+    state.drop_marker(args.dir)
+    checked = state.verify(args.dir, truth, full=True, jobs=args.jobs)
+    base = {"record": str(record.path_for(args.records, args.dir)), "recorded_at": recorded["recorded_at"]}
+    if not checked["ok"]:
+        return {"ok": False, "refused": True, "bad": checked["bad"], "how": recorded["how"], **base}
+    write_json(args.dir / MANIFEST, truth)  # the folder's own copy of the manifest put back, whatever it held
+    marked = state.mark(args.dir, truth, args.revision, checked["_snapshot"])
+    return {"ok": True, "reverified": True, **marked, **base}
+
+
+def _record(args: argparse.Namespace) -> dict[str, Any]:
+    """Keep the manifest of a copy marked complete before records were kept (its marker proves its bytes are
+    the ones hashed then) as its record; a record already there is left as it is."""
+    if record.load(args.records, args.dir) is not None:
+        return {"recorded": True, "changed": False}
+    seen = state.status(args.dir, None, args.revision)
+    if not seen["complete"]:
+        raise Failure(f"{args.dir} is not complete for revision {args.revision} ({seen['why']}): nothing to record")
+    kept = record.save(args.records, args.dir, mf.load(args.dir / MANIFEST), args.revision, "adopted")
+    return {"recorded": True, "changed": True, **kept}
+
+
 def _local(args: argparse.Namespace) -> dict[str, Any]:
+    """The manifest this folder is checked against: its record where rank 0 keeps one, else its own."""
+    recorded = record.load(args.records, args.dir) if getattr(args, "records", None) else None
+    if recorded is not None:
+        return recorded["manifest"]
     return mf.load(args.dir / MANIFEST, args.digest)
 
 
@@ -121,12 +163,22 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument(folder, type=Path)
         return p
 
+    records_help = "rank 0's folder of first-verification records: the source of truth (record.py)"
     p = command("manifest", _manifest, "hash every file of rank 0's copy into its manifest (and mark it)")
     p.add_argument("--revision", help="also mark the folder complete for this revision")
     p.add_argument("--jobs", type=int, default=jobs)
-    p = command("status", lambda a: state.status(a.dir, a.digest, a.revision), "is a marker valid (no hashing)")
+    p.add_argument("--records", type=Path, help=records_help)
+    p.add_argument("--how", default="first verification", help="what the record says it was made from")
+    p.add_argument("--accept", action="store_true", help="take changed bytes as the new truth (the record is kept)")
+    p = command(
+        "status", lambda a: state.status(a.dir, a.digest, a.revision, a.records), "is a marker valid (no hashing)"
+    )
     p.add_argument("--digest", help="rank 0's manifest digest the marker must be for")
     p.add_argument("--revision")
+    p.add_argument("--records", type=Path, help=records_help)
+    p = command("record", _record, "keep a complete copy's manifest as its record, where none is kept yet")
+    p.add_argument("--revision", required=True)
+    p.add_argument("--records", type=Path, required=True, help=records_help)
     checks = (
         ("verify", _verify, "check every entry against the local manifest"),
         ("mark", _mark, "hash everything against the local manifest, then mark complete"),
@@ -137,6 +189,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--jobs", type=int, default=jobs)
         if name == "verify":
             p.add_argument("--full", action="store_true", help="hash every file (default: sizes and types)")
+            p.add_argument("--records", type=Path, help=records_help)
         else:
             p.add_argument("--revision", required=True)
     p = command("need", lambda a: state.need(a.dir, _stdin_manifest(a)), "bytes still to receive (manifest on stdin)")

@@ -21,11 +21,15 @@ from .common import META, Failure, canonical, sha256_fd
 from .paths import Refused, check_link, check_rel, resolve
 
 FORMAT = 2
+# huggingface_hub's own bookkeeping in a download folder (etags, timestamps): read for the cross-check, never
+# part of the checkpoint (it changes when a file is fetched anew although the model's bytes do not)
+HUB_BOOKKEEPING = ".cache"
 HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 def walk(root: Path) -> list[tuple[str, os.stat_result]]:
-    """Every non-folder entry under root with its lstat, sorted; links are listed, never followed.
+    """Every non-folder entry under root with its lstat, sorted; links are listed, never followed (sparkplay's
+    folder and the hub's bookkeeping at the top are not the checkpoint's).
 
     Iterative: a tree any depth deep (a peer could make one thousands of folders deep) is walked without
     recursion."""
@@ -35,7 +39,7 @@ def walk(root: Path) -> list[tuple[str, os.stat_result]]:
         folder, rel = pending.pop()
         with os.scandir(folder) as it:
             for entry in it:
-                if not rel and entry.name == META:
+                if not rel and entry.name in (META, HUB_BOOKKEEPING):
                     continue
                 path = f"{rel}{entry.name}"
                 st = entry.stat(follow_symlinks=False)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest as mf
+from . import record
 from .common import MANIFEST, MARKER, Failure, sha256_fd, write_json
 from .paths import Refused, check_rel, lstat_at, open_parent, open_tree
 
@@ -144,7 +145,7 @@ def prepare(root: Path, text: str, wanted: str) -> dict[str, Any]:
     """
     manifest = mf.loads(text, "rank 0's manifest", wanted)
     restart: list[str] = []
-    if status(root, None, None)["complete"]:
+    if _status(root, None, None)["complete"]:
         old = {e["path"]: e.get("sha256") for e in mf.load(root / MANIFEST)["files"]}
         restart = [e["path"] for e in manifest["files"] if e["type"] == "file" and old.get(e["path"]) != e["sha256"]]
     os.close(open_tree(root, create=True))  # made, and every folder on the way root's alone
@@ -181,13 +182,29 @@ def mark(
     }
 
 
-def status(root: Path, wanted: str | None, revision: str | None) -> dict[str, Any]:
+def status(root: Path, wanted: str | None, revision: str | None, records: Path | None = None) -> dict[str, Any]:
     """Whether a marker says this rank holds exactly the manifest (for `wanted`/`revision`), without hashing.
 
     The local manifest's digest is recomputed, the marker must name it, and
     every file must still have the size, mtime and inode the marker
     recorded when it was hashed; a file added or removed voids it too.
+    With `records` (rank 0), the manifest must also be the one recorded at the
+    folder's first verification for this revision; `recorded` says whether
+    there is such a record.
     """
+    if records is None:
+        return _status(root, wanted, revision)
+    kept = record.load(records, root)
+    same = kept is not None and kept["revision"] == revision
+    if same:
+        wanted = kept["manifest"]["digest"]
+    seen = _status(root, wanted, revision)
+    if same and not seen["complete"] and "wanted" in seen["why"]:
+        seen["why"] = f"its manifest is not the one recorded at its first verification ({kept['recorded_at']})"
+    return {**seen, "recorded": same}
+
+
+def _status(root: Path, wanted: str | None, revision: str | None) -> dict[str, Any]:
     import json
 
     if not (root / MARKER).is_file():
@@ -204,17 +221,19 @@ def status(root: Path, wanted: str | None, revision: str | None) -> dict[str, An
     snapshot = marker.get("stat")
     if not isinstance(snapshot, dict):
         return {"complete": False, "why": "the marker records no file state"}
+    # from here on this rank was marked complete for exactly this manifest, and something changed since:
+    # `changed` tells a copy damaged after it was verified from one never finished
     listed = {e["path"] for e in manifest["files"]}
     extra = [rel for rel, _ in mf.walk(root) if rel not in listed]
     if extra:
-        return {"complete": False, "why": f"{extra[0]} is not in the manifest"}
+        return {"complete": False, "changed": True, "why": f"{extra[0]} is not in the manifest"}
     with Tree(root) as tree:
         for entry in manifest["files"]:
             why, st = tree.check(entry, full=False)
             if why:
-                return {"complete": False, "why": f"{entry['path']}: {why}"}
+                return {"complete": False, "changed": True, "why": f"{entry['path']}: {why}"}
             if entry["type"] == "file" and snapshot.get(entry["path"]) != st:
-                return {"complete": False, "why": f"{entry['path']} was modified since it was hashed"}
+                return {"complete": False, "changed": True, "why": f"{entry['path']} was modified since it was hashed"}
     return {
         "complete": True,
         "files": manifest["count"],

@@ -228,17 +228,28 @@ def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
     status.phase = "checking"
     theirs = peer.run("status", opts.dest, "--digest", digest, "--revision", opts.revision)
     only: list[str] | None = None
-    if theirs.get("complete"):
-        if not opts.full:
-            return {**base, "state": "complete", "sent_bytes": 0}
+    found: dict[str, str] = {}
+    if (theirs.get("complete") and opts.full) or theirs.get("changed"):
+        # a copy verified once (or asked to prove itself): hash it in full and name every file that differs,
+        # then re-send those alone (a copy that was only touched is marked again, nothing sent)
+        if plan and not opts.full:  # a plan stays cheap: the real run hashes
+            room = peer.run("need", opts.dest, "--digest", digest, stdin=text)
+            return {**base, "state": "changed", "why": theirs.get("why"), "only": None, "found": {}, **room}
         status.phase = "hashing"
         checked = peer.run("verify", opts.dest, "--digest", digest, "--full", ok=(0, 3))
+        found = dict(checked.get("bad", {}))
         if checked.get("ok"):
-            return {**base, "state": "complete", "sent_bytes": 0, "hashed": True}
-        only = sorted(checked.get("bad", {}))
+            if theirs.get("complete"):
+                return {**base, "state": "complete", "sent_bytes": 0, "hashed": True, "found": {}}
+            if not plan:
+                peer.run("mark", opts.dest, "--digest", digest, "--revision", opts.revision)
+            return {**base, "state": "complete", "sent_bytes": 0, "hashed": True, "found": {}, "remarked": True}
+        only = sorted(found)
+    elif theirs.get("complete"):
+        return {**base, "state": "complete", "sent_bytes": 0}
     room = peer.run("need", opts.dest, "--digest", digest, stdin=text)
     if plan:
-        return {**base, "state": "needs", "only": only, **room}
+        return {**base, "state": "needs", "only": only, "found": found, **room}
     if room["need_bytes"] > room["free_bytes"]:
         raise Failure(
             f"{opts.host} needs {room['need_bytes'] / 1e9:.2f} GB more for {opts.dest} but has "
@@ -255,6 +266,8 @@ def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
     status.phase = "hashing"
     marked = peer.run("mark", opts.dest, "--digest", digest, "--revision", opts.revision, ok=(0, 3))
     resent: list[str] = []
+    # a file that hashed wrong after the send: its size was right, its bytes not (only a changed copy has those)
+    marked_bad: dict[str, str] = dict(marked.get("bad", {})) if theirs.get("changed") or only is not None else {}
     if not marked.get("ok", True):
         resent = sorted(marked.get("bad", {}))
         again_started = time.monotonic()
@@ -279,6 +292,8 @@ def _sync(opts: Options, status: Status, plan: bool) -> dict[str, Any]:
         "transferred_bytes": sent.transferred,
         "sent_bytes": sent.crossed,
         "only": only,
+        # what this rank's copy of a verified manifest had wrong (path: what differed), each file re-sent
+        "found": found | {path: why for path, why in marked_bad.items() if path not in found},
         "resent": resent,
         "pruned": prepared.get("pruned", []),
         "seconds": round(elapsed, 3),

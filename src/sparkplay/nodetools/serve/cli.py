@@ -110,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("explain", help="why a rank is not serving (status, doctor, the watchdog)")
     p.add_argument("--unit", required=True)
     p.add_argument("--fabric-env", help="the fabric role's env file (names the cable's twins)")
+    p.add_argument(
+        "--model-dir",
+        action="append",
+        default=[],
+        help="a folder the engine serves from: files replaced since it started are named (repeatable)",
+    )
     p.set_defaults(func=cmd_explain)
     p = sub.add_parser("memguard", help="hold the unit's engine to its memory limit (started beside the unit's start)")
     p.add_argument("--unit", required=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -118,6 +119,50 @@ def waiting_for(lines: list[tuple[float, str]]) -> list[tuple[float, str]]:
     return list(pending.values())
 
 
+# what is not the checkpoint in a model folder: sparkplay's bookkeeping, the hub's (ckpt/manifest.py's walk)
+NOT_MODEL = (".sparkplay", ".cache")
+
+
+def started_at(pid: str, proc: Path = PROC) -> float | None:
+    """When process `pid` started, in seconds since the epoch (boot time + its start in clock ticks)."""
+    if pid in ("", "0"):
+        return None
+    stat, boot = _read(proc / pid / "stat"), _read(proc / "stat")
+    try:
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        btime = next(int(line.split()[1]) for line in boot.splitlines() if line.startswith("btime "))
+    except (IndexError, ValueError, StopIteration):
+        return None
+    return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def replaced_since(folders: list[str], since: float, limit: int = 5) -> list[tuple[float, str]]:
+    """(ctime, path) of each file under `folders` changed or replaced after `since` (ctime: a write, a rename
+    into place, a new link; no touch can set it back), newest first. The engine that started before holds
+    the old bytes (a mapping of a deleted file) or reads changed ones: either way not what was verified."""
+    found: list[tuple[float, str]] = []
+    for folder in folders:
+        pending = [(Path(folder), True)]
+        while pending:
+            where, top = pending.pop()
+            try:
+                entries = list(os.scandir(where))
+            except OSError:
+                continue
+            for entry in entries:
+                if top and entry.name in NOT_MODEL:
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((Path(entry.path), False))
+                elif st.st_ctime > since:
+                    found.append((st.st_ctime, entry.path))
+    return sorted(found, reverse=True)[:limit]
+
+
 def _clock(stamp: float) -> str:
     return time.strftime("%H:%M", time.localtime(stamp))
 
@@ -179,17 +224,33 @@ def _reason(show: dict[str, str], waits: list[tuple[float, str]], memory: dict[s
     return oom or None
 
 
-def report(unit: str, fabric_env: str | None) -> dict[str, Any]:
+def replaced_words(replaced: list[tuple[float, str]]) -> str:
+    """The sentence status shows for an engine started before a file it serves was replaced."""
+    stamp, path = replaced[0]
+    more = f" and {len(replaced) - 1} more" if len(replaced) > 1 else ""
+    return (
+        f"serving a file replaced at {_clock(stamp)} ({path}{more}): restart to load the verified copy "
+        "(`sparkplay verify` restarts it, workers first)"
+    )
+
+
+def report(unit: str, fabric_env: str | None, models: list[str] | None = None) -> dict[str, Any]:
     show = unit_show(unit, *PROPS)
     lines = journal_lines(unit, show.get("InvocationID", ""))
     twins = twin_states(fabric_twins(fabric_env))
     memory = current_kills(unit)
-    waits = waiting_for(lines) if show.get("ActiveState") == "active" else []
+    active = show.get("ActiveState") == "active"
+    waits = waiting_for(lines) if active else []
     loaded = show.get("LoadState") == "loaded"  # no unit here: nothing deployed, nothing to explain
+    started = started_at(show.get("MainPID", "")) if active and models else None
+    replaced = replaced_since(models or [], started) if started is not None else []
     why = explain(show, waits, twins, memory, last_words(unit)) if loaded else None
+    if replaced:
+        why = "; ".join(part for part in (why, replaced_words(replaced)) if part)
     return {
         "unit": unit,
         "why": why,
+        "replaced": [{"path": path, "at": stamp} for stamp, path in replaced],
         "waiting": [w for _, w in waits],
         "twins": twins,
         "memory": memory,
@@ -199,5 +260,5 @@ def report(unit: str, fabric_env: str | None) -> dict[str, Any]:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    print(json.dumps(report(args.unit, args.fabric_env)))
+    print(json.dumps(report(args.unit, args.fabric_env, args.model_dir)))
     return 0
