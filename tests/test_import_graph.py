@@ -96,6 +96,7 @@ LAYERS = [
         "sparkplay.hostfacts",
         "sparkplay.runner",
         "sparkplay.runlock",
+        "sparkplay.integrity",
         "sparkplay.bench",
         "sparkplay.nvfp4",
         "sparkplay.nodetools",

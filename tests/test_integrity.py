@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sparkplay import checkpoints, deployments
+from sparkplay import deployments, integrity
 from sparkplay.cli import app
 from sparkplay.errors import BadInput, ExitCode
 from sparkplay.nodetools.serve import explain
@@ -24,38 +24,38 @@ SOURCE = {"name": "lab-tiny", "kind": "staged", "dest": "/var/lib/sparkplay/mode
 
 def test_a_refusal_names_each_file_what_differed_and_every_fix():
     answer = {"bad": {"lab-tiny.gguf": "sha256", "tokenizer.json": "missing"}, "recorded_at": "2026-12-06T10:00:00Z"}
-    text = checkpoints.refusal(SOURCE, answer, "rank0")
+    text = integrity.refusal(SOURCE, answer, "rank0")
     assert "lab-tiny.gguf: its bytes differ; tokenizer.json: missing" in text
     assert "since its first verification (2026-12-06T10:00:00Z)" in text and "Nothing was mirrored" in text
     assert "--accept-changed lab-tiny" in text and "download it anew" not in text  # staged: nothing to download
-    assert "download it anew" in checkpoints.refusal({**SOURCE, "kind": "hf"}, answer, "rank0")
+    assert "download it anew" in integrity.refusal({**SOURCE, "kind": "hf"}, answer, "rank0")
     assert "\n" not in text
 
 
 def test_many_differences_are_counted_not_listed():
     bad = {f"shard-{i:03}.safetensors": "size" for i in range(40)}
-    text = checkpoints.differences(bad)
+    text = integrity.differences(bad)
     assert text.count("truncated or grown") == 6 and text.endswith("(and 34 more)")
 
 
 def test_a_mirror_result_becomes_a_finding_per_file():
     result = {"state": "mirrored", "found": {"b.bin": "sha256", "a.bin": "missing"}}
-    found = checkpoints.finding(SOURCE, "rank1", result)
+    found = integrity.finding(SOURCE, "rank1", result)
     assert [(f["file"], f["what"], f["repaired"]) for f in found] == [
         ("a.bin", "missing", True),
         ("b.bin", "sha256", True),
     ]
-    assert checkpoints.verify_lines(found)[1] == (
+    assert integrity.verify_lines(found)[1] == (
         "rank1: lab-tiny/b.bin: its bytes differ; re-mirrored from rank 0's verified copy"
     )
-    assert checkpoints.finding(SOURCE, "rank1", {"state": "complete"}) == []
+    assert integrity.finding(SOURCE, "rank1", {"state": "complete"}) == []
 
 
 @pytest.mark.parametrize("name", ["", "../x", "a/b", ".hidden", "two words", "new\nline"])
 def test_accept_changed_takes_only_a_checkpoint_name(name):
     with pytest.raises(BadInput, match="accept-changed"):
-        checkpoints.accepted_name(name)
-    assert checkpoints.accepted_name("org--model") == "org--model"
+        integrity.accepted_name(name)
+    assert integrity.accepted_name("org--model") == "org--model"
 
 
 # --- an engine started before a file it serves was replaced --------------------------------------------------
@@ -107,7 +107,7 @@ def test_only_the_units_that_serve_a_replaced_file_restart():
         stdout = json.dumps({"why": None, "replaced": [{"path": p, "at": 1.0} for p in replaced]})
         return {"item": {"unit": unit, "role": role, "recipe": unit, "host": "rank1"}, "stdout": stdout}
 
-    found = deployments.replaced_units(
+    found = integrity.replaced_units(
         [result("a.service", "leader", ["/m/a/x"]), result("b.service", "leader", []), {"item": {}, "stdout": "junk"}]
     )
     assert found == [
@@ -167,3 +167,39 @@ def test_verify_tells_verified_repaired_and_not_repaired_apart(monkeypatch, tmp_
     got = CliRunner().invoke(app, ["verify", "-i", str(inventory), "--no-wait"])
     assert got.exit_code == code, got.output
     assert says in got.output
+
+
+def test_a_deployment_restarts_on_every_rank_workers_first_when_any_ranks_copy_was_replaced():
+    records = [
+        {"unit": "sparkplay-serve.service", "role": "worker", "host": "rank1"},
+        {"unit": "sparkplay-serve@lab-small.service", "role": "leader", "host": "rank1"},
+        {"unit": "sparkplay-serve@other.service", "role": "leader", "host": "rank1"},
+    ]
+    # the primary's file was replaced on rank 0 (its leader), lab-small's here
+    replaced = [{"unit": "sparkplay-serve.service"}, {"unit": "sparkplay-serve@lab-small.service"}]
+    plan = integrity.reload_plan(records, replaced)
+    assert plan["units"] == ["sparkplay-serve.service", "sparkplay-serve@lab-small.service"]
+    assert [r["unit"] for r in plan["workers"]] == ["sparkplay-serve.service"]
+    assert [r["unit"] for r in plan["leaders"]] == ["sparkplay-serve@lab-small.service"]
+    assert integrity.reload_plan(records, []) == {"units": [], "workers": [], "leaders": []}
+
+
+def test_the_serve_tools_argv_carries_the_folders_and_never_the_key():
+    record = {
+        "unit": "u.service",
+        "tool": "/usr/local/lib/sparkplay/sparkplay-serve",
+        "models": ["/m/a", "/m/b"],
+        "api_url": "http://127.0.0.1:9931",
+        "served_name": "lab-tiny",
+        "runtime": "native",
+        "api_key_env": "SPARKPLAY_API_KEY",
+        "env_file": "/etc/sparkplay/serve.env",
+    }
+    assert integrity.explain_argv(record, "/default", "/etc/sparkplay/fabric.env")[-2:] == [
+        "--model-dir=/m/a",
+        "--model-dir=/m/b",
+    ]
+    argv = integrity.probe_argv(record, "/default")
+    assert argv[:2] == ["/usr/local/lib/sparkplay/sparkplay-serve", "probe"] and "--container" not in argv
+    assert argv[argv.index("--api-key-env") + 1] == "SPARKPLAY_API_KEY"
+    assert integrity.probe_argv({**record, "tool": None, "runtime": "docker", "container": "c"}, "/d")[0] == "/d"

@@ -223,6 +223,14 @@ EFFECTS: dict[str, Effect] = {
         _admission_given(),
         shows="does not fit on rank0",
     ),
+    "serve_reload_timeout": Effect(
+        "serve",
+        "roles/serve/tasks/reload.yml",
+        60,
+        "Serve | Wait until each restarted model answers",
+        ("retries",),
+        shows="30",
+    ),
     "serve_gateway_port": Effect(
         "serve", "roles/serve/templates/sparkplay-gateway.service.j2", 9940, given=GATEWAY, shows="127.0.0.1:9940"
     ),
@@ -299,6 +307,23 @@ EFFECTS: dict[str, Effect] = {
         "Checkpoint | Download",
         ("ansible.builtin.command", "argv"),
         CKPT,
+    ),
+    "checkpoint_record_dir": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/leader.yml",
+        "/srv/records",
+        "Checkpoint | Is rank 0's copy complete",
+        ("ansible.builtin.command", "argv"),
+        CKPT,
+    ),
+    "checkpoint_accept_changed": Effect(
+        "checkpoint",
+        "roles/checkpoint/tasks/leader.yml",
+        ["m"],
+        "Checkpoint | Hash rank 0's copy into its manifest and mark it",
+        ("ansible.builtin.command", "argv"),
+        CKPT,
+        shows="--accept",
     ),
     "checkpoint_tool": Effect(
         "checkpoint",

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from sparkplay import runlock
+from sparkplay.errors import ExitCode
 from sparkplay.runner import state_dir
 from tests import steps
 from tests import test_faults_lab as faults
@@ -262,6 +263,84 @@ def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
     assert "lab-small is unchanged" in full_log(again)  # an unchanged added deployment starts no stand-in
     assert in_node(1, "systemctl", "show", SMALL_UNIT, "--property=MainPID").stdout == pid
     assert served() == ["lab-small", "lab-tiny"]
+
+
+# -- what serves is what was verified (issue 53) ------------------------------------------------------------------
+
+TINY = "/var/lib/sparkplay/models/lab-tiny/lab-tiny.gguf"
+SMALL = "/var/lib/sparkplay/models/lab-small/lab-small.gguf"
+TINY_UNIT = "sparkplay-serve.service"
+# flips 64 bytes in the middle of a file, in place (a failing disk): the same size, new bytes; run twice, the
+# same bytes again (the file was still changed under whatever serves it)
+FLIP = "import sys; f = open(sys.argv[1], 'r+b'); f.seek(4096); b = f.read(64); f.seek(4096); "
+FLIP += "f.write(bytes(x ^ 0xFF for x in b)); f.close()"
+
+
+def sha256_on(rank: int, path: str) -> str:
+    return in_node(rank, "sha256sum", path).stdout.split()[0]
+
+
+def main_pid(rank: int, unit: str) -> str:
+    return in_node(rank, "systemctl", "show", unit, "--property=MainPID", "--value").stdout.strip()
+
+
+def status_text() -> str:
+    proc = run_cli("status", "-i", "inventory/lab")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    return proc.stdout
+
+
+def test_rank0s_copy_changed_is_refused_by_the_next_up_naming_the_file_and_rank1s_copy_is_untouched():
+    """The source of truth is never re-blessed: rank 0's lab-tiny, changed after its first verification, is
+    refused by the next up's plan (nothing mirrored, nothing changed); its bytes put back, verify re-verifies
+    it against the record and restarts the engine that served the file while it was changed."""
+    good, theirs = sha256_on(0, TINY), sha256_on(1, TINY)
+    marker = in_node(1, "cat", "/var/lib/sparkplay/models/lab-tiny/.sparkplay/complete.json").stdout
+    in_node(0, "python3", "-c", FLIP, TINY)
+    proc = cli("up", "lab-tiny", "--yes")
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == int(ExitCode.HOSTS_FAILED), said[-4000:]
+    assert "Rank 0's copy of lab-tiny" in said and "lab-tiny.gguf: its bytes differ" in said, said[-4000:]
+    assert "--accept-changed lab-tiny" in said and "Nothing was mirrored" in said
+    assert sha256_on(1, TINY) == theirs  # rank 1's copy untouched, its marker too
+    assert in_node(1, "cat", "/var/lib/sparkplay/models/lab-tiny/.sparkplay/complete.json").stdout == marker
+    # the engine on rank 0 reads the changed file: status says so, in words a user acts on
+    assert "serving a file replaced at" in status_text()
+    in_node(0, "python3", "-c", FLIP, TINY)  # the bytes put back
+    assert sha256_on(0, TINY) == good
+    leader = main_pid(0, TINY_UNIT)
+    proc = cli("verify")
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == int(ExitCode.REPAIRED), said[-4000:]
+    assert "re-verified against the record of its first verification" in full_log(proc)
+    assert "found:" not in said  # no rank's copy was wrong
+    assert re.search(r"restarted: lab-tiny \(sparkplay-serve\.service\), workers first", said), said[-3000:]
+    assert main_pid(0, TINY_UNIT) != leader and ask("lab-tiny")["model"] == "lab-tiny"
+    assert "serving a file replaced" not in status_text()
+
+
+def test_a_copy_corrupted_under_a_running_added_model_is_named_repaired_and_served_from_the_verified_copy():
+    """Rank 1's copy of lab-small (served from rank 1) flipped on disk: status names the engine serving a
+    replaced file; verify names the rank, the file and what differed, re-mirrors it from rank 0's verified copy,
+    restarts lab-small and exits 8; the engine then maps the verified file, not a deleted one."""
+    good, pid = sha256_on(0, SMALL), main_pid(1, SMALL_UNIT)
+    in_node(1, "python3", "-c", FLIP, SMALL)
+    assert sha256_on(1, SMALL) != good
+    assert "serving a file replaced at" in status_text()
+    proc = cli("verify")
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == int(ExitCode.REPAIRED), said[-4000:]
+    assert "found: sparkplay-lab-rank1: lab-small/lab-small.gguf: its bytes differ; re-mirrored from rank 0" in said
+    assert "restarted: lab-small (sparkplay-serve@lab-small.service)" in said
+    assert "restarted: lab-tiny" not in said  # only the deployment whose file was replaced
+    assert sha256_on(1, SMALL) == good
+    new = main_pid(1, SMALL_UNIT)
+    assert new != pid
+    maps = in_node(1, "cat", f"/proc/{new}/maps").stdout
+    assert SMALL in maps and "(deleted)" not in maps
+    assert ask("lab-small")["model"] == "lab-small"
+    again = cli("verify")  # nothing left to find
+    assert again.returncode == 0 and "every checkpoint verified on every rank" in again.stdout, again.stderr[-2000:]
 
 
 def test_bench_measures_one_model_of_several():

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from sparkplay import checkpoints, deployment, settings, stack
+from sparkplay import deployment, integrity, settings, stack
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import (
     InventoryOpt,
@@ -106,7 +106,7 @@ def finish(result: RunResult, verb: str) -> None:
 def say_findings(result: RunResult) -> list[dict[str, Any]]:
     """Each file a rank's verified copy had wrong (the checkpoint role's findings), a line each on stderr."""
     found = [f for f in result.custom.get("sparkplay_checkpoint_findings") or [] if isinstance(f, dict)]
-    for line in checkpoints.verify_lines(found):
+    for line in integrity.verify_lines(found):
         err.print(f"found: {line}", markup=False, highlight=False)
     return found
 
@@ -339,7 +339,7 @@ def up(
     if force_admit:
         placement["serve_force_admit"] = True
     if accept_changed:
-        placement["checkpoint_accept_changed"] = [checkpoints.accepted_name(n) for n in accept_changed]
+        placement["checkpoint_accept_changed"] = [integrity.accepted_name(n) for n in accept_changed]
     hosts, playbook, planned = planned_run(root, recipe, inventory, only, verbose, placement=placement)
     foreign = show_plan(planned)
     if add:  # the inventory's recipe stays the primary's: an added deployment is not recorded there

@@ -397,23 +397,3 @@ def _json(text: Any) -> dict[str, Any]:
     except ValueError:
         return {}
     return found if isinstance(found, dict) else {}
-
-
-def replaced_units(explained: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """From a looped `explain` over a node's records: each deployment whose engine here serves a file replaced
-    since it started ({unit, recipe, role, host, replaced: [paths]})."""
-    found = []
-    for result in explained:
-        record = result.get("item") or {}
-        replaced = _json(result.get("stdout")).get("replaced") or []
-        if replaced and record.get("unit"):
-            found.append(
-                {
-                    "unit": record["unit"],
-                    "recipe": record.get("recipe"),
-                    "role": record.get("role"),
-                    "host": record.get("host"),
-                    "replaced": [str(r.get("path")) for r in replaced if isinstance(r, Mapping)],
-                }
-            )
-    return found
