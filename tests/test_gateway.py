@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkplay.nodetools.serve.gateway import in_thread
+from sparkplay.nodetools.serve.gateway_main import in_thread
 
 
 class Engine(BaseHTTPRequestHandler):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkplay.nodetools.serve.gateway import in_thread
 from sparkplay.nodetools.serve.gateway_files import Routes
+from sparkplay.nodetools.serve.gateway_main import in_thread
 from sparkplay.nodetools.serve.swapper import units_of
 from tests.test_gateway import Engine
 
@@ -288,6 +288,8 @@ def test_the_routes_the_roles_write_are_the_routes_the_gateway_reads(tmp_path):
             "recipe": "lab-tiny",
             "api_url": "http://127.0.0.1:9931",
             "claim": {"bytes": 2 * GIB},
+            "watchdog_unit": "sparkplay-serve-watchdog.service",
+            "watchdog_state": "/var/lib/sparkplay/watchdog.json",
         },
     ]
     meminfo = "MemTotal: 25165824 kB\nMemAvailable: 20971520 kB\n"
@@ -303,7 +305,9 @@ def test_the_routes_the_roles_write_are_the_routes_the_gateway_reads(tmp_path):
         "on_demand": True,
         "claim": GIB,
         "units": ["sparkplay-serve@lab-od-a.service", "sparkplay-serve-watchdog@lab-od-a.service"],
+        "watch": None,  # its record names no state file
     }
     assert read["models"]["lab-tiny"]["on_demand"] is False and read["default"] == "lab-tiny"
+    assert read["models"]["lab-tiny"]["watch"] == "/var/lib/sparkplay/watchdog.json"  # the gateway's node reads it
     assert (read["ttl_s"], read["wait_s"], read["budgets"]) == (30, 60, {"rank0": 24 * GIB - 4 * GIB - 2 * GIB})
     assert units_of(read["models"]["lab-od-a"])  # and the swapper takes its units

@@ -11,6 +11,7 @@ every documented knob is covered by one or the other.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import pytest
@@ -271,9 +272,24 @@ def test_a_ring_addresses_every_link_and_routes_the_peers_off_a_nodes_links() ->
 
 def test_behind_a_switch_there_are_no_routes_and_nccl_uses_the_first_twin() -> None:
     variables = fabric_vars(3, "spark0")
-    twins = yaml.safe_load(template("roles/fabric/templates/netplan.yaml.j2", variables))["network"]["ethernets"]
+    ethernets = yaml.safe_load(template("roles/fabric/templates/netplan.yaml.j2", variables))["network"]["ethernets"]
+    twins = {name: e for name, e in ethernets.items() if name != "lo"}
     assert all("routes" not in twin for twin in twins.values()) and variables["fabric_routes"] == []
     assert f"NCCL_SOCKET_IFNAME={TWINS[0]}" in template("roles/fabric/templates/fabric.env.j2", variables)
+
+
+@pytest.mark.parametrize("nodes, extra", [(2, {}), (3, RING3)], ids=["two-behind-a-switch", "ring-of-three"])
+def test_every_cable_subnet_has_an_unreachable_route_behind_the_twins_own(nodes: int, extra: dict) -> None:
+    """With a twin down (networkd drops its address and routes), a cable address must fail at once, never
+    leave by the default route: an unreachable route per cable subnet on lo, metric behind the connected one."""
+    variables = fabric_vars(nodes, "spark0", **extra)
+    ethernets = yaml.safe_load(template("roles/fabric/templates/netplan.yaml.j2", variables))["network"]["ethernets"]
+    subnets = sorted(
+        {str(ipaddress.ip_interface(c).network) for cs in variables["fabric_address_map"].values() for c in cs}
+    )
+    assert ethernets["lo"]["routes"] == [{"to": s, "type": "unreachable", "metric": 4242} for s in subnets]
+    assert ethernets["lo"]["link-local"] == [] and "addresses" not in ethernets["lo"]  # lo's own are the kernel's
+    assert len(subnets) == (2 if nodes == 2 else 3)  # one a twin behind a switch; one a link in a ring
 
 
 def test_a_ring_of_four_relays_through_the_nodes_between_and_they_forward() -> None:

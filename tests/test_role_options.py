@@ -177,6 +177,7 @@ def _admission_given() -> dict[str, Any]:
 # the gateway's unit on the leader of a deployment (lab-tiny's leader rank, no engine key)
 GATEWAY = {
     "ansible_managed": "x",
+    "inventory_hostname": "spark0",
     "sparkplay_deployment": {"slot": None, "paths": {"unit_dir": "/etc/systemd/system"}},
     "serve_deployment": {"launch": {"ranks": [{"role": "leader", "host": "spark0", "record": {}, "env": {}}]}},
 }

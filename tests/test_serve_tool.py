@@ -186,6 +186,7 @@ def watchdog(tmp_path: Path, monkeypatch, engine: _Engine, **overrides) -> tuple
         metrics_bind="127.0.0.1",
         container=None,
         fabric_env=None,
+        look_interval=0.01,
     )
     namespace.update(overrides)
     return serve_watchdog.Watchdog(argparse.Namespace(**namespace)), calls
@@ -302,6 +303,35 @@ def test_the_watchdog_stands_aside_while_a_restart_cannot_help_and_says_why(tmp_
     monkeypatch.setattr(serve_watchdog, "reach", lambda endpoint, timeout=1.0: None)
     dog.step()
     assert dog.state["restarts_total"] == 1 and calls
+
+
+def test_between_probes_a_pulled_cable_is_said_at_once_and_its_return_brings_the_next_probe(tmp_path, monkeypatch):
+    """The gateway reads the state each second to refuse requests with the cause: the watchdog says `waiting`
+    within a look (not after a probe's timeout), and probes at once when what it waited for is back."""
+    engine = _Engine()
+    seen = dict(CABLE_SEEN)
+    dog, calls = watchdog(tmp_path, monkeypatch, engine, seen=seen)
+    dog.args.interval = 5
+    dog.step()
+    assert dog.state["status"] == "ok"
+    started = time.monotonic()
+    monkeypatch.setattr(
+        dog, "save", lambda: seen.update(waiting=[], twins={}) if dog.state["status"] == "waiting" else None
+    )
+    dog.between_probes()  # the cable is seen down at the first look, then back: it returns before the interval
+    assert time.monotonic() - started < 2 and dog.state["status"] == "waiting"
+    assert "twin enp1s0f1np1 has no carrier" in dog.state["why"] and not calls
+    dog.step()
+    assert dog.state["status"] == "ok"
+
+
+def test_between_probes_a_twin_down_is_no_reason_for_a_deployment_without_workers(tmp_path, monkeypatch):
+    engine = _Engine()
+    dog, _ = watchdog(tmp_path, monkeypatch, engine, seen=dict(CABLE_SEEN))
+    dog.args.workers, dog.args.interval = [], 0.05
+    dog.step()
+    dog.between_probes()
+    assert dog.state["status"] == "ok"  # one node, served from loopback: the cable is not its business
 
 
 # -- who holds the API's port: the processes and sockets of this machine, for real ----------------------

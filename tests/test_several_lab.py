@@ -402,7 +402,54 @@ def test_an_engine_past_its_memory_limit_is_killed_by_its_cgroup_and_the_others_
     assert in_node(1, "systemctl", "is-active", OOM_UNIT, check=False).stdout.strip() != "active"
 
 
+def gateway_answer(model: str) -> tuple[float, int, dict, str]:
+    """One request through the gateway from rank 0: (seconds, status, error body, Retry-After)."""
+    script = (
+        "import json, sys, time, urllib.request, urllib.error\n"
+        "body = json.dumps({'model': sys.argv[1], 'messages': [{'role': 'user', 'content': 'hi'}], "
+        "'max_tokens': 4}).encode()\n"
+        "req = urllib.request.Request('http://127.0.0.1:9930/v1/chat/completions', body, "
+        "{'Content-Type': 'application/json'})\n"
+        "s = time.monotonic()\n"
+        "try:\n"
+        "    with urllib.request.urlopen(req, timeout=60) as r:\n"
+        "        print(json.dumps([time.monotonic() - s, r.status, {}, '']))\n"
+        "except urllib.error.HTTPError as e:\n"
+        "    print(json.dumps([time.monotonic() - s, e.code, json.loads(e.read() or b'{}'), "
+        "e.headers.get('Retry-After') or '']))\n"
+        "except Exception as e:\n"
+        "    print(json.dumps([time.monotonic() - s, 0, {'error': {'message': str(e)}}, '']))\n"
+    )
+    took, status, body, retry = json.loads(in_node(0, "python3", "-c", script, model, check=False).stdout)
+    return took, status, body, retry
+
+
 def test_a_pulled_cable_is_named_and_sat_out_then_serving_comes_back():
+    """Also (issue 53): while the cable is out, every request through the gateway is answered or refused
+    within 15 s with the cause (lab-tiny's watchdog waits for its twins; lab-small's node has no route), and
+    nothing for a cable address leaves by another route (an unreachable route behind the twins' own)."""
+    faults.lab("pull")
+    try:
+        deadline = time.monotonic() + 20
+        for _ in range(3):
+            for model, says in (
+                ("lab-tiny", "has no carrier"),
+                ("lab-small", "no route to its node sparkplay-lab-rank1"),
+            ):
+                took, status, body, retry = gateway_answer(model)
+                assert took < 15, (model, took, status, body)
+                if status != 503 and time.monotonic() < deadline:  # the first look may not have come yet
+                    continue
+                assert status == 503 and retry == "10", (model, status, body)
+                assert body["error"]["code"] == "model_unavailable" and says in body["error"]["message"], body
+        for rank, peer in ((0, "192.168.100.11"), (1, "192.168.100.10")):
+            route = in_node(rank, "ip", "route", "get", peer, check=False)
+            assert route.returncode != 0 and "No route to host" in route.stderr, route.stdout + route.stderr
+        metrics = curl("http://127.0.0.1:9930/metrics")
+        assert 'sparkplay_gateway_requests_total{code="503",model="lab-tiny"}' in metrics, metrics[-2000:]
+    finally:
+        faults.lab("plug")
+    faults.recovered("the cable pulled for the gateway's answers, after it is back", time.monotonic(), faults.CABLE)
     faults.pulled_cable_sat_out(1, "for 1 min")
     # the gateway reaches rank 1's model over the cable again (its connection there is made anew)
     deadline = time.monotonic() + faults.CABLE

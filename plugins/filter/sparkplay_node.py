@@ -24,6 +24,7 @@ FILTERS = {
     "sparkplay_fabric_ping_plan": "sparkplay.fabric:ping_plan",
     "sparkplay_fabric_peer_addresses": "sparkplay.fabric:peer_addresses",
     "sparkplay_fabric_routes": "sparkplay.fabric:routes",
+    "sparkplay_fabric_cable_subnets": "sparkplay.fabric:cable_subnets",
     "sparkplay_fabric_relays": "sparkplay.fabric:relays",
     "sparkplay_fabric_subnet_problem": "sparkplay.fabric:subnet_problem",
     "sparkplay_cidr_address": "sparkplay.fabric:address_of",

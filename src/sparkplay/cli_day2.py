@@ -224,8 +224,8 @@ def verify(
         raise typer.Exit(int(result.exit_code))
     if found or reloaded:
         err.print(
-            f"verify: repaired {len(found)} file(s) from rank 0's verified copy, restarted {len(reloaded)} "
-            f"engine(s) on them (exit {int(ExitCode.REPAIRED)})",
+            f"verify: {len(found)} file(s) repaired from rank 0's verified copy, {len(reloaded)} engine(s) "
+            f"restarted onto verified files (exit {int(ExitCode.REPAIRED)})",
             markup=False,
             highlight=False,
         )

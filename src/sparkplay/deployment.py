@@ -297,8 +297,11 @@ def with_launch(
 
 
 def served_folders(doc: Mapping[str, Any]) -> list[str]:
-    """The checkpoint folders a deployment serves from on every rank, and its overlay."""
-    folders = [str(c["dest"]) for c in doc.get("checkpoints") or []]
+    """The folders a deployment's engine serves from on every rank: its model's, its recipe's own checkpoints
+    (a drafter's too) and its overlay; not the inventory's other staged folders (another deployment's)."""
+    folders = [str(c["dest"]) for c in doc.get("checkpoints") or [] if c.get("kind") == "hf"]
+    if (doc.get("model") or {}).get("dir"):
+        folders.append(str(doc["model"]["dir"]))
     if doc.get("overlay"):
         folders.append(str(doc["overlay"]["output"]))
     return sorted(set(folders))

@@ -124,6 +124,9 @@ def routes(
             "slot": record.get("slot"),
             "host": record.get("host"),
         }
+        watch = str(record.get("watchdog_state") or "")
+        if record.get("watchdog_unit") and TOOL_PATH.match(watch):  # read by the gateway on that node alone
+            route["watch"] = watch
         if record.get("on_demand") and record.get("slot"):
             named = names.for_slot(str(record["slot"]))["units"]
             units = [named["serve"], *([named["watchdog"]] if record.get("watchdog_unit") else [])]

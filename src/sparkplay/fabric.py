@@ -121,6 +121,19 @@ def routes(addresses: Mapping[str, Sequence[str]], me: str, twins: Sequence[str]
     return found
 
 
+# behind the connected routes (metric 0): used only while a twin's own route is gone (no carrier, a pulled cable)
+UNREACHABLE_METRIC = 4242
+
+
+def cable_subnets(addresses: Mapping[str, Sequence[str]]) -> list[dict[str, Any]]:
+    """An unreachable route for every subnet of the cable (the networks of every node's twin addresses), behind
+    the connected ones: with a twin or the whole cable down, traffic for a cable address then fails at once
+    ("no route to host") instead of leaving by the default route, onto the LAN."""
+    networks = {ipaddress.ip_interface(c).network for cidrs in addresses.values() for c in cidrs}
+    ordered = sorted(networks, key=lambda n: (n.version, int(n.network_address), n.prefixlen))
+    return [{"to": str(n), "type": "unreachable", "metric": UNREACHABLE_METRIC} for n in ordered]
+
+
 def relays(addresses: Mapping[str, Sequence[str]], me: str) -> bool:
     """Whether some other node's way to a third one passes through this node (it must forward)."""
     return any(

@@ -89,8 +89,11 @@ def _stdin_manifest(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _verify(args: argparse.Namespace) -> dict[str, Any]:
+    recorded = record.load(args.records, args.dir) if args.records else None
     result = state.verify(args.dir, _local(args), args.full, args.jobs)
     result.pop("_snapshot")
+    if recorded is not None:  # held to the record of its first verification: say when that was
+        result["recorded_at"] = recorded["recorded_at"]
     return result
 
 

@@ -8,8 +8,8 @@ from .bench import cmd_bench
 from .drain import add_arguments as add_drain_arguments
 from .drain import cmd_drain
 from .explain import cmd_explain
-from .gateway import add_arguments as add_gateway_arguments
-from .gateway import cmd_gateway
+from .gateway_main import add_arguments as add_gateway_arguments
+from .gateway_main import cmd_gateway
 from .group import cmd_restart_workers
 from .memory import cmd_memguard, cmd_release
 from .ports import cmd_run, cmd_wait_ports
@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-restarts", type=int, default=2)
     p.add_argument("--window", type=float, default=3600)
     p.add_argument("--probe-timeout", type=float, default=30)
+    p.add_argument(
+        "--look-interval", type=float, default=2.0, help="seconds between looks for a cable, peer or node gone"
+    )
     p.add_argument("--restart-timeout", type=float, default=900)
     p.add_argument("--prompt", default="What is 17*23?")
     p.add_argument("--max-tokens", type=int, default=4)

@@ -17,16 +17,10 @@ request already forwarded keeps its upstream, so adding or stopping one model ne
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import json
-import signal
-import socket
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +28,7 @@ from . import gateway_metrics
 from .gateway_body import BadBody, forwarded_path, model_of, model_of_form
 from .gateway_demand import Demand, Unavailable
 from .gateway_files import Keys, Routes, UpstreamKeys
-from .gateway_server import capped_server, one_line_logger
+from .gateway_watch import Watch, unreachable
 
 # what a client may send through (hop-by-hop headers, the host and its key are the gateway's own)
 FORWARDED = ("content-type", "accept", "x-request-id")
@@ -63,6 +57,7 @@ class Gateway:
         body_budget: int,
         body_timeout: float,
         timeout_s: float,
+        node: str | None = None,
     ) -> None:
         self.routes, self.keys, self.upstream_keys = routes, keys, upstream_keys
         self.max_body, self.body_budget, self.body_timeout, self.timeout_s = (
@@ -76,6 +71,11 @@ class Gateway:
         self.session: Any = None
         self.metrics = gateway_metrics.make()
         self.demand = Demand(None, None, self.metrics)
+        # which deployments cannot answer now and why (gateway_watch.py); the requests in flight for each, and
+        # those ended with the cause (their task cancelled: the cause is their answer)
+        self.watch = Watch(node)
+        self.inflight: dict[str, set[asyncio.Task[Any]]] = {}
+        self.abandoned: dict[asyncio.Task[Any], str] = {}
 
     async def start(self) -> None:
         import aiohttp
@@ -96,6 +96,7 @@ class Gateway:
         said = b""
         while True:
             table = self.routes.current()
+            self.look(table)
             await self.demand.reap(table)
             if state_file is not None:
                 now = json.dumps(
@@ -112,6 +113,16 @@ class Gateway:
                     staged.replace(state_file)
                     said = now
             await asyncio.sleep(1)
+
+    def look(self, table: dict[str, Any]) -> None:
+        """A deployment that became unable to answer: said in the journal, and its requests in flight ended
+        with the cause (their clients get it now instead of waiting for an answer that is not coming)."""
+        for name, cause in self.watch.look(table).items():
+            waiting = [t for t in self.inflight.get(name, ()) if not t.done()]
+            _journal(f"{cause}; ending {len(waiting)} request(s) in flight, refusing new ones until it can")
+            for task in waiting:
+                self.abandoned[task] = cause
+                task.cancel()
 
     async def close(self) -> None:
         if self.session is not None:
@@ -233,17 +244,37 @@ class Gateway:
         table: dict[str, Any],
         started: float,
     ) -> Any:
+        cause = self.watch.causes.get(name)
+        if cause:  # known now: answered at once, with the cause
+            return self._unavailable(name, cause, started)
         try:
             await self.demand.acquire(name, route, table)
         except Unavailable as exc:
             self.metrics.answered(name, 503, time.monotonic() - started, time.monotonic() - started)
             return _error(503, str(exc), "api_error", "model_unavailable", **{"Retry-After": str(exc.retry_after)})
         broken = True
+        task = asyncio.current_task()  # a handler always runs in a task of its own
+        self.inflight.setdefault(name, set()).add(task)  # type: ignore[arg-type]
         try:
             reply, broken = await self._forward(request, route, name, path, body, started)
             return reply
+        except asyncio.CancelledError:
+            said = self.abandoned.pop(task, None)  # type: ignore[arg-type]
+            if said is None:  # not ours: the server's own (a stop, a client gone)
+                raise
+            task.uncancel()  # type: ignore[union-attr]
+            return self._unavailable(name, said, started)
         finally:
+            self.inflight[name].discard(task)  # type: ignore[arg-type]
+            if not self.inflight[name]:
+                del self.inflight[name]
+            self.abandoned.pop(task, None)  # type: ignore[arg-type]
             self.demand.release(name, broken)
+
+    def _unavailable(self, name: str, cause: str, started: float) -> Any:
+        took = time.monotonic() - started
+        self.metrics.answered(name, 503, took, took)
+        return _error(503, cause, "api_error", "model_unavailable", **{"Retry-After": "10"})
 
     async def _forward(
         self, request: Any, route: dict[str, Any], name: str, path: str, body: bytes, started: float
@@ -260,6 +291,10 @@ class Gateway:
             upstream = await self.session.request("POST", route["url"] + path, data=body, headers=headers)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             _journal(f"model {name} (recipe {route['recipe']}) at {route['url']}: {type(exc).__name__}: {exc}")
+            if unreachable(exc):  # a cable address with its twin down: there is no way there now, say so
+                where = f"its node {route.get('host')}" if route.get("host") else "its node"
+                cause = f"model {name!r} cannot answer now: no route to {where} (the cable or its twin is down)"
+                return self._unavailable(name, cause, started), True
             self.metrics.answered(name, 502, time.monotonic() - started, time.monotonic() - started)
             return _error(
                 502,
@@ -289,104 +324,18 @@ class Gateway:
                 async for piece in upstream.content.iter_any():  # each piece passed on as it arrives
                     await reply.write(piece)
                 await reply.write_eof()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                said = self.abandoned.pop(task, None) if task is not None else None
+                if said is None:
+                    raise
+                task.uncancel()  # type: ignore[union-attr]
+                # the answer had begun: its end is all that can be said (the journal has the cause)
+                _journal(f"a stream of model {name} ended: {said}")
+                request.transport and request.transport.close()
             except (aiohttp.ClientError, OSError, TimeoutError, ConnectionError) as exc:
                 # the client went away, or the upstream broke off: nothing more can be said to either
                 _journal(f"a stream of model {name} ended early: {type(exc).__name__}")
                 request.transport and request.transport.close()
             self.metrics.answered(name, upstream.status, first_byte, time.monotonic() - started)
             return reply, False
-
-
-async def serve(args: argparse.Namespace, ready: Callable[[], None] | None = None) -> None:
-    gateway = Gateway(
-        Routes(Path(args.routes)),
-        Keys(Path(args.keys)) if args.keys else None,
-        UpstreamKeys(Path(args.upstream_keys) if args.upstream_keys else None),
-        max_body=args.max_body,
-        body_budget=args.body_budget,
-        body_timeout=args.body_timeout,
-        timeout_s=args.timeout,
-    )
-    gateway.routes.current(force=True)
-    gateway.demand.swapper = args.swapper
-    await gateway.start()
-    tending = asyncio.get_running_loop().create_task(gateway.tend(Path(args.state) if args.state else None))
-    server = capped_server()(
-        args.max_connections,
-        gateway.handle,
-        keepalive_timeout=args.idle_timeout,
-        access_log=None,
-        logger=one_line_logger(),
-        max_line_size=8190,
-        max_field_size=8190,
-        max_headers=100,
-    )
-
-    host, _, port = args.listen.rpartition(":")
-    loop = asyncio.get_running_loop()
-    listener = await loop.create_server(server, host.strip("[]"), int(port), backlog=args.backlog, reuse_address=True)
-    args.bound = listener.sockets[0].getsockname()[:2]
-    stop = asyncio.Event()
-    for sig, act in ((signal.SIGHUP, lambda: gateway.routes.current(force=True)), (signal.SIGTERM, stop.set)):
-        with contextlib.suppress(RuntimeError, ValueError):  # not the main thread (tests run it beside theirs)
-            loop.add_signal_handler(sig, act)
-    args.stop = stop
-    if ready is not None:
-        ready()
-    try:
-        await stop.wait()
-    finally:
-        tending.cancel()
-        listener.close()
-        await server.shutdown(args.grace)
-        await gateway.close()
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--routes", required=True, help="the routes file: served name -> deployment URL (JSON)")
-    p.add_argument("--listen", required=True, help="ADDR:PORT (the serve role's serve_gateway_bind and _port)")
-    p.add_argument("--keys", help="a file of the keys clients must present (Bearer); none: no key asked")
-    p.add_argument("--upstream-keys", help="a folder of each deployment's own key (SLOT.key, primary.key)")
-    p.add_argument("--max-body", type=int, default=16 << 20, help="bytes of one request's body at most")
-    p.add_argument("--body-budget", type=int, default=256 << 20, help="bytes of all bodies held at once")
-    p.add_argument("--max-connections", type=int, default=4096)
-    p.add_argument("--backlog", type=int, default=1024)
-    p.add_argument("--idle-timeout", type=float, default=15, help="seconds for a request's headers to arrive")
-    p.add_argument("--body-timeout", type=float, default=60, help="seconds for a request's body to arrive")
-    p.add_argument("--timeout", type=float, default=900, help="seconds an upstream may stay silent")
-    p.add_argument("--swapper", help="the swapper's socket (starts and stops models served on demand)")
-    p.add_argument("--state", help="a file the gateway keeps each model's state in (status reads it)")
-    p.add_argument("--grace", type=float, default=10, help="seconds requests in flight get to end at a stop")
-
-
-def cmd_gateway(args: argparse.Namespace) -> int:
-    try:
-        import aiohttp  # noqa: F401  (the gateway's one dependency: its virtualenv has it)
-    except ImportError:
-        _journal(
-            "aiohttp is not installed for this Python: run the gateway from its virtualenv "
-            "(the serve role installs it: /opt/sparkplay/gateway)"
-        )
-        return 2
-    socket.setdefaulttimeout(None)
-    asyncio.run(serve(args))
-    return 0
-
-
-def in_thread(argv: list[str]) -> tuple[tuple[str, int], Callable[[], None]]:
-    """The gateway serving on a thread of its own (tests and benchmarks/gateway.py): its address, and a stop."""
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    loop = asyncio.new_event_loop()
-    up = threading.Event()
-    thread = threading.Thread(target=lambda: loop.run_until_complete(serve(args, up.set)), daemon=True)
-    thread.start()
-    if not up.wait(10):
-        raise RuntimeError("the gateway did not start")
-
-    def stop() -> None:
-        loop.call_soon_threadsafe(args.stop.set)
-        thread.join(10)
-
-    return args.bound, stop

@@ -108,6 +108,8 @@ class Routes(Watched):
                 "on_demand": route.get("on_demand") is True,
                 "claim": int(route.get("claim") or 0),
                 "units": [str(u) for u in route.get("units") or []],
+                # its watchdog's state file, where its leader is the gateway's node (gateway_watch.py)
+                "watch": str(route["watch"]) if isinstance(route.get("watch"), str) and route["watch"] else None,
             }
         default = raw.get("default")
         budgets = {str(h): int(b) for h, b in (raw.get("budgets") or {}).items()}

@@ -96,14 +96,17 @@ class Watchdog:
                 return True
         return False
 
-    def standing_aside(self) -> str | None:
+    def standing_aside(self, cable_only_with_workers: bool = False) -> str | None:
         """Why a restart cannot help now (the leader waits for a peer or its address, a twin has no carrier,
-        a worker's node does not answer), or None: then failures count toward a restart."""
+        a worker's node does not answer), or None: then failures count toward a restart. Between probes
+        (`cable_only_with_workers`) a twin down is a reason only for a deployment with workers across it."""
         seen = report(self.args.unit, self.args.fabric_env)
         if self.metrics:
             self.metrics["oom_kills"].set(int((seen.get("memory") or {}).get("oom_kills") or 0))
         if seen.get("waiting"):
             return str(seen.get("why"))
+        if cable_only_with_workers and not self.args.workers:
+            return None
         cable = [
             f"twin {t} has {s}" if s == "no carrier" else f"twin {t} is {s}"
             for t, s in (seen.get("twins") or {}).items()
@@ -187,7 +190,25 @@ class Watchdog:
         while True:
             self.step()
             self.save()
-            time.sleep(self.args.interval)
+            self.between_probes()
+
+    def between_probes(self) -> None:
+        """Until the next probe, look every --look-interval s for what makes waiting the answer (a twin without
+        carrier, a worker's node gone, the leader waiting for a peer): said at once in the state file, which
+        the gateway reads to refuse requests with the cause instead of letting them hang; what it waited for
+        back, the next probe comes at once."""
+        deadline = time.monotonic() + self.args.interval
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(self.args.look_interval, left))
+            if self.state["stood_down"] or self.state["status"] in ("paused", "restarting"):
+                continue
+            aside = self.standing_aside(cable_only_with_workers=True)
+            if aside and (self.state["status"] != "waiting" or aside != self.state.get("why")):
+                print(f"not answering: {aside}", flush=True)
+                self.state.update(status="waiting", why=aside, failures_in_a_row=0)
+                self.save()
+            elif not aside and self.state["status"] == "waiting":
+                return  # back: probe now
 
 
 def _metrics(port: int, bind: str, model: str, unit: str) -> dict[str, Any] | None:
