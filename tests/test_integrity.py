@@ -203,3 +203,45 @@ def test_the_serve_tools_argv_carries_the_folders_and_never_the_key():
     assert argv[:2] == ["/usr/local/lib/sparkplay/sparkplay-serve", "probe"] and "--container" not in argv
     assert argv[argv.index("--api-key-env") + 1] == "SPARKPLAY_API_KEY"
     assert integrity.probe_argv({**record, "tool": None, "runtime": "docker", "container": "c"}, "/d")[0] == "/d"
+
+
+# --- answers, not only liveness ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("engine", "argv", "mode", "says"),
+    [
+        ("llamacpp", ["llama-server", "-m", "m.gguf"], "exact", None),
+        ("llamacpp", ["llama-server", "-m", "m.gguf", "--spec-type", "draft-mtp"], "exempt", "--spec-type"),
+        ("llamacpp", ["llama-server", "-md", "d.gguf"], "exempt", "speculative decoding"),
+        ("vllm", ["vllm", "serve", "m"], "exempt", "vllm batches requests"),
+        ("vllm", ["vllm", "serve", "m", "--speculative-config={}"], "exempt", "--speculative-config"),
+        ("sglang", ["python3", "-m", "sglang.launch_server"], "exempt", "sglang batches"),
+    ],
+)
+def test_which_engines_are_held_to_the_deploys_answer(engine, argv, mode, says):
+    from sparkplay.engines import answers
+
+    found = answers.check(engine, [argv])
+    assert found["mode"] == mode and ((says is None and found["why"] is None) or says in found["why"])
+
+
+def test_the_watchdogs_answer_check_follows_the_plan_and_re_verifies_the_leaders_folders():
+    from sparkplay.layout import answer_args
+
+    plan = {"health": {"answers": {"mode": "exact", "why": None}}}
+    rank = {"record": {"models": ["/var/lib/sparkplay/models/lab-tiny"]}}
+    assert answer_args(plan, rank) == [
+        "--answer-check",
+        "exact",
+        "--ckpt-tool",
+        "/usr/local/lib/sparkplay/sparkplay-ckpt",
+        "--model-dir=/var/lib/sparkplay/models/lab-tiny",
+    ]
+    exempt = {"health": {"answers": {"mode": "exempt", "why": "vllm batches"}}}
+    assert answer_args(exempt, {"record": {}})[:4] == ["--answer-check", "exempt", "--answer-why", "vllm batches"]
+    # the lab's recipe on llama.cpp is held; its watchdog unit says so
+    from tests.test_deployment import two_stage
+
+    launch = two_stage("lab-tiny", {}, 2)["launch"]
+    assert launch["health"]["answers"] == {"mode": "exact", "why": None}

@@ -135,6 +135,7 @@ class _Engine:
 
         engine = self
         self.wedged = False
+        self.answer = "391"
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: object) -> None:
@@ -145,7 +146,9 @@ class _Engine:
                 if engine.wedged:
                     time.sleep(1.5)  # longer than the probe's timeout: no answer
                     return
-                body = b'{"choices": [{"message": {"content": "391"}}], "usage": {"completion_tokens": 1}}'
+                body = json.dumps(
+                    {"choices": [{"message": {"content": engine.answer}}], "usage": {"completion_tokens": 1}}
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -332,6 +335,85 @@ def test_between_probes_a_twin_down_is_no_reason_for_a_deployment_without_worker
     dog.step()
     dog.between_probes()
     assert dog.state["status"] == "ok"  # one node, served from loopback: the cable is not its business
+
+
+def answer_dog(tmp_path, monkeypatch, bad: dict[str, str]) -> tuple[_Engine, serve_watchdog.Watchdog, list]:
+    """A watchdog holding an exact engine to its answers, whose files verify as `bad` says."""
+    engine = _Engine()
+    dog, _ = watchdog(tmp_path, monkeypatch, engine, answer_check="exact", model_dir=["/m/lab-tiny"], ckpt_tool="ckpt")
+    calls: list = []
+
+    def run(argv, **kw):
+        calls.append(list(argv))
+        if argv[:2] == ["ckpt", "verify"]:
+            out = json.dumps({"ok": not bad, "bad": bad})
+            return subprocess.CompletedProcess(argv, 3 if bad else 0, out, "")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(serve_watchdog.subprocess, "run", run)
+    monkeypatch.setattr(serve_watchdog, "on_peer", lambda peer, argv: calls.append([peer, *argv]))
+    return engine, dog, calls
+
+
+def test_an_answer_changed_under_verified_files_restarts_every_rank_once_and_is_named(tmp_path, monkeypatch):
+    engine, dog, calls = answer_dog(tmp_path, monkeypatch, bad={})
+    dog.step()
+    assert dog.state["answer"]["reference"] == "391" and not calls
+    engine.answer = "3 9 1 !!"  # token soup, while every health check passes
+    dog.step()
+    changed = dog.state["answer"]["changed"]
+    assert ["ckpt", "verify", "/m/lab-tiny", "--full"] in calls  # the files first: they verify
+    assert any(c[:2] == ["systemctl", "start"] or c[1:3] == ["systemctl", "start"] for c in calls)  # restarted
+    assert dog.state["restarts_total"] == 1
+    # the stand-in still answers so after the restart: said, and no second restart for it
+    assert changed["got"] == "3 9 1 !!" and "a restart did not bring the deploy's answer back" in changed["why"]
+    calls.clear()
+    dog.step()
+    assert dog.state["restarts_total"] == 1 and not calls
+    engine.answer = "391"
+    dog.step()
+    assert dog.state["answer"]["changed"] is None
+
+
+def test_an_answer_changed_over_damaged_files_names_them_and_restarts_nothing(tmp_path, monkeypatch):
+    engine, dog, calls = answer_dog(tmp_path, monkeypatch, bad={"lab-tiny.gguf": "sha256"})
+    dog.step()
+    engine.answer = "soup"
+    dog.step()
+    why = dog.state["answer"]["changed"]["why"]
+    assert "/m/lab-tiny/lab-tiny.gguf (sha256)" in why and "run `sparkplay verify` to repair" in why
+    assert dog.state["restarts_total"] == 0 and not any("start" in c for c in calls)
+    rows = systemd_status_rows(dog.state)
+    assert "answers changed since deploy (at " in rows[0]["why"] and "sparkplay verify" in rows[0]["why"]
+
+
+def test_a_watchdog_restart_keeps_the_deploys_answer_and_a_deploy_clears_it(tmp_path, monkeypatch):
+    _, dog, _ = answer_dog(tmp_path, monkeypatch, bad={})
+    dog.step()
+    dog.save()
+    again = serve_watchdog.Watchdog(dog.args)
+    assert again.state["answer"]["reference"] == "391"
+    Path(dog.args.state).unlink()  # the serve role's deploy removes the state
+    assert serve_watchdog.Watchdog(dog.args).state["answer"]["reference"] is None
+
+
+def test_an_exempt_engine_is_never_held_and_status_says_why(tmp_path, monkeypatch):
+    engine = _Engine()
+    why = "vllm batches requests and picks its kernels at start: an answer may differ after a restart"
+    dog, calls = watchdog(tmp_path, monkeypatch, engine, answer_check="exempt", answer_why=why)
+    dog.step()
+    engine.answer = "another"
+    dog.step()
+    assert dog.state["answer"]["reference"] is None and dog.state["answer"]["changed"] is None and not calls
+    assert systemd_status_rows(dog.state)[0]["answers"] == f"not held: {why}"
+
+
+def systemd_status_rows(state: dict) -> list[dict]:
+    from sparkplay.engines.systemd import status_rows
+
+    record = {"role": "leader", "rank": 0, "watchdog_unit": "w", "served_name": "m", "unit": "u"}
+    shows = {"n0": {"ActiveState": "active", "SubState": "running"}}
+    return status_rows({"n0": record}, shows, {"answers": True, "served": True}, watchdog=json.loads(json.dumps(state)))
 
 
 # -- who holds the API's port: the processes and sockets of this machine, for real ----------------------

@@ -106,6 +106,9 @@ def status(
             err.print(f"rank {row['rank']} ({row['host']}): {row['why']}", markup=False, highlight=False)
     for problem in plan_problems(rows):
         err.print(f"warning: {problem}", markup=False, highlight=False)
+    for row in rows:  # how the watchdog holds the model's answers (engines/answers.py)
+        if row.get("answers"):
+            out.print(f"answers on {row['host']}: {row['answers']}", markup=False, highlight=False)
     for row in rows:
         if row.get("watchdog_stood_down"):
             err.print(f"watchdog on {row['host']}: {row['watchdog_stood_down']['why']}", markup=False, highlight=False)

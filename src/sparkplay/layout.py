@@ -46,6 +46,15 @@ def record_text(record: Mapping[str, Any], claim: Mapping[str, Any] | None) -> s
     return json.dumps({**record, "claim": claim}, indent=4, sort_keys=True, separators=(",", ": "))
 
 
+def answer_args(plan: Mapping[str, Any], rank: Mapping[str, Any]) -> list[str]:
+    """The watchdog's answer check: its mode, why an engine is exempt, and the folders it re-verifies."""
+    answers = plan["health"].get("answers") or {"mode": "exempt", "why": "no rule for this plan"}
+    argv = ["--answer-check", str(answers["mode"])]
+    argv += ["--answer-why", str(answers["why"])] if answers.get("why") else []
+    argv += ["--ckpt-tool", TOOLS["checkpoint"]]
+    return argv + [f"--model-dir={folder}" for folder in rank["record"].get("models") or []]
+
+
 def tool_file(tool: str) -> dict[str, Any]:
     """The serve tool as a file to write: sparkplay's own path, not guarded (each rank's and the gateway's)."""
     return {"path": tool, "content_base64": nodetools.app_base64("serve"), "mode": "0755", "managed": False}
@@ -131,7 +140,14 @@ def rank_layout(
     return {
         "unit_path": unit_path,
         "watch": watch | {"wanted": watching},
-        "watchdog": watchdog | {"wanted": watchdogging, "state": state, "metrics_port": metrics_port},
+        "watchdog": watchdog
+        | {
+            "wanted": watchdogging,
+            "state": state,
+            "metrics_port": metrics_port,
+            # held to the deploy's answer (engines/answers.py); files it re-verifies when that changes
+            "answer_args": answer_args(plan, rank),
+        },
         "firewall": firewall | {"wanted": firewalling},
         "timeout": timeout,
         "plan_leader": leader["host"],

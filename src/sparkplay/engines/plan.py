@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sparkplay import boundary, imageref, topology
-from sparkplay.engines import atlas, firewall, llamacpp, mods, sglang, systemd, vllm
+from sparkplay.engines import answers, atlas, firewall, llamacpp, mods, sglang, systemd, vllm
 from sparkplay.engines.context import Context, Node, Options, client_address, environment, served_name
 from sparkplay.engines.names import CONTAINER, ENV_FILE, engine_home, engine_user, for_slot
 from sparkplay.errors import BadInput
@@ -200,6 +200,8 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         "health": {
             "timeout_s": int(options.health_timeout_s or recipe["serve"].get("health_timeout_s") or 900),
             "prompt": SMOKE_PROMPT,
+            # whether the watchdog holds the model to the answer it gave after the deploy (answers.py)
+            "answers": answers.check(engine, [r["argv"] for r in deployment["ranks"]]),
         },
         "leader_follows_workers": bool(deployment.get("leader_follows_workers")),
         "workers_follow_leader": bool(deployment.get("workers_follow_leader")),

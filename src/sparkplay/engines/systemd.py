@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -190,6 +191,7 @@ def status_rows(
                             probe.get("why") if leader and deployed and not healthy else None,
                             _why(((explained or {}).get(host) or {}).get("why"), peers),
                             watchdog.get("why") if leader and deployed and not healthy else None,
+                            answers_changed(watchdog.get("answer")) if leader and deployed else None,
                         )
                         if w
                     )
@@ -199,12 +201,32 @@ def status_rows(
                 "watchdog": (watchdog.get("status") or "-") if leader and record.get("watchdog_unit") else "-",
                 "watchdog_restarts": int(watchdog.get("restarts_total") or 0) if leader else 0,
                 "watchdog_stood_down": (watchdog.get("stood_down") or None) if leader else None,
+                "answers": answers_held(watchdog.get("answer")) if leader and record.get("watchdog_unit") else None,
                 "plan_differs": differs,
                 # a leader is up when its API answers, not merely when its process runs
                 "up": deployed and state == "active" and (healthy or not leader) and not differs,
             }
         )
     return sorted(rows, key=lambda row: (row["rank"] if isinstance(row["rank"], int) else 1 << 30, row["host"]))
+
+
+def answers_changed(answer: Any) -> str | None:
+    """'answers changed since deploy (at 13:51): ...' from the watchdog's state, or None."""
+    changed = answer.get("changed") if isinstance(answer, Mapping) else None
+    if not isinstance(changed, Mapping):
+        return None
+    at = changed.get("since")
+    when = f" (at {time.strftime('%H:%M', time.localtime(at))})" if isinstance(at, int | float) else ""
+    return f"answers changed since deploy{when}: {changed.get('why') or 'its files are being re-verified'}"
+
+
+def answers_held(answer: Any) -> str | None:
+    """How the watchdog holds the answers: to the deploy's, or not (and why)."""
+    if not isinstance(answer, Mapping):
+        return None
+    if answer.get("check") == "exact":
+        return "held to the deploy's" if answer.get("reference") else "held to the deploy's (not yet asked)"
+    return f"not held: {answer.get('why') or 'exempt'}"
 
 
 WAITED = re.compile(r"waiting for (\[[^\]]+\]|[0-9.]+):(\d+)( since [0-9:]+)?: ")

@@ -68,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--look-interval", type=float, default=2.0, help="seconds between looks for a cable, peer or node gone"
     )
+    p.add_argument(
+        "--answer-check", choices=["exact", "exempt"], default="exempt", help="hold the model to its first answer"
+    )
+    p.add_argument("--answer-why", default="", help="why it is exempt (status shows it)")
+    p.add_argument("--model-dir", action="append", default=[], help="a folder it serves from (re-verified)")
+    p.add_argument("--ckpt-tool", default="/usr/local/lib/sparkplay/sparkplay-ckpt")
     p.add_argument("--restart-timeout", type=float, default=900)
     p.add_argument("--prompt", default="What is 17*23?")
     p.add_argument("--max-tokens", type=int, default=4)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -31,9 +32,21 @@ class Watchdog:
             "last_ok": None,
             "since": time.time(),
         }
+        # the deploy's answer, the one the model is held to (engines/answers.py: exact, or exempt and why)
+        self.state["answer"] = {
+            "check": getattr(args, "answer_check", "exempt"),
+            "why": getattr(args, "answer_why", "") or None,
+            "reference": None,
+            "at": None,
+            "changed": None,
+            "restarted": False,
+        }
         previous = _read_json(args.state)
         if isinstance(previous, dict) and previous.get("stood_down"):  # a stand-down outlives a watchdog restart
             self.state.update({k: previous.get(k, self.state[k]) for k in self.state})
+        kept = previous.get("answer") if isinstance(previous, dict) else None
+        if isinstance(kept, dict) and kept.get("check") == self.state["answer"]["check"] and kept.get("reference"):
+            self.state["answer"] = {**self.state["answer"], **kept}  # a deploy clears it; a watchdog restart does not
         try:
             self.metrics = _metrics(args.metrics_port, args.metrics_bind, args.model, args.unit)
         except OSError as exc:  # the port taken (by anyone): watch without counters rather than crash-loop
@@ -70,7 +83,65 @@ class Watchdog:
                 self.metrics["probe_failures"].inc()
             return False
         self.state["last_ok"] = time.time()
+        self.hold(str(answer.get("text") or ""))
         return True
+
+    def hold(self, text: str) -> None:
+        """The answer against the deploy's (the first one after it): a change while the deployment did not
+        change is a finding: its files re-verified, and with them good, every rank restarted once."""
+        held = self.state["answer"]
+        if held["check"] != "exact" or not text:
+            return
+        if held["reference"] is None:
+            held.update(reference=text, at=time.time())
+            return
+        if text == held["reference"]:
+            if held["changed"]:
+                print("answers as it did after the deploy again", flush=True)
+            held.update(changed=None, restarted=False)
+            return
+        if held["changed"] is not None:
+            held["changed"]["got"] = text[:160]
+            if held["restarted"] and not held["changed"].get("after_restart"):  # the first answer after it
+                held["changed"]["after_restart"] = True
+                held["changed"]["why"] = "its files verify and a restart did not bring the deploy's answer back"
+                print(held["changed"]["why"], flush=True)
+            return
+        print(
+            f"answers changed since the deploy: {text[:80]!r}, where it answered {held['reference'][:80]!r}", flush=True
+        )
+        held["changed"] = {"since": time.time(), "got": text[:160], "why": None}
+        bad = self.reverify()
+        if bad:
+            held["changed"]["why"] = (
+                f"{'; '.join(bad[:3])} on this node differ from their manifest: run `sparkplay verify` to repair "
+                "(a restart would load them again)"
+            )
+        elif not held["restarted"]:
+            held["restarted"] = True
+            held["changed"]["why"] = "its files verify: every rank restarted"
+            self.pending_restart = True
+        else:
+            held["changed"]["why"] = "its files verify and a restart did not bring the deploy's answer back"
+        print(held["changed"]["why"], flush=True)
+
+    def reverify(self) -> list[str]:
+        """Every file of the folders this leader serves from, hashed against its manifest: what differs."""
+        bad: list[str] = []
+        for folder in getattr(self.args, "model_dir", []) or []:
+            try:
+                done = subprocess.run(
+                    [self.args.ckpt_tool, "verify", folder, "--full"], capture_output=True, text=True, timeout=3600
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                print(f"could not re-verify {folder}: {exc}", flush=True)
+                continue
+            if done.returncode == 3:
+                found = (json.loads(done.stdout or "{}") or {}).get("bad") or {}
+                bad += [f"{folder}/{path} ({why})" for path, why in sorted(found.items())]
+            elif done.returncode != 0:
+                print(f"could not re-verify {folder}: {(done.stderr or '').strip()[-200:]}", flush=True)
+        return bad
 
     def restart_all(self) -> bool:
         """Stop every rank (leader first, so it never runs without its workers), start the workers in order,
@@ -139,6 +210,9 @@ class Watchdog:
         in_grace = time.time() - state["since"] < args.grace and state["last_ok"] is None
         if self.healthy():
             state.update(status="ok", failures_in_a_row=0, why=None)
+            if getattr(self, "pending_restart", False):  # its answer changed and its files verify: once
+                self.pending_restart = False
+                self.restart("its answer changed since the deploy")
             return
         aside = self.standing_aside()
         if aside != state.get("why"):
@@ -170,7 +244,13 @@ class Watchdog:
             state["status"] = "stood-down"
             print(state["stood_down"]["why"], flush=True)
             return
-        state["restarts"].append(now)
+        self.restart(f"{args.failures} failed probes in a row")
+
+    def restart(self, why: str) -> None:
+        """Every rank restarted in order, counted (the cap holds for every reason), and its outcome kept."""
+        state = self.state
+        print(f"restarting every rank: {why}", flush=True)
+        state["restarts"].append(time.time())
         state["restarts_total"] += 1
         if self.metrics:
             self.metrics["restarts"].inc()
