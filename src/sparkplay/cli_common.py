@@ -19,7 +19,7 @@ from sparkplay.paths import default_inventory, project_dir
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 failed; 2 bad input; 3 confirmation declined; "
     "4 hosts failed; 5 hosts unreachable; 6 a prerequisite is missing (Docker engine, debootstrap, ...); "
-    "7 another run is changing these nodes (--no-wait)."
+    "7 another run is changing these nodes (--no-wait); 8 verify repaired or restarted what it found."
 )
 
 
