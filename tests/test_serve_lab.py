@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkplay import varsfile
 from sparkplay.engines.systemd import env_file, sandbox
 from tests.conftest import PROJECT, fresh_lab, run_cli
 from tests.steps import run_step
@@ -687,7 +688,7 @@ def test_rollback_returns_to_the_previous_recipe_and_forward_again():
 def test_lock_records_each_nodes_stack_and_holds_the_engine_packages():
     proc = run_cli("lock", "-i", "inventory/lab", "--yes")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    lock = yaml.safe_load(LOCK.read_text())["sparkplay_stack_lock"]
+    lock = varsfile.load(LOCK.read_text())["sparkplay_stack_lock"]
     assert lock["recipe"]["name"] == "lab-tiny" and lock["hash"].startswith("sha256:")
     rank1 = lock["nodes"]["sparkplay-lab-rank1"]
     # the lab has no GPU: those rows say none, never a guess

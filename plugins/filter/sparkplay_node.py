@@ -15,6 +15,7 @@ FILTERS = {
     "sparkplay_offline_model": "sparkplay.checkpoints:offline_model",
     "sparkplay_offline_marker": "sparkplay.checkpoints:offline_marker",
     "sparkplay_checkpoint_refusal": "sparkplay.integrity:refusal",
+    "sparkplay_vars_yaml": "sparkplay.varsfile:dump",
     "sparkplay_checkpoint_finding": "sparkplay.integrity:finding",
     "sparkplay_netplan_conflicts": "sparkplay.hostfacts:netplan_conflicts",
     "sparkplay_cma_problem": "sparkplay.hostfacts:cma_problem",

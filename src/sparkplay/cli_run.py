@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
-from sparkplay import deployment, integrity, settings, stack
+from sparkplay import deployment, integrity, settings, stack, varsfile
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import (
     InventoryOpt,
@@ -131,7 +130,7 @@ def locked(hosts: Path) -> dict[str, Any] | None:
     path = lock_file(hosts)
     if not path.is_file():
         return None
-    return (yaml.safe_load(path.read_text()) or {}).get(stack.VARIABLE)
+    return (varsfile.load(path.read_text()) or {}).get(stack.VARIABLE)
 
 
 def relock(root: Path, hosts: Path, recipe: str | None, verbose: int, why: str) -> RunResult:
