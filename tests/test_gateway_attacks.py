@@ -233,8 +233,8 @@ def test_a_key_protected_gateway_refuses_without_a_key_and_presents_the_engines_
     keys.write_text("# the team's keys\nsk-one\nsk-two\n")
     keys.chmod(0o600)
     upstream.mkdir()
-    (upstream / "primary.key").write_text("engine-secret\n")
-    (upstream / "primary.key").chmod(0o600)
+    (upstream / "@primary.key").write_text("engine-secret\n")
+    (upstream / "@primary.key").chmod(0o600)
     port, stop = serve(path, "--keys", str(keys), "--upstream-keys", str(upstream))
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

@@ -4,6 +4,7 @@ records the nodes keep, the gateway's routes, and the nodes' GGUF header reader 
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 from pathlib import Path
@@ -400,7 +401,7 @@ def test_the_gateway_copies_another_deployments_key_from_its_env_file_and_nothin
     primary = {"item": {"slot": None, "api_key_env": "VLLM_API_KEY"}, "content": base64.b64encode(b"A=1\n").decode()}
     assert gateway_key_file(primary, "g") is None  # no key in the file: nothing written
     primary["content"] = base64.b64encode(b"VLLM_API_KEY=s3\n").decode()
-    assert gateway_key_file(primary, "g")["path"] == "/etc/sparkplay/gateway/upstream/primary.key"
+    assert gateway_key_file(primary, "g")["path"] == "/etc/sparkplay/gateway/upstream/@primary.key"
 
 
 def test_an_added_deployment_spanning_both_nodes_meets_on_ports_of_its_own_behind_its_own_firewall():
@@ -446,3 +447,21 @@ def test_status_says_a_model_on_demand_that_is_stopped_is_so_by_design():
     assert (row["health"], row["up"]) == ("on demand", True) and "the gateway starts it" in row["line"]
     (row,) = deployments.added_rows([{**show, "item": {**record, "on_demand": False}}], [{"stdout": "{}"}])
     assert (row["health"], row["up"]) == ("down", False)  # an always-on one stopped is down
+
+
+def test_a_recipe_named_primary_added_beside_the_primary_never_gets_the_primarys_engine_key(tmp_path):
+    """Key files are named by something a recipe cannot choose (issue 54): a recipe (or a pasted
+    `--served-model-name`) called `primary` has a slot of that name, and its key file is its own."""
+    from sparkplay.engines.names import SLOT, upstream_key
+    from sparkplay.nodetools.serve.gateway_files import UpstreamKeys
+
+    assert SLOT.match("primary") and not SLOT.match("@primary")
+    assert upstream_key(None) != upstream_key("primary")
+    folder = tmp_path / "upstream"
+    folder.mkdir()
+    for name, key in (("@primary", "primary-engine-secret"), ("primary", "added-engine-secret")):
+        (folder / f"{name}.key").write_text(key + "\n")
+        (folder / f"{name}.key").chmod(0o600)
+    keys = UpstreamKeys(folder, owner=os.getuid())
+    assert keys.of(None) == "primary-engine-secret" and keys.of("primary") == "added-engine-secret"
+    assert upstream_key(None).rsplit("/", 1)[-1] == "@primary.key"  # the rule the gateway reads by

@@ -116,9 +116,14 @@ def cache_dir(state: str, slot: str | None, engine: str) -> str:
 GATEWAY_UPSTREAM_KEYS = "/etc/sparkplay/gateway/upstream"
 
 
+# the primary's key file: a name no slot can have (SLOT starts with a letter or digit), so a recipe named
+# `primary` added beside it gets a key file of its own, never the primary's
+PRIMARY_KEY = "@primary"
+
+
 def upstream_key(slot: str | None) -> str:
-    """The file the gateway reads a deployment's engine key from (`primary.key` for the primary's)."""
-    return posixpath.join(GATEWAY_UPSTREAM_KEYS, f"{slot or 'primary'}.key")
+    """The file the gateway reads a deployment's engine key from (`@primary.key` for the primary's)."""
+    return posixpath.join(GATEWAY_UPSTREAM_KEYS, f"{slot or PRIMARY_KEY}.key")
 
 
 def leftovers(records: list[dict[str, Any]]) -> list[str]:

@@ -5,7 +5,7 @@ readable by the gateway's group at most). None is followed through a link.
 The routes file (JSON, written atomically by the serve role) maps each served name to its deployment:
     {"models": {"NAME": {"url": "http://127.0.0.1:8000", "recipe": "R", "slot": null}, ...}, "default": "NAME"}
 A keys file holds one key a line (blank lines and `#` comments aside). An engine's own key is the one line of
-UPSTREAM_KEYS/SLOT.key (`primary.key` for the primary deployment).
+UPSTREAM_KEYS/SLOT.key (`@primary.key` for the primary deployment: no slot has that name).
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ class UpstreamKeys:
     def of(self, slot: str | None) -> str | None:
         if self.folder is None:
             return None
-        name = "primary" if slot is None else slot
+        name = "@primary" if slot is None else slot  # names.PRIMARY_KEY: no slot can be named so
         if name not in self.files:
             self.files[name] = _OneKey(self.folder / f"{name}.key", self.owner)
         return self.files[name].current()

@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--routes", required=True, help="the routes file: served name -> deployment URL (JSON)")
     p.add_argument("--listen", required=True, help="ADDR:PORT (the serve role's serve_gateway_bind and _port)")
     p.add_argument("--keys", help="a file of the keys clients must present (Bearer); none: no key asked")
-    p.add_argument("--upstream-keys", help="a folder of each deployment's own key (SLOT.key, primary.key)")
+    p.add_argument("--upstream-keys", help="a folder of each deployment's own key (SLOT.key, @primary.key)")
     p.add_argument("--max-body", type=int, default=16 << 20, help="bytes of one request's body at most")
     p.add_argument("--body-budget", type=int, default=256 << 20, help="bytes of all bodies held at once")
     p.add_argument("--max-connections", type=int, default=4096)
