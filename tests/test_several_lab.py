@@ -285,9 +285,10 @@ def main_pid(rank: int, unit: str) -> str:
 
 
 def status_text() -> str:
+    """The table (stdout) and what it says of each rank and deployment (stderr)."""
     proc = run_cli("status", "-i", "inventory/lab")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    return proc.stdout
+    return proc.stdout + proc.stderr
 
 
 def test_rank0s_copy_changed_is_refused_by_the_next_up_naming_the_file_and_rank1s_copy_is_untouched():
