@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -375,5 +376,47 @@ def test_an_audio_request_is_routed_by_its_forms_model(routes, engines):  # noqa
         conn.request("POST", "/v1/audio/transcriptions", body=body, headers={"Content-Type": kind})
         reply = conn.getresponse()
         assert reply.status == 200 and engines["chat"][2] == ["/v1/audio/transcriptions"], reply.read()
+    finally:
+        stop()
+
+
+def test_a_body_of_millions_of_brackets_is_refused_within_its_scan_budget_and_starves_no_one(tmp_path, engines):  # noqa: F811
+    """Issue 54: a 16 MiB `[{},{},...]` body took 12.6 s of the gateway's one loop to scan, and four such
+    clients held a small request 10 s. Now its walk has a CPU budget and a large body is walked off the loop:
+    it is refused in a fraction of a second, and a small request beside four of them answers at once."""
+    import time as clock
+
+    from sparkplay.nodetools.serve import gateway_body
+
+    bomb = b'{"messages": [' + b"{}," * ((16 << 20) // 3 - 16) + b'{}], "model": "coder"}'
+    assert len(bomb) <= 16 << 20
+    started = clock.thread_time()
+    with pytest.raises(gateway_body.BadBody, match="scan budget"):
+        gateway_body.model_of(bomb)
+    assert clock.thread_time() - started < 1.0
+    routes = tmp_path / "routes.json"
+    write_routes(routes, {"coder": engines["coder"][0]})
+    port, stop = serve(routes, "--max-body", str(16 << 20), "--body-budget", str(128 << 20))
+    try:
+        results: list[tuple[int, float]] = []
+
+        def send_bomb() -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            began = clock.monotonic()
+            conn.request("POST", "/v1/chat/completions", body=bomb, headers={"Content-Type": "application/json"})
+            results.append((conn.getresponse().status, clock.monotonic() - began))
+
+        bombers = [threading.Thread(target=send_bomb) for _ in range(4)]
+        for thread in bombers:
+            thread.start()
+        clock.sleep(0.3)  # the bombs are being read and walked
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        began = clock.monotonic()
+        status, _ = post(conn, {"model": "coder"})
+        small = clock.monotonic() - began
+        for thread in bombers:
+            thread.join(30)
+        assert status == 200 and small < 2.0, small
+        assert [s for s, _ in results] == [400] * 4 and max(t for _, t in results) < 10, results
     finally:
         stop()

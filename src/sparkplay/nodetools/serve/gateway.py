@@ -30,6 +30,8 @@ from .gateway_demand import Demand, Unavailable
 from .gateway_files import Keys, Routes, UpstreamKeys
 from .gateway_watch import Watch, unreachable
 
+# a body larger than this has its `model` found on a thread of its own (gateway_body.SCAN_BUDGET_S bounds it)
+OFF_LOOP_BYTES = 256 << 10
 # what a client may send through (hop-by-hop headers, the host and its key are the gateway's own)
 FORWARDED = ("content-type", "accept", "x-request-id")
 PASSED_BACK = ("content-type", "x-request-id", "cache-control", "content-encoding")
@@ -211,7 +213,12 @@ class Gateway:
             )
         kind = request.headers.get("Content-Type", "")
         try:
-            model = model_of_form(body, kind) if kind.lower().startswith("multipart/") else model_of(body)
+            if kind.lower().startswith("multipart/"):
+                model = model_of_form(body, kind)
+            elif len(body) > OFF_LOOP_BYTES:  # off the loop: other requests go on while it is walked
+                model = await asyncio.to_thread(model_of, body)
+            else:
+                model = model_of(body)
         except BadBody as exc:
             return _error(
                 400, f"the body is not a request the gateway can route: {exc}", "invalid_request_error", "bad_request"

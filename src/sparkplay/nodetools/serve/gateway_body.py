@@ -12,8 +12,14 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 MAX_DEPTH = 128
+# the CPU one body's scan may take: a 16 MiB body of `[{},{},...]` (millions of brackets, each a step of the
+# walk) is refused past it instead of holding the gateway for seconds; a real request (a prompt, a list of
+# token arrays) has far fewer brackets than its bytes and scans in milliseconds
+SCAN_BUDGET_S = 0.25
+_CHECK_EVERY = 4096  # structural characters between looks at the clock
 # one segment of a forwarded path: what OpenAI's and the engines' routes are made of (no '%', so no escapes)
 PATH = re.compile(r"/v1(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+\Z")
 _WS = re.compile(rb"[ \t\r\n]*")
@@ -34,9 +40,12 @@ def forwarded_path(raw: str) -> str | None:
     return raw if PATH.match(raw) else None
 
 
-def model_of(body: bytes, max_depth: int = MAX_DEPTH) -> str | None:
+def model_of(body: bytes, max_depth: int = MAX_DEPTH, budget_s: float = SCAN_BUDGET_S) -> str | None:
     """The top-level `model` of a JSON object body (None when it has none); BadBody when the body is not one
-    JSON object, nests deeper than `max_depth`, names `model` twice or gives it a value that is not a string."""
+    JSON object, nests deeper than `max_depth`, names `model` twice, gives it a value that is not a string, or
+    takes more than `budget_s` of CPU to walk (the thread's own time: a scan off the loop is not charged for
+    the loop's)."""
+    deadline = time.thread_time() + budget_s
     pos = _skip_ws(body, 0)
     if body[pos : pos + 1] != b"{":
         raise BadBody("the body is not a JSON object")
@@ -55,7 +64,7 @@ def model_of(body: bytes, max_depth: int = MAX_DEPTH) -> str | None:
             raise BadBody(f"':' was expected at byte {pos}")
         pos = _skip_ws(body, pos + 1)
         start = pos
-        pos = _skip_value(body, pos, max_depth)
+        pos = _skip_value(body, pos, max_depth, deadline)
         if key == "model":
             if seen:
                 raise BadBody("the body names `model` twice")
@@ -139,9 +148,10 @@ def _decode(token: bytes) -> str:
         raise BadBody("a string of the body has a bad escape") from None
 
 
-def _skip_value(body: bytes, pos: int, max_depth: int) -> int:
+def _skip_value(body: bytes, pos: int, max_depth: int, deadline: float = float("inf")) -> int:
     """The index after the value that starts at `pos`: a string, a scalar, or a whole object or array (walked
-    by its brackets and strings alone, with a stack of what is open, at most `max_depth` deep)."""
+    by its brackets and strings alone, with a stack of what is open, at most `max_depth` deep, and refused
+    once the thread's CPU time passes `deadline`)."""
     first = body[pos : pos + 1]
     if first == b'"':
         return _string_end(body, pos)
@@ -152,7 +162,11 @@ def _skip_value(body: bytes, pos: int, max_depth: int) -> int:
         return match.end()
     stack = [_CLOSE[body[pos]]]
     pos += 1
+    steps = 0
     while stack:
+        steps += 1
+        if steps % _CHECK_EVERY == 0 and time.thread_time() > deadline:
+            raise BadBody("the body has too many brackets to route within the gateway's scan budget")
         match = _STRUCTURE.search(body, pos)
         if match is None:
             raise BadBody("the body ends inside an object or array")
