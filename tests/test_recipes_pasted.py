@@ -306,6 +306,27 @@ def test_an_html_page_lists_its_commands_and_pick_chooses():
     assert "prose/ignored" not in json.dumps([first, second])
 
 
+@pytest.mark.parametrize("page", ["page-hidden-code.html", "page-hidden-code.md"])
+def test_a_page_imports_only_what_its_reader_sees(page):
+    """Issue 54: code in HTML comments, hidden or invisible elements, <template>, <script>, <noscript> (or a
+    Markdown page's raw HTML of those) is not what a reader runs: a hidden `MODEL=` line never changes what
+    is served, before or after the visible block."""
+    doc = imported(page)
+    assert doc["model"]["repo"] == "Qwen/Qwen3-4B-Instruct-2507" and doc["context_length"] == 8192
+    assert "evil" not in json.dumps(doc)
+
+
+def test_the_visible_test_pages_still_read_the_same():
+    """The hiding rules leave a plain page alone: a `<details>` block is shown on a click, a `hidden`-free
+    element is shown."""
+    from sparkplay.recipes.importers.pasted import page
+
+    html = (
+        "<details><summary>more</summary><pre>vllm serve a/b</pre></details><div class='hiddenish'><pre>x</pre></div>"
+    )
+    assert [body for _, body in page.blocks(html, html=True)] == ["vllm serve a/b", "x"]
+
+
 def test_standard_input_is_a_source(project):
     text = (PASTED / "sglang-docker.sh").read_text()
     proc = subprocess.run(

@@ -55,8 +55,23 @@ def _fenced(text: str) -> list[tuple[str, str]]:
     return blocks
 
 
+# what a reader of a page never sees: elements that are not shown (their content is imported from no page)
+UNSHOWN_TAGS = ("template", "script", "style", "noscript", "head", "textarea", "title", "iframe", "object")
+_UNSHOWN_STYLE = re.compile(r"(?:^|;)\s*(?:display\s*:\s*none|visibility\s*:\s*hidden)\b", re.IGNORECASE)
+VOID = ("area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr")
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+
+
+def unshown(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
+    """Whether an element's content is kept from the page's reader: a hiding element, the `hidden` attribute,
+    or a style that hides it."""
+    found = dict(attrs)
+    return tag in UNSHOWN_TAGS or "hidden" in found or bool(_UNSHOWN_STYLE.search(found.get("style") or ""))
+
+
 class _Pre(HTMLParser):
-    """The text of every <pre> element, entities decoded, tags inside it (<code>, <span>) dropped."""
+    """The text of every <pre> element a reader sees, entities decoded, tags inside it (<code>, <span>) dropped;
+    nothing inside an element that is not shown (hidden, display:none, <template>, comments: never data)."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -64,8 +79,16 @@ class _Pre(HTMLParser):
         self.blocks: list[tuple[str, str]] = []
         self.current: list[str] = []
         self.info = ""
+        self.hiding: tuple[str, int] | None = None  # the element that hides, and how deep its name is nested
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self.hiding is not None:
+            if tag == self.hiding[0]:
+                self.hiding = (tag, self.hiding[1] + 1)
+            return
+        if tag not in VOID and unshown(tag, attrs):
+            self.hiding = (tag, 1)
+            return
         if tag == "pre":
             self.depth += 1
             self.current, self.info = [], ""
@@ -77,13 +100,17 @@ class _Pre(HTMLParser):
             self.current.append("\n")
 
     def handle_endtag(self, tag: str) -> None:
+        if self.hiding is not None:
+            if tag == self.hiding[0]:
+                self.hiding = (tag, self.hiding[1] - 1) if self.hiding[1] > 1 else None
+            return
         if tag == "pre" and self.depth:
             self.depth -= 1
             if not self.depth:
                 self.blocks.append((self.info, "".join(self.current)))
 
     def handle_data(self, data: str) -> None:
-        if self.depth:
+        if self.depth and self.hiding is None:
             self.current.append(data)
 
 
@@ -93,7 +120,35 @@ def blocks(text: str, html: bool) -> list[tuple[str, str]]:
         parser.feed(text)
         parser.close()
         return parser.blocks
-    return _fenced(text)
+    # a fence inside an HTML comment is no code block (CommonMark: the comment runs to `-->`), nor is one
+    # inside a hiding element a Markdown page carries as raw HTML
+    return _fenced(_shown_markdown(text))
+
+
+def _shown_markdown(text: str) -> str:
+    """A Markdown page less its HTML comments and the content of its raw HTML elements that are not shown."""
+    text = _COMMENT.sub("", text)
+    out, position = [], 0
+    opening = re.compile(r"<([A-Za-z][A-Za-z0-9-]*)(\s[^<>]*)?>")
+    while (match := opening.search(text, position)) is not None:
+        tag = match.group(1).lower()
+        attrs = [
+            (m.group(1).lower(), m.group(2) or m.group(3) or m.group(4) or "")
+            for m in re.finditer(r'([A-Za-z-]+)(?:\s*=\s*(?:"([^"]*)"|\'([^\']*)\'|([^\s>]+)))?', match.group(2) or "")
+        ]
+        if tag in VOID or not unshown(tag, attrs):
+            out.append(text[position : match.end()])
+            position = match.end()
+            continue
+        close = re.compile(rf"<(/?){re.escape(tag)}\b[^>]*>", re.IGNORECASE)
+        depth, cursor = 1, match.end()
+        while depth and (found := close.search(text, cursor)) is not None:
+            depth += -1 if found.group(1) else 1
+            cursor = found.end()
+        out.append(text[position : match.start()])
+        position = cursor if not depth else len(text)
+    out.append(text[position:])
+    return "".join(out)
 
 
 def find(text: str, html: bool, where: str) -> Found:
