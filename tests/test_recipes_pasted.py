@@ -327,6 +327,20 @@ def test_the_visible_test_pages_still_read_the_same():
     assert [body for _, body in page.blocks(html, html=True)] == ["vllm serve a/b", "x"]
 
 
+def test_a_compose_serve_command_on_an_image_sparkplay_does_not_know_is_read_as_vllm_and_said_so():
+    """Issue 56: `serve --model ...` (or `serve MODEL ...`) on a locally built or community vLLM image is vLLM's
+    own subcommand and flags; the service running a script the file does not hold is named, not read."""
+    with pytest.raises(BadInput, match=r"holds 2 engine launches \(1\) vllm-local; 2\) vllm-community\)"):
+        imported("compose-serve-unknown-image.yml")
+    local = imported("compose-serve-unknown-image.yml", pick=1)
+    assert local["engine"]["name"] == "vllm" and local["engine"]["image"] == "spark-vllm:latest"
+    assert local["model"]["repo"] == "Qwen/Qwen3-4B-Instruct-2507" and local["context_length"] == 8192
+    assert "`vllm`" in all_notes(local)  # the entrypoint taken, said
+    community = imported("compose-serve-unknown-image.yml", pick=2)
+    assert community["model"]["repo"] == "Qwen/Qwen3-8B" and community["context_length"] == 16384
+    assert community["engine"]["image"] == "ghcr.io/someone/vllm-spark:0.12"
+
+
 def test_standard_input_is_a_source(project):
     text = (PASTED / "sglang-docker.sh").read_text()
     proc = subprocess.run(

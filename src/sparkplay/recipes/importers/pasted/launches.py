@@ -321,6 +321,11 @@ def _container_command(container: Container, at: str) -> list[str] | None:
     known = ENTRYPOINTS.get(repository)
     if known is not None and (not command or command[0].startswith("-") or not _is_engine(command)):
         return [*known, *command]
+    if command and command[0] == "serve" and not _is_engine(command) and _is_engine(["vllm", *command]):
+        # `serve --model ...` on an image whose entrypoint sparkplay does not know: vLLM's own subcommand and
+        # flags (a community vLLM image, one built locally), read as `vllm serve` and said so
+        container.options.setdefault("_entrypoint_note", []).append("vllm")
+        return ["vllm", *command]
     if command and not command[0].startswith("-"):
         return command
     for flag, program in FLAG_ENGINES:
