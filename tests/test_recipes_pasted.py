@@ -341,6 +341,13 @@ def test_a_compose_serve_command_on_an_image_sparkplay_does_not_know_is_read_as_
     assert community["engine"]["image"] == "ghcr.io/someone/vllm-spark:0.12"
 
 
+def test_a_page_that_launches_tensorrt_llm_names_it_not_its_other_commands():
+    """Issue 56: NVIDIA's TensorRT-LLM page runs `trtllm-serve` inside `bash -c`; until it is an engine here, the
+    refusal says that is what the page launches."""
+    with pytest.raises(BadInput, match=r"launches TensorRT-LLM \(`trtllm-serve`\), which sparkplay does not serve yet"):
+        imported("page-trtllm.md")
+
+
 def test_standard_input_is_a_source(project):
     text = (PASTED / "sglang-docker.sh").read_text()
     proc = subprocess.run(

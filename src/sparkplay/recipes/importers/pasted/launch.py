@@ -55,6 +55,13 @@ PER_RANK = {
     ),
     "sglang": ("--nnodes", "--node-rank", "--dist-init-addr"),
 }
+# engines a pasted text may launch that sparkplay does not serve yet: named in the refusal by what they are
+NOT_YET = {
+    "trtllm-serve": "TensorRT-LLM (`trtllm-serve`)",
+    "trtllm-llmapi-launch": "TensorRT-LLM (`trtllm-llmapi-launch`)",
+    "text-generation-launcher": "Text Generation Inference (`text-generation-launcher`)",
+    "ollama": "Ollama (`ollama serve`)",
+}
 PRINTABLE = re.compile(r"[^\x20-\x7e\u00a0-\uffff]|[\ufffd\ue000-\uf8ff]")  # what a one-line error may show
 DASHES = ("\u2013", "\u2014", "\u2012", "\u2212")  # what a web page makes of `--`
 
@@ -69,6 +76,13 @@ def pick(found: Found, choice: int | None, where: str, shape: str = "shell text"
             )
         programs = ", ".join(dict.fromkeys(PRINTABLE.sub("?", p)[:60] for p in found.ignored[:8]))
         shown = f" (it runs {programs})" if found.ignored else ""
+        known = [NOT_YET[p.rsplit("/", 1)[-1]] for p in found.ignored if p.rsplit("/", 1)[-1] in NOT_YET]
+        if known:  # an engine sparkplay knows of but does not serve: named first, not lost among the rest
+            raise BadInput(
+                f"{where} launches {known[0]}, which sparkplay does not serve yet{shown}",
+                "serve the model with vLLM, SGLang, llama.cpp or Atlas (a recipe for one of them), or wait for the "
+                "engine's package",
+            )
         raise BadInput(
             f"{where} is {shape}, not a recipe, and holds no engine command sparkplay can read{shown}",
             "give a vllm serve, python -m sglang.launch_server, llama-server or Atlas spark serve command line, with "
