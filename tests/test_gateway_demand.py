@@ -8,8 +8,10 @@ whole of it (tests/test_several_lab.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
+import os
 import socket
 import socketserver
 import threading
@@ -311,3 +313,64 @@ def test_the_routes_the_roles_write_are_the_routes_the_gateway_reads(tmp_path):
     assert read["models"]["lab-tiny"]["watch"] == "/var/lib/sparkplay/watchdog.json"  # the gateway's node reads it
     assert (read["ttl_s"], read["wait_s"], read["budgets"]) == (30, 60, {"rank0": 24 * GIB - 4 * GIB - 2 * GIB})
     assert units_of(read["models"]["lab-od-a"])  # and the swapper takes its units
+
+
+def test_the_swapper_holds_a_start_to_the_nodes_budget_itself(tmp_path, monkeypatch):
+    """Issue 54: only the gateway (which the swapper is meant to distrust) enforced the budget for models on
+    demand; now the swapper refuses a start that would take the node past it, counting what runs there."""
+    from sparkplay.nodetools.serve import swapper
+
+    def route(slot: str, claim_gib: float, host: str = "rank1") -> dict:
+        return {
+            "url": "http://192.168.100.11:9941",
+            "recipe": slot,
+            "slot": slot,
+            "host": host,
+            "on_demand": True,
+            "claim": int(claim_gib * GIB),
+            "units": [f"sparkplay-serve@{slot}.service", f"sparkplay-serve-watchdog@{slot}.service"],
+        }
+
+    table = {
+        "models": {"a": route("a", 6), "b": route("b", 6), "c": route("c", 3), "far": route("far", 20, "rank0")},
+        "budgets": {"rank1": 10 * GIB, "rank0": 30 * GIB},
+    }
+    running = {"a"}
+    is_running = lambda r: r["slot"] in running  # noqa: E731
+    refused = swapper.over_budget(table, "b", is_running)
+    assert refused and "b claims 6.0 GiB and a hold 6.0 GiB of the 10.0 GiB rank1 keeps" in refused
+    assert swapper.over_budget(table, "c", is_running) is None  # 6 + 3 fit in 10
+    running.add("far")  # another node's model does not count here
+    assert swapper.over_budget(table, "c", is_running) is None
+    assert swapper.over_budget({**table, "budgets": {}}, "b", is_running) is None  # no budget written: not held
+    # through the socket, as the gateway asks: refused with the reason, nothing started
+    path = tmp_path / "routes.json"
+    path.write_text(json.dumps(table))
+    started: list = []
+    monkeypatch.setattr(swapper, "running", lambda r: r["slot"] in running)
+    monkeypatch.setattr(swapper, "systemctl", lambda r, op, units: started.append((op, units)) or (True, ""))
+
+    async def ask(model: str) -> dict:
+        routes = swapper.Routes(path, owner=os.getuid())
+        routes.current(force=True)
+        reader = asyncio.StreamReader()
+        reader.feed_data(json.dumps({"op": "start", "model": model}).encode() + b"\n")
+        reader.feed_eof()
+        sent: list[bytes] = []
+
+        class Writer:
+            def write(self, data: bytes) -> None:
+                sent.append(data)
+
+            async def drain(self) -> None:
+                pass
+
+            def close(self) -> None:
+                pass
+
+        await swapper.serve_one(routes, reader, Writer())
+        return json.loads(b"".join(sent))
+
+    answer = asyncio.run(ask("b"))
+    assert answer["ok"] is False and "stop one first" in answer["error"] and started == []
+    assert asyncio.run(ask("c")) == {"ok": True} and started == [("start", swapper.units_of(table["models"]["c"]))]

@@ -3,8 +3,10 @@ stopping units needs root, so this small root unit takes one request a connectio
 gateway's group may open, `{"op": "start"|"stop", "model": NAME}`, and answers `{"ok": true}` or
 `{"ok": false, "error": "..."}`.
 
-It acts only on a model the routes file (root's, read as the gateway reads it) marks on demand, and only on
-that model's own units (`sparkplay-serve@SLOT.service` and its watchdog, named in the routes by the serve
+It acts only on a model the routes file (root's, read as the gateway reads it) marks on demand, starts one
+only when the node's budget for models on demand holds its claim beside those running there (checked here,
+not taken from the gateway), and only on that model's own units
+(`sparkplay-serve@SLOT.service` and its watchdog, named in the routes by the serve
 role and checked against the slot here): a gateway taken over can start or stop a model on demand, nothing
 else. A model on another node is started over the peer ssh trust, as a group engine's workers are.
 """
@@ -67,6 +69,37 @@ def systemctl(route: dict[str, Any], op: str, units: list[str]) -> tuple[bool, s
     return done.returncode == 0, (done.stderr or done.stdout).strip()[-300:]
 
 
+def running(route: dict[str, Any]) -> bool:
+    """Whether a model on demand's engine unit is active where it runs."""
+    ok, _ = systemctl(route, "is-active", units_of(route)[:1])
+    return ok
+
+
+def over_budget(table: dict[str, Any], name: str, is_running: Any = None) -> str | None:
+    """Why starting `name` would take its node past the budget for models on demand (the routes' `budgets`,
+    the serve role's), counting the claims of those running there now, or None when it fits. The swapper
+    checks this itself: the gateway that asks is not trusted to have."""
+    is_running = is_running or running
+    route = table["models"][name]
+    host = route.get("host") or ""
+    budget = (table.get("budgets") or {}).get(host)
+    if budget is None:
+        return None  # a routes file with no budget for the node: nothing to hold it to
+    held = [
+        (other, r["claim"])
+        for other, r in sorted(table["models"].items())
+        if other != name and r.get("on_demand") and r.get("host") == host and is_running(r)
+    ]
+    used = sum(claim for _, claim in held)
+    if used + route["claim"] <= budget:
+        return None
+    names = ", ".join(other for other, _ in held) or "nothing"
+    return (
+        f"{name} claims {route['claim'] / 2**30:.1f} GiB and {names} hold {used / 2**30:.1f} GiB of the "
+        f"{budget / 2**30:.1f} GiB {host} keeps for models on demand: stop one first"
+    )
+
+
 async def serve_one(routes: Routes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         line = await asyncio.wait_for(reader.readline(), 10)
@@ -78,7 +111,12 @@ async def serve_one(routes: Routes, reader: asyncio.StreamReader, writer: asynci
         if route is None or not route.get("on_demand"):
             raise ValueError(f"{name!r} is no model served on demand here")
         units = units_of(route)
-        ok, said = await asyncio.get_running_loop().run_in_executor(None, systemctl, route, asked["op"], units)
+        loop = asyncio.get_running_loop()
+        if asked["op"] == "start":
+            refused = await loop.run_in_executor(None, over_budget, routes.current(), name)
+            if refused:
+                raise ValueError(refused)
+        ok, said = await loop.run_in_executor(None, systemctl, route, asked["op"], units)
         _say(f"{asked['op']} {name} ({', '.join(units)}): {'done' if ok else 'failed: ' + said}")
         answer = {"ok": True} if ok else {"ok": False, "error": f"systemctl {asked['op']} failed: {said}"}
     except (ValueError, TimeoutError, OSError) as exc:
