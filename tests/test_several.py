@@ -365,6 +365,9 @@ def test_what_a_stop_removes_comes_from_the_slots_names_never_a_records_paths():
         "/etc/systemd/system/sparkplay-serve@lab-small.service",
         "/etc/systemd/system/sparkplay-serve-watchdog@lab-small.service",
         "/etc/systemd/system/sparkplay-peer-firewall@lab-small.service",
+        # what a rollback would bring back (issue 54: a stopped deployment came back through a failed `up`)
+        "/var/lib/sparkplay/last-good/serve@lab-small.json",
+        "/var/lib/sparkplay/last-good/serve@lab-small.previous.json",
     ]
     with pytest.raises(ValueError, match="is not a recipe name"):
         names.leftovers([{"slot": "../../etc/x"}])

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparkplay.engines import firewall
+from sparkplay.engines.context import STATE_DIR
 
 # where they are written (systemd's folder for the administrator's units)
 UNIT_DIR = "/etc/systemd/system"
@@ -126,15 +127,18 @@ def upstream_key(slot: str | None) -> str:
     return posixpath.join(GATEWAY_UPSTREAM_KEYS, f"{slot or PRIMARY_KEY}.key")
 
 
-def leftovers(records: list[dict[str, Any]]) -> list[str]:
-    """The files an added deployment leaves once stopped (its record, env file and units), from its slot's
-    names, never from paths a record holds."""
+def leftovers(records: list[dict[str, Any]], state_dir: str = STATE_DIR) -> list[str]:
+    """The files an added deployment leaves once stopped (its record, env file, units, and the last good
+    deployment a rollback would bring back, with the env file and key it keeps), from its slot's names, never
+    from paths a record holds."""
     found: list[str] = []
     for record in records:
         if record.get("slot"):
             named = for_slot(str(record["slot"]))
             found += [named["record"], named["env_file"], firewall.names(str(record["slot"]))["file"]]
             found += [posixpath.join(UNIT_DIR, named["units"][part]) for part in ("serve", "watchdog", "firewall")]
+            kept = posixpath.join(state_dir, named["last_good"])
+            found += [kept, kept.removesuffix(".json") + ".previous.json"]
     return found
 
 
