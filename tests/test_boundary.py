@@ -533,6 +533,15 @@ def test_the_bench_installs_llama_benchy_by_hash_as_the_unprivileged_user():
     assert argv[:4] == ["runuser", "-u", "{{ bench_user }}", "--"] and "--require-hashes" in argv
     run = tasks["Bench | Run the invariance check and llama-benchy, as the bench user"]
     assert "'--as-user', bench_user," in run["ansible.builtin.command"]["argv"]
+    # a user of its own (issue 54): the bench holds a deployment's key, which the primary's engine, running as
+    # sparkplay-engine, could read from a process of its own user
+    from sparkplay.engines import names
+    from tests.role_render import render, role_vars
+
+    assert render("{{ bench_user }}", role_vars("bench")) == names.BENCH_USER == "sparkplay-bench"
+    assert names.BENCH_USER not in (names.ENGINE_USER, names.engine_user("lab-small"), names.engine_user(None))
+    reset = yaml.safe_load((PROJECT / "roles" / "reset" / "tasks" / "main.yml").read_text())
+    assert any(t.get("ansible.builtin.user", {}).get("name") == "{{ reset_constants.bench_user }}" for t in reset)
 
 
 def _bench_and_status_argv(record: dict) -> tuple[list[str], list[str]]:

@@ -418,7 +418,7 @@ def test_bench_measures_across_both_ranks_and_checks_the_output_is_batch_invaria
     assert "invariance: 4 prompts gave the same tokens alone and at concurrency 2, 4" in proc.stdout
     # installed from the hash-pinned lock by the unprivileged user, under the state folder reset empties
     owner = in_node(0, "stat", "-c", "%U", "/var/lib/sparkplay/bench/venv/bin/llama-benchy").stdout.strip()
-    assert owner == "sparkplay-engine"
+    assert owner == "sparkplay-bench"  # its own user, never an engine's (issue 54)
     # against itself: every rate's ratio is printed
     again = run_cli(
         "bench",

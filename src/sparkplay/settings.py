@@ -17,7 +17,16 @@ from sparkplay import stack
 from sparkplay.boundary import TRUSTED_IMAGES
 from sparkplay.deployments import gateway
 from sparkplay.engines.context import STATE_DIR
-from sparkplay.engines.names import ADDED_DIR, ADDED_USER_PREFIX, ENGINE_USER, RECORD, TOOLS, UNIT_DIR, UNITS
+from sparkplay.engines.names import (
+    ADDED_DIR,
+    ADDED_USER_PREFIX,
+    BENCH_USER,
+    ENGINE_USER,
+    RECORD,
+    TOOLS,
+    UNIT_DIR,
+    UNITS,
+)
 from sparkplay.layout import LAYOUT_DEFAULTS
 
 # The settings an inventory may change, with their defaults. roles/sparkplay/defaults/main.yml
@@ -63,6 +72,7 @@ def node_constants(_: Any = None) -> dict[str, Any]:
     unit folder and the default state folder."""
     return {
         "engine_user": ENGINE_USER,
+        "bench_user": BENCH_USER,
         "added_user_prefix": ADDED_USER_PREFIX,
         "serve_tool": TOOLS["serve"],
         "units": list(UNITS.values()),

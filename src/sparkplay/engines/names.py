@@ -86,6 +86,9 @@ def for_slot(slot: str | None, record: str = RECORD) -> dict[str, Any]:
 # the system user a native engine runs as: the primary's, and one per added deployment (its own uid, so no
 # engine reads another's home, caches or /proc entries: its environment holds the API key)
 ENGINE_USER = "sparkplay-engine"
+# llama-benchy's own user: the bench holds a deployment's key (in its arguments), so it never runs as a user an
+# engine runs as (the primary's engine could read an added deployment's key from its process)
+BENCH_USER = "sparkplay-bench"
 ADDED_USER_PREFIX = "sparkplay-e-"
 
 
