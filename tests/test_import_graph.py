@@ -97,6 +97,7 @@ LAYERS = [
         "sparkplay.runner",
         "sparkplay.runlock",
         "sparkplay.integrity",
+        "sparkplay.varsfile",
         "sparkplay.bench",
         "sparkplay.nvfp4",
         "sparkplay.nodetools",

@@ -297,8 +297,7 @@ def with_launch(
 
 
 def served_folders(doc: Mapping[str, Any]) -> list[str]:
-    """The folders a deployment's engine serves from on every rank: its model's, its recipe's own checkpoints
-    (a drafter's too) and its overlay; not the inventory's other staged folders (another deployment's)."""
+    """Where its engine reads: its model's folder, its recipe's checkpoints (a drafter's too), its overlay."""
     folders = [str(c["dest"]) for c in doc.get("checkpoints") or [] if c.get("kind") == "hf"]
     if (doc.get("model") or {}).get("dir"):
         folders.append(str(doc["model"]["dir"]))

@@ -86,8 +86,7 @@ def _named_by_slot(record: Mapping[str, Any], host: str, path: str) -> dict[str,
         "firewall_unit": named["units"]["firewall"],
         # the serve tool the serve role installed (serve_tool moves it): a plain absolute path
         "tool": tool if TOOL_PATH.match(tool) else None,
-        # the folders its engine serves from (status names a file replaced under it): plain absolute paths
-        # at least two deep, so no record has a node's whole disk walked
+        # where its engine reads (status names a file replaced there): plain paths two deep, no disk walked whole
         "models": [m for m in record.get("models") or [] if isinstance(m, str) and MODEL_PATH.match(m)]
         if isinstance(record.get("models"), list)
         else [],
@@ -124,9 +123,8 @@ def routes(
             "slot": record.get("slot"),
             "host": record.get("host"),
         }
-        watch = str(record.get("watchdog_state") or "")
-        if record.get("watchdog_unit") and TOOL_PATH.match(watch):  # read by the gateway on that node alone
-            route["watch"] = watch
+        if record.get("watchdog_unit") and TOOL_PATH.match(str(record.get("watchdog_state"))):
+            route["watch"] = str(record["watchdog_state"])  # read by the gateway on that node alone
         if record.get("on_demand") and record.get("slot"):
             named = names.for_slot(str(record["slot"]))["units"]
             units = [named["serve"], *([named["watchdog"]] if record.get("watchdog_unit") else [])]

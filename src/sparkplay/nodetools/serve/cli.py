@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--answer-why", default="", help="why it is exempt (status shows it)")
     p.add_argument("--model-dir", action="append", default=[], help="a folder it serves from (re-verified)")
-    p.add_argument("--ckpt-tool", default="/usr/local/lib/sparkplay/sparkplay-ckpt")
+    p.add_argument("--ckpt-tool", help="the checkpoint tool that re-verifies them (the serve role passes it)")
     p.add_argument("--restart-timeout", type=float, default=900)
     p.add_argument("--prompt", default="What is 17*23?")
     p.add_argument("--max-tokens", type=int, default=4)

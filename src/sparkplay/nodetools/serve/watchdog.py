@@ -128,11 +128,10 @@ class Watchdog:
     def reverify(self) -> list[str]:
         """Every file of the folders this leader serves from, hashed against its manifest: what differs."""
         bad: list[str] = []
-        for folder in getattr(self.args, "model_dir", []) or []:
+        tool = getattr(self.args, "ckpt_tool", None)
+        for folder in (getattr(self.args, "model_dir", []) or []) if tool else []:
             try:
-                done = subprocess.run(
-                    [self.args.ckpt_tool, "verify", folder, "--full"], capture_output=True, text=True, timeout=3600
-                )
+                done = subprocess.run([tool, "verify", folder, "--full"], capture_output=True, text=True, timeout=3600)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 print(f"could not re-verify {folder}: {exc}", flush=True)
                 continue
