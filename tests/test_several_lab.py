@@ -344,6 +344,54 @@ def test_a_copy_corrupted_under_a_running_added_model_is_named_repaired_and_serv
     assert again.returncode == 0 and "every checkpoint verified on every rank" in again.stdout, again.stderr[-2000:]
 
 
+# weights moved within the file, in place: other valid numbers where the last tensors were (a disk that returned
+# another block), so the model still answers, differently; run again with the same offsets, the bytes are back
+SHUFFLE = (
+    "import os, sys; f = open(sys.argv[1], 'r+b'); size = os.fstat(f.fileno()).st_size; n = 16384; "
+    "f.seek(size - 4 * n); a = f.read(n); f.seek(size - 2 * n); b = f.read(n); "
+    "f.seek(size - 4 * n); f.write(b); f.seek(size - 2 * n); f.write(a); f.close()"
+)
+
+
+def watchdogs_answer() -> str:
+    """lab-tiny's answer to the watchdog's own question (its prompt, 4 tokens, temperature 0), from its API."""
+    body = {"model": "lab-tiny", "messages": [{"role": "user", "content": "What is 17*23?"}], "temperature": 0}
+    answer = json.loads(curl("http://127.0.0.1:9931/v1/chat/completions", {**body, "max_tokens": 4}) or "{}")
+    return str(answer["choices"][0]["message"]["content"])
+
+
+def test_an_answer_changed_under_a_running_deployment_is_named_then_verify_brings_it_back():
+    """Green health, garbage output: lab-tiny's weights changed on disk under its running engine (its process
+    maps the file). Within two watchdog intervals (30 s each) and its re-hash, status says its answers changed
+    since the deploy and names the file that differs (rank 0's copy: the source of truth is restored, never
+    re-blessed); the bytes put back, verify restarts the engine onto them and the deploy's answer is back."""
+    before = watchdogs_answer()
+    in_node(0, "python3", "-c", SHUFFLE, TINY)
+    restored = False
+    try:
+        changed = watchdogs_answer()
+        assert changed != before, "the moved weights did not change the answer: the test proves nothing"
+        deadline, said = time.monotonic() + 2 * 30 + 60, ""
+        while "answers changed since deploy" not in said:
+            assert time.monotonic() < deadline, said[-2000:]
+            time.sleep(5)
+            said = status_text()
+        assert "lab-tiny.gguf (sha256)" in said and "run `sparkplay verify` to repair" in said, said[-2000:]
+        in_node(0, "python3", "-c", SHUFFLE, TINY)  # the bytes put back (the same swap again)
+        restored = True
+        proc = cli("verify")
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == int(ExitCode.REPAIRED) and "restarted: lab-tiny" in said, said[-3000:]
+        assert watchdogs_answer() == before
+        deadline = time.monotonic() + 2 * 30 + 10
+        while "answers changed since deploy" in (said := status_text()):
+            assert time.monotonic() < deadline, said[-2000:]
+            time.sleep(5)
+    finally:
+        if not restored:
+            in_node(0, "python3", "-c", SHUFFLE, TINY)
+
+
 def test_bench_measures_one_model_of_several():
     profile = PROJECT / ".cache" / "several-bench.yml"
     profile.parent.mkdir(exist_ok=True)
