@@ -218,6 +218,41 @@ def test_names_and_ports_two_deployments_would_share_are_refused(change, message
         admission.decide(small, hosts(), found)
 
 
+def test_one_naming_rule_for_the_gateways_default_and_admission():
+    """Issue 54: the default matched a served name or a recipe's, admission compared served names only, so a
+    recipe serving another recipe's name took the default. Now a name (served or recipe) is one deployment's,
+    and the default prefers a served name, taking a recipe's only when one deployment runs it."""
+    small = staged("lab-small", {"serve_mode": "add"})["launch"]
+    posing = {**small, "served_name": "lab-tiny-chat"}  # lab-small served under another recipe's name
+    primary = staged("lab-tiny")["launch"]["ranks"][0]["record"]
+    found = deployments.records(
+        {"rank0": {"/etc/sparkplay/serve.json": json.dumps({**primary, "recipe": "lab-tiny-chat"})}}
+    )
+    with pytest.raises(
+        BadInput, match=re_escape("served name lab-tiny-chat is already recipe lab-tiny-chat (primary)'s")
+    ):
+        admission.decide(posing, hosts(), found)
+    table = deployments.routes(
+        [
+            {
+                "role": "leader",
+                "slot": None,
+                "served_name": "lab-tiny",
+                "recipe": "chat",
+                "api_url": "http://127.0.0.1:1",
+            },
+            {"role": "leader", "slot": "a", "served_name": "chat", "recipe": "a", "api_url": "http://127.0.0.1:2"},
+        ],
+        default="chat",
+    )
+    assert table["default"] == "chat"  # the served name, not the recipe of another deployment
+    twice = [
+        {"role": "leader", "slot": None, "served_name": "p", "recipe": "r", "api_url": "http://127.0.0.1:1"},
+        {"role": "leader", "slot": "b", "served_name": "q", "recipe": "r", "api_url": "http://127.0.0.1:2"},
+    ]
+    assert deployments.routes(twice, default="r")["default"] == "p"  # a recipe two run names none: the primary's
+
+
 def test_the_gateways_port_is_refused_to_a_deployment():
     small = staged("lab-small", {"serve_mode": "add", "serve_port": 9930})["launch"]
     with pytest.raises(BadInput, match="port 9930 on rank0 is the gateway's"):

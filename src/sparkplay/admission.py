@@ -14,14 +14,13 @@ claim on the node's memory. How each engine's claim is derived, from the launch 
 - llama.cpp allocates what it needs: its rank's share of the weights (split evenly over the ranks, as RPC
   splits layers over equal devices) and of the KV cache (`-c` tokens at the model's bytes per token, from the
   GGUF header: 2 x layers x KV heads x head size x 2 bytes for an f16 cache).
-- every engine's process holds more beside its budget (a CUDA context, the runtime, compile caches):
-  OVERHEAD, an allowance rather than a measurement, stated in each claim.
+- every engine's process holds more beside its budget (a CUDA context, the runtime, compile caches): OVERHEAD,
+  an allowance rather than a measurement, stated in each claim.
 
 The rule, per node: a new claim must fit both in MemAvailable (what the node has free now, whatever holds the
-rest) less a reserve for the OS, and in MemTotal less the reserve and every claim admitted before (a
-deployment admitted but still loading has not taken its memory yet). The override (`force`) admits anyway;
-the engine may then fail to allocate, or the node run out of memory and kill a process of another model.
-"""
+rest) less a reserve for the OS, and in MemTotal less the reserve and every claim admitted before (one still
+loading has not taken its memory yet). The override (`force`) admits anyway; the engine may then fail to
+allocate, or the node run out of memory and kill a process of another model."""
 
 from __future__ import annotations
 
@@ -282,10 +281,11 @@ def decide(
                 f"{recipe} is already served on {host} as {owner}",
                 "run the same command it was started with to redeploy it, or stop it first",
             )
-        leads = record.get("role") == "leader"
-        if leads and record.get("served_name") == launch["served_name"] and not twin:
+        leads = record.get("role") == "leader"  # the gateway routes by served name; its default names one or a recipe
+        clash = sorted({launch["served_name"], recipe} & {record.get("served_name"), record.get("recipe")} - {None})
+        if leads and clash and not twin:
             raise BadInput(
-                f"served name {launch['served_name']} is already {owner}'s: the gateway routes by name",
+                f"served name {clash[0]} is already {owner}'s (its served name or recipe): the gateway routes by name",
                 "give the recipe another model.served_name, or stop the other",
             )
         if leads and host == leader and _port(record.get("api_url", "")) == launch["api"]["port"]:

@@ -1,9 +1,8 @@
 """The deployments a cluster serves, read back from the records each rank keeps: the gateway's routes.
 
 Every rank of a deployment keeps a record (engines/names.py says where: the primary's at the inventory's
-sparkplay_serve_record, an added one's under /etc/sparkplay/serve.d). The records are the admitted set: the
-admission rule (admission.decide) counts their claims, the gateway routes to their leaders, `status` lists
-them, `stop NAME` and `reset` find their units in them.
+sparkplay_serve_record, an added one's under /etc/sparkplay/serve.d). The records are the admitted set: admission
+counts their claims, the gateway routes to their leaders, `status` lists them, `stop` and `reset` find units.
 """
 
 from __future__ import annotations
@@ -130,7 +129,8 @@ def routes(
             units = [named["serve"], *([named["watchdog"]] if record.get("watchdog_unit") else [])]
             route |= {"on_demand": True, "claim": int((record.get("claim") or {}).get("bytes") or 0), "units": units}
         models[str(record["served_name"])] = route
-    named_default = [n for n, r in models.items() if default and default in (n, r["recipe"])]
+    by_recipe = [n for n, r in models.items() if default and r["recipe"] == default]  # one only (admission's rule)
+    named_default = [default] if default in models else by_recipe if len(by_recipe) == 1 else []
     primary = [n for n, r in models.items() if r["slot"] is None]
     table: dict[str, Any] = {"models": models, "default": (named_default or primary or [None])[0]}
     if demand is not None:
