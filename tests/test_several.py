@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# Ansible's collection loader first (tests/role_render.py): a plain import of ansible_collections before it
+# leaves the package half-known, and every role rendered later in the same process misses the filters
+import tests.role_render  # noqa: F401
 from sparkplay import admission, deployment, deployments
 from sparkplay.admission import GIB, OVERHEAD
 from sparkplay.engines import names
