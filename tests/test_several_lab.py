@@ -344,13 +344,24 @@ def test_a_copy_corrupted_under_a_running_added_model_is_named_repaired_and_serv
     assert again.returncode == 0 and "every checkpoint verified on every rank" in again.stdout, again.stderr[-2000:]
 
 
-# weights moved within the file, in place: other valid numbers where the last tensors were (a disk that returned
-# another block), so the model still answers, differently; run again with the same offsets, the bytes are back
-SHUFFLE = (
-    "import os, sys; f = open(sys.argv[1], 'r+b'); size = os.fstat(f.fileno()).st_size; n = 16384; "
-    "f.seek(size - 4 * n); a = f.read(n); f.seek(size - 2 * n); b = f.read(n); "
-    "f.seek(size - 4 * n); f.write(b); f.seek(size - 2 * n); f.write(a); f.close()"
+# lab-tiny's token embeddings, the one tensor its leader keeps (the layers live in rank 1's RPC backend,
+# copied there at load), its two halves swapped in place: every token's vector is another's, all of them
+# valid numbers (a disk that returned another block). The same swap again puts the bytes back.
+SWAP = (
+    "import sys; f = open(sys.argv[1], 'r+b'); start, n = int(sys.argv[2]), int(sys.argv[3]) // 2; "
+    "f.seek(start); a = f.read(n); b = f.read(n); f.seek(start); f.write(b + a); f.close()"
 )
+
+
+def token_embeddings() -> list[str]:
+    """(offset, bytes) of lab-tiny's token_embd.weight, read by gguf's own reader from the staged file."""
+    import gguf
+
+    from sparkplay.paths import cache_dir
+
+    reader = gguf.GGUFReader(str(cache_dir(PROJECT) / "lab" / "lab-tiny.gguf"))
+    tensor = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    return [str(int(tensor.data_offset)), str(int(tensor.n_bytes))]
 
 
 def watchdogs_answer() -> str:
@@ -361,12 +372,14 @@ def watchdogs_answer() -> str:
 
 
 def test_an_answer_changed_under_a_running_deployment_is_named_then_verify_brings_it_back():
-    """Green health, garbage output: lab-tiny's weights changed on disk under its running engine (its process
-    maps the file). Within two watchdog intervals (30 s each) and its re-hash, status says its answers changed
-    since the deploy and names the file that differs (rank 0's copy: the source of truth is restored, never
-    re-blessed); the bytes put back, verify restarts the engine onto them and the deploy's answer is back."""
+    """Green health, garbage output: lab-tiny's token embeddings changed on disk under its running engine (its
+    leader maps the file and reads them from there). Within two watchdog intervals (30 s each) and its re-hash,
+    status says its answers changed since the deploy and names the file that differs (rank 0's copy: the source
+    of truth is restored, never re-blessed); the bytes put back, verify restarts the engine onto them and the
+    deploy's answer is back."""
     before = watchdogs_answer()
-    in_node(0, "python3", "-c", SHUFFLE, TINY)
+    span = token_embeddings()
+    in_node(0, "python3", "-c", SWAP, TINY, *span)
     restored = False
     try:
         changed = watchdogs_answer()
@@ -377,7 +390,7 @@ def test_an_answer_changed_under_a_running_deployment_is_named_then_verify_bring
             time.sleep(5)
             said = status_text()
         assert "lab-tiny.gguf (sha256)" in said and "run `sparkplay verify` to repair" in said, said[-2000:]
-        in_node(0, "python3", "-c", SHUFFLE, TINY)  # the bytes put back (the same swap again)
+        in_node(0, "python3", "-c", SWAP, TINY, *span)  # the bytes put back (the same swap again)
         restored = True
         proc = cli("verify")
         said = proc.stdout + proc.stderr
@@ -389,7 +402,7 @@ def test_an_answer_changed_under_a_running_deployment_is_named_then_verify_bring
             time.sleep(5)
     finally:
         if not restored:
-            in_node(0, "python3", "-c", SHUFFLE, TINY)
+            in_node(0, "python3", "-c", SWAP, TINY, *span)
 
 
 def test_bench_measures_one_model_of_several():
