@@ -31,12 +31,20 @@ _Dumper.add_representer(_Unsafe, _unsafe)
 
 
 def _tagged(value: Any) -> Any:
+    """Plain Python values (Ansible hands its own subclasses of str, int, dict and list to a filter, which a
+    safe YAML dumper refuses), every string tagged."""
     if isinstance(value, Mapping):
         return {str(k): _tagged(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_tagged(v) for v in value]
     if isinstance(value, str):
         return _Unsafe(value)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
     return value
 
 
