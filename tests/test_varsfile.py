@@ -22,6 +22,15 @@ HOSTILE = [
     "{# comment #}",
     "plain-c0ffee",
     "multi\nline {{ x }}",
+    # strings YAML would read as something else: they stay strings (Ansible 2.19 resolves an `!unsafe` scalar
+    # as a plain one: the stack lock's date came back a datetime and broke the next `lock`)
+    "2026-12-06T12:30:05Z",
+    "12",
+    "1e3",
+    "true",
+    "null",
+    "0x1f",
+    "{{ 12 }}",
 ]
 
 

@@ -3,8 +3,9 @@ lock, beside the inventory): its values are data, never templates.
 
 Ansible templates a string it finds in a var file when a play reads it. A value that came from a node, a hub
 or a recipe (a revision, a package version, a recipe's name) could hold `{{ lookup('pipe', ...) }}`, and a git
-branch may legitimately contain `{{`. So every string such a file holds is written with YAML's `!unsafe` tag,
-which Ansible's loader keeps as a plain string it never renders (its keys are sparkplay's own names).
+branch may legitimately contain `{{`. So every string such a file holds that carries a template's markers is
+written with YAML's `!unsafe` tag, which Ansible never renders, and every other string as a quoted string (its
+keys are sparkplay's own names).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import yaml
+
+TEMPLATE_MARKS = ("{{", "{%", "{#")
 
 
 class _Unsafe(str):
@@ -38,7 +41,9 @@ def _tagged(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_tagged(v) for v in value]
     if isinstance(value, str):
-        return _Unsafe(value)
+        # only a string that holds a template's markers is tagged: Ansible 2.19 resolves an `!unsafe` scalar as
+        # YAML would an untagged plain one ('12' an int, a date a datetime), while a quoted plain string stays one
+        return _Unsafe(value) if any(mark in value for mark in TEMPLATE_MARKS) else str(value)
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
