@@ -3,10 +3,10 @@ engines serve a file replaced since they started (the checkpoint role's findings
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sparkplay import plays
 from sparkplay.errors import BadInput
 
 # What differed in a checkpoint file, in words (the node tool's one-word findings: state.verify, record.py)
@@ -74,7 +74,7 @@ def replaced_units(explained: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
     found = []
     for result in explained:
         record = result.get("item") or {}
-        replaced = _json(result.get("stdout")).get("replaced") or []
+        replaced = plays.answer(result, {}).get("replaced") or []
         if replaced and record.get("unit"):
             found.append(
                 {
@@ -86,14 +86,6 @@ def replaced_units(explained: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
                 }
             )
     return found
-
-
-def _json(text: Any) -> dict[str, Any]:
-    try:
-        found = json.loads(str(text or "{}"))
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 def explain_argv(record: Mapping[str, Any], tool: str, fabric_env: str) -> list[str]:
