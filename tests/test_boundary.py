@@ -664,3 +664,14 @@ def test_each_ranks_inter_rank_ports_are_guarded_to_the_cable_addresses():
     assert [r["peer_ports"] for r in tiny["ranks"]] == [[], [50052]]
     with pytest.raises(BadInput, match="not an address"):
         firewall.cable_addresses([{"SPARKPLAY_FABRIC_ADDRESSES": "192.0.2.1,} drop; {"}])
+
+
+def test_a_hand_written_hf_token_flag_travels_in_the_0600_env_file_and_others_are_refused():
+    doc = recipe("glm53")
+    doc["serve"]["args"] += ["--hf-token", "hf_local_secret_1234"]
+    deployment = plan(doc)
+    assert "hf_local_secret_1234" not in json.dumps([[r["argv"], r["exec"]] for r in deployment["ranks"]])
+    assert all(r["env"]["HF_TOKEN"] == "hf_local_secret_1234" for r in deployment["ranks"])  # noqa: S105
+    doc = recipe("glm53")
+    doc["serve"]["args"] += ["--some-secret", "v"]
+    refused(doc, "--some-secret", "world-readable")

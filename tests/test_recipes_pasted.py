@@ -545,3 +545,50 @@ def test_llama_cpps_spec_type_is_its_speculative_method_with_its_draft_length():
     args = doc["serve"]["args"]
     assert args[args.index("--spec-type") + 1] == "draft-mtp" and args[args.index("--spec-draft-n-max") + 1] == "3"
     assert doc["topology"]["nodes"] == 1 and doc["context_length"] == 32768
+
+
+# -- a secret in the pasted text never lands in a recipe, a unit or an argv (issue 54) -------------
+
+SECRET_VALUE = "hf_SeCrEtVaLuE0123456789"  # noqa: S105 - a made-up token the test looks for
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"vllm serve Qwen/Qwen3-0.6B --hf-token {SECRET_VALUE} --max-model-len 4096",
+        f"vllm serve Qwen/Qwen3-0.6B --hf-token={SECRET_VALUE} --api-key {SECRET_VALUE}",
+        f"vllm serve Qwen/Qwen3-0.6B --api-key={SECRET_VALUE} --hf_token {SECRET_VALUE}",
+        "vllm serve Qwen/Qwen3-0.6B --hf-token $HF_TOKEN --api-key ${KEY}",  # the reader's shell: left out, too
+        f"docker run --gpus all -e HF_TOKEN={SECRET_VALUE} vllm/vllm-openai:v0.11.2 Qwen/Qwen3-0.6B "
+        f"--hf-token {SECRET_VALUE}",
+        f"llama-server -hf ggml-org/gemma-3-1b-it-GGUF -hff gemma-3-1b-it-Q4_K_M.gguf -hft {SECRET_VALUE} "
+        f"--api-key {SECRET_VALUE}",
+        f"python3 -m sglang.launch_server --model-path Qwen/Qwen3-0.6B --api-key {SECRET_VALUE} "
+        f"--admin-api-key {SECRET_VALUE}",
+    ],
+)
+def test_a_pasted_secret_flag_is_left_out_named_and_never_reaches_the_recipe_or_the_plan(tmp_path, text):
+    source = tmp_path / "pasted.sh"
+    source.write_text(text + "\n")
+    pinned = ("model.revision=" + "a" * 40, "model.path=gemma-3-1b-it-Q4_K_M.gguf")  # no hub in tests
+    sets = (VLLM,) if text.startswith("vllm") else pinned if "-hf " in text else ()
+    if text.startswith("python3"):
+        sets = ("engine.image=lmsysorg/sglang:spark",)
+    doc = importing.import_source(str(source), None, sets, (), None)
+    assert SECRET_VALUE not in json.dumps(doc) and "$HF_TOKEN" not in json.dumps(doc["serve"])
+    assert not any(a.startswith(("--hf", "-hft", "--api", "--admin")) for a in doc["serve"]["args"])
+    text_notes = all_notes(doc)
+    assert "left out: a secret is never stored in a recipe" in text_notes
+    if any(f in text for f in ("--hf", "-hft ", "HF_TOKEN")):
+        assert "checkpoint_hf_token" in text_notes  # where sparkplay takes the hub's token from instead
+    if "api-key" in text:
+        assert "0600 env file" in text_notes and "serve_api_key" not in text_notes
+
+
+def test_the_secret_flag_rule_leaves_flags_that_only_look_alike():
+    from sparkplay.recipes import secrets
+
+    kept = ["--max-tokens", "4", "--tokenizer", "t", "--skip-tokenizer-init", "--max-num-batched-tokens", "8"]
+    assert secrets.without_flags(kept) == (kept, [])
+    args, out = secrets.without_flags(["--hf-token", "x", "--port", "1", "--API-KEY=y", "--auth-token", "z"])
+    assert args == ["--port", "1"] and out == ["--hf-token", "--API-KEY", "--auth-token"]

@@ -22,7 +22,7 @@ from sparkplay.engines import answers, atlas, firewall, llamacpp, mods, sglang, 
 from sparkplay.engines.context import Context, Node, Options, client_address, environment, served_name
 from sparkplay.engines.names import CONTAINER, ENV_FILE, engine_home, engine_user, for_slot
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, model
+from sparkplay.recipes import cmdline, model, secrets
 
 DOCKER = "/usr/bin/docker"
 CONFIG_DIR = "/etc/sparkplay"  # the engine's own files the plan writes (Atlas profile): a container may read them
@@ -30,6 +30,10 @@ CONFIG_DIR = "/etc/sparkplay"  # the engine's own files the plan writes (Atlas p
 # a flag would sit in a world-readable unit and in `ps`, so it travels in the 0600 env file instead
 API_KEY_ENV = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
 
+
+# a secret flag an engine also reads from a variable (the hub's token: vLLM, SGLang and llama.cpp all read
+# HF_TOKEN through huggingface_hub or their own common args), moved to the 0600 env file like the API key
+SECRET_FLAG_ENV = {"--hf-token": "HF_TOKEN", "-hft": "HF_TOKEN"}
 
 # the flags an API's key is given by (Atlas's own is --auth-token, sparkrun's atlas runtime says)
 KEY_FLAGS = ("--api-key", "--auth-token")
@@ -49,6 +53,17 @@ def api_key_to_env(engine: str, rank_plan: dict[str, Any]) -> str | None:
             )
         rank_plan["argv"] = cmdline.without_flags(rank_plan["argv"], "--api-key")
         rank_plan["env"][name] = key
+    for flag in secrets.flags_in(rank_plan["argv"]):
+        variable = SECRET_FLAG_ENV.get(flag)
+        value = cmdline.flag_value(rank_plan["argv"], flag)
+        if variable is None or value is None:
+            raise BadInput(
+                f"the recipe gives {engine} {flag} on the command line, where its secret would sit in a "
+                "world-readable unit and in ps",
+                "remove it from serve.args; sparkplay knows no variable this engine reads it from",
+            )
+        rank_plan["argv"] = cmdline.without_flags(rank_plan["argv"], flag)
+        rank_plan["env"][variable] = value
     return name if name and rank_plan["env"].get(name) else None
 
 

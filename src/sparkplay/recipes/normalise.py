@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, flags, known
+from sparkplay.recipes import cmdline, flags, known, secrets
 from sparkplay.recipes import model_source as source
 from sparkplay.recipes.model import SCHEMA_ID
 from sparkplay.recipes.raw import RawRecipe
@@ -130,6 +130,12 @@ def _vllm_spelling(raw: RawRecipe) -> None:
 def normalise(raw: RawRecipe) -> dict[str, Any]:
     """The normalised recipe document (not yet schema-validated)."""
     _vllm_spelling(raw)
+    raw.args, left_out = secrets.without_flags(raw.args)  # every importer's: a pasted one's are out already
+    for flag in left_out:
+        raw.note("serve.args", "ignored", secrets.note(flag))
+    for name in [n for n in raw.env if secrets.ENV_NAME.search(n)]:
+        del raw.env[name]
+        raw.note("serve.env", "ignored", secrets.note(name))
     flags.check_json_flags(raw.args)
     _check_one_line(raw)
     engine_defaults = known.ENGINES[raw.engine]

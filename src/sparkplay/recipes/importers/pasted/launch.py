@@ -13,7 +13,7 @@ import shlex
 from typing import Any
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, hooks, known
+from sparkplay.recipes import cmdline, hooks, known, secrets
 from sparkplay.recipes.importers.pasted import shell
 from sparkplay.recipes.importers.pasted.docker_run import LIFECYCLE, Container
 from sparkplay.recipes.importers.pasted.launches import Found, Launch
@@ -21,8 +21,7 @@ from sparkplay.recipes.importers.sparkrun import executor as sparkrun_executor
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 
-# environment names that hold a secret: never written into a recipe (the HF token is checkpoint_hf_token)
-SECRET = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|CREDENTIALS?)$", re.IGNORECASE)
+SECRET = secrets.ENV_NAME  # an environment name that holds a secret: never written into a recipe
 HF_CACHE = re.compile(r"(^|/)(\.cache/huggingface|huggingface|hf[-_]?cache)(/|$)", re.IGNORECASE)
 # what sparkplay's engine container already is (engines/context.py), as docker run options
 EXECUTOR_OPTIONS = {
@@ -103,6 +102,8 @@ def listing(found: Found) -> str:
 
 
 def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecipe:
+    # a secret flag goes before anything reads the words: `--hf-token $HF_TOKEN` is left out, not refused
+    launch.command, left_out = secrets.without_flags(launch.command)
     _check_settled(launch)
     for word in launch.command:
         if word.startswith(DASHES):
@@ -123,6 +124,8 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
     )
     for key, how, detail in launch.notes:
         raw.note(key, how, detail)
+    for flag in left_out:
+        raw.note("serve.args", "ignored", secrets.note(flag))
     _per_rank(raw, launch)
     raw.note("serve.args", "derived", f"the engine command at {launch.where}")
     env = {**launch.env, **parsed.env}
@@ -249,16 +252,7 @@ def _without_secrets(env: dict[str, str], raw: RawRecipe) -> dict[str, str]:
     kept = {}
     for name, value in env.items():
         if SECRET.search(name):
-            where = (
-                "checkpoint_hf_token in the inventory's vault"
-                if name.startswith(("HF_", "HUGGING"))
-                else ("the inventory (serve_api_key for an engine's API key)")
-            )
-            raw.note(
-                "serve.env",
-                "ignored",
-                f"{name} left out: a secret is never stored in a recipe; sparkplay takes it from {where}",
-            )
+            raw.note("serve.env", "ignored", secrets.note(name))
         elif shell.unknowns(value):
             raw.note(
                 "serve.env",
