@@ -476,10 +476,39 @@ def test_the_native_environment_is_an_allow_list_of_plain_names():
         unknown = recipe("lab-tiny")
         unknown["serve"]["env"][name] = "1"
         refused(unknown, f"serve.env.{name}", f"'env:{name}'")
-    # in a container the image's variables are many and its own: only code-loading names are requests there
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ACME_TUNING",
+        "MALLOC_ARENA_MAX",
+        "CUDA_INJECTION64_PATH",  # CUDA loads the library it names into the process
+        "TRITON_HOME",  # triton's compiled kernels (code it loads again) under it
+        "OMP_TOOL_LIBRARIES",  # OpenMP loads each library it lists (OMPT)
+        "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE",  # inductor loads compiled graphs from a server
+        "TORCHINDUCTOR_REDIS_HOST",
+        "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE",
+        "SGLANG_SOMETHING_NEW",
+        "ATLAS_PROFILE_DIR",  # Atlas's own prefix, but a place
+    ],
+)
+@pytest.mark.parametrize("which", ["glm53", "glm53-atlas", "lab-tiny"])
+def test_the_environment_allow_list_is_one_rule_for_containers_and_the_host(which, name):
+    """A container was only a block list: loader names the list missed passed with no allow."""
+    doc = recipe(which)
+    doc["serve"]["env"][name] = "1"
+    refused(doc, f"serve.env.{name}", f"'env:{name}'")
+    assert plan(doc, allow=frozenset({f"env:{name}"}))["privileged"] == [f"env:{name}"]
+
+
+def test_an_engines_documented_tuning_needs_no_allow_in_its_container():
     docker = recipe("glm53")
-    docker["serve"]["env"] |= {"ACME_TUNING": "1", "MALLOC_ARENA_MAX": "2"}
+    docker["serve"]["env"] |= {"VLLM_USE_FLASHINFER_SAMPLER": "1", "NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4"}
     assert plan(docker)["privileged"] == []
+    atlas = recipe("glm53-atlas")
+    atlas["serve"]["env"] |= {"ATLAS_GLM_NEW_TUNING": "1"}  # the profile's, cleared from the ambient env
+    assert plan(atlas)["privileged"] == []
 
 
 def test_the_seed_recipes_import_and_plan_with_no_allow():

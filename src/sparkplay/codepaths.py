@@ -2,12 +2,13 @@
 
 The boundary (boundary.py) asks this module three questions of a recipe:
 
-- which environment names it may set without asking. For an engine on the host (the native runtime) that
-  is an allow-list: the plain tuning names the engines document (llama.cpp's and ggml's README and
-  common/arg.cpp, vLLM's envs.py, NCCL's and OpenMP's environment pages), read for these lists. Any other
-  name is a privileged request `env:NAME`: a block list keeps missing names (NCCL_NET_PLUGIN, HOME,
-  VLLM_LOGGING_CONFIG_PATH were all missed by one). In a container the image's own variables are many and
-  undocumented, so there only the names below that load code or move code caches are requests;
+- which environment names it may set without asking: one allow-list for every runtime, native or container,
+  the plain tuning names the engines document (llama.cpp's and ggml's README and common/arg.cpp, vLLM's
+  envs.py, NCCL's and OpenMP's environment pages), read for these lists. Any other name is a privileged
+  request `env:NAME`: a block list keeps missing names (NCCL_NET_PLUGIN, HOME, VLLM_LOGGING_CONFIG_PATH,
+  then CUDA_INJECTION64_PATH, TRITON_HOME, OMP_TOOL_LIBRARIES and inductor's remote caches in containers
+  were all missed by one). A container is no reason for less: the loader there loads code into the same
+  engine, from the image and the mounts (the checkpoint among them);
 - which names are the environment twin of a flag sparkplay owns or confines (llama.cpp reads LLAMA_ARG_RPC
   as --rpc, LLAMA_ARG_LORA as --lora): those are refused like the flags, in every runtime, with the flag as
   the fix (a flag goes through every rule; its twin would pass around them);
@@ -131,7 +132,7 @@ CODE_NAMES = frozenset(
         "SGLANG_PLUGINS",
     }
 )
-# a name of this shape names a place or a plugin: on the host (native), a request whatever the engine
+# a name of this shape names a place or a plugin: a request whatever the engine and the runtime
 PATH_SHAPED = re.compile(r"(PLUGINS?|_PATH|_DIR|_FILE|_ROOT|_HOME|_CACHE|_PREFIX)(_[A-Z0-9]+)?\Z")
 
 # Python's variables that only tune the interpreter and load nothing
@@ -194,6 +195,11 @@ COMMON_PLAIN = PYTHON_PLAIN | frozenset(
         "HF_DATASETS_OFFLINE",
         "HF_HUB_DISABLE_TELEMETRY",
         "HF_HUB_DISABLE_PROGRESS_BARS",
+        "HF_HUB_ENABLE_HF_TRANSFER",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "TORCH_NCCL_BLOCKING_WAIT",
+        "TORCH_CUDA_ARCH_LIST",
+        "CUTE_DSL_ARCH",
         "DO_NOT_TRACK",
         "LANG",
         "LC_ALL",
@@ -247,9 +253,19 @@ ENGINE_PLAIN = {
             "VLLM_MARLIN_USE_ATOMIC_ADD",
             "VLLM_SLEEP_WHEN_IDLE",
             "VLLM_MEDIA_LOADING_THREAD_COUNT",
+            "VLLM_MLA_NOPE_PAD_ROPE",
+        }
+    ),
+    "sglang": frozenset(
+        {
+            "SGLANG_ENABLE_JIT_DEEPGEMM",
+            "SGLANG_DISABLE_CUDNN_CHECK",
         }
     ),
 }
+# an engine whose every variable under its prefix is its own tuning: Atlas's image entrypoint clears every
+# ambient ATLAS_* and applies only its profile's (shared/reference/engines.md), where the plan puts them
+ENGINE_PLAIN_PREFIX = {"atlas": ("ATLAS_",)}
 # llama.cpp reads every flag from a LLAMA_ARG_ twin too (common/arg.cpp, set_env): the twins of flags that
 # take no path and that sparkplay neither owns nor checks against a recipe field are plain; every other
 # twin (LLAMA_ARG_RPC, _HOST, _PORT, _MODEL, _LORA, _CTX_SIZE, _API_KEY, ...) is refused
@@ -328,18 +344,25 @@ def refused_twin(name: str) -> str | None:
     return None
 
 
+def plain(engine: str, name: str) -> bool:
+    """Whether `name` is plain tuning for `engine` (the allow-list, the same in every runtime)."""
+    if name in COMMON_PLAIN or name in ENGINE_PLAIN.get(engine, frozenset()):
+        return True
+    return name.startswith(ENGINE_PLAIN_PREFIX.get(engine, ())) and not PATH_SHAPED.search(name)
+
+
 def env_requests(engine: str, runtime: str, env: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
-    """(name, what it does) for each environment name that is a privileged request."""
-    native = runtime == "native"
-    plain = COMMON_PLAIN | ENGINE_PLAIN.get(engine, frozenset())
+    """(name, what it does) for each environment name that is a privileged request: one rule whatever the
+    runtime (`runtime` only words where a named place is)."""
+    where = "on the host" if runtime == "native" else "in the engine's container (its image and mounts)"
     for name in sorted(env):
         if loads_code(name):
             yield name, "sets a variable that changes what code the engine loads"
         elif name in CODE_NAMES or "PLUGIN" in name:
             yield name, "sets a variable that makes the engine load code from, or keep code in, a place it names"
-        elif native and PATH_SHAPED.search(name):
-            yield name, "sets a variable naming a place on the host, which the engine may read code from"
-        elif native and name not in plain and not (engine == "llamacpp" and name.startswith("LLAMA_ARG_")):
+        elif PATH_SHAPED.search(name):
+            yield name, f"sets a variable naming a place {where}, which the engine may read code from"
+        elif not plain(engine, name) and not (engine == "llamacpp" and name.startswith("LLAMA_ARG_")):
             yield name, f"sets a variable the {engine} engine's documentation does not list as plain tuning"
 
 
