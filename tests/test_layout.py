@@ -152,3 +152,26 @@ def test_the_gateway_on_every_address_is_reached_on_loopback_as_an_engine_is():
         got = gateway_layout(launch, None, GATEWAY, [], (bind, 9930), [], "/u", "/t")
         assert got["client"] == client_address(bind)
     assert client_address("::") == "[::1]"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_kept_deployment_goes_back_only_as_up_would_let_it(rank):
+    """Rollback used the record's paths, units and command as they were, and asked no allow (issue 54)."""
+    _, got = lay("lab-tiny", rank=rank)
+    files = [{**f, "content": "x"} if "content" not in f and "content_base64" not in f else f for f in got["files"]]
+    doc = json.loads(layout.last_good_text(got, files))
+    tool, places = layout.LAYOUT_DEFAULTS["serve_tool"], ["/etc/sparkplay", "/var/lib/sparkplay", "/etc/sparkplay"]
+    assert doc["privileged"] == [] and layout.rollback_refusal(doc, [], places, tool) == ""
+    asked = {**doc, "privileged": ["env:ACME_TUNING"]}
+    assert "env:ACME_TUNING, which serve_allow no longer grants" in layout.rollback_refusal(asked, [], places, tool)
+    assert layout.rollback_refusal(asked, ["env:ACME_TUNING"], places, tool) == ""
+    older = {k: v for k, v in doc.items() if k != "privileged"}
+    assert "predates the record" in layout.rollback_refusal(older, [], places, tool)
+    for path in ("/etc/cron.d/sparkplay", "/etc/sparkplay/../cron.d/x", "/etc/systemd/system/evil.service"):
+        moved = {**doc, "files": [*doc["files"], {"path": path, "content": "x"}]}
+        assert "outside sparkplay's own places" in layout.rollback_refusal(moved, [], places, tool), path
+    assert "no unit sparkplay writes" in layout.rollback_refusal({**doc, "unit": "ssh.service"}, [], places, tool)
+    if rank == 0:
+        ready = {**doc, "ready_argv": ["/bin/sh", "-c", "id"]}
+        assert "not sparkplay's serve tool" in layout.rollback_refusal(ready, [], places, tool)
+    assert layout.rollback_refusal(None, [], places, tool) == ""  # nothing kept: nothing to refuse

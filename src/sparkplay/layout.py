@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sparkplay import admission, nodetools
+from sparkplay import admission, boundary, nodetools
 from sparkplay.engines.context import STATE_DIR
-from sparkplay.engines.names import TOOLS
+from sparkplay.engines.names import TOOLS, UNIT_DIR
 from sparkplay.engines.systemd import env_file
 
 # The serve role's settings a rank's layout reads, with their defaults (roles/serve/defaults/main.yml states the
@@ -188,6 +189,8 @@ def rank_layout(
             "watchdog": watchdog["unit"] if watchdogging else None,
             "files": None,
             "ready_argv": ready if rank["role"] == "leader" else None,
+            # what the boundary let it ask for (serve_allow's names): a rollback needs them allowed still
+            "privileged": list(plan.get("privileged") or []),
         },
     }
 
@@ -225,6 +228,42 @@ def go_back(docs: Iterable[Any], differs: Iterable[Any]) -> bool:
     deployment that just failed)."""
     leaders = [d for d in docs if isinstance(d, Mapping) and d.get("role") == "leader"]
     return len(leaders) == 1 and any(differs)
+
+
+UNIT_NAME = re.compile(r"^sparkplay-[a-z0-9-]+(@[a-z0-9][A-Za-z0-9._-]*)?\.service\Z")
+
+
+def rollback_refusal(doc: Any, allow: Iterable[Any], folders: Iterable[str], tool: str) -> str:
+    """Why the kept deployment `doc` may not be put back ("" when it may), checked as `up` checks a plan: what
+    it was allowed must be allowed now (serve_allow), and the record is held to sparkplay's own places (units
+    named as sparkplay names them in systemd's folder, files in `folders`, the readiness check the serve tool)
+    rather than used as it is."""
+    if not isinstance(doc, Mapping):
+        return ""
+    if not isinstance(doc.get("privileged"), list):
+        return (
+            f"the kept deployment of {doc.get('recipe')} predates the record of what it was allowed, so it cannot be "
+            "checked against serve_allow: run `sparkplay up` with the recipe instead"
+        )
+    granted = {str(entry) for entry in allow}
+    if missing := [str(p) for p in doc["privileged"] if str(p) not in granted]:
+        return (
+            f"{doc.get('recipe')} needs {', '.join(missing)}, which serve_allow no longer grants: allow "
+            "it again in the inventory, or run `sparkplay up` with a recipe that does without"
+        )
+    units = [doc.get(k) for k in ("unit", "watch", "watchdog") if doc.get(k) is not None]
+    if bad := [str(u) for u in units if not UNIT_NAME.match(str(u))]:
+        return f"the kept deployment names unit {bad[0]!r}, which is no unit sparkplay writes"
+    places = [posixpath.normpath(f) for f in folders if f]
+    for entry in doc.get("files") or []:
+        path = str(entry.get("path", "")) if isinstance(entry, Mapping) else ""
+        unit_file = posixpath.dirname(path) == UNIT_DIR and UNIT_NAME.match(posixpath.basename(path))
+        if posixpath.normpath(path) != path or not (unit_file or boundary.inside(path, places)):
+            return f"the kept deployment writes {path!r}, outside sparkplay's own places"
+    ready = doc.get("ready_argv")
+    if ready is not None and (not isinstance(ready, list) or not ready or ready[0] != tool):
+        return "the kept deployment's readiness check is not sparkplay's serve tool"
+    return ""
 
 
 def plan_rank(launch: Mapping[str, Any], host: str | None = None) -> dict[str, Any] | None:
