@@ -456,10 +456,11 @@ def test_a_floating_tag_is_resolved_through_the_registrys_token_challenge(regist
     from sparkplay.recipes.store import registry
 
     image = f"127.0.0.1:{registry_port}/org/engine:latest"
-    assert registry.resolve(image) == f"{image}@{DIGEST}"
-    assert registry.resolve(f"127.0.0.1:{registry_port}/org/engine") == f"{image}@{DIGEST}"
+    mine = [f"127.0.0.1:{registry_port}/org/*"]  # the inventory names the registry on this machine
+    assert registry.resolve(image, mine) == f"{image}@{DIGEST}"
+    assert registry.resolve(f"127.0.0.1:{registry_port}/org/engine", mine) == f"{image}@{DIGEST}"
     with pytest.raises(registry.RegistryError, match="HTTP 404"):
-        registry.resolve(f"127.0.0.1:{registry_port}/org/engine:v1")
+        registry.resolve(f"127.0.0.1:{registry_port}/org/engine:v1", mine)
     assert registry.split("ubuntu") == ("registry-1.docker.io", "library/ubuntu", "latest")
     assert registry.split("nvcr.io/nvidia/vllm:25.11-py3") == ("nvcr.io", "nvidia/vllm", "25.11-py3")
 
@@ -477,6 +478,12 @@ def test_apply_records_the_digest_and_the_recipe_is_served_by_it(tmp_path, regis
     inventory = tmp_path / "inv"
     shutil.copytree(PROJECT / "inventory" / "sample", inventory)
     proc = run_cli("apply", "floaty", "-i", str(inventory), "--project-dir", str(project))
+    assert proc.returncode == 0 and "which the inventory does not name" in proc.stderr + proc.stdout
+    assert "sparkplay_image_pins" not in (inventory / "group_vars" / "all" / "sparkplay.yml").read_text()
+    (inventory / "group_vars" / "all" / "registry.yml").write_text(
+        yaml.safe_dump({"serve_trusted_images": [f"127.0.0.1:{registry_port}/org/*"]})
+    )
+    proc = run_cli("apply", "floaty", "-i", str(inventory), "--project-dir", str(project), "--yes")
     assert proc.returncode == 0, proc.stderr
     recorded = yaml.safe_load((inventory / "group_vars" / "all" / "sparkplay.yml").read_text())
     assert recorded["sparkplay_image_pins"] == {image: f"{image}@{DIGEST}"}

@@ -251,6 +251,31 @@ def test_a_public_registrys_token_realm_may_not_point_inward(realm):
         registry._token(f'Bearer realm="{realm}",service="x"', "org/engine", origin)
 
 
+@pytest.mark.parametrize(
+    "image", ["127.0.0.1:5000/org/engine:latest", "localhost:5000/x/y", "10.0.0.7:443/a/b", "[::1]:5000/a/b:latest"]
+)
+def test_a_recipes_image_on_a_registry_inward_is_never_asked_unless_the_inventory_names_it(image, monkeypatch):
+    """`apply` contacted whatever registry the recipe's image named, this machine's services included."""
+    asked = []
+    monkeypatch.setattr(registry, "_request", lambda *a, **k: asked.append(a) or (200, {}, b""))
+    with pytest.raises(registry.RegistryError, match="which the inventory does not name"):
+        registry.resolve(image)
+    with pytest.raises(registry.RegistryError, match="which the inventory does not name"):
+        registry.resolve(image, ["*", "127.0.0.1:6000/org/*", "other/*"])  # the catch-all names no registry
+    assert asked == []
+    host = registry.split(image)[0]
+    with pytest.raises(registry.RegistryError, match="no sha256 digest"):  # named: asked (here, no digest)
+        registry.resolve(image, [f"{host}/{registry.split(image)[1]}"])
+    assert len(asked) == 1
+
+
+def test_a_registry_the_user_named_inward_may_not_send_the_token_request_elsewhere_inward():
+    origin = "http://127.0.0.1:5000/v2/org/engine/manifests/latest"
+    for realm in ("http://127.0.0.1:5001/token", "http://localhost:2375/token", "https://10.0.0.7/token"):
+        with pytest.raises(registry.RegistryError, match="the registry lookup stopped"):
+            registry._token(f'Bearer realm="{realm}",service="x"', "org/engine", origin)
+
+
 def test_the_registry_lookups_redirects_follow_the_same_rule():
     origin = "https://registry.example.com/v2/x/manifests/latest"
     for inward in ("https://127.0.0.1/x", "http://registry.example.com/x", "https://192.168.1.1/x"):

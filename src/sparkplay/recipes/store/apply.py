@@ -9,6 +9,7 @@ separate so the CLI can plan, ask and run them (see `record`'s caller).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,13 +92,31 @@ def pin_image(recipe: dict[str, Any], pins: dict[str, Any]) -> dict[str, Any]:
     return {**recipe, "engine": {**recipe["engine"], "image": pinned}}
 
 
-def resolve_pins(recipe: dict[str, Any], earlier: dict[str, Any]) -> tuple[dict[str, str], str | None]:
-    """The digest the recipe's floating image names now; on failure the earlier pin (if any) and a warning."""
+def _trusted_images(folder: Path) -> list[str]:
+    """The inventory's own serve_trusted_images (group_vars/all), the user's word on which registries it uses;
+    a file that is not plain YAML (a vault) is skipped."""
+    found: list[str] = []
+    group = folder / "group_vars"
+    for path in [group / "all.yml", group / "all.yaml", *sorted((group / "all").glob("*.y*ml"))]:
+        try:
+            data = yaml.safe_load(path.read_text()) if path.is_file() else None
+        except (OSError, yaml.YAMLError):
+            continue
+        value = data.get("serve_trusted_images") if isinstance(data, dict) else None
+        found += [str(v) for v in value] if isinstance(value, list) else []
+    return found
+
+
+def resolve_pins(
+    recipe: dict[str, Any], earlier: dict[str, Any], trusted: Iterable[str] = ()
+) -> tuple[dict[str, str], str | None]:
+    """The digest the recipe's floating image names now; on failure the earlier pin (if any) and a warning.
+    `trusted`: the inventory's serve_trusted_images (a registry inward is asked only where it names one)."""
     image = recipe["engine"].get("image")
     if recipe["engine"].get("runtime") != "docker" or not image or not imageref.floating(image):
         return {}, None
     try:
-        return {image: registry.resolve(image)}, None
+        return {image: registry.resolve(image, trusted)}, None
     except registry.RegistryError as exc:
         kept = earlier.get(image)
         keeping = f"; keeping the digest recorded before ({kept})" if isinstance(kept, str) else ""
@@ -128,7 +147,7 @@ def record(
     bad = [p for p in model.errors(candidate) if p.key.startswith("knobs")]
     if bad:
         raise BadInput(f"{bad[0].key}: {bad[0].message}", bad[0].fix)
-    pins, warning = resolve_pins(recipe, old.get("sparkplay_image_pins") or {})
+    pins, warning = resolve_pins(recipe, old.get("sparkplay_image_pins") or {}, _trusted_images(folder))
     warnings = [warning] if warning else []
     text = render(recipe, knobs, pins)
     if not target.exists():

@@ -15,6 +15,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable
 
 from sparkplay import imageref
 from sparkplay.errors import BadInput, SparkplayError
@@ -88,6 +89,10 @@ def _token(challenge: str, repository: str, origin: str) -> str:
     realm = fields.get("realm")
     if not challenge.lower().startswith("bearer") or not realm:
         raise RegistryError("the registry asks for credentials sparkplay does not have", "pin a digest yourself")
+    first, there = urllib.parse.urlsplit(origin), urllib.parse.urlsplit(realm)
+    if there.netloc != first.netloc and fetch.internal(there.hostname):
+        # even from a registry the user named there: its own address only, never another service inward
+        raise _refused(BadInput(f"{origin} names {realm!r}, another address on this machine or network", ""))
     query = {"service": fields.get("service", ""), "scope": fields.get("scope") or f"repository:{repository}:pull"}
     status, _, body = _request(f"{realm}?{urllib.parse.urlencode(query)}", {}, origin=origin)
     if status != 200:
@@ -99,13 +104,28 @@ def _token(challenge: str, repository: str, origin: str) -> str:
     return token
 
 
-def resolve(image: str) -> str:
-    """`name:tag@sha256:...` for a floating reference; a pinned one is returned as it is."""
+def named_by_user(host: str, trusted: Iterable[str]) -> bool:
+    """Whether the inventory's own image list (serve_trusted_images) names a repository on registry `host`:
+    an entry of its own, not the catch-all `*`."""
+    return any(str(entry) != "*" and split(str(entry).removesuffix("/*") + "/x")[0] == host for entry in trusted)
+
+
+def resolve(image: str, trusted: Iterable[str] = ()) -> str:
+    """`name:tag@sha256:...` for a floating reference; a pinned one is returned as it is. The image is the
+    recipe's, so its registry is held to recipe import's fetch policy: one on this machine or a private
+    network is contacted only where the user named it first (`trusted`: the inventory's serve_trusted_images)."""
     if not imageref.is_reference(image):
         raise RegistryError(f"{image!r} is not an image reference", "fix engine.image in the recipe")
     if imageref.pinned(image):
         return image
     host, repository, tag = split(image)
+    hostname = urllib.parse.urlsplit(f"//{host}").hostname
+    if fetch.internal(hostname) and not named_by_user(host, trusted):
+        raise RegistryError(
+            f"the recipe's image {image} names a registry at {host}, an address on this machine or a private "
+            "network, which the inventory does not name",
+            f"add {host}/{repository} to serve_trusted_images if it is your registry, or pin a digest yourself",
+        )
     url = f"{_scheme(host)}://{host}/v2/{repository}/manifests/{tag}"
     try:
         status, headers, _ = _request(url, {"Accept": ACCEPT}, "HEAD")
