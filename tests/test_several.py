@@ -506,3 +506,19 @@ def test_a_recipe_named_primary_added_beside_the_primary_never_gets_the_primarys
     keys = UpstreamKeys(folder, owner=os.getuid())
     assert keys.of(None) == "primary-engine-secret" and keys.of("primary") == "added-engine-secret"
     assert upstream_key(None).rsplit("/", 1)[-1] == "@primary.key"  # the rule the gateway reads by
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"serve_mode": "add", "serve_port": 9899},  # the API itself
+        {"serve_mode": "add", "serve_port": 8899, "serve_standin": True},  # a stand-in: 1000 above its own
+    ],
+)
+def test_the_watchdogs_metrics_port_is_refused_to_any_deployment(settings):
+    """A stand-in's port could land on the watchdog's metrics port (9899), which the plan never saw."""
+    small = staged("lab-small", settings)["launch"]
+    assert small["api"]["port"] == 9899
+    with pytest.raises(BadInput, match="port 9899 on rank0 is the watchdog's metrics port"):
+        admission.decide(small, hosts(), [], gateway=["rank0", 9930, 9899])
+    admission.decide(small, hosts(), [], gateway=["rank0", 9930, 0])  # no watchdog metrics: nothing to clash

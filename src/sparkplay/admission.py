@@ -250,7 +250,8 @@ def decide(
     /proc/meminfo's text, weights: the checkpoint's bytes there, gguf: llama.cpp's header fields or None}, for
     every node (the model's files may be on rank 0 alone before the mirror). Returns each of its ranks' claim
     {host: {bytes, how}} (kept in the rank's record for the next admission) and the warnings an override let
-    through. `gateway`: the gateway's (host, port), which no API may take.
+    through. `gateway`: the gateway's (host, port), which no API may take, and the watchdogs' metrics port
+    (0: none), which no rank of any deployment may take on any node.
     The primary with nothing beside it is not checked (one-model users see what they saw): its claim is still
     worked out where it can be, for what is added later."""
     slot, recipe, engine = launch.get("slot"), launch["recipe"], launch["engine"]
@@ -310,6 +311,13 @@ def decide(
             )
     if gateway and (leader, launch["api"]["port"]) == (gateway[0], int(gateway[1])):
         raise BadInput(f"port {gateway[1]} on {leader} is the gateway's", "choose another port (sparkplay up --port N)")
+    metrics = int(gateway[2]) if gateway and len(gateway) > 2 and gateway[2] else 0
+    for host, ports in sorted(wanted_ports.items()):
+        if metrics and metrics in ports | ({launch["api"]["port"]} if host == leader else set()):
+            raise BadInput(
+                f"port {metrics} on {host} is the watchdog's metrics port (serve_watchdog_metrics_port)",
+                "choose another API port (sparkplay up --port N; a stand-in listens 1000 above its deployment's)",
+            )
     checking = slot is not None or any(c.host in here for c in others.values())
     memory = {h: meminfo(hosts[h]["meminfo"]) for h in here}
     totals = {h: memory[h][0] for h in here}
