@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from sparkplay import admission
-from sparkplay.admission import GIB, OVERHEAD, RESERVE, Claim, admit, claims, kv_per_token, shortfalls
+from sparkplay.admission import GIB, OVERHEAD, RESERVE, Claim, admit, claims, shortfalls
 from sparkplay.errors import BadInput
+from sparkplay.kvcache import kv_per_token
 
 TOTAL = {"spark-a": 121 * GIB, "spark-b": 121 * GIB}
 

@@ -9,10 +9,12 @@ tests/test_several_lab.py runs the real one, installed by the serve role, on the
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -195,3 +197,56 @@ def test_a_broken_routes_file_keeps_the_last_good_routes(gateway, engines):
     assert post(conn, {"model": "coder"})[0] == 200
     write_routes(routes, {"coder": "file:///etc/passwd"})
     assert post(conn, {"model": "coder"})[1]["served_by"] == "coder"  # refused route: the last good ones stay
+
+
+class Slow(Engine):
+    """An engine whose first byte takes `delay` seconds (a long prefill, or a hang)."""
+
+    delay = 3.0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(self.delay)
+        with contextlib.suppress(OSError):  # the gateway may have given up on it
+            self._reply(200, json.dumps({"served_by": "slow"}).encode())
+
+
+def test_each_deployment_has_its_own_first_byte_bound_and_the_rest_answer_504_with_the_cause(tmp_path, engines):
+    """Only one silence bound (--timeout, 900 s) held every request: a hung engine kept clients for 15 minutes."""
+    slow = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    url = start(slow)
+    routes = tmp_path / "routes.json"
+    table = {
+        "hung": {"url": url, "recipe": "r-hung", "first_byte_s": 1},  # its bound: one second
+        "patient": {"url": url, "recipe": "r-patient", "first_byte_s": 8},  # a long prefill fits
+        "chat": {"url": engines["chat"][0], "recipe": "r-chat", "first_byte_s": 1},
+    }
+    routes.write_text(json.dumps({"models": table}))
+    port, stop = serve(routes)
+    try:
+        began = time.monotonic()
+        status, body = post(http.client.HTTPConnection("127.0.0.1", port, timeout=20), {"model": "hung"})
+        took = time.monotonic() - began
+        assert status == 504 and took < 2.5, (status, took)
+        assert "gave no first byte within 1 s" in body["error"]["message"]
+        assert body["error"]["code"] == "upstream_timeout"
+        status, body = post(http.client.HTTPConnection("127.0.0.1", port, timeout=20), {"model": "patient"})
+        assert (status, body) == (200, {"served_by": "slow"})  # 3 s within its 8
+        status, _ = post(http.client.HTTPConnection("127.0.0.1", port, timeout=20), {"model": "chat"})
+        assert status == 200  # a quick engine under a short bound answers as ever
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/metrics")
+        assert 'sparkplay_gateway_requests_total{code="504",model="hung"} 1.0' in conn.getresponse().read().decode()
+    finally:
+        stop()
+        slow.shutdown()
+
+
+@pytest.mark.parametrize("bad", [0, -1, "60", True, 10**6])
+def test_a_routes_file_with_a_bad_first_byte_bound_keeps_the_routes_before(tmp_path, bad):
+    from sparkplay.nodetools.serve.gateway_files import Routes
+
+    path = tmp_path / "routes.json"
+    path.write_text(json.dumps({"models": {"m": {"url": "http://127.0.0.1:1", "first_byte_s": bad}}}))
+    with pytest.raises(ValueError, match="first_byte_s"):
+        Routes(path).parse(path.read_bytes())

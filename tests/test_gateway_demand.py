@@ -292,6 +292,7 @@ def test_the_routes_the_roles_write_are_the_routes_the_gateway_reads(tmp_path):
             "claim": {"bytes": 2 * GIB},
             "watchdog_unit": "sparkplay-serve-watchdog.service",
             "watchdog_state": "/var/lib/sparkplay/watchdog.json",
+            "first_byte_s": 120,
         },
     ]
     meminfo = "MemTotal: 25165824 kB\nMemAvailable: 20971520 kB\n"
@@ -308,8 +309,10 @@ def test_the_routes_the_roles_write_are_the_routes_the_gateway_reads(tmp_path):
         "claim": GIB,
         "units": ["sparkplay-serve@lab-od-a.service", "sparkplay-serve-watchdog@lab-od-a.service"],
         "watch": None,  # its record names no state file
+        "first_byte_s": None,  # a record from before the bound: the gateway's --timeout
     }
     assert read["models"]["lab-tiny"]["on_demand"] is False and read["default"] == "lab-tiny"
+    assert read["models"]["lab-tiny"]["first_byte_s"] == 120.0
     assert read["models"]["lab-tiny"]["watch"] == "/var/lib/sparkplay/watchdog.json"  # the gateway's node reads it
     assert (read["ttl_s"], read["wait_s"], read["budgets"]) == (30, 60, {"rank0": 24 * GIB - 4 * GIB - 2 * GIB})
     assert units_of(read["models"]["lab-od-a"])  # and the swapper takes its units

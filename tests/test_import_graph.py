@@ -100,6 +100,7 @@ LAYERS = [
         "sparkplay.varsfile",
         "sparkplay.bench",
         "sparkplay.nvfp4",
+        "sparkplay.kvcache",
         "sparkplay.nodetools",
         "sparkplay.stack",
     },
@@ -221,6 +222,7 @@ def test_the_recipe_model_imports_no_importer_and_no_importer_the_catalog():
         "mods",
         "normalise",
         "raw",
+        "secrets",
         "store",
     ]
     assert top == model, top

@@ -99,6 +99,7 @@ EFFECT_TESTS: dict[str, dict[str, str]] = {
         "sparkplay_docker": "test_settings_and_staged_folders_reach_the_deployment",
         "serve_memory_claim_gib": "test_the_serve_settings_reach_stage_two",
         "serve_on_demand": "test_a_recipe_served_on_demand_is_recorded_so_and_never_the_primary",
+        "serve_first_byte_timeout": "test_the_first_byte_bound_reaches_the_record_and_the_gateways_routes",
     },
     "test_role_options.py": {
         "serve_on_demand_ttl": "test_the_on_demand_knobs_reach_the_gateways_routes",

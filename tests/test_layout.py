@@ -161,10 +161,10 @@ def test_a_kept_deployment_goes_back_only_as_up_would_let_it(rank):
     files = [{**f, "content": "x"} if "content" not in f and "content_base64" not in f else f for f in got["files"]]
     doc = json.loads(layout.last_good_text(got, files))
     tool, places = layout.LAYOUT_DEFAULTS["serve_tool"], ["/etc/sparkplay", "/var/lib/sparkplay", "/etc/sparkplay"]
-    assert doc["privileged"] == [] and layout.rollback_refusal(doc, [], places, tool) == ""
+    assert doc["privileged"] == [] and layout.rollback_refusal(doc, [], places, tool) is None
     asked = {**doc, "privileged": ["env:ACME_TUNING"]}
     assert "env:ACME_TUNING, which serve_allow no longer grants" in layout.rollback_refusal(asked, [], places, tool)
-    assert layout.rollback_refusal(asked, ["env:ACME_TUNING"], places, tool) == ""
+    assert layout.rollback_refusal(asked, ["env:ACME_TUNING"], places, tool) is None
     older = {k: v for k, v in doc.items() if k != "privileged"}
     assert "predates the record" in layout.rollback_refusal(older, [], places, tool)
     for path in ("/etc/cron.d/sparkplay", "/etc/sparkplay/../cron.d/x", "/etc/systemd/system/evil.service"):
@@ -174,4 +174,4 @@ def test_a_kept_deployment_goes_back_only_as_up_would_let_it(rank):
     if rank == 0:
         ready = {**doc, "ready_argv": ["/bin/sh", "-c", "id"]}
         assert "not sparkplay's serve tool" in layout.rollback_refusal(ready, [], places, tool)
-    assert layout.rollback_refusal(None, [], places, tool) == ""  # nothing kept: nothing to refuse
+    assert layout.rollback_refusal(None, [], places, tool) is None  # nothing kept: nothing to refuse

@@ -14,7 +14,7 @@ import pytest
 # Ansible's collection loader first (tests/role_render.py): a plain import of ansible_collections before it
 # leaves the package half-known, and every role rendered later in the same process misses the filters
 import tests.role_render  # noqa: F401
-from sparkplay import admission, deployment, deployments
+from sparkplay import admission, deployment, deployments, kvcache
 from sparkplay.admission import GIB, OVERHEAD
 from sparkplay.engines import names
 from sparkplay.errors import BadInput
@@ -159,7 +159,7 @@ def test_the_primary_alone_is_not_checked_but_its_claim_is_kept_for_later():
     launch = staged("lab-tiny")["launch"]
     got = admission.decide(launch, hosts(available=0.1), [])  # no memory free at all: not checked, as before
     assert got["checked"] is False and set(got["claims"]) == {"rank0", "rank1"}
-    per_token = admission.kv_bytes_per_token(gguf_header())
+    per_token = kvcache.kv_bytes_per_token(gguf_header())
     share = -(-3 * 2**20 // 2)
     assert got["claims"]["rank0"]["bytes"] == share + -(-512 * per_token // 2) + OVERHEAD["llamacpp"]
 
@@ -320,9 +320,9 @@ def test_the_probe_reads_json_documents_and_a_damaged_one_as_none(tmp_path):
 def test_the_nodes_gguf_reader_agrees_with_llamacpps_own(tmp_path: Path):
     for params in ({}, {k: v for k, v in tiny_gguf.SMALL.items()}):
         model = tiny_gguf.write(tmp_path / f"{params.get('name', 'tiny')}.gguf", **params)
-        header = sparkplay_gguf.header_fields(str(model), admission.HEADER_KEYS)
-        assert admission.kv_bytes_per_token(header) == admission.kv_per_token(model)
-    assert sparkplay_gguf.headers([str(tmp_path / "absent.gguf")], admission.HEADER_KEYS) == {
+        header = sparkplay_gguf.header_fields(str(model), kvcache.HEADER_KEYS)
+        assert kvcache.kv_bytes_per_token(header) == kvcache.kv_per_token(model)
+    assert sparkplay_gguf.headers([str(tmp_path / "absent.gguf")], kvcache.HEADER_KEYS) == {
         str(tmp_path / "absent.gguf"): None
     }
 
@@ -355,14 +355,12 @@ def test_a_hostile_gguf_header_is_refused_without_reading_far(tmp_path: Path, da
     path = tmp_path / "bad.gguf"
     path.write_bytes(data)
     with pytest.raises(sparkplay_gguf.GGUFError, match=re_escape(message)):
-        sparkplay_gguf.header_fields(str(path), admission.HEADER_KEYS)
+        sparkplay_gguf.header_fields(str(path), kvcache.HEADER_KEYS)
 
 
 def test_a_header_missing_its_counts_is_a_clear_refusal():
     with pytest.raises(BadInput, match="rank0's model: its GGUF header lacks the layer or head counts"):
-        admission.kv_bytes_per_token(
-            {"general.architecture": "llama", "llama.block_count": True}, where="rank0's model"
-        )
+        kvcache.kv_bytes_per_token({"general.architecture": "llama", "llama.block_count": True}, where="rank0's model")
 
 
 def test_meminfo_is_read_in_bytes():

@@ -196,7 +196,7 @@ from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_probe im
     user,
 )
 
-# the header fields that size llama.cpp's KV cache (sparkplay.admission.HEADER_KEYS says the same)
+# the header fields that size llama.cpp's KV cache (sparkplay.kvcache.HEADER_KEYS says the same)
 GGUF_KEYS = (
     "block_count",
     "attention.head_count",

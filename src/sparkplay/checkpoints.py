@@ -158,3 +158,13 @@ def offline_model(checkpoint: dict[str, Any]) -> str:
         return f"model {checkpoint.get('name')}: its staged folder {checkpoint.get('dest')} is missing"
     revision = checkpoint.get("revision") or "main"
     return f"model {checkpoint.get('repo')}@{revision} (Hugging Face download)"
+
+
+def served_folders(doc: Mapping[str, Any]) -> list[str]:
+    """Where its engine reads: its model's folder, its recipe's checkpoints (a drafter's too), its overlay."""
+    folders = [str(c["dest"]) for c in doc.get("checkpoints") or [] if c.get("kind") == "hf"]
+    if (doc.get("model") or {}).get("dir"):
+        folders.append(str(doc["model"]["dir"]))
+    if doc.get("overlay"):
+        folders.append(str(doc["overlay"]["output"]))
+    return sorted(set(folders))

@@ -31,7 +31,7 @@ from sparkplay.engines.names import TOOLS, UNIT_DIR, UNITS, for_slot
 from sparkplay.engines.plan import build
 from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
-from sparkplay.settings import DEFAULTS, LAUNCH_DEFAULTS, MODES
+from sparkplay.settings import DEFAULTS, LAUNCH_DEFAULTS, MODES, first_byte_bound
 
 GROUP = "sparkplay_nodes"
 
@@ -220,6 +220,7 @@ def with_launch(
         raise BadInput(f"{', '.join(missing)} has no fabric environment yet", "run provision.yml first (site.yml does)")
     nodes = [Node.from_facts(n["host"], {**facts[n["host"]], "rank": n["rank"]}) for n in doc["nodes"]]
     state = checkpoints.absolute(str(merged["serve_state_dir"]), "serve_state_dir")
+    first_byte = first_byte_bound(merged["serve_first_byte_timeout"])
     plan = _launch(doc, recipe, nodes, merged, doc.get("slot"), doc["api"]["port"])
     digest = plan_digest(plan)  # of the launch plan alone: what every rank of one run shares
     # a stand-in (names.STANDIN) carries the digest its deployment would have from the same inputs: the same
@@ -284,7 +285,9 @@ def with_launch(
             "ports": rank_ports(rank),
             # the folders the engine serves from: a file replaced there after it started is named by status
             # and restarts it under `verify` (the serve tool's explain)
-            "models": served_folders(doc),
+            "models": checkpoints.served_folders(doc),
+            # the gateway's bound on the engine's first byte for a request to it (serve_first_byte_timeout)
+            "first_byte_s": first_byte,
         }
     plan["memory_claim"] = admission.stated_claim(recipe, merged)
     plan["probe"] = {
@@ -294,16 +297,6 @@ def with_launch(
         "timeout_s": plan["health"]["timeout_s"],
     }
     return {**doc, "launch": plan}
-
-
-def served_folders(doc: Mapping[str, Any]) -> list[str]:
-    """Where its engine reads: its model's folder, its recipe's checkpoints (a drafter's too), its overlay."""
-    folders = [str(c["dest"]) for c in doc.get("checkpoints") or [] if c.get("kind") == "hf"]
-    if (doc.get("model") or {}).get("dir"):
-        folders.append(str(doc["model"]["dir"]))
-    if doc.get("overlay"):
-        folders.append(str(doc["overlay"]["output"]))
-    return sorted(set(folders))
 
 
 def _launch(

@@ -8,6 +8,7 @@ counts their claims, the gateway routes to their leaders, `status` lists them, `
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import posixpath
 import re
@@ -42,9 +43,7 @@ def records(contents: Mapping[str, Mapping[str, str | None]]) -> list[dict[str, 
     """Every record as {host, path, ...record}, from host -> {path: text} (the probe's read and read_dir)."""
     found = []
     for host, files in sorted(contents.items()):
-        for path, text in sorted((files or {}).items()):
-            if text is None:
-                continue
+        for path, text in sorted((k, v) for k, v in (files or {}).items() if v is not None):
             try:
                 record = json.loads(text)
             except ValueError:
@@ -122,6 +121,8 @@ def routes(
             "slot": record.get("slot"),
             "host": record.get("host"),
         }
+        if isinstance(bound := record.get("first_byte_s"), int) and bound > 0:  # none: the gateway's --timeout
+            route["first_byte_s"] = bound
         if record.get("watchdog_unit") and TOOL_PATH.match(str(record.get("watchdog_state"))):
             route["watch"] = str(record["watchdog_state"])  # read by the gateway on that node alone
         if record.get("on_demand") and record.get("slot"):
@@ -275,8 +276,7 @@ def any_added(records: Iterable[Mapping[str, Any]]) -> bool:
 
 
 def key_holders(records: Iterable[Mapping[str, Any]], slot: str | None) -> list[dict[str, Any]]:
-    """The leader records of the deployments other than `slot` whose engine asks for a key: the gateway
-    presents each one's key, read back from its env file on its node."""
+    """The leaders of the deployments but `slot` whose engine asks for a key (read back from its env file)."""
     return [dict(r) for r in records if r.get("role") == "leader" and r.get("api_key_env") and r.get("slot") != slot]
 
 
@@ -393,8 +393,7 @@ def _model_state(name: str, route: Mapping[str, Any], said: Any) -> str:
 
 
 def _json(text: Any) -> dict[str, Any]:
-    try:
+    with contextlib.suppress(ValueError):
         found = json.loads(str(text or "{}"))
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
+        return found if isinstance(found, dict) else {}
+    return {}

@@ -233,13 +233,13 @@ def go_back(docs: Iterable[Any], differs: Iterable[Any]) -> bool:
 UNIT_NAME = re.compile(r"^sparkplay-[a-z0-9-]+(@[a-z0-9][A-Za-z0-9._-]*)?\.service\Z")
 
 
-def rollback_refusal(doc: Any, allow: Iterable[Any], folders: Iterable[str], tool: str) -> str:
-    """Why the kept deployment `doc` may not be put back ("" when it may), checked as `up` checks a plan: what
+def rollback_refusal(doc: Any, allow: Iterable[Any], folders: Iterable[str], tool: str) -> str | None:
+    """Why the kept deployment `doc` may not be put back (None when it may), checked as `up` checks a plan: what
     it was allowed must be allowed now (serve_allow), and the record is held to sparkplay's own places (units
     named as sparkplay names them in systemd's folder, files in `folders`, the readiness check the serve tool)
     rather than used as it is."""
     if not isinstance(doc, Mapping):
-        return ""
+        return None
     if not isinstance(doc.get("privileged"), list):
         return (
             f"the kept deployment of {doc.get('recipe')} predates the record of what it was allowed, so it cannot be "
@@ -263,7 +263,7 @@ def rollback_refusal(doc: Any, allow: Iterable[Any], folders: Iterable[str], too
     ready = doc.get("ready_argv")
     if ready is not None and (not isinstance(ready, list) or not ready or ready[0] != tool):
         return "the kept deployment's readiness check is not sparkplay's serve tool"
-    return ""
+    return None
 
 
 def plan_rank(launch: Mapping[str, Any], host: str | None = None) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ from sparkplay.engines.names import (
     UNIT_DIR,
     UNITS,
 )
+from sparkplay.errors import BadInput
 from sparkplay.layout import LAYOUT_DEFAULTS
 
 # The settings an inventory may change, with their defaults. roles/sparkplay/defaults/main.yml
@@ -55,6 +56,7 @@ LAUNCH_DEFAULTS: dict[str, Any] = {
     "serve_watchdog_state": None,
     "serve_memory_claim_gib": 0,
     "serve_on_demand": [],
+    "serve_first_byte_timeout": 900,
 }
 # What each stage reads of the inventory (and the serve role's defaults), by name: lookup sparkplay_settings
 # (playbooks/recipe.yml, the serve role's plan and vars) and the CLI read exactly these. A new setting is one entry here
@@ -84,3 +86,21 @@ def node_constants(_: Any = None) -> dict[str, Any]:
         "holds": stack.HOLDS,  # the packages a lock held (reset releases them)
         "stack_lock": stack.FILE,  # the lock's file, in the inventory's folder (on the controller)
     }
+
+
+# what a first byte may take at most: a day (a bound past that is no bound)
+FIRST_BYTE_MAX_S = 86400
+
+
+def first_byte_bound(value: Any) -> int:
+    """serve_first_byte_timeout as whole seconds, 1 to a day: the gateway's wait for a deployment's first byte."""
+    try:
+        seconds = int(str(value))
+    except ValueError:
+        seconds = 0
+    if not 1 <= seconds <= FIRST_BYTE_MAX_S:
+        raise BadInput(
+            f"serve_first_byte_timeout is {value!r}, not whole seconds from 1 to {FIRST_BYTE_MAX_S}",
+            "set it to the seconds a request's first byte may take (900 fits a long prefill on a big model)",
+        )
+    return seconds

@@ -283,6 +283,23 @@ class Gateway:
         self.metrics.answered(name, 503, took, took)
         return _error(503, cause, "api_error", "model_unavailable", **{"Retry-After": "10"})
 
+    def _unreachable(self, name: str, route: dict[str, Any], exc: BaseException, started: float) -> Any:
+        """The answer for an engine the gateway could not reach: 503 with the cause where it is known (a cable
+        address with its twin down: there is no way there now), else 502."""
+        _journal(f"model {name} (recipe {route['recipe']}) at {route['url']}: {type(exc).__name__}: {exc}")
+        if unreachable(exc):
+            where = f"its node {route.get('host')}" if route.get("host") else "its node"
+            cause = f"model {name!r} cannot answer now: no route to {where} (the cable or its twin is down)"
+            return self._unavailable(name, cause, started)
+        self.metrics.answered(name, 502, time.monotonic() - started, time.monotonic() - started)
+        return _error(
+            502,
+            f"model {name!r} does not answer now (the gateway's journal says why)",
+            "api_error",
+            "upstream_unavailable",
+            **{"Retry-After": "5"},
+        )
+
     async def _forward(
         self, request: Any, route: dict[str, Any], name: str, path: str, body: bytes, started: float
     ) -> tuple[Any, bool]:
@@ -294,22 +311,25 @@ class Gateway:
         key = self.upstream_keys.of(route["slot"])
         if key is not None:
             headers["Authorization"] = f"Bearer {key}"
+        bound = route.get("first_byte_s") or self.timeout_s
+        sent = time.monotonic()
         try:
-            upstream = await self.session.request("POST", route["url"] + path, data=body, headers=headers)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            _journal(f"model {name} (recipe {route['recipe']}) at {route['url']}: {type(exc).__name__}: {exc}")
-            if unreachable(exc):  # a cable address with its twin down: there is no way there now, say so
-                where = f"its node {route.get('host')}" if route.get("host") else "its node"
-                cause = f"model {name!r} cannot answer now: no route to {where} (the cable or its twin is down)"
-                return self._unavailable(name, cause, started), True
-            self.metrics.answered(name, 502, time.monotonic() - started, time.monotonic() - started)
+            async with asyncio.timeout(bound):  # its first byte (the answer's headers) within its own bound
+                upstream = await self.session.request("POST", route["url"] + path, data=body, headers=headers)
+        except TimeoutError as exc:
+            if time.monotonic() - sent < bound:  # aiohttp's own (the connect's): not the first-byte bound
+                return self._unreachable(name, route, exc, started), True
+            _journal(f"model {name} (recipe {route['recipe']}) gave no first byte within {bound:g} s")
+            self.metrics.answered(name, 504, time.monotonic() - started, time.monotonic() - started)
             return _error(
-                502,
-                f"model {name!r} does not answer now (the gateway's journal says why)",
+                504,
+                f"model {name!r} gave no first byte within {bound:g} s (its first-byte bound, "
+                "serve_first_byte_timeout): a prefill longer than that, or an engine that hangs",
                 "api_error",
-                "upstream_unavailable",
-                **{"Retry-After": "5"},
+                "upstream_timeout",
             ), True
+        except (aiohttp.ClientError, OSError) as exc:
+            return self._unreachable(name, route, exc, started), True
         first_byte = time.monotonic() - started
         async with upstream:
             passed = {k: v for k, v in upstream.headers.items() if k.lower() in PASSED_BACK}

@@ -88,6 +88,14 @@ class Watched:
         self.problem = problem
 
 
+def _seconds(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86400:
+        raise ValueError(f"first_byte_s {value!r} is not seconds from 1 to a day")
+    return float(value)
+
+
 class Routes(Watched):
     def empty(self) -> dict[str, Any]:
         return {"models": {}, "default": None, "budgets": {}, "ttl_s": None, "wait_s": None}
@@ -110,6 +118,8 @@ class Routes(Watched):
                 "units": [str(u) for u in route.get("units") or []],
                 # its watchdog's state file, where its leader is the gateway's node (gateway_watch.py)
                 "watch": str(route["watch"]) if isinstance(route.get("watch"), str) and route["watch"] else None,
+                # how long its first byte may take (serve_first_byte_timeout); None: the gateway's --timeout
+                "first_byte_s": _seconds(route.get("first_byte_s")),
             }
         default = raw.get("default")
         budgets = {str(h): int(b) for h, b in (raw.get("budgets") or {}).items()}
