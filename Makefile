@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # molecule and the CLI find the project from here
 export SPARKPLAY_PROJECT_DIR := $(CURDIR)
 
-.PHONY: setup venv host demo test test-3 test-extra test-faults test-faults-long test-vllm test-sglang unit lint sanity pytest molecule molecule-roles clean
+.PHONY: setup venv host demo test checks pytest-unit pytest-lab test-3 test-extra test-faults test-faults-long test-vllm test-sglang unit lint sanity pytest molecule molecule-roles clean
 
 setup: venv host ## virtualenv + (as root) Debian packages and a running Docker engine
 
@@ -30,13 +30,19 @@ demo: setup ## the lab serving a real (tiny) model across two ranks: lab up, the
 
 # Each phase timed into .cache/test-times/ (each test's own times too: tests/conftest.py), and reported at the end
 TIMED := $(PYTHON) scripts/timed.py
+# The lab's tests run beside the checks that need no lab: the lab's Ansible runs leave a share of the two cores
+# idle (engine starts, waits), which the checks use at the lowest CPU priority, so the lab's step budgets hold.
 test: ## everything CI runs: lint, Galaxy's sanity checks, pytest (the lab's tests and the molecule scenarios' checks)
 	$(TIMED) --reset
 	$(TIMED) setup -- $(MAKE) --no-print-directory setup
+	$(TIMED) --together "lab=$(MAKE) --no-print-directory pytest-lab" "checks=$(MAKE) --no-print-directory checks"
+	$(TIMED) --report
+
+# lint, sanity and the tests that need no lab, one after another (make test runs them beside the lab's)
+checks: venv
 	$(TIMED) lint -- $(MAKE) --no-print-directory lint
 	$(TIMED) sanity -- $(MAKE) --no-print-directory sanity
-	$(TIMED) pytest -- $(MAKE) --no-print-directory pytest
-	$(TIMED) --report
+	$(TIMED) pytest-unit -- $(MAKE) --no-print-directory pytest-unit
 
 lint: venv
 	ruff check .
@@ -55,15 +61,18 @@ unit: venv sanity ## the fast checks: lint, Galaxy's sanity checks and every tes
 MAKE_TEST_MARKS := not lab3 and not extra and not vllm and not sglang and not faults and not faults_long
 # pytest exits 5 when it collected nothing: for this suite that means a
 # broken selection, so it fails loudly instead of passing on no tests.
-# The tests that need no lab on two workers first, then the lab's, in file
-# order in one process (there is one lab on the machine).
-pytest: venv
-	for part in unit lab; do \
-	  if [[ $$part == unit ]]; then marks="not lab and $(MAKE_TEST_MARKS)"; workers="-n 2"; else marks="lab and $(MAKE_TEST_MARKS)"; workers=""; fi; \
-	  rc=0; SPARKPLAY_TEST_TIMES=.cache/test-times/pytest-$$part.tsv pytest -m "$$marks" $$workers || rc=$$?; \
-	  if [[ $$rc -eq 5 ]]; then echo "pytest collected no $$part tests: the suite must run" >&2; exit 1; fi; \
-	  if [[ $$rc -ne 0 ]]; then exit $$rc; fi; \
-	done
+# The tests that need no lab on two workers; the lab's in file order in one
+# process (there is one lab on the machine). `make pytest`: both, one after the other.
+PYTEST_PART = rc=0; SPARKPLAY_TEST_TIMES=.cache/test-times/pytest-$(1).tsv pytest -m "$(2)" $(3) || rc=$$?; \
+	if [[ $$rc -eq 5 ]]; then echo "pytest collected no $(1) tests: the suite must run" >&2; exit 1; fi; exit $$rc
+
+pytest: pytest-unit pytest-lab
+
+pytest-unit: venv
+	$(call PYTEST_PART,unit,not lab and $(MAKE_TEST_MARKS),-n 2)
+
+pytest-lab: venv
+	$(call PYTEST_PART,lab,lab and $(MAKE_TEST_MARKS),)
 
 test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py) and the slow several-model extras (tests/test_several_extra_lab.py: an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand); about 21 min
 	pytest -m extra
