@@ -236,6 +236,25 @@ def up_while_another_is_started(
     return first.pid, ran, second
 
 
+def up_while_another_controller_stops(
+    recipe: str,
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """`up RECIPE --add` on rank 1, and once it holds the nodes' run lock, `stop RECIPE --no-wait` from another
+    controller (a state folder of its own, so its own controller lock): both results."""
+    argv = [sys.executable, "-m", "sparkplay", "up", recipe, "--add", "--node", "sparkplay-lab-rank1"]
+    first = steps.begin([*argv, "-i", "inventory/lab", "--yes"])
+    deadline = time.monotonic() + 180  # its plan (a check run, which claims nothing) comes first
+    while f'"pid": {first.pid}' not in in_node(1, "cat", "/run/sparkplay/run.lock", check=False).stdout:
+        assert first.poll() is None and time.monotonic() < deadline, "the up never held rank 1's run lock"
+        time.sleep(0.5)
+    elsewhere = {"SPARKPLAY_STATE_DIR": str(Path(steps.__file__).parent.parent / ".cache" / "other-controller")}
+    other = run_cli("stop", recipe, "-i", "inventory/lab", "--yes", "--no-wait", env=elsewhere)
+    ran = steps.finish(
+        first, step=f"sparkplay up {recipe} --add (beside another controller)", budget=steps.CLI_BUDGETS["up"]
+    )
+    return ran, other
+
+
 def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
     proc = run_cli("status", "-i", "inventory/lab", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
@@ -257,7 +276,12 @@ def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     assert second.returncode == 7, second.stdout[-2000:] + second.stderr
     assert f"`sparkplay up lab-tiny -i inventory/lab --yes` (pid {first} on " in second.stderr
-    again = cli("up", "lab-small", "--add", "--node", "sparkplay-lab-rank1", "--yes")
+    # a second controller (another checkout's state folder: its own controller lock) while that one runs: each
+    # node's own lock makes it refuse (--no-wait) naming the run that holds the node, and nothing is stopped
+    again, other = up_while_another_controller_stops("lab-small")
+    assert other.returncode != 0, other.stdout[-3000:] + other.stderr
+    said = other.stdout + other.stderr
+    assert "Another run is changing this node" in said and "`sparkplay up lab-small -i inventory/lab" in said, said
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr
     assert "changed" not in "".join(line for line in again.stdout.splitlines() if line.startswith(" sparkplay-lab"))
     assert "lab-small is unchanged" in full_log(again)  # an unchanged added deployment starts no stand-in

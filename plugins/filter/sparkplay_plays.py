@@ -15,6 +15,10 @@ FILTERS = {
     "sparkplay_readiness": "sparkplay.plays:readiness",
     "sparkplay_answer": "sparkplay.plays:answer",
     "sparkplay_properties": "sparkplay.plays:properties",
+    # one run at a time per node (playbooks/claim.yml): this controller's owner id, the run's note, the holder
+    "sparkplay_run_owner": "sparkplay.runlock:owner",
+    "sparkplay_run_note": "sparkplay.runlock:node_note",
+    "sparkplay_run_holder": "sparkplay.runlock:node_holder",
 }
 
 

@@ -23,14 +23,59 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from sparkplay.errors import ExitCode, SparkplayError
+
+# One run at a time per node too (two controllers, or two checkouts, sharing nodes): every changing entry playbook
+# claims each node's lock first (playbooks/claim.yml, the sparkplay_run_lock module) and releases it last. The
+# owner is this controller and inventory, so a run that failed or died here is taken over by the next one here;
+# a run from elsewhere waits (or refuses with --no-wait) until the holder releases it or its lease runs out.
+NODE_LEASE_S = 21600  # a run that died elsewhere holds its nodes this long at most (a long download fits)
+
+
+def owner(sources: Any) -> str:
+    """The owner id of this controller's runs of an inventory for the nodes' run lock (the filter
+    sparkplay_run_owner): the machine, its state folder and the inventory, as the controller's own lock is
+    per state folder and inventory (so the runs it already serializes share an owner, and no others do)."""
+    from sparkplay.runner import state_dir  # the runner passes this lock's note to every run: imported late
+
+    listed = sources if isinstance(sources, list | tuple) else [sources]
+    where = ",".join(sorted(str(Path(str(s)).absolute()) for s in listed))
+    mine = f"{socket.gethostname()}:{state_dir().absolute()}:{where}"
+    return hashlib.sha256(mine.encode()).hexdigest()[:16]
+
+
+def node_note(given: Any = None) -> dict:
+    """Who this run is, kept in each node's lock (the CLI's note, or ansible-playbook's own)."""
+    note = dict(given) if isinstance(given, dict) else {}
+    return {"command": "ansible-playbook (not the sparkplay CLI)", "host": socket.gethostname(), **note}
+
+
+def node_holder(claim: Any, node: str = "") -> str:
+    """The line naming the run that holds a node (the claim's `holder`), for the wait and the refusal."""
+    holder = (claim or {}).get("holder") if isinstance(claim, dict) else None
+    if not isinstance(holder, dict):
+        return f"another run holds {node or 'the node'}"
+    until = time.strftime("%H:%M:%S", time.localtime(float(holder.get("expires") or 0)))
+    return f"{node or 'the node'} is held by {describe(holder)}; its lease runs out at {until} if that run died"
 
 
 class Busy(SparkplayError):
     """Another run holds the inventory and the user asked not to wait."""
 
     exit_code = ExitCode.BUSY
+
+
+# the run this process holds its inventory's lock for: its note and whether it waits (the runs' extravars)
+CURRENT: dict[str, Any] = {}
+
+
+def extravars() -> dict[str, Any]:
+    """What a playbook run of the held run passes to the nodes' lock (playbooks/claim.yml)."""
+    if not CURRENT:
+        return {}
+    return {"sparkplay_run_note": CURRENT["note"], "sparkplay_run_wait": NODE_LEASE_S if CURRENT["wait"] else 0}
 
 
 def lock_path(inventory: Path, state: Path) -> Path:
@@ -97,6 +142,7 @@ def holding(
         if left.get("pid") and left.get("pid") != os.getpid():
             say(f"took over the lock of {describe(left)}, which ended without finishing")
         note = {"command": _command(), "pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        CURRENT.update(note=note, wait=wait)
         fh.seek(0)
         fh.truncate()
         fh.write(json.dumps(note))
@@ -104,6 +150,7 @@ def holding(
         try:
             yield
         finally:
+            CURRENT.clear()
             fh.seek(0)
             fh.truncate()  # a clean end leaves no note: only a run that died leaves one
             fh.flush()

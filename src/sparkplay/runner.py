@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkplay import paths
+from sparkplay import paths, runlock
 from sparkplay.errors import ExitCode
 
 PROGRESS = re.compile(r"([\d.]+) / ([\d.]+) GB \((\d+)%\)")
@@ -184,7 +184,7 @@ def run_playbook(
             project_dir=str(project),
             playbook=str(project / playbook),
             inventory=str(inventory),
-            extravars=dict(extravars or {}),
+            extravars={**runlock.extravars(), **(extravars or {})},
             cmdline=cmdline or None,
             envvars=env,
             verbosity=verbose or None,
