@@ -592,3 +592,31 @@ def test_the_secret_flag_rule_leaves_flags_that_only_look_alike():
     assert secrets.without_flags(kept) == (kept, [])
     args, out = secrets.without_flags(["--hf-token", "x", "--port", "1", "--API-KEY=y", "--auth-token", "z"])
     assert args == ["--port", "1"] and out == ["--hf-token", "--API-KEY", "--auth-token"]
+
+
+@pytest.mark.parametrize(
+    ("name", "named", "not_named"),
+    [
+        ("page-volume-plugin.md", ["--reasoning-parser-plugin /tmp/my_parser.py: a file in the volume /tmp"], []),
+        (
+            "compose-volume-template.yml",
+            ["--chat-template /templates/chat.jinja: a file in the volume /templates"],
+            ["/opt/image/plugin.py"],  # no volume holds it: the image may
+        ),
+        (
+            "docker-mount-plugin.sh",
+            ["--reasoning-parser-plugin /parsers/think.py: a file in the volume /parsers"],
+            ["/usr/local/lib/plugins/tools.py"],
+        ),
+    ],
+)
+def test_a_flag_naming_a_file_in_a_volume_sparkplay_does_not_mount_is_said_at_import(name, named, not_named):
+    """A page's `-v /tmp:/tmp` was named as not applied, but the plugin file in it was kept without a word:
+    the engine would fail at its start, long after the import said nothing."""
+    doc = imported(name)
+    text = all_notes(doc)
+    for line in named:
+        assert line in text and "will not find it and will not start" in text, text
+    for path in not_named:
+        assert f"{path}: a file in the volume" not in text
+    assert "the Hugging Face cache" in text or name != "compose-volume-template.yml"
