@@ -620,3 +620,16 @@ def test_a_flag_naming_a_file_in_a_volume_sparkplay_does_not_mount_is_said_at_im
     for path in not_named:
         assert f"{path}: a file in the volume" not in text
     assert "the Hugging Face cache" in text or name != "compose-volume-template.yml"
+
+
+def test_a_llama_cpp_line_without_an_alias_says_the_plan_gives_it_the_recipes_name(tmp_path):
+    """The plan adds `--alias NAME` to llama-server's argv; a source that named none was not told so."""
+    pinned = ("model.revision=" + "a" * 40, "model.path=gemma-3-1b-it-Q4_K_M.gguf")
+    source = tmp_path / "line.sh"
+    source.write_text("llama-server -hf ggml-org/gemma-3-1b-it-GGUF -c 4096\n")
+    doc = importing.import_source(str(source), None, pinned, (), None)
+    said = notes(doc, "derived")["model.served_name"]
+    assert "no --alias" in said and f"({doc['name']}, --alias)" in said
+    source.write_text("llama-server -hf ggml-org/gemma-3-1b-it-GGUF -c 4096 --alias gemma\n")
+    doc = importing.import_source(str(source), None, pinned, (), None)
+    assert doc["model"]["served_name"] == "gemma" and "no --alias" not in all_notes(doc)

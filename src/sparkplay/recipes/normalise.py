@@ -171,6 +171,16 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             f"no served-name flag: the engine serves the model as its model "
             f"argument, {served!r}; sparkplay names it so (it serves the checkpoint from its own path)",
         )
+    elif served is None and raw.engine == "llamacpp":
+        # llama-server names a model by its file unless told; sparkplay's plan gives it --alias (the recipe's
+        # name), which the probe, the gateway and the bench ask for: an argv the source never had, so said
+        raw.note(
+            "model.served_name",
+            "derived",
+            f"no --alias: llama-server would name the model by its file; sparkplay serves it as the recipe's "
+            f"name ({raw.name or 'the name it is imported as'}, --alias), which its clients ask for "
+            "(--set model.served_name=NAME for another)",
+        )
     tp = _pick(raw, "topology.tensor_parallel", raw.tensor_parallel, derived["tensor_parallel"], 1, "engine flags")
     pp = _pick(raw, "topology.pipeline_parallel", raw.pipeline_parallel, derived["pipeline_parallel"], 1, "flags")
     nodes = raw.nodes if raw.nodes is not None else derived["nodes"]
