@@ -22,7 +22,7 @@ import yaml
 
 from sparkplay import runlock
 from sparkplay.errors import ExitCode
-from sparkplay.runner import state_dir
+from sparkplay.paths import state_dir
 from tests import steps
 from tests import test_faults_lab as faults
 from tests.conftest import PROJECT, lab_cli, lab_small_as, run_cli

@@ -100,7 +100,7 @@ def changes_nodes(func: F) -> F:
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from sparkplay import runlock
-        from sparkplay.runner import state_dir
+        from sparkplay.paths import state_dir
 
         inventory = inventory_of(kwargs.get("inventory")).absolute()
         folder = inventory if inventory.is_dir() or not inventory.suffix else inventory.parent

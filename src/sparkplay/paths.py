@@ -80,3 +80,11 @@ def default_inventory(project: Path) -> Path:
     if is_installed(project):
         return _xdg("XDG_CONFIG_HOME", ".config") / "sparkplay" / "inventory"
     return project / "inventory" / "local"  # ansible.cfg's default, for `ansible-playbook` without -i
+
+
+def state_dir() -> Path:
+    """Where runs keep their artifacts: $SPARKPLAY_STATE_DIR, else $XDG_STATE_HOME/sparkplay."""
+    if os.environ.get("SPARKPLAY_STATE_DIR"):
+        return Path(os.environ["SPARKPLAY_STATE_DIR"])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "sparkplay"

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sparkplay import paths
 from sparkplay.errors import ExitCode, SparkplayError
 
 # One run at a time per node too (two controllers, or two checkouts, sharing nodes): every changing entry playbook
@@ -38,11 +39,9 @@ def owner(sources: Any) -> str:
     """The owner id of this controller's runs of an inventory for the nodes' run lock (the filter
     sparkplay_run_owner): the machine, its state folder and the inventory, as the controller's own lock is
     per state folder and inventory (so the runs it already serializes share an owner, and no others do)."""
-    from sparkplay.runner import state_dir  # the runner passes this lock's note to every run: imported late
-
     listed = sources if isinstance(sources, list | tuple) else [sources]
     where = ",".join(sorted(str(Path(str(s)).absolute()) for s in listed))
-    mine = f"{socket.gethostname()}:{state_dir().absolute()}:{where}"
+    mine = f"{socket.gethostname()}:{paths.state_dir().absolute()}:{where}"
     return hashlib.sha256(mine.encode()).hexdigest()[:16]
 
 

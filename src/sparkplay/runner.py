@@ -40,14 +40,6 @@ def collections_path(project: Path) -> str | None:
     return os.pathsep.join([str(link.parents[2]), "~/.ansible/collections", "/usr/share/ansible/collections"])
 
 
-def state_dir() -> Path:
-    """Where runs keep their artifacts: $SPARKPLAY_STATE_DIR, else $XDG_STATE_HOME/sparkplay."""
-    if os.environ.get("SPARKPLAY_STATE_DIR"):
-        return Path(os.environ["SPARKPLAY_STATE_DIR"])
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "sparkplay"
-
-
 @dataclass
 class Failure:
     host: str
@@ -155,7 +147,7 @@ def run_playbook(
     import ansible_runner  # late: a second or so to import, and only runs need it
 
     result = RunResult()
-    runs = state_dir() / "runs"
+    runs = paths.state_dir() / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     bin_dir = str(Path(sys.executable).parent)
     env = {

@@ -8,14 +8,13 @@ its reader's shell ($VAR, $(...)) never becomes a recipe's value.
 
 from __future__ import annotations
 
-import posixpath
 import re
 import shlex
 from typing import Any
 
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, hooks, known, secrets
-from sparkplay.recipes.importers.pasted import shell
+from sparkplay.recipes.importers.pasted import shell, volumes
 from sparkplay.recipes.importers.pasted.docker_run import LIFECYCLE, Container
 from sparkplay.recipes.importers.pasted.launches import Found, Launch
 from sparkplay.recipes.importers.sparkrun import executor as sparkrun_executor
@@ -23,7 +22,6 @@ from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
 
 SECRET = secrets.ENV_NAME  # an environment name that holds a secret: never written into a recipe
-HF_CACHE = re.compile(r"(^|/)(\.cache/huggingface|huggingface|hf[-_]?cache)(/|$)", re.IGNORECASE)
 # what sparkplay's engine container already is (engines/context.py), as docker run options
 EXECUTOR_OPTIONS = {
     "--gpus": "gpus",
@@ -307,8 +305,8 @@ def _container(container: Container, raw: RawRecipe) -> None:
         raw.shm_size = shm[-1]
     for spec in [*options.get("--volume", []), *options.get("--mount", [])]:
         left.setdefault("volume", []).append(shell.shown(spec))
-        raw.note("extra.docker.volume", "ignored", _mount_note(shell.shown(spec)))
-    _files_in_volumes([shell.shown(s) for s in [*options.get("--volume", []), *options.get("--mount", [])]], raw)
+        raw.note("extra.docker.volume", "ignored", volumes.mount_note(shell.shown(spec)))
+    volumes.files_in([shell.shown(s) for s in [*options.get("--volume", []), *options.get("--mount", [])]], raw)
     _ports(options.get("--publish", []), raw)
     others = sorted(k for k in options if k not in EXECUTOR_OPTIONS and k not in HANDLED and k not in LIFECYCLE)
     for option in others:
@@ -328,52 +326,6 @@ def _container(container: Container, raw: RawRecipe) -> None:
             f"{', '.join(life)}: the container's life and name are "
             "sparkplay's systemd unit's (it starts, restarts and removes it)",
         )
-
-
-def _mount_note(spec: str) -> str:
-    target = spec.split(":")[1] if ":" in spec and not spec.startswith(("type=", "source=", "src=")) else spec
-    if HF_CACHE.search(target) or HF_CACHE.search(spec.split(":")[0]):
-        return (
-            f"{spec}: the Hugging Face cache: sparkplay downloads the model once, mirrors it to every rank "
-            "and mounts its own model root instead"
-        )
-    return (
-        f"{spec}: not applied: sparkplay mounts no host folder a recipe names (its engines see the model "
-        "root and their own cache; docs/security.md); a model served from there is named by "
-        "model.repo"
-    )
-
-
-def _target(spec: str) -> str | None:
-    """The folder a `-v`/`--mount` spec shows inside the container (None: not one that names a folder)."""
-    if spec.startswith(("type=", "source=", "src=")):
-        fields = dict(f.split("=", 1) for f in spec.split(",") if "=" in f)
-        found = fields.get("target") or fields.get("dst") or fields.get("destination")
-    else:
-        parts = spec.split(":")
-        found = parts[1] if len(parts) > 1 else None
-    return posixpath.normpath(found) if found and found.startswith("/") else None
-
-
-def _files_in_volumes(specs: list[str], raw: RawRecipe) -> None:
-    """A flag naming a file inside a volume sparkplay does not mount (a plugin, a chat template on the host
-    the text ran on) would stop the engine at its start: said now, at import, with the fix."""
-    targets = [t for spec in specs if (t := _target(spec)) and not HF_CACHE.search(t) and t != "/"]
-    for i, token in enumerate(raw.args):
-        flag, equals, value = token.partition("=")
-        if not equals:
-            flag, value = (raw.args[i - 1], token) if i and raw.args[i - 1].startswith("-") else ("", token)
-        if not flag.startswith("-") or not value.startswith("/"):
-            continue
-        where = next((t for t in targets if posixpath.normpath(value).startswith(t.rstrip("/") + "/")), None)
-        if where:
-            raw.note(
-                "serve.args",
-                "derived",
-                f"{flag} {value}: a file in the volume {where}, which sparkplay does not mount: the engine will "
-                "not find it and will not start; put the file in the model's folder (the checkpoint) and name it "
-                "there, or drop the flag",
-            )
 
 
 def _ports(specs: list[str], raw: RawRecipe) -> None:
