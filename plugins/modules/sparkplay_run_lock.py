@@ -14,8 +14,8 @@ description:
     died elsewhere holds a node for O(ttl) seconds at most), or when O(take_over) names its owner (the
     controller found that run gone). Otherwise it is left alone and the holder's note is returned.
   - A release removes the note when it is this run's own.
-  - It never reports a change: the lock is the run's own bookkeeping, not the node's configuration (a run
-    that changes nothing stays a run that changed nothing).
+  - It never reports a change, as the lock is the run's own bookkeeping and not the node's configuration (a
+    run that changes nothing stays a run that changed nothing).
 options:
   state:
     description: C(claimed) takes or renews it, C(released) gives it back, C(read) only reads it.
