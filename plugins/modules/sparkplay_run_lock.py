@@ -23,7 +23,7 @@ options:
     choices: [claimed, released, read]
     default: claimed
   owner:
-    description: This run's id (the controller's: one per run).
+    description: This run's owner id (the controller's, its state folder's and the inventory's).
     type: str
     required: true
   note:
@@ -43,7 +43,7 @@ options:
     type: int
     default: 0
   path:
-    description: The lock file (on a tmpfs: a reboot ends every run on the node).
+    description: The lock file, on a tmpfs (a reboot ends every claim on the node).
     type: path
     default: /run/sparkplay/run.lock
 author: sparkplay
