@@ -46,7 +46,7 @@ options:
     description: The lock file, on a tmpfs (a reboot ends every claim on the node).
     type: path
     default: /run/sparkplay/run.lock
-author: sparkplay
+author: sparkplay developers (@sparkplay)
 """
 
 EXAMPLES = r"""
@@ -67,12 +67,15 @@ RETURN = r"""
 taken:
   description: Whether this run holds the lock now (after a claim), or held it (after a release).
   type: bool
+  returned: always
 holder:
   description: The note of the run holding it when this one did not get it (or, for C(read), any), else null.
   type: dict
+  returned: always
 took_over:
   description: The owner whose lock this claim took (a lease run out, or O(take_over)), else empty.
   type: str
+  returned: always
 """
 
 import contextlib  # noqa: E402
