@@ -77,9 +77,12 @@ def test_lab_tiny_is_served_across_a_ring_of_three():
     serve_and_check(3)
     # rank 0: link 0 (192.168.100/24) to rank 1 on its first twin, link 2 (192.168.102/24) to rank 2 on its
     # second; each neighbour's far twin is one /32 away through that neighbour
+    # and, behind them, an unreachable route for every cable subnet (issue 53: with a twin down, nothing for
+    # the cable leaves by another interface)
     assert routes(0) == {
         f"192.168.101.11 via 192.168.100.11 dev {FIRST}",
         f"192.168.101.12 via 192.168.102.12 dev {SECOND}",
+        *(f"unreachable 192.168.{link}.0/24 metric 4242" for link in (100, 101, 102)),
     }
     env = in_node(1, "cat", "/etc/sparkplay/fabric.env").stdout
     assert f"NCCL_SOCKET_IFNAME={FIRST},{SECOND}" in env
