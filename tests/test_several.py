@@ -325,6 +325,9 @@ def test_the_nodes_gguf_reader_agrees_with_llamacpps_own(tmp_path: Path):
     assert sparkplay_gguf.headers([str(tmp_path / "absent.gguf")], kvcache.HEADER_KEYS) == {
         str(tmp_path / "absent.gguf"): None
     }
+    # the probe module (node side, stdlib and module_utils only) keeps its own copy of the fields: the same
+    probe = (PROJECT / "plugins" / "modules" / "sparkplay_probe.py").read_text()
+    assert all(f'    "{key}",' in probe for key in kvcache.HEADER_KEYS)
 
 
 def _gguf(*entries: bytes, count: int | None = None, magic: bytes = b"GGUF", version: int = 3) -> bytes:
