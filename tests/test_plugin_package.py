@@ -53,3 +53,41 @@ def test_the_settings_lookup_without_the_package_refuses_with_the_fix(monkeypatc
         monkeypatch.setitem(sys.modules, name, None)  # the whole package: an import of any of it raises ImportError
     with pytest.raises(AnsibleError, match="install the sparkplay wheel"):
         plugin.LookupModule().run(["launch"], {})
+
+
+def test_the_warm_callback_loads_every_filter_and_lookup_and_their_package_modules_in_the_controller() -> None:
+    """Ansible forks a worker per task and host: what the controller did not import, each worker imports again
+    (about half the controller's CPU in a run of the site, docs/benchmarks.md). Run in a fresh interpreter so
+    that nothing this test session imported counts."""
+    import json
+    import subprocess
+
+    code = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(PROJECT / 'collections')!r})\n"
+        "from ansible_collections.sparkplay.spark.plugins.callback import sparkplay_warm\n"
+        "failed = sparkplay_warm.warm()\n"
+        "print(json.dumps({'failed': failed, 'modules': sorted(sys.modules)}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = json.loads(proc.stdout)
+    assert loaded["failed"] == []
+    modules = set(loaded["modules"])
+    wanted = {f"ansible_collections.sparkplay.spark.plugins.filter.{name}" for name in FILTER_PLUGINS}
+    wanted |= {
+        f"ansible_collections.sparkplay.spark.plugins.lookup.{p.stem}"
+        for p in (PROJECT / "plugins" / "lookup").glob("*.py")
+    }
+    for name in FILTER_PLUGINS:
+        plugin = importlib.import_module(f"ansible_collections.sparkplay.spark.plugins.filter.{name}")
+        wanted |= {target.split(":")[0] for target in plugin.FILTERS.values()}
+    assert wanted - modules == set()
+
+
+def test_the_projects_ansible_configuration_enables_the_warm_callback() -> None:
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(PROJECT / "ansible.cfg")
+    enabled = [name.strip() for name in config["defaults"]["callbacks_enabled"].split(",")]
+    assert "sparkplay.spark.sparkplay_warm" in enabled
