@@ -8,7 +8,9 @@ role with the real defaults, before and after: the new value must show there.
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,6 +187,7 @@ GATEWAY = {
 KEYS_FILE = Path(tempfile.mkdtemp(prefix="sparkplay-keys.")) / "gateway-keys"
 KEYS_FILE.write_text("sk-test\n")
 KEYS_FILE.chmod(0o600)
+atexit.register(shutil.rmtree, KEYS_FILE.parent, ignore_errors=True)  # a test leaves no secret behind in /tmp
 
 
 def _gateway_routes_given() -> dict[str, Any]:
