@@ -9,15 +9,21 @@ engine is a stand-in (aiohttp, answering as an OpenAI server does), so the figur
 - a stream of EVENTS server-sent events at concurrency 4;
 - the small completion while IDLE connections sit open on the gateway (clients that connected and said
   nothing): how much later it answers than without them.
-Clients keep their connections (as OpenAI's clients do). The last line is JSON.
+- the small completion against a second stand-in built on Python's own `http.server`, which writes an
+  answer's headers and body in two sends (as engines that leave Nagle's algorithm on do): through this tree's
+  gateway and, with --before REV, through the gateway of that git revision (a worktree, its own code).
+Clients keep their connections (as OpenAI's clients do), through gateway_tcp's connector: a plain pooled
+client straight to the http.server stand-in waits 40 ms for the kernel's delayed acknowledgement on every
+request, which would make the baseline, not the gateway, slow. The last line is JSON.
 
-    python benchmarks/gateway.py [--requests 2000] [--engine-ms 50] [--events 64] [--idle 1000]
+    python benchmarks/gateway.py [--requests 2000] [--engine-ms 50] [--events 64] [--idle 1000] [--before REV]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -32,9 +38,38 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+PROJECT = Path(__file__).resolve().parents[1]
+SRC = PROJECT / "src"
+sys.path.insert(0, str(SRC))
+from sparkplay.nodetools.serve import gateway_tcp  # noqa: E402  (the clients' connector: see above)
+
 REPLY = json.dumps({"choices": [{"message": {"role": "assistant", "content": "391"}}], "model": "m"}).encode()
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "What is 17*23?"}], "max_tokens": 8})
+TWO_SENDS = json.dumps({**json.loads(BODY), "model": "h"})
+
+
+def two_sends_main(port_file: str) -> None:
+    """The stand-in on Python's http.server: keep-alive, the answer's headers then its body, two sends."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Engine(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(REPLY)))
+            self.end_headers()  # the headers' send
+            self.wfile.write(REPLY)  # the body's
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    server.daemon_threads = True
+    Path(port_file).write_text(str(server.server_address[1]))
+    server.serve_forever()
 
 
 def engine_main(port_file: str, events: int) -> None:
@@ -95,7 +130,7 @@ async def one(session: aiohttp.ClientSession, port: int, body: str) -> float:
 
 
 async def side(port: int, body: str, requests: int, concurrency: int) -> dict[str, float]:
-    connector = aiohttp.TCPConnector(limit=concurrency)
+    connector = gateway_tcp.connector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
         for _ in range(min(50, requests)):  # warm up: connections made, code paths hot
             await one(session, port, body)
@@ -117,8 +152,10 @@ async def side(port: int, body: str, requests: int, concurrency: int) -> dict[st
     }
 
 
-def compare(name: str, engine: int, gateway: int, body: str, requests: int, concurrency: int) -> dict:
-    direct = asyncio.run(side(engine, body, requests, concurrency))
+def compare(
+    name: str, engine: int, gateway: int, body: str, requests: int, concurrency: int, direct: dict | None = None
+) -> dict:
+    direct = direct or asyncio.run(side(engine, body, requests, concurrency))
     through = asyncio.run(side(gateway, body, requests, concurrency))
     added = round(through["median_ms"] - direct["median_ms"], 3)
     ratio = round(through["rps"] / direct["rps"], 3)
@@ -148,80 +185,107 @@ def with_idle(gateway: int, idle: int, requests: int) -> dict:
     return {"idle": idle, "without": quiet, "with": busy, "delay_median_ms": delay}
 
 
+def start_gateway(src: Path, routes: Path, procs: list[subprocess.Popen[bytes]]) -> int:
+    """`sparkplay-serve gateway` from the code under `src`, on a free port of its own."""
+    port = free_port()
+    code = "import sys; from sparkplay.nodetools.serve.cli import main; sys.exit(main())"
+    cmd = [sys.executable, "-c", code, "gateway", "--routes", str(routes), "--listen", f"127.0.0.1:{port}"]
+    procs.append(subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(src)}))
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port)).close()
+            return port
+        except OSError:
+            if procs[-1].poll() is not None:
+                break
+            time.sleep(0.05)
+    raise SystemExit(f"the gateway from {src} did not start")
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--engine-ms", type=float, default=50, help="a completion's time at concurrency 64")
     parser.add_argument("--events", type=int, default=64)
     parser.add_argument("--idle", type=int, default=1000)
-    parser.add_argument("--engine", action="store_true", help=argparse.SUPPRESS)  # the engine's own process
+    parser.add_argument("--before", help="a git revision whose gateway is measured too (the two-sends row)")
+    parser.add_argument("--engine", choices=("aiohttp", "two-sends"), help=argparse.SUPPRESS)  # an engine's process
     parser.add_argument("--port-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.engine:
+    if args.engine == "aiohttp":
         engine_main(args.port_file, args.events)
+        return
+    if args.engine == "two-sends":
+        two_sends_main(args.port_file)
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # the idle connections, as the unit's LimitNOFILE
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 16384)), hard))
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    with tempfile.TemporaryDirectory() as scratch:
-        port_file, routes = Path(scratch) / "port", Path(scratch) / "routes.json"
-        engine = subprocess.Popen(
-            [sys.executable, __file__, "--engine", "--port-file", str(port_file), "--events", str(args.events)], env=env
+    with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as stack:
+        procs: list[subprocess.Popen[bytes]] = []
+        stack.callback(stop, procs)
+        ports = {}
+        for kind in ("aiohttp", "two-sends"):
+            port_file = Path(scratch) / f"port-{kind}"
+            cmd = [sys.executable, __file__, "--engine", kind, "--port-file", str(port_file)]
+            procs.append(subprocess.Popen([*cmd, "--events", str(args.events)]))
+            ports[kind] = wait_port(port_file, procs[-1])
+        routes = Path(scratch) / "routes.json"
+        models = {"m": ports["aiohttp"], "h": ports["two-sends"]}
+        routes.write_text(
+            json.dumps({"models": {n: {"url": f"http://127.0.0.1:{p}", "recipe": "r"} for n, p in models.items()}})
         )
-        gateway = None
-        try:
-            engine_port = wait_port(port_file, engine)
-            routes.write_text(json.dumps({"models": {"m": {"url": f"http://127.0.0.1:{engine_port}", "recipe": "r"}}}))
-            routes.chmod(0o644)
-            gateway_port = free_port()
-            gateway = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    "import sys; from sparkplay.nodetools.serve.cli import main; sys.exit(main())",
-                    "gateway",
-                    "--routes",
-                    str(routes),
-                    "--listen",
-                    f"127.0.0.1:{gateway_port}",
-                ],
-                env=env,
+        routes.chmod(0o644)
+        gateway_port = start_gateway(SRC, routes, procs)
+        slow = json.dumps({**json.loads(BODY), "delay_ms": args.engine_ms})
+        stream = json.dumps({**json.loads(BODY), "stream": True})
+        engine_port = ports["aiohttp"]
+        result = {
+            "small completion, concurrency 1": compare(
+                "small completion, concurrency 1", engine_port, gateway_port, BODY, args.requests, 1
+            ),
+            f"completion of {args.engine_ms:g} ms, concurrency 64": compare(
+                f"completion of {args.engine_ms:g} ms, concurrency 64",
+                engine_port,
+                gateway_port,
+                slow,
+                args.requests * 2,
+                64,
+            ),
+            f"stream of {args.events} events, concurrency 4": compare(
+                f"stream of {args.events} events, concurrency 4",
+                engine_port,
+                gateway_port,
+                stream,
+                args.requests // 2,
+                4,
+            ),
+            "idle connections": with_idle(gateway_port, args.idle, args.requests // 2),
+        }
+        name = "small completion, concurrency 1, the http.server stand-in (two sends)"
+        result[name] = compare(name, ports["two-sends"], gateway_port, TWO_SENDS, args.requests, 1)
+        if args.before:
+            old = Path(scratch) / "before"
+            git = ["git", "-C", str(PROJECT), "worktree"]
+            subprocess.run([*git, "add", "--detach", str(old), args.before], check=True, capture_output=True)
+            stack.callback(subprocess.run, [*git, "remove", "--force", str(old)], check=False)
+            before_port = start_gateway(old / "src", routes, procs)
+            requests = min(args.requests, 200)  # each may wait 40 ms
+            result[f"{name}, gateway of {args.before}"] = compare(
+                f"{name}, gateway of {args.before}",
+                ports["two-sends"],
+                before_port,
+                TWO_SENDS,
+                requests,
+                1,
+                direct=result[name]["direct"],
             )
-            for _ in range(200):
-                try:
-                    socket.create_connection(("127.0.0.1", gateway_port)).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            slow = json.dumps({**json.loads(BODY), "delay_ms": args.engine_ms})
-            stream = json.dumps({**json.loads(BODY), "stream": True})
-            result = {
-                "small completion, concurrency 1": compare(
-                    "small completion, concurrency 1", engine_port, gateway_port, BODY, args.requests, 1
-                ),
-                f"completion of {args.engine_ms:g} ms, concurrency 64": compare(
-                    f"completion of {args.engine_ms:g} ms, concurrency 64",
-                    engine_port,
-                    gateway_port,
-                    slow,
-                    args.requests * 2,
-                    64,
-                ),
-                f"stream of {args.events} events, concurrency 4": compare(
-                    f"stream of {args.events} events, concurrency 4",
-                    engine_port,
-                    gateway_port,
-                    stream,
-                    args.requests // 2,
-                    4,
-                ),
-                "idle connections": with_idle(gateway_port, args.idle, args.requests // 2),
-            }
-        finally:
-            for proc in (engine, gateway):
-                if proc is not None:
-                    proc.terminate()
-                    proc.wait(10)
     print(json.dumps({"requests": args.requests, "cores": os.cpu_count(), **result}))
 
 

@@ -250,3 +250,49 @@ def test_a_routes_file_with_a_bad_first_byte_bound_keeps_the_routes_before(tmp_p
     path.write_text(json.dumps({"models": {"m": {"url": "http://127.0.0.1:1", "first_byte_s": bad}}}))
     with pytest.raises(ValueError, match="first_byte_s"):
         Routes(path).parse(path.read_bytes())
+
+
+def test_the_gateways_upstream_connections_acknowledge_each_arrival_at_once() -> None:
+    """An engine writing headers and body in two sends (http.server, as these tests' engines do) waits for the
+    headers' acknowledgement, which Linux delays up to 40 ms on a pooled connection; the gateway's
+    connections ask for it at once on every read (gateway_tcp; the delay itself: benchmarks/gateway.py)."""
+    import asyncio
+    import socket
+
+    from sparkplay.nodetools.serve import gateway_tcp
+
+    calls: list[tuple[int, int, int]] = []
+
+    class Sock:
+        family = socket.AF_INET
+
+        def setsockopt(self, level: int, name: int, value: int) -> None:
+            calls.append((level, name, value))
+
+    class Transport(asyncio.Transport):
+        def get_extra_info(self, name: str, default: object = None) -> object:
+            return Sock() if name == "socket" else default
+
+    async def made() -> object:
+        connector = gateway_tcp.connector(limit=0)
+        try:
+            protocol = connector._factory()
+            protocol.connection_made(Transport())
+            protocol.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
+            protocol.data_received(b"{}")
+            return protocol
+        finally:
+            await connector.close()
+
+    asyncio.run(made())
+    assert [c for c in calls if c[1] == socket.TCP_QUICKACK] == [(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)] * 2
+
+
+def test_the_gateway_pools_its_upstream_connections_through_the_quick_acknowledging_connector(gateway) -> None:
+    from sparkplay.nodetools.serve import gateway_tcp
+
+    conn, _ = gateway
+    for _ in range(3):
+        assert post(conn, {"model": "coder", "messages": []})[0] == 200
+    source = Path(gateway_tcp.__file__).with_name("gateway.py").read_text()
+    assert "gateway_tcp.connector(" in source and "aiohttp.TCPConnector(" not in source

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import gateway_metrics
+from . import gateway_metrics, gateway_tcp
 from .gateway_body import BadBody, forwarded_path, model_of, model_of_form
 from .gateway_demand import Demand, Unavailable
 from .gateway_files import Keys, Routes, UpstreamKeys
@@ -82,7 +82,7 @@ class Gateway:
     async def start(self) -> None:
         import aiohttp
 
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
+        connector = gateway_tcp.connector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.timeout_s)
         self.session = aiohttp.ClientSession(
             connector=connector,
