@@ -685,7 +685,14 @@ def test_rollback_returns_to_the_previous_recipe_and_forward_again():
         assert run_cli("rollback", "-i", "inventory/lab", "--yes").returncode == 0 and served_models() == ["lab-tiny"]
 
 
+# NCCL needs a GPU: a stand-in (a test double) under the name and links dpkg's libnccl2 lays down, so the lock
+# reads a library by its bytes as it reads the real one on a Spark (issue 59: two builds of one version)
+NCCL = "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.3"
+
+
 def test_lock_records_each_nodes_stack_and_holds_the_engine_packages():
+    for rank in (0, 1):
+        in_node(rank, "sh", "-c", f"printf 'ELF nccl 2.28.3' > {NCCL} && ln -sf {NCCL} {NCCL[: -len('.28.3')]}")
     proc = run_cli("lock", "-i", "inventory/lab", "--yes")
     assert proc.returncode == 0, proc.stdout[-3000:]
     lock = varsfile.load(LOCK.read_text())["sparkplay_stack_lock"]
@@ -696,6 +703,7 @@ def test_lock_records_each_nodes_stack_and_holds_the_engine_packages():
     assert rank1["kernel"] and rank1["os"] and set(rank1["fabric"]) == {"enp1s0f1np1", "enP2p1s0f1np1"}
     assert rank1["engine_packages"]["llama.cpp-tools"] and rank1["files"][RPC_SERVER].startswith("sha256:")
     assert rank1["checkpoints"]["/var/lib/sparkplay/models/lab-tiny"]["manifest"]
+    assert rank1["libraries"][NCCL] == lock["nodes"]["sparkplay-lab-rank0"]["libraries"][NCCL]
     for rank in (0, 1):
         assert {"llama.cpp-tools", "libggml0-backend-rpc"} <= set(held(rank))
     again = run_cli("lock", "-i", "inventory/lab")
@@ -710,11 +718,14 @@ def test_a_changed_engine_file_is_drift_that_doctor_and_status_name_and_up_refus
         "-c",
         f"cp -p {RPC_SERVER} {RPC_SERVER}.new && printf '\\n' >> {RPC_SERVER}.new && mv {RPC_SERVER}.new {RPC_SERVER}",
     )
+    # and rank 0's NCCL swapped for another build of the same version (what users did by hand: pip's for DGX OS's)
+    in_node(0, "sh", "-c", f"printf 'ELF nccl 2.28.3, another build' > {NCCL}")
     said = f"rank 1 (sparkplay-lab-rank1): file {RPC_SERVER} sha256:"
     status_now = run_cli("status", "-i", "inventory/lab")
     assert said in status_now.stdout and "(locked sha256:" in status_now.stdout, status_now.stdout[-2000:]
     doctor = run_cli("doctor", "-i", "inventory/lab")
     assert said in doctor.stdout, doctor.stdout[-2000:]
+    assert f"rank 0 (sparkplay-lab-rank0): library {NCCL} sha256:" in doctor.stdout, doctor.stdout[-2000:]
     since = unit(1, "ActiveEnterTimestamp")
     refused = up("--yes", "--only", "serve")
     assert refused.returncode != 0 and "drifted from its lock" in refused.stdout and said in refused.stdout

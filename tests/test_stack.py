@@ -297,3 +297,46 @@ def test_two_bench_results_say_what_differed_in_their_stacks():
     assert said[2:] == ["spark-0: NVIDIA driver 590.10 (before 580.95.05)"]
     assert stack.compare_locks(before, before) == [f"stack: the same ({before['hash']})"]
     assert stack.compare_locks(now, None) == ["stack: the earlier result names no lock (`sparkplay lock`)"]
+
+
+def test_nccl_and_rdma_libraries_are_read_by_their_bytes_once_each_through_links(tmp_path):
+    """Two builds of one NCCL version (pip's, DGX OS's) differ only in their bytes: the reader hashes each
+    library file by its real path, in the library folders and in a virtualenv's nvidia wheels."""
+    system = tmp_path / "usr" / "lib" / "aarch64-linux-gnu"
+    system.mkdir(parents=True)
+    real = system / "libnccl.so.2.28.3"
+    real.write_bytes(b"\x7fELF nccl from DGX OS")
+    (system / "libnccl.so.2").symlink_to(real.name)
+    (system / "libnccl.so").symlink_to("libnccl.so.2")
+    (system / "libibverbs.so.1.14.50.0").write_bytes(b"\x7fELF verbs")
+    (system / "libnccl.so.2.bak-evil").write_bytes(b"not a library name")  # not one of the names
+    (system / "libnccl.so.9").symlink_to("/nonexistent")  # a dangling link is no row
+    (system / "libnccl-net.so").mkdir()  # a folder under a library's name is no row
+    wheel = tmp_path / "venv" / "lib" / "python3.12" / "site-packages" / "nvidia" / "nccl" / "lib"
+    wheel.mkdir(parents=True)
+    (wheel / "libnccl.so.2").write_bytes(b"\x7fELF nccl from pip")
+    found = reader.libraries(
+        [str(tmp_path / "venv"), str(tmp_path / "absent")], dirs=(str(tmp_path / "usr/lib/*-gnu"),)
+    )
+    assert set(found) == {str(real), str(system / "libibverbs.so.1.14.50.0"), str(wheel / "libnccl.so.2")}
+    assert found[str(real)] != found[str(wheel / "libnccl.so.2")]
+    assert all(v.startswith("sha256:") and len(v) == 7 + 64 for v in found.values())
+    real.write_bytes(b"\x7fELF nccl from pip, the same version")  # swapped in place: the same name, new bytes
+    again = reader.libraries([], dirs=(str(tmp_path / "usr/lib/*-gnu"),))
+    assert again[str(real)] != found[str(real)]
+
+
+def test_a_library_of_the_same_version_with_other_bytes_is_drift_and_an_older_lock_without_the_row_is_not():
+    path = "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.3"
+    rows = {**ROWS, "libraries": {path: "sha256:" + "1" * 64}}
+    doc = locked(**{"spark-0": rows, "spark-1": rows})
+    swapped = {**rows, "libraries": {path: "sha256:" + "2" * 64}}
+    found = stack.cluster_drift(doc, {"spark-0": rows, "spark-1": swapped}, {"spark-0": 0, "spark-1": 1})
+    assert found["lines"] == [f"rank 1 (spark-1): library {path} sha256:222222222222 (locked sha256:111111111111)"]
+    # a lock made before libraries were read has no such row: reading them now is not drift
+    older = locked()
+    assert (
+        stack.cluster_drift(older, {"spark-0": swapped, "spark-1": swapped}, {"spark-0": 0, "spark-1": 1})["lines"]
+        == []
+    )
+    assert stack.node({"libraries": {path: "sha256:" + "1" * 64}}, [])["libraries"] == {path: "sha256:" + "1" * 64}

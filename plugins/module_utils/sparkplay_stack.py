@@ -6,10 +6,12 @@ Each reader returns None for what the node does not have (a lab node has no NVID
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Callable
 
 from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import sha256_file
@@ -27,6 +29,20 @@ HOLD_PACKAGES = re.compile(
     r"^(nvidia-driver-[0-9]+(-open|-server|-server-open)?|nvidia-dkms-[0-9]+.*|"
     r"linux-modules-nvidia-[0-9]+-.*)$"
 )
+
+
+# the native libraries that decide multi-node behaviour, read by their bytes: two builds of one version (pip's
+# NCCL and DGX OS's) differ only there. Found by name in the library folders and in virtualenvs' nvidia wheels.
+LIBRARY_NAME = re.compile(r"^(libnccl|libnccl-net[A-Za-z0-9_-]*|libibverbs|libmlx5|librdmacm)\.so(\.[0-9]+)*$")
+LIBRARY_DIRS = (
+    "/usr/lib",
+    "/usr/local/lib",
+    "/usr/local/cuda/lib64",
+    "/usr/lib/*-linux-gnu",
+    "/usr/lib/*-linux-gnu/libibverbs",
+)
+VENV_LIBRARY_DIRS = "lib/python3*/site-packages/nvidia/*/lib"
+LIBRARY_MAX = 4 << 30  # bytes: larger is not a library (NCCL's is about 250 MB)
 
 
 def dpkg_packages(status_file: str) -> dict:
@@ -147,6 +163,33 @@ def files(paths: list) -> dict:
         else:
             found[path] = None
     return found
+
+
+def libraries(venvs: list, dirs: tuple = LIBRARY_DIRS) -> dict:
+    """Each NCCL and RDMA library in the library folders (`dirs`, glob patterns) and in the nvidia wheels of
+    the given virtualenvs, by its real path, as its sha256 ('sha256:...'); links are followed, each file read
+    once."""
+    folders = [d for pattern in dirs for d in glob.glob(pattern)]
+    folders += [d for venv in venvs if os.path.isdir(venv) for d in glob.glob(os.path.join(venv, VENV_LIBRARY_DIRS))]
+    found = {}
+    for folder in sorted(set(folders)):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in sorted(names):
+            if not LIBRARY_NAME.match(name):
+                continue
+            real = os.path.realpath(os.path.join(folder, name))
+            if real in found:
+                continue
+            try:
+                info = os.stat(real)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode) and info.st_size <= LIBRARY_MAX:
+                found[real] = "sha256:" + sha256_file(real)
+    return dict(sorted(found.items()))
 
 
 def checkpoints(folders: list) -> dict:

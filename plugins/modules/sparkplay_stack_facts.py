@@ -9,8 +9,10 @@ short_description: Read what a node's serving stack is made of
 description:
   - Reads, without changing anything, the OS release, the running kernel, the loaded NVIDIA driver, the
     CUDA toolkit, the stack's Debian packages (NCCL, the container toolkit, Docker, RDMA, the driver's),
-    each cable twin's driver and firmware, the Docker engine and each of O(images) by digest, each of
-    O(packages), each of O(files) by sha256 and each of O(checkpoints) by its completion marker.
+    the NCCL and RDMA libraries by sha256 (in the library folders and in the nvidia wheels of any
+    virtualenv among O(files)), each cable twin's driver and firmware, the Docker engine and each of
+    O(images) by digest, each of O(packages), each of O(files) by sha256 and each of O(checkpoints) by
+    its completion marker.
   - What a node does not have reads as null.
 options:
   twins:
@@ -69,7 +71,8 @@ holdable:
   returned: always
   type: list
 stack:
-  description: os, kernel, driver, cuda, packages {name, version, held}, fabric, docker, images, files, checkpoints.
+  description: os, kernel, driver, cuda, packages {name, version, held}, libraries, fabric, docker, images, files,
+    checkpoints.
   returned: always
   type: dict
 """
@@ -88,6 +91,7 @@ from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_stack im
     fabric_twins,
     files,
     held_by_sparkplay,
+    libraries,
     nvidia_driver,
     os_release,
 )
@@ -132,6 +136,7 @@ def main() -> None:
             "driver": nvidia_driver(),
             "cuda": cuda(),
             "packages": packages,
+            "libraries": libraries(p["files"]),
             "fabric": {twin: fabric(twin, module.get_bin_path("ethtool"), run) for twin in twins},
             "docker": server,
             "images": images,

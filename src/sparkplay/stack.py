@@ -3,7 +3,8 @@
 The lock lives in the inventory beside the model lock (group_vars/all/sparkplay_stack_lock.yml, variable
 `sparkplay_stack_lock`), so every play reads it as a variable. Each node's part is what the node itself
 said (module sparkplay_stack_facts): OS and kernel, NVIDIA driver and CUDA, the stack's Debian packages
-(NCCL, the container toolkit, Docker, RDMA), each cable twin's driver and firmware, the Docker engine;
+(NCCL, the container toolkit, Docker, RDMA), the NCCL and RDMA libraries by their bytes (two builds of one
+version differ only there), each cable twin's driver and firmware, the Docker engine;
 and the served recipe's engine: its images by digest, its packages by version, its program (or
 virtualenv) by content, its checkpoints by revision and manifest digest. What a node lacks is null
 ("none" in words): a lab node has no GPU rows, and the lock says so.
@@ -70,6 +71,7 @@ def node(read: Mapping[str, Any], engine_packages: Iterable[str]) -> dict[str, A
     return {
         **{key: read.get(key) for key in BASE},
         "packages": {n: v for n, v in sorted(version.items()) if n not in mine},
+        "libraries": dict(sorted((read.get("libraries") or {}).items())),
         "fabric": dict(sorted((read.get("fabric") or {}).items())),
         "images": dict(sorted((read.get("images") or {}).items())),
         "engine_packages": {n: version.get(n) for n in sorted(mine)},
@@ -119,10 +121,13 @@ def _short(value: Any) -> str:
     return re.sub(r"(sha256:[0-9a-f]{12})[0-9a-f]+", r"\1", str(value))
 
 
-def _flat(rows: Mapping[str, Any], engine: bool) -> dict[str, Any]:
+def _flat(rows: Mapping[str, Any], engine: bool, kinds: Iterable[str] | None = None) -> dict[str, Any]:
+    """The rows as {words: value}; only the `kinds` of rows named (a lock made before a kind existed has none
+    of it, which is not drift)."""
     flat: dict[str, Any] = {WORDS.get(k, k): rows.get(k) for k in BASE}
     named = {
         "packages": "package",
+        "libraries": "library",
         "fabric": "fabric",
         "images": "image",
         "engine_packages": "package",
@@ -130,7 +135,7 @@ def _flat(rows: Mapping[str, Any], engine: bool) -> dict[str, Any]:
         "checkpoints": "checkpoint",
     }
     for key, word in named.items():
-        if key in ENGINE and not engine:
+        if (key in ENGINE and not engine) or (kinds is not None and key not in kinds):
             continue
         flat.update({f"{word} {name}": value for name, value in (rows.get(key) or {}).items()})
     return flat
@@ -141,7 +146,7 @@ def drift(
 ) -> list[str]:
     """What differs on one node, in words: "kernel 6.17.0-1008 (locked 6.14.0-1015)"; the engine's rows too
     unless `engine` is false (another recipe than the lock's is being served)."""
-    was, isnow = _flat(locked, engine), _flat(now, engine)
+    was, isnow = _flat(locked, engine), _flat(now, engine, kinds=locked.keys())
     said = []
     for item in [*was, *(k for k in isnow if k not in was)]:
         before, after = was.get(item), isnow.get(item)
