@@ -386,6 +386,13 @@ def test_status_table_lists_every_rank():
     assert rows[0].split()[:4] == ["0", "sparkplay-lab-rank0", UNIT, "active/running"]
     assert rows[0].split()[-3:] == ["ok", "lab-tiny", "ok"]  # health, model, the watchdog's last look
     assert rows[1].split()[:4] == ["1", "sparkplay-lab-rank1", UNIT, "active/running"]
+    # the last start's receipt (issue 59): seconds from the leader unit's start to each step, ready meaning
+    # the first streamed token of a real request
+    ranks = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
+    kept = ranks[0]["receipt"]
+    steps = [kept[k] for k in ("port_open_s", "http_ready_s", "listed_s", "first_token_s", "answer_s")]
+    assert kept["since"] == "unit start" and all(isinstance(x, float) for x in steps) and steps == sorted(steps), kept
+    assert ranks[1]["receipt"] is None  # a worker has no API of its own
 
 
 BENCH_PROFILE = "pp: [64]\ntg: [16]\nconcurrency: [1, 2, 4]\nruns: 1\ninvariance_tokens: 24\n"

@@ -264,6 +264,8 @@ def test_status_lists_every_deployment_and_a_rerun_changes_nothing():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     doc = json.loads(proc.stdout)
     assert [r["recipe"] for r in doc["added"]] == ["lab-small"] and doc["added"][0]["up"]
+    for kept in (doc["added"][0]["receipt"], doc["ranks"][0]["receipt"]):  # each deployment's last start (#59)
+        assert {"port_open_s", "http_ready_s", "first_token_s"} <= set(kept) and kept["first_token_s"] > 0, kept
     assert all(r["up"] for r in doc["ranks"])
     gateway = doc["gateway"]
     assert (gateway["url"], gateway["keys_required"], gateway["up"], gateway["default"]) == (

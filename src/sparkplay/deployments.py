@@ -365,6 +365,7 @@ def added_rows(
             "claim_gib": round(int((record.get("claim") or {}).get("bytes") or 0) / 1024**3, 1),
             "up": state.startswith("active") and healthy,
             "why": why or (seen.get("why") if not healthy else None),
+            "receipt": seen.get("receipt"),  # its last start's (the serve tool's ready wrote it)
         }
         if record.get("on_demand") and state.startswith("inactive"):  # stopped by design, not by a fault
             row |= {

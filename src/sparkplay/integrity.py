@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sparkplay import plays
+from sparkplay.engines import names
 from sparkplay.errors import BadInput
 
 # What differed in a checkpoint file, in words (the node tool's one-word findings: state.verify, record.py)
@@ -104,6 +105,8 @@ def probe_argv(record: Mapping[str, Any], tool: str) -> list[str]:
     if record.get("api_key_env"):
         argv += ["--api-key-env", str(record["api_key_env"]), "--env-file", str(record.get("env_file"))]
         argv += ["--env-format", str(record.get("runtime"))]
+    if record.get("state_dir"):
+        argv += ["--receipt", names.receipt_file(str(record["state_dir"]), str(record["unit"]))]
     return argv
 
 

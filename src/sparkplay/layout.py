@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sparkplay import admission, boundary, nodetools
+from sparkplay.engines import names
 from sparkplay.engines.context import STATE_DIR
 from sparkplay.engines.names import TOOLS, UNIT_DIR
 from sparkplay.engines.systemd import env_file
@@ -83,6 +84,8 @@ def ready_argv(plan: Mapping[str, Any], tool: str, timeout: Any, settings: Mappi
         str(settings["serve_smoke_max_tokens"]),
         "--progress",
         "/run/sparkplay-serve-ready.json",
+        "--receipt",
+        names.receipt_file(str(settings["serve_state_dir"]), plan["unit"]),
     ]
     argv += ["--container", plan["container"]] if plan.get("container") else []
     if api.get("key_env"):

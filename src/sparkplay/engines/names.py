@@ -125,6 +125,12 @@ GATEWAY_UPSTREAM_KEYS = "/etc/sparkplay/gateway/upstream"
 PRIMARY_KEY = "@primary"
 
 
+def receipt_file(state: str, unit: str) -> str:
+    """Where the leader keeps its deployment's last start's receipt (the serve tool's `ready` writes it, `probe`
+    reads it for status): under the state folder, named by the deployment's unit."""
+    return posixpath.join(state, "receipts", f"{unit}.json")
+
+
 def upstream_key(slot: str | None) -> str:
     """The file the gateway reads a deployment's engine key from (`@primary.key` for the primary's)."""
     return posixpath.join(GATEWAY_UPSTREAM_KEYS, f"{slot or PRIMARY_KEY}.key")

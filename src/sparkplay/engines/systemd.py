@@ -202,6 +202,8 @@ def status_rows(
                 "watchdog_restarts": int(watchdog.get("restarts_total") or 0) if leader else 0,
                 "watchdog_stood_down": (watchdog.get("stood_down") or None) if leader else None,
                 "answers": answers_held(watchdog.get("answer")) if leader and record.get("watchdog_unit") else None,
+                # the last start's receipt (the serve tool's ready wrote it on the leader): seconds to each step
+                "receipt": probe.get("receipt") if leader else None,
                 "plan_differs": differs,
                 # a leader is up when its API answers, not merely when its process runs
                 "up": deployed and state == "active" and (healthy or not leader) and not differs,

@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import receipt
 from .common import completion, journal, probe, unit_show, use_api_key
 from .ports import port_holder_problem
 
@@ -34,6 +35,9 @@ def cmd_ready(args: argparse.Namespace) -> int:
     before = {name: int(unit_show(args.unit, *props, peer=peer).get("NRestarts", "0") or 0) for name, peer in ranks}
     started = time.monotonic()
     stage, result = "health", {}
+    # a start's receipt: from the unit's own start where this wait follows one (receipt.py)
+    origin = receipt.unit_started(args.unit, started) if args.receipt else None
+    times = receipt.Receipt(origin, "unit start") if origin is not None else None
     while True:
         # first: an engine that cannot bind its port fails too, but the process holding it is the news
         squatted = port_holder_problem(args.url, args.unit, args.container)
@@ -43,18 +47,34 @@ def cmd_ready(args: argparse.Namespace) -> int:
             why = unit_failed(unit_show(args.unit, *props, peer=peer), before[name])
             if why:
                 return _report(args, ranks, 4, f"{name}'s {args.unit} {why} while waiting", stage, started)
+        if times is not None and receipt.port_open(args.url):
+            times.mark("port_open_s", time.monotonic())
         look = probe(args.url, args.model)
         stage = "completion" if look["served"] else "models" if look["health"] else "health"
+        if times is not None:
+            for what, seen in (("http_ready_s", look["health"]), ("listed_s", look["served"])):
+                if seen:
+                    times.mark(what, time.monotonic())
         if look["served"]:
+            # ready is the first streamed token of a real request (its kernels compiled), then the whole answer
+            left = max(args.timeout - (time.monotonic() - started), 1.0)
+            first = receipt.first_token(args.url, args.model, args.prompt, args.max_tokens, left)
+            if times is not None:
+                times.mark("first_token_s", time.monotonic() if first is not None else None)
             answer = completion(args.url, args.model, args.prompt, args.max_tokens)
             if answer:
                 result = {"ready": True, "seconds": round(time.monotonic() - started, 1), "completion": answer}
+                if times is not None:
+                    times.mark("answer_s", time.monotonic())
+                    result["receipt"] = times.doc()
+                    receipt.write(args.receipt, result["receipt"])
                 print(json.dumps(result), flush=True)
                 return 0
         if time.monotonic() - started > args.timeout:
             return _report(args, ranks, 5, f"not ready after {args.timeout} s (stuck at: {stage})", stage, started)
         _progress(args.progress, stage, started)
-        time.sleep(args.interval)
+        # a start's receipt wants its moments to within half a second; a plain wait keeps its interval
+        time.sleep(min(args.interval, 0.5) if times is not None else args.interval)
 
 
 def _progress(path: str | None, stage: str, started: float) -> None:
@@ -97,6 +117,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     answer = completion(args.url, args.model, "Hi", 4, timeout=PROBE_TIMEOUT) if look["served"] else None
     look["answers"] = answer is not None
     look["answer_s"] = round(time.monotonic() - started, 3)
+    if args.receipt:
+        look["receipt"] = receipt.read(args.receipt)  # the last start's (status shows it)
     if answer is None:
         silent = "the API lists no such model" if look["health"] else "the API does not answer"
         look["why"] = f"no answer to a completion within {PROBE_TIMEOUT:.0f} s" if look["served"] else silent
