@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkplay import integrity, layout
+from sparkplay import integrity
 from sparkplay.deployments import added_rows
 from sparkplay.engines import names
 from sparkplay.engines.systemd import status_rows
 from sparkplay.nodetools.serve import ready as serve_ready
 from sparkplay.nodetools.serve import receipt
+from tests.test_layout import lay
 
 HEALTHY_AFTER = 0.6  # seconds after the port opens
 COMPILE = 0.4  # the first request's wait before its first token
@@ -187,16 +188,10 @@ def test_the_receipts_place_is_one_rule_for_the_wait_the_probe_and_status():
     }
     argv = integrity.probe_argv(record, "/usr/local/lib/sparkplay/sparkplay-serve")
     assert argv[argv.index("--receipt") + 1] == path
-    plan = {
-        "api": {"url": "http://127.0.0.1:8001", "key_env": None},
-        "served_name": "coder",
-        "unit": "sparkplay-serve@coder.service",
-        "health": {"prompt": "Hi"},
-        "ranks": [{"role": "leader", "address": "10.0.0.1"}],
-    }
-    settings = {**layout.LAYOUT_DEFAULTS, "serve_state_dir": "/var/lib/sparkplay"}
-    ready = layout.ready_argv(plan, "/usr/local/lib/sparkplay/sparkplay-serve", 600, settings)
-    assert ready[ready.index("--receipt") + 1] == path
+    _, laid = lay("lab-tiny", serve_state_dir="/var/lib/sparkplay")
+    assert laid["receipt_argv"] == ["--receipt", names.receipt_file("/var/lib/sparkplay", "sparkplay-serve.service")]
+    # only the wait after a start keeps one: the quick look of a run that started nothing never writes it
+    assert "--receipt" not in laid["quick_ready_argv"] and "--receipt" not in laid["ready_argv"]
     kept = {"since": "unit start", "first_token_s": 3.2}
     leader = {"role": "leader", "rank": 0, "unit": "sparkplay-serve.service", "served_name": "m"}
     rows = status_rows({"spark-0": leader}, {"spark-0": {"ActiveState": "active"}}, {"receipt": kept})

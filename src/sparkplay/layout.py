@@ -84,8 +84,6 @@ def ready_argv(plan: Mapping[str, Any], tool: str, timeout: Any, settings: Mappi
         str(settings["serve_smoke_max_tokens"]),
         "--progress",
         "/run/sparkplay-serve-ready.json",
-        "--receipt",
-        names.receipt_file(str(settings["serve_state_dir"]), plan["unit"]),
     ]
     argv += ["--container", plan["container"]] if plan.get("container") else []
     if api.get("key_env"):
@@ -181,6 +179,8 @@ def rank_layout(
         "memory_limit": admission.memory_limit(claim) if _true(settings["serve_memory_guard"]) else None,
         "ready_argv": ready,
         "quick_ready_argv": ready_argv(plan, tool, QUICK_READY_S, settings),
+        # what the wait after a start adds: where it keeps the start's receipt (the serve tool's receipt.py)
+        "receipt_argv": ["--receipt", names.receipt_file(str(settings["serve_state_dir"]), plan["unit"])],
         "last_good_file": f"{settings['serve_state_dir']}/{paths['last_good']}",
         # what the last deployment that answered was (the role adds the rendered files: the whole of it)
         "last_good": {
