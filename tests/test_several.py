@@ -407,6 +407,7 @@ def test_what_a_stop_removes_comes_from_the_slots_names_never_a_records_paths():
         # what a rollback would bring back (issue 54: a stopped deployment came back through a failed `up`)
         "/var/lib/sparkplay/last-good/serve@lab-small.json",
         "/var/lib/sparkplay/last-good/serve@lab-small.previous.json",
+        "/var/lib/sparkplay/receipts/sparkplay-serve@lab-small.service.json",
     ]
     with pytest.raises(ValueError, match="is not a recipe name"):
         names.leftovers([{"slot": "../../etc/x"}])

@@ -148,6 +148,7 @@ def leftovers(records: list[dict[str, Any]], state_dir: str = STATE_DIR) -> list
             found += [posixpath.join(UNIT_DIR, named["units"][part]) for part in ("serve", "watchdog", "firewall")]
             kept = posixpath.join(state_dir, named["last_good"])
             found += [kept, kept.removesuffix(".json") + ".previous.json"]
+            found.append(receipt_file(state_dir, named["units"]["serve"]))  # its last start's receipt
     return found
 
 
