@@ -115,6 +115,7 @@ LAYERS = [
         "sparkplay.stopping",
         "sparkplay.settings",
     },
+    {"sparkplay.rollback"},  # a way back checked as a plan is: admission over the records read back
     {"sparkplay.importing", "sparkplay.doctor", "sparkplay.lab"},
     {"sparkplay.cli_common", "sparkplay.cli_display"},
     {"sparkplay.cli_run", "sparkplay.cli_recipes", "sparkplay.cli_overlay", "sparkplay.cli_bench"},

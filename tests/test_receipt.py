@@ -20,7 +20,6 @@ import pytest
 
 from sparkplay import integrity
 from sparkplay.deployments import added_rows
-from sparkplay.engines import names
 from sparkplay.engines.systemd import status_rows
 from sparkplay.nodetools.serve import ready as serve_ready
 from sparkplay.nodetools.serve import receipt
@@ -178,7 +177,7 @@ def test_a_receipt_is_read_only_from_a_small_regular_file(tmp_path):
 
 
 def test_the_receipts_place_is_one_rule_for_the_wait_the_probe_and_status():
-    path = names.receipt_file("/var/lib/sparkplay", "sparkplay-serve@coder.service")
+    path = integrity.receipt_file("/var/lib/sparkplay", "sparkplay-serve@coder.service")
     assert path == "/var/lib/sparkplay/receipts/sparkplay-serve@coder.service.json"
     record = {
         "unit": "sparkplay-serve@coder.service",
@@ -189,7 +188,10 @@ def test_the_receipts_place_is_one_rule_for_the_wait_the_probe_and_status():
     argv = integrity.probe_argv(record, "/usr/local/lib/sparkplay/sparkplay-serve")
     assert argv[argv.index("--receipt") + 1] == path
     _, laid = lay("lab-tiny", serve_state_dir="/var/lib/sparkplay")
-    assert laid["receipt_argv"] == ["--receipt", names.receipt_file("/var/lib/sparkplay", "sparkplay-serve.service")]
+    assert laid["receipt_argv"] == [
+        "--receipt",
+        integrity.receipt_file("/var/lib/sparkplay", "sparkplay-serve.service"),
+    ]
     # only the wait after a start keeps one: the quick look of a run that started nothing never writes it
     assert "--receipt" not in laid["quick_ready_argv"] and "--receipt" not in laid["ready_argv"]
     kept = {"since": "unit start", "first_token_s": 3.2}

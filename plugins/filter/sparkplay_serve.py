@@ -21,6 +21,7 @@ FILTERS = {
     "sparkplay_last_good_text": "sparkplay.layout:last_good_text",
     "sparkplay_go_back": "sparkplay.layout:go_back",
     "sparkplay_rollback_refusal": "sparkplay.layout:rollback_refusal",
+    "sparkplay_rollback_memory": "sparkplay.rollback:memory_refusal",
     "sparkplay_plan_rank": "sparkplay.layout:plan_rank",
     # several deployments: the admission rule, the records read back, the gateway's routes
     "sparkplay_admit": "sparkplay.admission:verdict",

@@ -3,11 +3,11 @@ engines serve a file replaced since they started (the checkpoint role's findings
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sparkplay import plays
-from sparkplay.engines import names
 from sparkplay.errors import BadInput
 
 # What differed in a checkpoint file, in words (the node tool's one-word findings: state.verify, record.py)
@@ -106,8 +106,14 @@ def probe_argv(record: Mapping[str, Any], tool: str) -> list[str]:
         argv += ["--api-key-env", str(record["api_key_env"]), "--env-file", str(record.get("env_file"))]
         argv += ["--env-format", str(record.get("runtime"))]
     if record.get("state_dir"):
-        argv += ["--receipt", names.receipt_file(str(record["state_dir"]), str(record["unit"]))]
+        argv += ["--receipt", receipt_file(str(record["state_dir"]), str(record["unit"]))]
     return argv
+
+
+def receipt_file(state: str, unit: str) -> str:
+    """Where the leader keeps its deployment's last start's receipt (the serve tool's `ready` writes it after
+    a start, `probe` reads it for status): under the state folder, named by the deployment's unit."""
+    return posixpath.join(state, "receipts", f"{unit}.json")
 
 
 def reload_plan(records: Sequence[Mapping[str, Any]], replaced: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

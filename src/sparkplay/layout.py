@@ -16,8 +16,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sparkplay import admission, boundary, nodetools
-from sparkplay.engines import names
+from sparkplay import admission, boundary, integrity, nodetools
 from sparkplay.engines.context import STATE_DIR
 from sparkplay.engines.names import TOOLS, UNIT_DIR
 from sparkplay.engines.systemd import env_file
@@ -180,7 +179,7 @@ def rank_layout(
         "ready_argv": ready,
         "quick_ready_argv": ready_argv(plan, tool, QUICK_READY_S, settings),
         # what the wait after a start adds: where it keeps the start's receipt (the serve tool's receipt.py)
-        "receipt_argv": ["--receipt", names.receipt_file(str(settings["serve_state_dir"]), plan["unit"])],
+        "receipt_argv": ["--receipt", integrity.receipt_file(str(settings["serve_state_dir"]), plan["unit"])],
         "last_good_file": f"{settings['serve_state_dir']}/{paths['last_good']}",
         # what the last deployment that answered was (the role adds the rendered files: the whole of it)
         "last_good": {

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from sparkplay import integrity
 from sparkplay.engines import firewall
 from sparkplay.engines.context import STATE_DIR
 
@@ -125,12 +126,6 @@ GATEWAY_UPSTREAM_KEYS = "/etc/sparkplay/gateway/upstream"
 PRIMARY_KEY = "@primary"
 
 
-def receipt_file(state: str, unit: str) -> str:
-    """Where the leader keeps its deployment's last start's receipt (the serve tool's `ready` writes it, `probe`
-    reads it for status): under the state folder, named by the deployment's unit."""
-    return posixpath.join(state, "receipts", f"{unit}.json")
-
-
 def upstream_key(slot: str | None) -> str:
     """The file the gateway reads a deployment's engine key from (`@primary.key` for the primary's)."""
     return posixpath.join(GATEWAY_UPSTREAM_KEYS, f"{slot or PRIMARY_KEY}.key")
@@ -148,7 +143,7 @@ def leftovers(records: list[dict[str, Any]], state_dir: str = STATE_DIR) -> list
             found += [posixpath.join(UNIT_DIR, named["units"][part]) for part in ("serve", "watchdog", "firewall")]
             kept = posixpath.join(state_dir, named["last_good"])
             found += [kept, kept.removesuffix(".json") + ".previous.json"]
-            found.append(receipt_file(state_dir, named["units"]["serve"]))  # its last start's receipt
+            found.append(integrity.receipt_file(state_dir, named["units"]["serve"]))  # its last start's receipt
     return found
 
 
