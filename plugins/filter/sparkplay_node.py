@@ -8,6 +8,9 @@ from typing import Any
 from ansible_collections.sparkplay.spark.plugins.plugin_utils.sparkplay_package import resolve
 
 FILTERS = {
+    # an engine image from rank 0 to the others: whether it goes anywhere, and how it went (image-send)
+    "sparkplay_image_sends": "sparkplay.imageref:image_sends",
+    "sparkplay_image_sent_line": "sparkplay.imageref:image_sent_line",
     "sparkplay_foreign_report": "sparkplay.managed:foreign_report",
     "sparkplay_reset_removable": "sparkplay.managed:reset_removable",
     "sparkplay_reset_state_dirs": "sparkplay.managed:reset_state_dirs",

@@ -11,7 +11,10 @@ there.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterable
+from typing import Any
 
 _ALNUM = r"[a-z0-9]+"
 _SEPARATOR = r"(?:[._]|__|-+)"
@@ -66,3 +69,25 @@ def repository(text: str) -> str | None:
     if hub:
         return path.removeprefix("library/")
     return f"{domain}/{path}"
+
+
+def image_sends(reads: Iterable[Any], leader_id: str) -> bool:
+    """Whether rank 0 sends its image anywhere: a rank's `docker image inspect` read of it (each rank's
+    registered result) names another ID, or none."""
+    want = str(leader_id or "").strip()
+    return bool(want) and any(str((r or {}).get("stdout") or "").strip() != want for r in reads)
+
+
+def image_sent_line(stdout: str, image: str, host: str) -> str:
+    """How `sparkplay-serve image-send` got `image` to `host`, in words."""
+    try:
+        said = json.loads(stdout or "{}")
+    except ValueError:
+        said = {}
+    size = f"{int(said.get('bytes') or 0) / 2**20:.1f} MiB"
+    if said.get("how") == "layers":
+        return (
+            f"{image} reached {host} in {said.get('seconds')} s: {said.get('layers_sent')} layer(s) it lacked, "
+            f"{size} sent; {said.get('layers_held')} it held"
+        )
+    return f"{image} reached {host} whole in {said.get('seconds')} s ({size} sent): {said.get('why') or 'as asked'}"

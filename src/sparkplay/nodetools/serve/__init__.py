@@ -36,7 +36,12 @@ sparkplay-serve drain --state FILE --model NAME --to URL --from URL [--timeout S
     beside itself): wait until the gateway's state routes it to the new API
     and holds no request on the old one. One JSON object; exit 1 at the
     timeout, naming the requests still in flight.
-sparkplay-serve ready --url URL --model NAME --timeout S --unit U [--peer HOST ...]
+sparkplay-serve image-send --image IMAGE --peer ADDR [--docker D] [--docker-root DIR] [--whole]
+    On rank 0, as root: the engine's image to another rank over the cable,
+    only the layers it lacks (each rebuilt from Docker's overlay2 store and
+    checked against its diff id), else the whole image with the reason on
+    stderr. One JSON object: how, bytes, seconds (and layers sent or held).
+sparkplay-serve ready --url URL --model NAME --timeout S --unit U [--peer HOST ...] [--receipt FILE]
     Wait until the API is healthy, lists the model and answers a
     temperature-0 completion, while watching this rank's unit and each
     peer's (over the peer ssh trust): a failed unit stops the wait. Prints

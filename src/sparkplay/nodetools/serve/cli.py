@@ -11,6 +11,7 @@ from .explain import cmd_explain
 from .gateway_main import add_arguments as add_gateway_arguments
 from .gateway_main import cmd_gateway
 from .group import cmd_restart_workers
+from .image import add_arguments as add_image_arguments
 from .memory import cmd_memguard, cmd_release
 from .ports import cmd_run, cmd_wait_ports
 from .ready import cmd_probe, cmd_ready, cmd_verify_unit
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("drain", help="wait until the gateway moved a model's route and the API it left holds nothing")
     add_drain_arguments(p)
     p.set_defaults(func=cmd_drain)
+    p = sub.add_parser("image-send", help="an engine image to another rank: only the layers it lacks")
+    add_image_arguments(p)
     p = sub.add_parser("swapper")
     add_swapper_arguments(p)
     p.set_defaults(func=cmd_swapper)
