@@ -377,3 +377,27 @@ def test_the_swapper_holds_a_start_to_the_nodes_budget_itself(tmp_path, monkeypa
     answer = asyncio.run(ask("b"))
     assert answer["ok"] is False and "stop one first" in answer["error"] and started == []
     assert asyncio.run(ask("c")) == {"ok": True} and started == [("start", swapper.units_of(table["models"]["c"]))]
+
+
+def test_a_start_on_demand_keeps_its_receipt_and_the_first_answer_is_its_first_token(lab):
+    """A swap's receipt (issue 59): seconds from the gateway asking for the model to its port, its health and
+    the first byte of the first answer after it; in the gateway's state file, which status reads."""
+    from sparkplay.deployments import gateway_row
+
+    lab, port, state = lab()
+    assert ask(port, "alpha")[0] == 200
+    for _ in range(30):  # the state file is rewritten every second
+        kept = (json.loads(state.read_text()) if state.exists() else {}).get("models", {}).get("alpha", {})
+        if (kept.get("receipt") or {}).get("first_token_s") is not None:
+            break
+        time.sleep(0.2)
+    receipt = kept["receipt"]
+    assert receipt["since"] == "asked for"
+    assert 0 <= receipt["port_open_s"] <= receipt["http_ready_s"] <= receipt["first_token_s"], receipt
+    assert (kept.get("receipt") or {}).get("first_token_s") == receipt["first_token_s"]
+    # a second request does not move it: the receipt is of the start
+    assert ask(port, "alpha")[0] == 200
+    time.sleep(1.2)
+    assert json.loads(state.read_text())["models"]["alpha"]["receipt"] == receipt
+    row = gateway_row(lab.routes.read_text(), "ActiveState=active", "n1", state.read_text())
+    assert row["receipts"]["alpha"] == receipt and row["receipts"]["beta"] is None

@@ -240,6 +240,9 @@ def test_models_on_demand_start_when_asked_for_make_room_lru_and_stop_after_thei
         status = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)["gateway"]
         assert status["model_states"]["lab-od-a"] == "stopped on demand", status
         assert status["model_states"]["lab-od-c"] == "serving on demand", status
+        swap = status["receipts"]["lab-od-c"]  # the swap's receipt (issue 59), from when the gateway asked for it
+        assert swap["since"] == "asked for" and 0 <= swap["port_open_s"] <= swap["http_ready_s"], swap
+        assert swap["http_ready_s"] <= swap["first_token_s"] <= took["lab-od-c"], swap
         for _ in range(60):  # idle past the TTL (30 s): b and c stop
             if not any(active(n) for n in ON_DEMAND):
                 break

@@ -299,7 +299,6 @@ def gateway_row(
         listen = listen and f"127.0.0.1:{listen.rpartition(':')[2]}"
     state = props.get("ActiveState") or "unknown"
     models = sorted(table["models"]) if isinstance(table.get("models"), dict) else []
-    keys = "--keys" in words
     url = f"http://{listen}/v1" if listen else "(unit not found)"
     said = _json(state_text).get("models") if state == "active" else None
     routed = table.get("models") if isinstance(table.get("models"), dict) else {}
@@ -307,15 +306,16 @@ def gateway_row(
     row = {
         "host": host,
         "url": url,
-        "keys_required": keys,
+        "keys_required": "--keys" in words,
         "state": state,
         "up": state == "active",
         "models": models,
         "model_states": states,
+        "receipts": {n: m.get("receipt") for n, m in (said or {}).items() if isinstance(m, dict) and n in states},
         "default": table.get("default"),
     }
     row["line"] = (
-        f"gateway on {host}: {url} ({'keys required' if keys else 'no key asked'}), {state}, routes "
+        f"gateway on {host}: {url} ({'keys required' if row['keys_required'] else 'no key asked'}), {state}, routes "
         + (", ".join(f"{n} ({s})" for n, s in states.items()) or "nothing")
         + f"; a request without `model` goes to {row['default'] or 'no model (404)'}"
     )

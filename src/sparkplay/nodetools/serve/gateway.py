@@ -340,6 +340,7 @@ class Gateway:
                     _journal(f"model {name} at {route['url']} broke off its answer: {type(exc).__name__}")
                     return _error(502, f"model {name!r} broke off its answer", "api_error", "upstream_broke_off"), True
                 self.metrics.answered(name, upstream.status, first_byte, time.monotonic() - started)
+                self.demand.answered(name, time.monotonic())  # a start's receipt: its first answer
                 return web.Response(status=upstream.status, body=data, headers=passed), False
             reply = web.StreamResponse(status=upstream.status, headers=passed)
             if upstream.content_length is not None:
@@ -349,6 +350,7 @@ class Gateway:
             await reply.prepare(request)
             try:
                 async for piece in upstream.content.iter_any():  # each piece passed on as it arrives
+                    self.demand.answered(name, time.monotonic())  # a start's receipt: its first token
                     await reply.write(piece)
                 await reply.write_eof()
             except asyncio.CancelledError:

@@ -15,6 +15,7 @@ import asyncio
 import json
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,20 @@ class Model:
     waiting: int = 0
     last_used: float = field(default_factory=time.monotonic)
     ready: asyncio.Event = field(default_factory=asyncio.Event)  # set when a load ends, either way
+    # its last start's receipt (receipt.py's keys, counted from when the gateway asked for it); the first
+    # byte of the first answer after it is its first token
+    receipt: dict[str, Any] | None = None
+    asked: float = 0.0
+
+
+async def _port_open(url: str) -> bool:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        _reader, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port or 80), 0.5)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
 
 
 def _journal(line: str) -> None:
@@ -59,6 +74,7 @@ class Demand:
                 "on_demand": bool(route.get("on_demand")),
                 "in_flight": model.in_flight,
                 "waiting": model.waiting,
+                "receipt": model.receipt,
             }
         return out
 
@@ -161,12 +177,22 @@ class Demand:
             used -= int(running[victim].get("claim") or 0)
         return victims if used + claim <= budget else None
 
+    def answered(self, name: str, first_byte_at: float) -> None:
+        """The first byte of an answer of `name` arrived (time.monotonic): the first after a start is its
+        receipt's first token."""
+        model = self.models.get(name)
+        if model is not None and model.receipt is not None and model.receipt.get("first_token_s") is None:
+            model.receipt["first_token_s"] = round(first_byte_at - model.asked, 3)
+
     async def _start(self, name: str, model: Model, route: dict[str, Any], deadline: float) -> None:
         started = time.monotonic()
         _journal(f"starting {name} on demand")
+        seen: dict[str, float] = {}
         try:
             await self._swap("start", name)
             while not await self._healthy(route, 1.0):
+                if "port_open_s" not in seen and await _port_open(route["url"]):
+                    seen["port_open_s"] = time.monotonic()
                 if time.monotonic() >= deadline:
                     raise Unavailable(f"model {name!r} is still loading; try again", 10)
                 await asyncio.sleep(0.2)
@@ -178,6 +204,17 @@ class Demand:
                 model.ready.set()
             raise
         took = time.monotonic() - started
+        healthy = time.monotonic()
+        model.asked, model.receipt = (
+            started,
+            {
+                "since": "asked for",
+                "port_open_s": round(seen.get("port_open_s", healthy) - started, 3),
+                "http_ready_s": round(healthy - started, 3),
+                "first_token_s": None,
+                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+        )
         model.state, model.last_used = "serving", time.monotonic()
         model.ready.set()
         self.metrics.loaded(name, took)
