@@ -340,3 +340,24 @@ def test_a_library_of_the_same_version_with_other_bytes_is_drift_and_an_older_lo
         == []
     )
     assert stack.node({"libraries": {path: "sha256:" + "1" * 64}}, [])["libraries"] == {path: "sha256:" + "1" * 64}
+
+
+def test_a_bench_results_pins_are_the_locks_driver_cuda_nccl_by_bytes_images_and_revisions():
+    nccl = "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.3"
+    rows = {
+        **ROWS,
+        "libraries": {nccl: "sha256:" + "1" * 64, "/usr/lib/aarch64-linux-gnu/libibverbs.so.1": "sha256:" + "2" * 64},
+        "images": {"vllm/vllm-openai:v0.11": "sha256:" + "3" * 64},
+    }
+    doc = locked(**{"spark-0": rows})
+    pinned = stack.pins(doc)
+    assert pinned["lock"] == doc["hash"] and pinned["recipe_sha256"] == stack.recipe_sha256(RECIPE)
+    assert pinned["nodes"]["spark-0"] == {
+        "driver": "580.95.05",
+        "cuda": "13.0.88",
+        "nccl": "2.28.3-1+cuda13.0",
+        "nccl_bytes": {nccl: "sha256:" + "1" * 64},
+        "images": {"vllm/vllm-openai:v0.11": "sha256:" + "3" * 64},
+        "revisions": {"/m/glm": "abc"},
+    }
+    assert stack.pins(None) == {}

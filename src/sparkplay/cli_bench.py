@@ -113,6 +113,7 @@ def bench(
     # the stack it ran on: the inventory's lock (its hash names it) and what drifted from it during the run
     doc["stack_lock"] = locked(hosts_file(inventory))
     doc["stack_lock_hash"] = stack.lock_hash(doc["stack_lock"])
+    doc["pins"] = stack.pins(doc["stack_lock"])  # the receipt's pins: driver, CUDA, NCCL by bytes, image, revision
     doc["stack_drift"] = (result.custom.get("sparkplay_drift") or {}).get("lines") or []
     kept = bench_mod.save(
         doc, folder, recipe=name, stamp=fetched.stem, recipe_sha256=recipe_sha256, engine_build=stats["engine_build"]

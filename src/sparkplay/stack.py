@@ -233,3 +233,23 @@ def compare_locks(now: Mapping[str, Any] | None, before: Mapping[str, Any] | Non
             continue
         said += [f"{host}: {words}" for words in drift(old_nodes[host], new_nodes[host], against="before")]
     return said
+
+
+def pins(doc: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a bench result is pinned to, from the lock it ran under (issue 59's receipts): the lock's hash,
+    the recipe's sha256, and per node the driver, CUDA, NCCL (its package's version and its library's bytes),
+    the engine's images by digest and the checkpoints' revisions. Empty without a lock."""
+    if not doc:
+        return {}
+    nodes = {}
+    for host, rows in sorted((doc.get("nodes") or {}).items()):
+        libraries = rows.get("libraries") or {}
+        nodes[host] = {
+            "driver": rows.get("driver"),
+            "cuda": rows.get("cuda"),
+            "nccl": (rows.get("packages") or {}).get("libnccl2"),
+            "nccl_bytes": {p: d for p, d in sorted(libraries.items()) if p.rsplit("/", 1)[-1].startswith("libnccl.")},
+            "images": dict(rows.get("images") or {}),
+            "revisions": {f: (c or {}).get("revision") for f, c in sorted((rows.get("checkpoints") or {}).items())},
+        }
+    return {"lock": doc.get("hash"), "recipe_sha256": (doc.get("recipe") or {}).get("sha256"), "nodes": nodes}
