@@ -166,6 +166,12 @@ def test_doctor_bundle_has_every_section_of_every_node_and_no_secret(tmp_path):
     bundle = tmp_path / "bundle.ndjson.gz"
     proc = run_cli("doctor", "-i", "inventory/lab", "--bundle", str(bundle), env={"HF_TOKEN": token})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    # the table as a person reads it: a header line, then a row per twin per node, each on a line of its own
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("node "))
+    rows = [line for line in lines[header + 1 : header + 5]]
+    assert all(line.startswith(("sparkplay-lab-rank0 ", "sparkplay-lab-rank1 ")) for line in rows), lines[header:]
+    assert "['" not in proc.stdout and "', '" not in proc.stdout
     assert oct(bundle.stat().st_mode & 0o777) == "0o600"
     raw = gzip.decompress(bundle.read_bytes()).decode()
     assert token not in raw

@@ -174,8 +174,8 @@ def doctor(
     extra = {"doctor_bundle": True} if bundle else {}
     result = run(root, "doctor.yml", hosts_file(inventory), "doctor", verbose=verbose, **extra)
     table = result.custom.get("sparkplay_doctor_table")
-    if table:
-        out.print(table, markup=False, highlight=False)
+    if table:  # the table's lines, as a person reads them (never the list they travel in)
+        out.print("\n".join(map(str, table)) if isinstance(table, list) else str(table), markup=False, highlight=False)
     print_drift(out, result.custom)
     if bundle is not None:
         write_bundle(bundle, result, started, inventory)
