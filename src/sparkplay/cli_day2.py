@@ -18,9 +18,8 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.table import Table
 
-from sparkplay import __version__
+from sparkplay import __version__, cli_status
 from sparkplay import doctor as doctor_mod
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import InventoryOpt, NoWaitOpt, ProjectOpt, changes_nodes, err, out, reports_errors
@@ -38,7 +37,6 @@ from sparkplay.cli_run import (
     stage_one,
 )
 from sparkplay.engines.names import UNITS
-from sparkplay.engines.systemd import plan_problems
 from sparkplay.errors import BadInput, ExitCode
 from sparkplay.fsutil import atomic_write
 from sparkplay.paths import project_dir
@@ -51,10 +49,23 @@ from sparkplay.runner import RunResult, run_playbook
 def status(
     inventory: InventoryOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    watch: Annotated[
+        float,
+        typer.Option(
+            "--watch",
+            help="Read again every SECONDS and redraw in place (a terminal; elsewhere each picture follows the last)"
+            " until Ctrl-C.",
+            min=0,
+        ),
+    ] = 0,
     project: ProjectOpt = None,
 ) -> None:
     """Each rank's unit (state, since, restarts) and the leader's health and served model."""
     root = project_dir(project)
+    if watch:
+        if as_json:
+            raise BadInput("--watch redraws a picture for a person", "use --json without --watch, or --watch alone")
+        raise typer.Exit(cli_status.watch(lambda: run_playbook(root, "status.yml", hosts_file(inventory)), watch))
     with out.status("reading every rank", spinner="dots") if out.is_terminal and not as_json else nullcontext():
         result = run_playbook(root, "status.yml", hosts_file(inventory))
     rows = result.custom.get("sparkplay_status")
@@ -62,56 +73,13 @@ def status(
     if rows is None or result.exit_code not in (ExitCode.OK, ExitCode.HOSTS_UNREACHABLE):
         finish(result, "status")
         raise typer.Exit(int(ExitCode.FAILED))
-    gateways = result.custom.get("sparkplay_status_gateway") or []
     if as_json:  # the primary's rows as before; the added deployments' and the gateway under their own keys
-        added_rows = result.custom.get("sparkplay_status_added") or []
-        more = {"added": added_rows} if added_rows else {}
-        more |= {"gateway": gateways[0]} if gateways else {}
-        drift = result.custom.get("sparkplay_drift") or {}
-        more |= {"drift": drift} if drift.get("locked") else {}
-        sys.stdout.write(json.dumps({"ranks": rows, **more} if more else rows, indent=2) + "\n")
+        sys.stdout.write(json.dumps(cli_status.as_json(result), indent=2) + "\n")
         raise typer.Exit(int(result.exit_code))
-    table = Table(box=None)
-    for column in ("rank", "host", "unit", "state", "since", "health", "model", "watchdog"):
-        table.add_column(column)
-    for row in rows:
-        style = "green" if row["up"] else "red"
-        table.add_row(
-            *(str(row[c]) for c in ("rank", "host", "unit")),
-            f"[{style}]{row['state']}[/{style}]",
-            *(str(row[c]) for c in ("since", "health", "model", "watchdog")),
-        )
-    out.print(table)
-    added = result.custom.get("sparkplay_status_added") or []
-    if added:
-        more = Table(box=None, title="added deployments (up --add)")
-        for column in ("recipe", "host", "unit", "state", "health", "model", "claim GiB"):
-            more.add_column(column)
-        for row in added:
-            style = "green" if row["up"] else "red"
-            more.add_row(
-                *(str(row[c]) for c in ("recipe", "host", "unit")),
-                f"[{style}]{row['state']}[/{style}]",
-                *(str(row[c]) for c in ("health", "model", "claim_gib")),
-            )
-        out.print(more)
-    for gateway in gateways:
-        out.print(gateway["line"], style="green" if gateway["up"] else "red", markup=False, highlight=False)
-    if added:
-        for row in added:
-            if row.get("why"):
-                err.print(f"{row['recipe']} on {row['host']}: {row['why']}", markup=False, highlight=False)
-    for row in rows:  # what each rank waits for, or why it is down, in words
-        if row.get("why"):
-            err.print(f"rank {row['rank']} ({row['host']}): {row['why']}", markup=False, highlight=False)
-    for problem in plan_problems(rows):
-        err.print(f"warning: {problem}", markup=False, highlight=False)
-    for row in rows:  # how the watchdog holds the model's answers (engines/answers.py)
-        if row.get("answers"):
-            out.print(f"answers on {row['host']}: {row['answers']}", markup=False, highlight=False)
-    for row in rows:
-        if row.get("watchdog_stood_down"):
-            err.print(f"watchdog on {row['host']}: {row['watchdog_stood_down']['why']}", markup=False, highlight=False)
+    picture, words = cli_status.view(result)
+    out.print(picture)
+    for line in words:  # why each is down, warnings, the watchdog's word: said on stderr
+        err.print(line, markup=False, highlight=False)
     print_drift(out, result.custom)
     if result.exit_code == ExitCode.HOSTS_UNREACHABLE:
         raise typer.Exit(int(ExitCode.HOSTS_UNREACHABLE))

@@ -177,14 +177,17 @@ def print_summary(console: Console, result: RunResult, *, verb: str = "run") -> 
         console.print(f"[dim]full log: {escape(str(result.artifacts))}[/dim]")
 
 
-def print_drift(console: Console, custom: Mapping[str, Any]) -> None:
-    """The cluster's drift from its lock (the sparkplay_drift stat), a line per difference; nothing unlocked."""
+def drift_lines(custom: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The cluster's drift from its lock (the sparkplay_drift stat) as (line, style); nothing unlocked."""
     drift = custom.get("sparkplay_drift") or {}
     if not drift.get("locked"):
-        return
+        return []
     if not drift.get("lines"):
-        console.print(f"stack: as locked ({drift.get('hash')})", markup=False, highlight=False)
-        return
-    console.print(f"drift from the lock ({drift.get('hash')}):", style="yellow", markup=False, highlight=False)
-    for line in drift["lines"]:
-        console.print(f"  {line}", style="yellow", markup=False, highlight=False)
+        return [(f"stack: as locked ({drift.get('hash')})", "")]
+    return [(f"drift from the lock ({drift.get('hash')}):", "yellow"), *((f"  {x}", "yellow") for x in drift["lines"])]
+
+
+def print_drift(console: Console, custom: Mapping[str, Any]) -> None:
+    """The cluster's drift from its lock, a line per difference; nothing unlocked."""
+    for line, style in drift_lines(custom):
+        console.print(line, style=style or None, markup=False, highlight=False)
