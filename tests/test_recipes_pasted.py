@@ -633,3 +633,54 @@ def test_a_llama_cpp_line_without_an_alias_says_the_plan_gives_it_the_recipes_na
     source.write_text("llama-server -hf ggml-org/gemma-3-1b-it-GGUF -c 4096 --alias gemma\n")
     doc = importing.import_source(str(source), None, pinned, (), None)
     assert doc["model"]["served_name"] == "gemma" and "no --alias" not in all_notes(doc)
+
+
+# -- a model's vllm_profile.conf (dgx-spark-vllm's runner: PROFILE_* variables, the model from its folder) ------
+
+
+def test_a_vllm_profile_imports_as_its_runner_starts_it_with_the_model_from_its_folder():
+    doc = imported("profiles/nvidia--Fixture-Model-NVFP4/vllm_profile.conf")
+    assert doc["engine"]["name"] == "vllm" and doc["engine"]["image"] == "vllm/vllm-openai:v0.18.0"
+    assert doc["model"]["repo"] == "nvidia/Fixture-Model-NVFP4" and doc["context_length"] == 65536
+    args = doc["serve"]["args"]
+    # the runner's order: the model, --trust-remote-code, then a flag per variable, its defaults, the extra args
+    assert args[:1] == ["--trust-remote-code"]
+    for flag, value in (("--gpu-memory-utilization", "0.9"), ("--max-num-seqs", "8"), ("--kv-cache-dtype", "fp8")):
+        assert args[args.index(flag) + 1] == value, flag
+    assert {
+        "--enforce-eager",
+        "--enable-prefix-caching",
+        "--enable-chunked-prefill",
+        "--enable-auto-tool-choice",
+    } <= set(args)
+    assert args[args.index("--tool-call-parser") + 1] == "hermes"
+    assert args[args.index("--reasoning-parser") + 1] == "deepseek_r1"
+    # a bash array of extra arguments, its JSON kept byte for byte
+    assert args[args.index("--speculative-config") + 1] == '{"method":"mtp","num_speculative_tokens":2}'
+    assert doc["serve"]["env"]["VLLM_ENGINE_CORE_STARTUP_TIMEOUT"] == "300"
+    notes = all_notes(doc)
+    assert "model from the profile's folder: nvidia/Fixture-Model-NVFP4" in notes
+    assert "/hf_models/nvidia--Fixture-Model-NVFP4" in notes  # what the runner would have served it as
+    assert "PROFILE_USE_V2_MODEL_RUNNER" in notes  # a variable the runner read does not use: named, not silent
+
+
+def test_a_profile_that_says_little_gets_the_runners_own_defaults_and_says_whose_image():
+    doc = imported("profiles/acme--Tiny-Defaults/vllm_profile.conf")
+    args = doc["serve"]["args"]
+    assert doc["engine"]["image"] == "vllm/vllm-openai:v0.19.0" and doc["model"]["repo"] == "acme/Tiny-Defaults"
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.85" and doc["context_length"] == 32768
+    assert args[args.index("--max-num-seqs") + 1] == "4" and "--trust-remote-code" not in args
+    assert "the runner's own default, vllm/vllm-openai:v0.19.0" in all_notes(doc)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "says"),
+    [
+        ("profiles/acme--Not-Vllm/vllm_profile.conf", r"does not run on vLLM.*needs kernels vLLM lacks"),
+        ("profiles/vllm_profile.conf", r"names no model: its runner serves the folder.*<owner>--<name>"),
+        ("profiles/acme--Hostile-Env/vllm_profile.conf", r"PROFILE_DOCKER_ENV holds '--privileged', not NAME=VALUE"),
+    ],
+)
+def test_a_profile_that_cannot_be_served_is_one_line_naming_why(fixture, says):
+    with pytest.raises(BadInput, match=says):
+        imported(fixture)

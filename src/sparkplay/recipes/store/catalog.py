@@ -22,7 +22,7 @@ from sparkplay.fsutil import atomic_write
 from sparkplay.recipes import model
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.importers import launcher, webjson
-from sparkplay.recipes.importers.pasted import compose, gguf_hub, launches, page
+from sparkplay.recipes.importers.pasted import compose, gguf_hub, launches, page, profile
 from sparkplay.recipes.importers.pasted import launch as paste
 from sparkplay.recipes.importers.sparkrun import recipe as sparkrun
 from sparkplay.recipes.normalise import normalise
@@ -233,6 +233,13 @@ def _shell_text(
     if page.is_markdown(text):
         return pasted(page.find(text, False, where), source("page"), name, pick, where, "a Markdown page")
     found, variables = launches.find(PROMPT.sub("", text))
+    if not found.launches and profile.is_profile(variables.scalars, variables.arrays):
+        # a model's vllm_profile.conf: the docker run its runner would start, imported as a pasted one
+        line, said = profile.command(variables.scalars, variables.arrays, where)
+        found, _ = launches.find(line, f"{where} (as its runner starts it)")
+        for launch in found.launches:
+            launch.notes += [("serve.args", "derived", words) for words in said]
+        return pasted(found, source("command"), name, pick, where, "a vllm_profile.conf")
     if not found.launches and not found.elsewhere and not found.ignored and variables.scalars:
         raise BadInput(
             f"{where} is a profile of settings (NAME=value lines: {', '.join(list(variables.scalars)[:4])}) for a "
