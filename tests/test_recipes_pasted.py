@@ -194,7 +194,9 @@ def test_hostile_docker_options_are_named_and_never_reach_the_plan():
         ("unset-model.sh", r"uses \$MODEL_ID, which the text never sets"),
         ("substitution.sh", "command substitution"),
         ("two-commands.sh", r"holds 2 engine commands: 1\) line 1: vllm serve Qwen/Qwen3-8B.*--pick N"),
-        ("run-recipe.sh", r"runs run-recipe.sh on the recipe recipes/glm-4.7-nvfp4.yaml.*import the file it names"),
+        ("run-recipe.sh", r"runs run-recipe on the recipe recipes/glm-4.7-nvfp4.yaml, which is not beside.*import the"),
+        ("eugr-checkout/serve-missing.sh", r"the recipe no-such-recipe, which is not beside.*then in recipes/"),
+        ("eugr-checkout/serve-escape.sh", r"the recipe ../../../../../etc/passwd, which is not beside"),
         ("profile.conf", r"is a profile of settings \(NAME=value lines: MODEL, PORT, TP\)"),
         ("compose-unset.yml", r"service vllm uses \$MODEL, which the text never sets"),
         ("compose-no-engine.yml", r"is a compose file, not a recipe, and holds no engine command.*webui"),
@@ -685,3 +687,46 @@ def test_a_profile_that_says_little_gets_the_runners_own_defaults_and_says_whose
 def test_a_profile_that_cannot_be_served_is_one_line_naming_why(fixture, says):
     with pytest.raises(BadInput, match=says):
         imported(fixture)
+
+
+# -- eugr's run-recipe.sh: the recipe it names, beside it, with its overrides --------------------------------
+
+
+def test_a_run_recipe_wrapper_imports_its_recipe_with_the_overrides_run_recipe_applies():
+    doc = imported("eugr-checkout/serve-solo.sh")
+    assert doc["source"]["kind"] == "sparkrun" and doc["source"]["location"].endswith("eugr-checkout/serve-solo.sh")
+    assert doc["source"]["launch"].endswith("eugr-checkout/recipes/gemma-like.yaml")  # the file it runs
+    assert doc["topology"]["nodes"] == 1 and doc["topology"]["tensor_parallel"] == 1  # --solo: TP 1 without --tp
+    args = doc["serve"]["args"]
+    assert doc["serve"]["port"] == 9000 and args[args.index("--gpu-memory-utilization") + 1] == "0.7"
+    assert "--distributed-executor-backend" not in args  # as run-recipe.py strips it in solo mode
+    assert doc["serve"]["env"]["NCCL_DEBUG"] == "INFO" and doc["model"]["served_name"] == "my-api"
+    # the recipe's JSON flags as the recipe wrote them, its doubled braces collapsed once
+    assert args[args.index("--speculative-config") + 1] == '{"method":"mtp","num_speculative_tokens":3}'
+    notes = all_notes(doc)
+    assert "the wrapper sets port=9000, gpu_memory_utilization=0.7, tensor_parallel=1" in notes
+    assert "the wrapper appends to the command: --served-model-name my-api" in notes
+
+
+def test_a_cluster_wrapper_keeps_its_ray_back_end_and_names_the_options_sparkplay_decides():
+    doc = imported("eugr-checkout/serve-cluster.sh")
+    args = doc["serve"]["args"]
+    assert doc["topology"]["nodes"] == 2 and args[args.index("--distributed-executor-backend") + 1] == "ray"
+    assert doc["context_length"] == 32768
+    assert "not applied, as sparkplay decides them" in all_notes(doc) and "-n 10.0.0.1,10.0.0.2" in all_notes(doc)
+    assert "--setup" in all_notes(doc)
+
+
+@pytest.mark.parametrize(
+    ("words", "says"),
+    [
+        (["r", "--port"], "--port needs a value"),
+        (["r", "--tp", "two"], "--tp 'two' is not a number"),
+        (["r", "-e", "NOT AN ENV"], "is not VAR=VALUE"),
+    ],
+)
+def test_a_wrapper_line_it_cannot_read_is_one_line(words, says):
+    from sparkplay.recipes.importers.pasted import wrapper
+
+    with pytest.raises(BadInput, match=says):
+        wrapper.parse(words, "line 1")

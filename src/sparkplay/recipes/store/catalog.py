@@ -22,7 +22,7 @@ from sparkplay.fsutil import atomic_write
 from sparkplay.recipes import model
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.importers import launcher, webjson
-from sparkplay.recipes.importers.pasted import compose, gguf_hub, launches, page, profile
+from sparkplay.recipes.importers.pasted import compose, gguf_hub, launches, page, profile, wrapper
 from sparkplay.recipes.importers.pasted import launch as paste
 from sparkplay.recipes.importers.sparkrun import recipe as sparkrun
 from sparkplay.recipes.normalise import normalise
@@ -233,6 +233,8 @@ def _shell_text(
     if page.is_markdown(text):
         return pasted(page.find(text, False, where), source("page"), name, pick, where, "a Markdown page")
     found, variables = launches.find(PROMPT.sub("", text))
+    if not found.launches and len(found.wrappers) == 1:
+        return [normalise(wrapper.to_raw(found.wrappers[0], source("sparkrun"), name, where))]
     if not found.launches and profile.is_profile(variables.scalars, variables.arrays):
         # a model's vllm_profile.conf: the docker run its runner would start, imported as a pasted one
         line, said = profile.command(variables.scalars, variables.arrays, where)

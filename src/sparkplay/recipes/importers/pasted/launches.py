@@ -80,6 +80,7 @@ class Found:
     elsewhere: list[str] = field(default_factory=list)  # why the engine may be in a file the text does not hold
     containers: dict[str, Container] = field(default_factory=dict)
     images: list[str] = field(default_factory=list)
+    wrappers: list[tuple[list[str], str]] = field(default_factory=list)  # run-recipe's words after it, where
 
 
 def find(
@@ -188,6 +189,8 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
         _eugr(words[1:], at, env, found, depth)
     elif (program.startswith("run-recipe") or (program == "sparkrun" and words[1:2] == ["run"])) and len(words) > 1:
         recipe = next((w for w in words[1:] if not w.startswith("-") and w != "run"), "its recipe")
+        if program.startswith("run-recipe"):
+            found.wrappers.append((words[1:], at))
         found.elsewhere.append(
             f"{at} runs {program} on the recipe {shell.shown(recipe)} (sparkplay reads sparkrun's "
             "and eugr's recipe YAML itself)"
