@@ -196,6 +196,8 @@ def test_hostile_docker_options_are_named_and_never_reach_the_plan():
         ("two-commands.sh", r"holds 2 engine commands: 1\) line 1: vllm serve Qwen/Qwen3-8B.*--pick N"),
         ("run-recipe.sh", r"runs run-recipe on the recipe recipes/glm-4.7-nvfp4.yaml, which is not beside.*import the"),
         ("eugr-checkout/serve-missing.sh", r"the recipe no-such-recipe, which is not beside.*then in recipes/"),
+        ("compose-checkout/missing.sh", r"runs docker compose on nothere.yml, which is not beside"),
+        ("compose-checkout/wrong-service.sh", r"runs the service nosuch, which .*docker-compose.yml does not define"),
         ("eugr-checkout/serve-escape.sh", r"the recipe ../../../../../etc/passwd, which is not beside"),
         ("profile.conf", r"is a profile of settings \(NAME=value lines: MODEL, PORT, TP\)"),
         ("compose-unset.yml", r"service vllm uses \$MODEL, which the text never sets"),
@@ -730,3 +732,22 @@ def test_a_wrapper_line_it_cannot_read_is_one_line(words, says):
 
     with pytest.raises(BadInput, match=says):
         wrapper.parse(words, "line 1")
+
+
+# -- a script that runs `docker compose run|up SERVICE`: the service, from the compose file beside it ---------
+
+
+def test_docker_compose_run_in_a_script_imports_its_service_with_runs_command_and_environment():
+    doc = imported("compose-checkout/start.sh")
+    assert doc["source"]["kind"] == "compose" and doc["source"]["launch"] == "service vllm"
+    assert doc["model"]["repo"] == "Qwen/Qwen3-8B" and doc["context_length"] == 8192  # run's command replaces
+    assert doc["serve"]["env"] == {"VLLM_ATTENTION_BACKEND": "FLASHINFER", "HF_HUB_OFFLINE": "1"}
+    notes = all_notes(doc)
+    assert "docker compose run vllm from" in notes and "command replaces the service's" in notes
+    assert "not applied, as sparkplay's units decide them: --rm, -d, -p 8000:8000" in notes
+
+
+def test_compose_v1s_up_of_one_service_imports_that_service_as_the_file_has_it():
+    doc = imported("compose-checkout/up.sh")
+    assert doc["model"]["repo"] == "Qwen/Qwen3-8B" and doc["context_length"] == 32768
+    assert "extra.compose.services" not in all_notes(doc)  # the web UI is not what the script starts

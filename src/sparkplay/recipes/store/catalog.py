@@ -22,7 +22,7 @@ from sparkplay.fsutil import atomic_write
 from sparkplay.recipes import model
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.importers import launcher, webjson
-from sparkplay.recipes.importers.pasted import compose, gguf_hub, launches, page, profile, wrapper
+from sparkplay.recipes.importers.pasted import compose, compose_run, gguf_hub, launches, page, profile, wrapper
 from sparkplay.recipes.importers.pasted import launch as paste
 from sparkplay.recipes.importers.sparkrun import recipe as sparkrun
 from sparkplay.recipes.normalise import normalise
@@ -233,6 +233,9 @@ def _shell_text(
     if page.is_markdown(text):
         return pasted(page.find(text, False, where), source("page"), name, pick, where, "a Markdown page")
     found, variables = launches.find(PROMPT.sub("", text))
+    if not found.launches and len(found.compose_runs) == 1:
+        service, path, _ = compose_run.find(*found.compose_runs[0], where)
+        return pasted(service, source("compose"), name, pick, str(path), "a compose file")
     if not found.launches and len(found.wrappers) == 1:
         return [normalise(wrapper.to_raw(found.wrappers[0], source("sparkrun"), name, where))]
     if not found.launches and profile.is_profile(variables.scalars, variables.arrays):

@@ -81,6 +81,7 @@ class Found:
     containers: dict[str, Container] = field(default_factory=dict)
     images: list[str] = field(default_factory=list)
     wrappers: list[tuple[list[str], str]] = field(default_factory=list)  # run-recipe's words after it, where
+    compose_runs: list[tuple[list[str], str]] = field(default_factory=list)  # docker compose's words after it
 
 
 def find(
@@ -165,8 +166,8 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
     if not words:
         return
     program = posixpath.basename(words[0])
-    if program in DOCKERS:
-        _docker(words[1:], at, env, found, depth)
+    if program in DOCKERS or program == "docker-compose":  # Compose v1's own program is `docker compose`
+        _docker(words[1:] if program in DOCKERS else ["compose", *words[1:]], at, env, found, depth)
     elif program in SHELLS and len(words) > 2 and re.fullmatch(r"-[a-z]*c[a-z]*", words[1]):
         _nested(words[2], at, env, None, found, depth)
     elif program in SHELLS and len(words) > 1 and not words[1].startswith("-"):
@@ -189,8 +190,7 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
         _eugr(words[1:], at, env, found, depth)
     elif (program.startswith("run-recipe") or (program == "sparkrun" and words[1:2] == ["run"])) and len(words) > 1:
         recipe = next((w for w in words[1:] if not w.startswith("-") and w != "run"), "its recipe")
-        if program.startswith("run-recipe"):
-            found.wrappers.append((words[1:], at))
+        found.wrappers += [(words[1:], at)] if program.startswith("run-recipe") else []
         found.elsewhere.append(
             f"{at} runs {program} on the recipe {shell.shown(recipe)} (sparkplay reads sparkrun's "
             "and eugr's recipe YAML itself)"
@@ -282,6 +282,7 @@ def _docker(words: list[str], at: str, env: dict[str, str], found: Found, depth:
             if note:
                 launch.notes.append(("engine.image", "derived", note))
     elif sub == "compose":
+        found.compose_runs.append((words[1:], at))
         found.elsewhere.append(f"{at} runs docker compose: import the compose file itself")
     else:
         found.ignored.append(f"docker {sub}".strip())
