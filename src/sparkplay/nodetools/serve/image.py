@@ -252,9 +252,7 @@ def send(image: str, peer: list[str], docker: str, root: Path, whole: bool = Fal
             sent += len(piece)
     except BrokenPipeError:
         pass  # the load ended early: its exit says why
-    finally:
-        load.stdin.close()  # type: ignore[union-attr]
-    _out, err = load.communicate()
+    _out, err = load.communicate()  # closes its input: the archive ends
     if saver.wait() != 0 or load.returncode != 0:
         raise SystemExit(f"the whole image did not reach the peer either: {err.decode(errors='replace').strip()[:300]}")
     return {"how": "whole", "why": why, "bytes": sent, "seconds": round(time.monotonic() - started, 1)}
