@@ -141,9 +141,12 @@ def served(**settings: object) -> dict:
 def test_the_smoke_length_and_wait_interval_reach_the_wait() -> None:
     wait = task("roles/serve/tasks/run.yml", "Serve | Wait until the model answers")
     follow = task("roles/serve/tasks/run.yml", "Serve | Follow the wait")
-    variables = served(serve_smoke_max_tokens=3, serve_wait_interval=7)
+    variables = served(serve_smoke_max_tokens=3, serve_wait_interval=7, serve_started_now=True)
     argv = render(wait["ansible.builtin.command"]["argv"], variables)
     assert flag(argv, "--max-tokens") == "3" and flag(argv, "--interval") == "7"
+    # the wait after a start keeps its receipt; one that follows no start does not (issue 59)
+    assert flag(argv, "--receipt") == "/var/lib/sparkplay/receipts/sparkplay-serve.service.json"
+    assert "--receipt" not in render(wait["ansible.builtin.command"]["argv"], {**variables, "serve_started_now": False})
     assert int(render(follow["delay"], variables)) == 7
     timeout = variables["serve_plan"]["health"]["timeout_s"]
     assert int(render(follow["retries"], variables)) == (timeout + 300) // 7  # the same overall bound
