@@ -169,8 +169,9 @@ def test_doctor_bundle_has_every_section_of_every_node_and_no_secret(tmp_path):
     # the table as a person reads it: a header line, then a row per twin per node, each on a line of its own
     lines = proc.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("node "))
-    rows = [line for line in lines[header + 1 : header + 5]]
-    assert all(line.startswith(("sparkplay-lab-rank0 ", "sparkplay-lab-rank1 ")) for line in rows), lines[header:]
+    rows = lines[header + 1 : header + 5]  # a node's second twin is on the next line, under its node
+    assert all("  up    9000  192.168." in line for line in rows), lines[header:]
+    assert rows[0].startswith("sparkplay-lab-rank0 ") and rows[2].startswith("sparkplay-lab-rank1 "), rows
     assert "['" not in proc.stdout and "', '" not in proc.stdout
     assert oct(bundle.stat().st_mode & 0o777) == "0o600"
     raw = gzip.decompress(bundle.read_bytes()).decode()
