@@ -37,6 +37,7 @@ SOCKET = "/run/sparkplay-bench-docker.sock"
 PEER = ["docker", "-H", f"unix://{SOCKET}"]
 TAG = "sparkplay-bench-layers"
 LOG = Path("/run/sparkplay-bench-docker.log")
+BRIDGE = "sp-bench0"
 
 
 def sh(*args: str) -> str:
@@ -45,8 +46,12 @@ def sh(*args: str) -> str:
 
 @contextlib.contextmanager
 def second_engine() -> Iterator[None]:
-    """A second Docker engine, the other rank's: its own data root, exec root, socket; no networking."""
+    """A second Docker engine, the other rank's: its own data root, exec root, socket, and a bridge of its own
+    (it runs no container; `--bridge none` would delete the first engine's docker0 as it starts)."""
     shutil.rmtree(PEER_ROOT, ignore_errors=True)
+    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+    sh("ip", "link", "add", BRIDGE, "type", "bridge")
+    sh("ip", "addr", "add", "172.31.254.1/24", "dev", BRIDGE)
     log = LOG.open("w")  # open for the engine's life
     proc = subprocess.Popen(
         [
@@ -60,7 +65,7 @@ def second_engine() -> Iterator[None]:
             "-H",
             f"unix://{SOCKET}",
             "--bridge",
-            "none",
+            BRIDGE,
             "--iptables=false",
             "--ip-masq=false",
             "--storage-driver",
@@ -82,6 +87,7 @@ def second_engine() -> Iterator[None]:
         proc.wait(30)
         log.close()
         shutil.rmtree(PEER_ROOT, ignore_errors=True)
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
 
 
 def build(version: int, base_mib: int, top_mib: int, scratch: Path) -> str:
