@@ -284,6 +284,32 @@ def test_the_serve_settings_reach_stage_two():
             two_stage("lab-tiny", {"serve_memory_claim_gib": hostile})
 
 
+@pytest.mark.parametrize(
+    ("value", "wanted"),
+    [
+        (False, False),
+        ("false", False),
+        ("no", False),
+        ("0", False),
+        ("Off", False),
+        (True, True),
+        ("true", True),
+        ("yes", True),
+        (1, True),
+    ],
+)
+def test_the_watchdog_switch_reads_what_extra_vars_pass(value, wanted):
+    # `-e serve_watchdog_enabled=false` arrives as a string: it must turn the watchdog off, not on
+    leader = two_stage("lab-tiny", {"serve_watchdog_enabled": value})["launch"]["ranks"][0]
+    assert ("sparkplay-serve-watchdog.service" in leader["units"]) is wanted
+    assert (leader["record"]["watchdog_unit"] is not None) is wanted
+
+
+def test_a_watchdog_switch_that_is_neither_on_nor_off_is_refused_naming_it():
+    with pytest.raises(BadInput, match=r"serve_watchdog_enabled is 'maybe', not on or off.*true or false"):
+        two_stage("lab-tiny", {"serve_watchdog_enabled": "maybe"})
+
+
 def test_stage_two_without_a_ranks_facts_names_the_host_and_the_fix():
     doc = recipe("lab-tiny")
     stage_one = deployment.compute(doc, {"rank0": 0, "rank1": 1})

@@ -31,7 +31,7 @@ from sparkplay.engines.names import TOOLS, UNIT_DIR, UNITS, for_slot
 from sparkplay.engines.plan import build
 from sparkplay.engines.systemd import plan_digest
 from sparkplay.errors import BadInput
-from sparkplay.settings import DEFAULTS, LAUNCH_DEFAULTS, MODES, first_byte_bound
+from sparkplay.settings import DEFAULTS, LAUNCH_DEFAULTS, MODES, first_byte_bound, switch
 
 GROUP = "sparkplay_nodes"
 
@@ -233,10 +233,11 @@ def with_launch(
     wait = int(merged["serve_worker_wait"] or 0)
     watchdog_state = merged["serve_watchdog_state"] or f"{state}/{doc['paths'].get('watchdog_state', 'watchdog.json')}"
     units = doc.get("units") or UNITS
+    watchdog_wanted = switch(merged["serve_watchdog_enabled"], "serve_watchdog_enabled")
     for rank in plan["ranks"]:
         leader = rank["role"] == "leader"
         watch = plan["leader_follows_workers"] and leader
-        watchdog = bool(merged["serve_watchdog_enabled"]) and leader
+        watchdog = watchdog_wanted and leader
         # workers first: a rank with peers to wait for runs the serve tool, which waits, then becomes the engine
         # and a rank bound to its cable address waits until the node holds it (after a boot, a pulled cable)
         binds = sorted({str(w["address"]) for w in rank.get("listen") or [] if _cable_bound(str(w["address"]))})

@@ -88,6 +88,21 @@ def node_constants(_: Any = None) -> dict[str, Any]:
     }
 
 
+# An on/off setting as Ansible reads one: `-e serve_watchdog_enabled=false` arrives as the string "false"
+SWITCH_ON = frozenset({"true", "yes", "on", "y", "t", "1"})
+SWITCH_OFF = frozenset({"false", "no", "off", "n", "f", "0"})
+
+
+def switch(value: Any, name: str) -> bool:
+    """An on/off setting (a bool, or a word Ansible's `bool` filter reads), as a bool; anything else refused."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word not in SWITCH_ON | SWITCH_OFF:
+        raise BadInput(f"{name} is {value!r}, not on or off", f"set {name} to true or false")
+    return word in SWITCH_ON
+
+
 # what a first byte may take at most: a day (a bound past that is no bound)
 FIRST_BYTE_MAX_S = 86400
 
