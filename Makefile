@@ -77,8 +77,8 @@ pytest-lab: venv
 test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py) and the slow several-model extras (tests/test_several_extra_lab.py: an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand); about 21 min
 	pytest -m extra
 
-test-faults: setup ## day two on the lab (tests/test_faults_lab.py): the four faults make test runs (an engine killed, a node rebooted, a cable pulled for a minute, an engine past its memory limit) and the slower ones (frozen engines, reboots looked at while down, doctor on one twin pulled), each recovered by itself
-	pytest tests/test_faults_lab.py -m lab
+test-faults: setup ## day two on the lab (tests/test_faults_lab.py): the four faults make test runs (an engine killed, a node rebooted, a cable pulled for a minute, an engine past its memory limit) and the slower ones (frozen engines, reboots looked at while down, doctor on one twin pulled), each recovered by itself; then a ten-minute soak of them all together under load (tests/test_soak_lab.py)
+	pytest tests/test_faults_lab.py tests/test_soak_lab.py -m lab
 
 test-faults-long: setup ## the long outages on the lab (tests/test_faults_long_lab.py): a cable pulled past TCP's retry limit, a node off for ten minutes
 	pytest -m faults_long

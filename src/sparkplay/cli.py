@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -26,6 +27,7 @@ from sparkplay.lab import faults as lab_faults
 from sparkplay.lab import inventory as lab_inventory
 from sparkplay.lab import manager as lab_manager
 from sparkplay.lab import snapshot as lab_snapshot
+from sparkplay.lab import soak as lab_soak
 from sparkplay.paths import data_dir, project_dir
 
 app = typer.Typer(
@@ -205,6 +207,35 @@ def lab_plug(project: ProjectOpt = None) -> None:
     """Plug the lab's cable back in (every pulled twin)."""
     started = time.monotonic()
     _said("plug", lab_faults.plug(data_dir(project_dir(project))), started)
+
+
+@lab_app.command("soak")
+@reports_errors
+def lab_soak_command(
+    report: Annotated[Path, typer.Option("--report", help="Folder for report.json, report.md and requests.png.")],
+    minutes: Annotated[float, typer.Option("--minutes", help="How long the load runs.")] = 60,
+    seed: Annotated[int, typer.Option("--seed", help="Seeds the fault schedule and the load's mix.")] = 1,
+    faults: Annotated[
+        str | None,
+        typer.Option("--faults", help=f"Comma-separated kinds to make (default: all): {', '.join(lab_soak.KINDS)}."),
+    ] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """Serve several models on the lab under load for MINUTES while faults come from a seeded schedule; report
+    availability outside the faults, each recovery against its bound, leaks and tracebacks (exit 1 if a rule
+    failed)."""
+    root = project_dir(project)
+    kinds = lab_soak.allowed(faults)
+
+    def say(line: str) -> None:
+        out.print(line, markup=False, highlight=False)
+
+    done = lab_soak.run(root, data_dir(root), minutes=minutes, seed=seed, kinds=kinds, report_dir=report, say=say)
+    for line in lab_soak.summary_lines(done):
+        say(line)
+    say(f"report: {report / 'report.md'}")
+    if not done["passed"]:
+        raise typer.Exit(int(ExitCode.FAILED))
 
 
 def main() -> None:
