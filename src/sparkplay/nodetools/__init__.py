@@ -35,6 +35,8 @@ NVFP4_NODE_FILES = (
 
 
 BUNDLES = {"nvfp4": NVFP4_NODE_FILES}
+# what a node tool carries besides its modules: the gateway's page and the library it vendors (serve/ui)
+ASSETS = (".html", ".js", ".css", ".uPlot")
 
 
 def app(name: str) -> str:
@@ -48,7 +50,7 @@ def app(name: str) -> str:
     files: list[tuple[str, bytes]] = []
     for folder in _folders(root.joinpath(name), name):
         for item in sorted(root.joinpath(folder).iterdir(), key=lambda p: p.name):
-            if item.name.endswith(".py"):
+            if item.name.endswith(".py") or item.name.endswith(ASSETS):
                 files.append((f"{folder}/{item.name}", item.read_bytes()))
     files.append(("__main__.py", f"import sys\n\nfrom {name}.cli import main\n\nsys.exit(main())\n".encode()))
     digest = hashlib.sha256(b"".join(n.encode() + b"\0" + d for n, d in files)).hexdigest()[:16]

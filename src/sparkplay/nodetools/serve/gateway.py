@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from . import gateway_metrics, gateway_tcp
+from . import gateway_events, gateway_metrics, gateway_tcp, gateway_ui
 from .gateway_body import BadBody, forwarded_path, model_of, model_of_form
 from .gateway_demand import Demand, Unavailable
 from .gateway_files import Keys, Routes, UpstreamKeys
@@ -45,7 +44,7 @@ def _error(status: int, message: str, kind: str, code: str, **headers: str) -> A
 
 
 def _journal(line: str) -> None:
-    print(f"sparkplay-gateway: {line}", file=sys.stderr, flush=True)
+    gateway_events.say(line)
 
 
 class Gateway:
@@ -73,6 +72,7 @@ class Gateway:
         self.session: Any = None
         self.metrics = gateway_metrics.make()
         self.demand = Demand(None, None, self.metrics)
+        self.history = gateway_ui.History()  # the cluster page's charts
         # which deployments cannot answer now and why (gateway_watch.py); the requests in flight for each, and
         # those ended with the cause (their task cancelled: the cause is their answer)
         self.watch = Watch(node)
@@ -100,6 +100,7 @@ class Gateway:
             table = self.routes.current()
             self.look(table)
             await self.demand.reap(table)
+            self.history.sample(getattr(self.metrics, "registry", None))
             if state_file is not None:
                 now = json.dumps(
                     {
@@ -182,6 +183,12 @@ class Gateway:
         if raw == "/metrics":
             data, kind = self.metrics.text()
             return web.Response(body=data, headers={"Content-Type": kind})
+        if raw == "/ui/state":
+            return web.json_response(gateway_ui.state(self, table), headers={"Cache-Control": "no-store"})
+        if raw in ("/ui", "/ui/") or raw.startswith("/ui/"):
+            found = gateway_ui.asset(raw.removeprefix("/ui").strip("/") or "index.html")
+            if found is not None:
+                return web.Response(body=found[0], headers={"Content-Type": found[1], **gateway_ui.PAGE_HEADERS})
         if raw == "/v1/models":
             data = [
                 {"id": name, "object": "model", "owned_by": "sparkplay", "recipe": route["recipe"]}
@@ -193,7 +200,7 @@ class Gateway:
             return web.json_response({"id": name, "object": "model", "owned_by": "sparkplay"})
         return _error(
             404,
-            "no such route (GET serves /health, /metrics, /v1/models, /v1/models/NAME)",
+            "no such route (GET serves /health, /metrics, /v1/models, /v1/models/NAME, /ui, /ui/state)",
             "invalid_request_error",
             "not_found",
         )

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import gateway_events
 
 DEFAULT_TTL_S, DEFAULT_WAIT_S = 600.0, 120.0  # the routes file's ttl_s and wait_s where it has none
 
@@ -54,7 +55,7 @@ async def _port_open(url: str) -> bool:
 
 
 def _journal(line: str) -> None:
-    print(f"sparkplay-gateway: {line}", file=sys.stderr, flush=True)
+    gateway_events.say(line)
 
 
 class Demand:
@@ -63,6 +64,11 @@ class Demand:
         self.swapper, self.session, self.metrics = swapper, session, metrics
         self.models: dict[str, Model] = {}
         self.lock = asyncio.Lock()  # one decision at a time about what runs: two loads never count the same room
+
+    def idle_seconds(self) -> dict[str, float]:
+        """Each model's seconds since its last request ended (0 while one is in flight): the page's TTL."""
+        now = time.monotonic()
+        return {name: 0.0 if m.in_flight else now - m.last_used for name, m in self.models.items()}
 
     def snapshot(self, table: dict[str, Any]) -> dict[str, dict[str, Any]]:
         out = {}

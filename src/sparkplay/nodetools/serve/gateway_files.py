@@ -15,11 +15,12 @@ import hmac
 import json
 import os
 import stat
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from . import gateway_events
 
 MAX_FILE = 1 << 20
 ROOT = 0
@@ -84,7 +85,7 @@ class Watched:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             problem = f"{self.path}: {exc}"
         if problem and problem != self.problem:
-            print(f"sparkplay-gateway: {problem}; keeping what it said before", file=sys.stderr, flush=True)
+            gateway_events.say(f"{problem}; keeping what it said before")
         self.problem = problem
 
 

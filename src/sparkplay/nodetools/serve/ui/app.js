@@ -1,0 +1,138 @@
+// The cluster page: reads /ui/state every two seconds and draws it. Text goes in as text (textContent),
+// never as markup: a model's name or a cause is data. Charts are uPlot's (vendored, VENDORED.md).
+"use strict";
+
+const EVERY_MS = 2000;
+const charts = new Map();
+
+function cell(row, text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text === null || text === undefined ? "" : String(text);
+  if (cls) td.className = cls;
+  row.appendChild(td);
+  return td;
+}
+
+function clock(at) {
+  return new Date(at * 1000).toLocaleTimeString();
+}
+
+function gib(bytes) {
+  return (bytes / 2 ** 30).toFixed(1) + " GiB";
+}
+
+function stateClass(state) {
+  if (state.startsWith("serving")) return "state-serving";
+  if (state === "loading") return "state-loading";
+  return "state-stopped";
+}
+
+function drawModels(models) {
+  const body = document.querySelector("#models tbody");
+  body.replaceChildren();
+  for (const m of models) {
+    const row = document.createElement("tr");
+    row.dataset.model = m.name;
+    cell(row, m.name);
+    cell(row, m.recipe);
+    cell(row, m.node);
+    cell(row, m.state + (m.on_demand ? " (on demand)" : ""), "state " + stateClass(m.state));
+    cell(row, m.cause || "", "cause");
+    cell(row, m.in_flight);
+    cell(row, m.waiting);
+    cell(row, m.ttl_left_s === null ? "" : m.ttl_left_s + " s");
+    const r = m.receipt;
+    cell(row, r ? `${r.since || ""} ${r.at || ""}: ready in ${r.http_ready_s} s` : "");
+    body.appendChild(row);
+  }
+}
+
+function drawNode(node) {
+  const memory = node.memory;
+  document.getElementById("node").textContent =
+    (node.name || "this node") +
+    (memory ? `: ${gib(memory.available_bytes)} of ${gib(memory.total_bytes)} available` : "");
+  const list = document.getElementById("twins");
+  list.replaceChildren();
+  for (const twin of node.twins) {
+    const li = document.createElement("li");
+    li.textContent = `cable twin ${twin.name}: ${twin.carrier ? "carrier" : "no carrier"}`;
+    li.className = twin.carrier ? "up" : "down";
+    list.appendChild(li);
+  }
+}
+
+function drawCharts(models) {
+  if (typeof uPlot === "undefined") return;
+  for (const m of models) {
+    const h = m.history;
+    const data = [
+      h.map((p) => p.t),
+      h.map((p) => p.requests),
+      h.map((p) => p.errors),
+      h.map((p) => p.latency_p50),
+      h.map((p) => p.latency_p95),
+      h.map((p) => p.first_byte_p95),
+    ];
+    let chart = charts.get(m.name);
+    if (!chart) {
+      const box = document.createElement("div");
+      box.className = "chart";
+      const title = document.createElement("h3");
+      title.textContent = m.name;
+      box.appendChild(title);
+      document.getElementById("charts").appendChild(box);
+      chart = new uPlot(
+        {
+          width: 460,
+          height: 180,
+          series: [
+            {},
+            { label: "requests", stroke: "#1f77b4", scale: "n" },
+            { label: "errors", stroke: "#d62728", scale: "n" },
+            { label: "p50 s", stroke: "#2ca02c", scale: "s" },
+            { label: "p95 s", stroke: "#ff7f0e", scale: "s" },
+            { label: "first byte p95 s", stroke: "#9467bd", scale: "s", dash: [4, 4] },
+          ],
+          axes: [{}, { scale: "n" }, { scale: "s", side: 1, grid: { show: false } }],
+        },
+        data,
+        box,
+      );
+      charts.set(m.name, chart);
+    } else {
+      chart.setData(data);
+    }
+  }
+}
+
+function drawEvents(events) {
+  const list = document.getElementById("events");
+  list.replaceChildren();
+  for (const e of events) {
+    const li = document.createElement("li");
+    li.textContent = `${clock(e.at)}  ${e.what}`;
+    list.appendChild(li);
+  }
+}
+
+async function tick() {
+  const updated = document.getElementById("updated");
+  try {
+    const reply = await fetch("/ui/state", { cache: "no-store", credentials: "same-origin" });
+    if (!reply.ok) throw new Error(`the gateway answered ${reply.status}`);
+    const state = await reply.json();
+    drawNode(state.node);
+    drawModels(state.models);
+    drawCharts(state.models);
+    drawEvents(state.events);
+    updated.textContent = `as of ${clock(state.at)}`;
+    updated.className = "";
+  } catch (err) {
+    updated.textContent = `not updated: ${err.message}`;
+    updated.className = "stale";
+  }
+}
+
+tick();
+setInterval(tick, EVERY_MS);
