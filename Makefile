@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # molecule and the CLI find the project from here
 export SPARKPLAY_PROJECT_DIR := $(CURDIR)
 
-.PHONY: setup venv host demo test checks pytest-unit pytest-lab test-3 test-extra test-faults test-faults-long test-vllm test-sglang unit lint sanity pytest molecule molecule-roles clean
+.PHONY: setup venv host demo test checks pytest-unit pytest-lab test-3 test-extra browser test-faults test-faults-long test-vllm test-sglang unit lint sanity pytest molecule molecule-roles clean
 
 setup: venv host ## virtualenv + (as root) Debian packages and a running Docker engine
 
@@ -74,8 +74,11 @@ pytest-unit: venv
 pytest-lab: venv
 	$(call PYTEST_PART,lab,lab and $(MAKE_TEST_MARKS),)
 
-test-extra: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py) and the slow several-model extras (tests/test_several_extra_lab.py: an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand); about 21 min
+test-extra: setup browser ## every documented knob set on the real lab (tests/test_knobs_lab.py), the slow several-model extras (tests/test_several_extra_lab.py: an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand) and the cluster page in headless Chromium (tests/test_ui_browser_lab.py); about 23 min
 	pytest -m extra
+
+browser: ## (as root) Debian's Chromium and ChromeDriver, for the cluster page's browser test
+	bash scripts/setup-browser
 
 test-faults: setup ## day two on the lab (tests/test_faults_lab.py): the four faults make test runs (an engine killed, a node rebooted, a cable pulled for a minute, an engine past its memory limit) and the slower ones (frozen engines, reboots looked at while down, doctor on one twin pulled), each recovered by itself; then a ten-minute soak of them all together under load (tests/test_soak_lab.py)
 	pytest tests/test_faults_lab.py tests/test_soak_lab.py -m lab

@@ -1,5 +1,5 @@
 """The cluster page: GET /ui (the page), /ui/FILE (its script and the charting library it vendors, ui/VENDORED.md)
-and /ui/state (what the page shows, as JSON; the page asks for it every two seconds).
+and /ui/state (what the page shows, as JSON; the page asks for it every second).
 
 Everything comes from what the gateway already knows on the leader, as the user it runs as (no root): each
 deployment's route (recipe, node, on demand or not), its state now (serving, loading, stopped on demand, and

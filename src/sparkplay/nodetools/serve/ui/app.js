@@ -1,8 +1,8 @@
-// The cluster page: reads /ui/state every two seconds and draws it. Text goes in as text (textContent),
+// The cluster page: reads /ui/state every second and draws it. Text goes in as text (textContent),
 // never as markup: a model's name or a cause is data. Charts are uPlot's (vendored, VENDORED.md).
 "use strict";
 
-const EVERY_MS = 2000;
+const EVERY_MS = 1000;
 const charts = new Map();
 
 function cell(row, text, cls) {
