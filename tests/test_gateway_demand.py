@@ -157,6 +157,19 @@ def test_each_asked_for_is_started_and_the_least_recently_used_makes_room(lab):
     assert sorted(lab.running) == ["alpha", "gamma"]
 
 
+def test_a_gateway_that_restarted_learns_what_runs_beside_before_it_makes_room(lab):
+    """alpha and beta run (started before this gateway did: it was killed, or its node rebooted) and gamma is
+    asked for: the gateway finds them running and stops the least recently used first, instead of asking the
+    swapper for a start past the budget (which it refuses: the soak's 503s, issue 55)."""
+    lab, port, _ = lab()
+    lab.start("alpha")
+    lab.start("beta")
+    status, body, _ = ask(port, "gamma")
+    assert status == 200 and body["served_by"] == "gamma"
+    assert lab.ops[0].startswith("stop ") and lab.ops[-1] == "start gamma", lab.ops
+    assert len(lab.running) == 2
+
+
 def test_a_model_with_a_request_in_flight_is_never_stopped_to_make_room(lab):
     lab, port, _ = lab()
     assert ask(port, "alpha")[0] == 200

@@ -648,3 +648,41 @@ def test_the_health_proof_uses_the_endpoint_the_model_serves(serves, said):
     finally:
         server.shutdown()
     assert (got or {}).get("text") == said
+
+
+def test_memguard_raises_a_v1_limit_memory_and_swap_first_and_lowers_it_memory_first(tmp_path, monkeypatch):
+    """cgroup v1 refuses (EINVAL) a memory limit above the memory+swap one: an update with a larger claim met
+    that on the lab (the soak, issue 55) and memguard died with a traceback, leaving the old limit."""
+    import errno
+    from pathlib import Path
+
+    from sparkplay.nodetools.serve import memory
+
+    group = tmp_path / "sparkplay" / "unit.service"
+    group.mkdir(parents=True)
+    (group / "memory.limit_in_bytes").write_text("1000\n")
+    (group / "memory.memsw.limit_in_bytes").write_text("1000\n")
+    monkeypatch.setattr(memory, "v1_group", lambda unit: group)
+    monkeypatch.setattr(memory, "_unit_pids", lambda unit: [])
+    write = Path.write_text
+
+    def kernel(path: Path, text: str, *args, **kwargs):  # the v1 rule, as the kernel holds it
+        value = int(text)
+        if path.name == "memory.limit_in_bytes" and value > int(
+            (path.parent / "memory.memsw.limit_in_bytes").read_text()
+        ):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        if path.name == "memory.memsw.limit_in_bytes" and value < int(
+            (path.parent / "memory.limit_in_bytes").read_text()
+        ):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return write(path, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", kernel)
+    for limit in (5000, 2000, 7000):
+        assert "enforced in the cgroup v1" in memory._enforce_v1("unit.service", limit, limit // 2)
+        assert (
+            (group / "memory.limit_in_bytes").read_text()
+            == (group / "memory.memsw.limit_in_bytes").read_text()
+            == str(limit)
+        )

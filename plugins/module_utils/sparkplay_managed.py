@@ -71,6 +71,26 @@ def foreign(states: dict, registry: dict) -> list:
     ]
 
 
+# backups kept of each file sparkplay rewrites: every update of a deployment rewrites its record and the
+# gateway's routes, and one backup per update would pile up for as long as the cluster serves (the soak found
+# it); the file's original, the foreign one it replaced (the registry's), is kept whatever its age
+KEEP_BACKUPS = 10
+
+
+def prune_backups(path: str, spare: object = (), keep: int = KEEP_BACKUPS) -> list:
+    """Remove all but the newest `keep` backups of `path`, sparing those in `spare`; the ones removed."""
+    removed = []
+    for old in backups_of(path)[: -keep or None]:
+        if old in spare:
+            continue
+        try:
+            os.remove(old)
+        except OSError:
+            continue
+        removed.append(old)
+    return removed
+
+
 def backups_of(path: str) -> list:
     """The backups Ansible made of `path`, oldest first."""
     folder, name = os.path.split(path)

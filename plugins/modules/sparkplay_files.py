@@ -142,6 +142,7 @@ from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_files im
 from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import (  # noqa: E402
     foreign,
     load_registry,
+    prune_backups,
     recorded,
     state,
     write_registry,
@@ -244,6 +245,11 @@ def main() -> None:
         updated = recorded({p: state(p) for p in paths}, registry)
         if updated != registry:
             write_registry(params["registry"], updated)
+        registry = updated
+    if not module.check_mode:  # the newest backups of each file rewritten, and its original, are kept
+        originals = {entry.get("original") for entry in registry.values()}
+        for path in outcome.changed:
+            prune_backups(path, originals)
     result = {"changed": bool(changed), "changed_paths": changed, "foreign": others, "invocation": invocation}
     if module._diff and outcome.diff:
         result["diff"] = outcome.diff

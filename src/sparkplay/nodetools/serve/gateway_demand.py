@@ -128,6 +128,7 @@ class Demand:
             async with self.lock:
                 if model.state != "stopped on demand":
                     continue
+                await self._look_beside(name, route, table)
                 victims = self._room(name, route, table)
                 if victims is not None:
                     for victim in victims:
@@ -143,6 +144,15 @@ class Demand:
                     )
                 continue
             await self._start(name, model, route, deadline)
+
+    async def _look_beside(self, name: str, route: dict[str, Any], table: dict[str, Any]) -> None:
+        """Learn whether the other models on demand on `name`'s node run, where this gateway has not seen them
+        yet (it restarted: killed, or its node rebooted): one it does not know of still holds its room, and
+        the swapper refuses a start past the budget (the soak found it: 503s until each was asked for)."""
+        for other, beside in table["models"].items():
+            seen = self.models.setdefault(other, Model())
+            if other != name and beside.get("on_demand") and beside.get("host") == route.get("host") and not seen.state:
+                seen.state = "serving" if await self._healthy(beside, 1.0) else "stopped on demand"
 
     def _room(self, name: str, route: dict[str, Any], table: dict[str, Any]) -> list[str] | None:
         """The on-demand models to stop (least recently used first) so `name` fits on its node; None when

@@ -95,15 +95,25 @@ def _unit_pids(unit: str) -> list[int]:
         return []
 
 
+def _number(path: Path) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _enforce_v1(unit: str, limit: int, high: int) -> str:
     group = v1_group(unit)
     if group is None:
         return "not enforced: neither systemd's cgroup v2 tree nor a v1 hierarchy has the memory controller here"
     group.mkdir(parents=True, exist_ok=True)
-    (group / "memory.limit_in_bytes").write_text(str(limit))
-    swap = group / "memory.memsw.limit_in_bytes"
-    if swap.exists():  # no swapping past the limit either
-        swap.write_text(str(limit))
+    memory, swap = group / "memory.limit_in_bytes", group / "memory.memsw.limit_in_bytes"
+    # v1 keeps memory's limit at or below memory+swap's (EINVAL otherwise): a limit raised since the group's
+    # last start (an update with a larger claim) writes memory+swap's first, a lowered one memory's first
+    raised = swap.exists() and _number(swap) < limit
+    for path in [swap, memory] if raised else [memory, swap]:
+        if path.exists() or path is memory:  # no swapping past the limit either, where swap is accounted
+            path.write_text(str(limit))
     (group / "memory.soft_limit_in_bytes").write_text(str(high))
     for pid in _unit_pids(unit):
         try:
