@@ -151,3 +151,14 @@ def test_the_serve_tool_carries_the_page_and_reads_it_from_inside_its_zip():
     out = subprocess.run([sys.executable, "-I", "-c", code, tool], capture_output=True, text=True, check=True)
     assert int(out.stdout) == len((UI / "app.js").read_bytes())
     assert gateway_ui.asset("../gateway.py") is None and gateway_ui.asset("VENDORED.md") is None
+
+
+def test_the_leaders_twins_come_from_the_fabric_env_file_it_is_given(tmp_path):
+    env = tmp_path / "fabric.env"
+    env.write_text('NCCL_SOCKET_IFNAME=x\nSPARKPLAY_FABRIC_TWINS="sp-no-such-twin0,../sp-no-such-twin1"\n')
+    twins = gateway_ui._twins(env)
+    assert twins == [
+        {"name": "sp-no-such-twin0", "carrier": False},
+        {"name": "../sp-no-such-twin1", "carrier": False},  # read as /sys/class/net/sp-no-such-twin1 only
+    ]
+    assert gateway_ui._twins(None) == [] and gateway_ui._twins(tmp_path / "gone") == []

@@ -180,7 +180,10 @@ def _admission_given() -> dict[str, Any]:
 GATEWAY = {
     "ansible_managed": "x",
     "inventory_hostname": "spark0",
-    "sparkplay_deployment": {"slot": None, "paths": {"unit_dir": "/etc/systemd/system"}},
+    "sparkplay_deployment": {
+        "slot": None,
+        "paths": {"unit_dir": "/etc/systemd/system", "fabric_env": "/etc/sparkplay/fabric.env"},
+    },
     "serve_deployment": {"launch": {"ranks": [{"role": "leader", "host": "spark0", "record": {}, "env": {}}]}},
 }
 # a keys file as the controller holds it (0600), for the option that names one

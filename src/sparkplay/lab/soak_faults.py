@@ -22,12 +22,14 @@ from typing import Any
 
 import yaml
 
+from sparkplay.deployments import gateway
+from sparkplay.engines.names import UNITS
 from sparkplay.lab import faults as lab_faults
 from sparkplay.lab.manager import container_name
 from sparkplay.lab.soak_load import send
 
-SERVE_UNIT = "sparkplay-serve.service"
-GATEWAY_UNIT = "sparkplay-gateway.service"
+SERVE_UNIT = UNITS["serve"]
+GATEWAY_UNIT = gateway()["unit"]
 RECIPE_PREFIX = "lab-soak-"
 
 # kind -> (seconds the fault is held before it is cleared, seconds serving may take to come back after)

@@ -12,16 +12,23 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
+from sparkplay.deployments import gateway
+from sparkplay.engines.context import STATE_DIR
+from sparkplay.engines.names import RECORD, UNITS
 from sparkplay.lab.manager import LABEL, container_name
+
+GATEWAY_UNIT = gateway()["unit"]
+CONFIG_DIR = str(Path(RECORD).parent)  # where sparkplay's records and env files sit on a node
 
 # what -> (the shell command on a node that prints one number, the rank it runs on, slack: relative, absolute)
 NODE_FIGURES: dict[str, tuple[str, int, float, float]] = {
-    "gateway RSS (KiB)": ("_proc_ sparkplay-gateway.service VmRSS", 0, 0.25, 8192),
-    "gateway fds": ("_proc_ sparkplay-gateway.service fds", 0, 0.25, 16),
-    "watchdog RSS (KiB)": ("_proc_ sparkplay-serve-watchdog.service VmRSS", 0, 0.25, 8192),
-    "watchdog fds": ("_proc_ sparkplay-serve-watchdog.service fds", 0, 0.25, 16),
+    "gateway RSS (KiB)": (f"_proc_ {GATEWAY_UNIT} VmRSS", 0, 0.25, 8192),
+    "gateway fds": (f"_proc_ {GATEWAY_UNIT} fds", 0, 0.25, 16),
+    "watchdog RSS (KiB)": (f"_proc_ {UNITS['watchdog']} VmRSS", 0, 0.25, 8192),
+    "watchdog fds": (f"_proc_ {UNITS['watchdog']} fds", 0, 0.25, 16),
     "journal bytes rank0": (
         "journalctl --disk-usage | grep -o '[0-9.]*[KMG]' | head -1 | numfmt --from=iec",
         0,
@@ -34,8 +41,8 @@ NODE_FIGURES: dict[str, tuple[str, int, float, float]] = {
         4.0,
         64 << 20,
     ),
-    "state and record files rank0": ("find /var/lib/sparkplay /etc/sparkplay -xdev -type f | wc -l", 0, 0.1, 8),
-    "state and record files rank1": ("find /var/lib/sparkplay /etc/sparkplay -xdev -type f | wc -l", 1, 0.1, 8),
+    "state and record files rank0": (f"find {STATE_DIR} {CONFIG_DIR} -xdev -type f | wc -l", 0, 0.1, 8),
+    "state and record files rank1": (f"find {STATE_DIR} {CONFIG_DIR} -xdev -type f | wc -l", 1, 0.1, 8),
     "memory cgroups rank1": (
         "find /sys/fs/cgroup /opt/sparkplay-lab/memory -xdev -type d 2>/dev/null | wc -l",
         1,
@@ -136,8 +143,6 @@ def journal_lines(since: float) -> tuple[set[str], set[str]]:
         if "Traceback" in line  # not journalctl's own "-- No entries --"
     }
     started = {
-        line
-        for line in _journal(0, since, "-u", "sparkplay-gateway")
-        if line.endswith(" on demand") and "starting " in line
+        line for line in _journal(0, since, "-u", GATEWAY_UNIT) if line.endswith(" on demand") and "starting " in line
     }
     return tracebacks, started

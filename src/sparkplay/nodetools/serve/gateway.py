@@ -73,6 +73,7 @@ class Gateway:
         self.metrics = gateway_metrics.make()
         self.demand = Demand(None, None, self.metrics)
         self.history = gateway_ui.History()  # the cluster page's charts
+        self.fabric_env: Path | None = None  # the cluster page's twins (--fabric-env)
         # which deployments cannot answer now and why (gateway_watch.py); the requests in flight for each, and
         # those ended with the cause (their task cancelled: the cause is their answer)
         self.watch = Watch(node)
@@ -99,6 +100,7 @@ class Gateway:
         while True:
             table = self.routes.current()
             self.look(table)
+            await self.demand.learn(table)
             await self.demand.reap(table)
             self.history.sample(getattr(self.metrics, "registry", None))
             if state_file is not None:

@@ -128,7 +128,7 @@ class Demand:
             async with self.lock:
                 if model.state != "stopped on demand":
                     continue
-                await self._look_beside(name, route, table)
+                await self.learn(table, route.get("host"), but=name, again=True)
                 victims = self._room(name, route, table)
                 if victims is not None:
                     for victim in victims:
@@ -145,14 +145,26 @@ class Demand:
                 continue
             await self._start(name, model, route, deadline)
 
-    async def _look_beside(self, name: str, route: dict[str, Any], table: dict[str, Any]) -> None:
-        """Learn whether the other models on demand on `name`'s node run, where this gateway has not seen them
-        yet (it restarted: killed, or its node rebooted): one it does not know of still holds its room, and
-        the swapper refuses a start past the budget (the soak found it: 503s until each was asked for)."""
+    async def learn(
+        self, table: dict[str, Any], host: object = None, but: str | None = None, again: bool = False
+    ) -> None:
+        """Learn whether the models on demand this gateway has not seen yet run (on `host`, or any node): a
+        gateway that restarted (killed, or its node rebooted) knows none of them, and one it does not know of
+        still holds its room, so the swapper would refuse a start past the budget (the soak found it: 503s
+        until each was asked for); the cluster page shows what it learns. `again`: those taken for stopped
+        are looked at anew too (before making room: one may have been started by hand since)."""
         for other, beside in table["models"].items():
             seen = self.models.setdefault(other, Model())
-            if other != name and beside.get("on_demand") and beside.get("host") == route.get("host") and not seen.state:
-                seen.state = "serving" if await self._healthy(beside, 1.0) else "stopped on demand"
+            if (
+                other == but
+                or not beside.get("on_demand")
+                or seen.state not in ("", *(("stopped on demand",) if again else ()))
+            ):
+                continue
+            if host is None or beside.get("host") == host:
+                running = await self._healthy(beside, 1.0)
+                if seen.state in ("", "stopped on demand"):  # nothing decided about it meanwhile
+                    seen.state = "serving" if running else "stopped on demand"
 
     def _room(self, name: str, route: dict[str, Any], table: dict[str, Any]) -> list[str] | None:
         """The on-demand models to stop (least recently used first) so `name` fits on its node; None when

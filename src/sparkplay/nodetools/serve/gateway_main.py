@@ -30,6 +30,7 @@ async def serve(args: argparse.Namespace, ready: Callable[[], None] | None = Non
     )
     gateway.routes.current(force=True)
     gateway.demand.swapper = args.swapper
+    gateway.fabric_env = Path(args.fabric_env) if args.fabric_env else None  # the cluster page's twins
     await gateway.start()
     tending = asyncio.get_running_loop().create_task(gateway.tend(Path(args.state) if args.state else None))
     server = capped_server()(
@@ -81,6 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--node", help="this node's inventory name: the watchdog states of the deployments it leads are read here"
     )
+    p.add_argument("--fabric-env", help="the fabric role's env file (names the cable's twins, for the page)")
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:

@@ -36,7 +36,6 @@ PAGE_HEADERS = {
 }
 EVERY_S = 5.0
 KEPT = 180  # fifteen minutes of five-second points
-FABRIC_ENV = Path("/etc/sparkplay/fabric.env")
 
 
 def asset(name: str) -> tuple[bytes, str] | None:
@@ -116,8 +115,10 @@ def _memory() -> dict[str, int] | None:
     return {"total_bytes": kib.get("MemTotal", 0) << 10, "available_bytes": kib.get("MemAvailable", 0) << 10}
 
 
-def _twins(env: Path = FABRIC_ENV) -> list[dict[str, Any]]:
+def _twins(env: Path | None) -> list[dict[str, Any]]:
     """The leader's cable twins (the fabric env file names them) and whether each has carrier."""
+    if env is None:
+        return []
     try:
         lines = env.read_text().splitlines()
     except OSError:
@@ -162,7 +163,7 @@ def state(gateway: Any, table: dict[str, Any], now: float | None = None) -> dict
         )
     return {
         "at": round(now, 1),
-        "node": {"name": gateway.watch.node, "memory": _memory(), "twins": _twins()},
+        "node": {"name": gateway.watch.node, "memory": _memory(), "twins": _twins(gateway.fabric_env)},
         "default": table.get("default"),
         "models": models,
         "events": gateway_events.recent(),
