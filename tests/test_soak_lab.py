@@ -22,7 +22,7 @@ MINUTES = 10
 KEPT = PROJECT / ".cache" / "soak"
 
 
-def test_a_ten_minute_soak_with_faults_of_every_quick_kind_holds_every_rule(tmp_path):
+def test_a_ten_minute_soak_of_faults_swaps_and_load_holds_every_rule(tmp_path):
     report = tmp_path / "soak"
     proc = run_cli(
         "lab", "soak", "--minutes", str(MINUTES), "--seed", "55", "--report", str(report), timeout=MINUTES * 60 + 1500

@@ -100,7 +100,6 @@ class Gateway:
         while True:
             table = self.routes.current()
             self.look(table)
-            await self.demand.learn(table)
             await self.demand.reap(table)
             self.history.sample(getattr(self.metrics, "registry", None))
             if state_file is not None:

@@ -151,8 +151,9 @@ class Demand:
         """Learn whether the models on demand this gateway has not seen yet run (on `host`, or any node): a
         gateway that restarted (killed, or its node rebooted) knows none of them, and one it does not know of
         still holds its room, so the swapper would refuse a start past the budget (the soak found it: 503s
-        until each was asked for); the cluster page shows what it learns. `again`: those taken for stopped
-        are looked at anew too (before making room: one may have been started by hand since)."""
+        until each was asked for). `again`: those taken for stopped are looked at anew too (one may have been
+        started by hand since). Asked before making room only: a guess made earlier goes stale (a model an
+        `up` proves runs for a moment, then is stopped)."""
         for other, beside in table["models"].items():
             seen = self.models.setdefault(other, Model())
             if (

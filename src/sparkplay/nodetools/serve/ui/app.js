@@ -36,7 +36,8 @@ function drawModels(models) {
     cell(row, m.name);
     cell(row, m.recipe);
     cell(row, m.node);
-    cell(row, m.state + (m.on_demand ? " (on demand)" : ""), "state " + stateClass(m.state));
+    const state = m.state === "unknown" ? "not asked for since the gateway started" : m.state;
+    cell(row, state + (m.on_demand ? " (on demand)" : ""), "state " + stateClass(m.state));
     cell(row, m.cause || "", "cause");
     cell(row, m.in_flight);
     cell(row, m.waiting);
