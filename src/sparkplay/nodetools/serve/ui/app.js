@@ -95,6 +95,8 @@ function drawCharts(models) {
             { label: "p95 s", stroke: "#ff7f0e", scale: "s" },
             { label: "first byte p95 s", stroke: "#9467bd", scale: "s", dash: [4, 4] },
           ],
+          // the last fifteen minutes, whatever the points (one point alone would stretch the axis to years)
+          scales: { x: { time: true, range: (u, min, max) => [Math.max(min, max - 900), max + 5] } },
           axes: [{}, { scale: "n" }, { scale: "s", side: 1, grid: { show: false } }],
         },
         data,
