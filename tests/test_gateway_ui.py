@@ -6,6 +6,7 @@ gateway's keys in front of all of it. The page in a real browser on the lab is t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from sparkplay.nodetools import app
@@ -33,6 +35,18 @@ def get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[in
     conn.request("GET", path, headers=headers or {})
     reply = conn.getresponse()
     return reply.status, reply.read(), dict(reply.getheaders())
+
+
+@contextlib.contextmanager
+def coder_gateway(tmp_path: Path, stand_ins: dict, *extra: str) -> Iterator[int]:
+    """A gateway in front of the `coder` stand-in alone: its port."""
+    routes = tmp_path / "routes.json"
+    write_routes(routes, {"coder": stand_ins["coder"][0]})
+    port, stop = serve(routes, *extra)
+    try:
+        yield port
+    finally:
+        stop()
 
 
 def state(port: int) -> dict:
@@ -66,10 +80,7 @@ def test_ui_state_follows_models_on_demand_from_stopped_to_serving_and_evicted(l
 
 
 def test_the_charts_read_requests_errors_and_latency_from_the_gateways_metrics(tmp_path, engines):  # noqa: F811
-    routes = tmp_path / "routes.json"
-    write_routes(routes, {"coder": engines["coder"][0]})
-    port, stop = serve(routes)
-    try:
+    with coder_gateway(tmp_path, engines) as port:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         for tokens in (4, 4, 4, -1):  # three answers and an engine's 400
             conn.request(
@@ -88,8 +99,6 @@ def test_the_charts_read_requests_errors_and_latency_from_the_gateways_metrics(t
         point = history[-1]
         assert point["requests"] == 4 and point["errors"] == 1, history
         assert 0 < point["latency_p50"] <= point["latency_p95"] <= 10 and point["first_byte_p95"] is not None
-    finally:
-        stop()
 
 
 def test_quantiles_come_from_the_bucket_that_holds_them():
@@ -100,10 +109,7 @@ def test_quantiles_come_from_the_bucket_that_holds_them():
 
 
 def test_the_page_and_its_files_are_served_and_nothing_else_is_asked_for(tmp_path, engines):  # noqa: F811
-    routes = tmp_path / "routes.json"
-    write_routes(routes, {"coder": engines["coder"][0]})
-    port, stop = serve(routes)
-    try:
+    with coder_gateway(tmp_path, engines) as port:
         status, page, headers = get(port, "/ui")
         assert status == 200 and headers["Content-Type"].startswith("text/html")
         assert "default-src 'self'" in headers["Content-Security-Policy"]
@@ -118,24 +124,17 @@ def test_the_page_and_its_files_are_served_and_nothing_else_is_asked_for(tmp_pat
             assert get(port, f"/ui/{name}")[1] == (UI / name).read_bytes()
         for bad in ("/ui/../gateway.py", "/ui/__init__.py", "/ui/LICENSE.uPlot%00", "/ui/ui/app.js"):
             assert get(port, bad)[0] == 404, bad
-    finally:
-        stop()
 
 
 def test_the_page_is_behind_the_gateways_keys(tmp_path, engines):  # noqa: F811
-    routes = tmp_path / "routes.json"
-    write_routes(routes, {"coder": engines["coder"][0]})
     keys = tmp_path / "keys"
     keys.write_text("sk-page-key-0123456789abcdef\n")
     keys.chmod(0o600)
-    port, stop = serve(routes, "--keys", str(keys))
-    try:
+    with coder_gateway(tmp_path, engines, "--keys", str(keys)) as port:
         for path in ("/ui", "/ui/state", "/ui/app.js"):
             assert get(port, path)[0] == 401, path
         status, body, _ = get(port, "/ui/state", {"Authorization": "Bearer sk-page-key-0123456789abcdef"})
         assert status == 200 and [m["name"] for m in json.loads(body)["models"]] == ["coder"]
-    finally:
-        stop()
 
 
 def test_the_serve_tool_carries_the_page_and_reads_it_from_inside_its_zip():
