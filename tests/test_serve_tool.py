@@ -57,6 +57,20 @@ def test_watcher_reads_the_leaders_connections_to_each_worker():
     assert serve_watch.lost_peers(serve_watch.connection_states([worker], closed + row("0B64A8C0:C384", "01"))) == []
 
 
+def test_a_worker_that_reset_its_connection_is_lost_only_if_this_leader_held_one():
+    """kill -9 of a worker with unread bytes sends RST: the leader's socket leaves the table, no CLOSE_WAIT."""
+    worker = "192.168.100.11:50052"
+    live, gone = HEADER + row("0B64A8C0:C384", "01"), HEADER
+    watch = serve_watch.Watch([worker])
+    assert watch.step("100", None, gone) == []  # never held one (still loading): nothing lost
+    assert watch.step("100", None, live) == []
+    assert watch.step("100", None, gone) == [worker]  # held, now gone: reset
+    assert watch.step("100", None, gone) == []  # reported once
+    assert watch.step("100", None, live) == []
+    assert watch.step("200", None, gone) == []  # a new leader process: the old one's connection says nothing
+    assert watch.step("200", None, HEADER + row("0B64A8C0:C384", "08")) == [worker]  # FIN: half-closed
+
+
 def test_a_unit_counts_as_failed_when_it_died_during_the_wait():
     assert serve_ready.unit_failed({"ActiveState": "active", "SubState": "running", "NRestarts": "0"}, 0) is None
     assert serve_ready.unit_failed({"ActiveState": "activating", "SubState": "start-pre", "NRestarts": "0"}, 0) is None
