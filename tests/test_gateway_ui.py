@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sparkplay.nodetools import app
-from sparkplay.nodetools.serve import gateway_ui
+from sparkplay.nodetools.serve import gateway_nodes, gateway_ui
 from tests.test_gateway import engines, serve, write_routes  # noqa: F401 - a fixture used below
 from tests.test_gateway_demand import ask, lab  # noqa: F401 - a fixture used below
 
@@ -155,9 +155,61 @@ def test_the_serve_tool_carries_the_page_and_reads_it_from_inside_its_zip():
 def test_the_leaders_twins_come_from_the_fabric_env_file_it_is_given(tmp_path):
     env = tmp_path / "fabric.env"
     env.write_text('NCCL_SOCKET_IFNAME=x\nSPARKPLAY_FABRIC_TWINS="sp-no-such-twin0,../sp-no-such-twin1"\n')
-    twins = gateway_ui._twins(env)
+    twins = gateway_nodes.twins(env)
     assert twins == [
         {"name": "sp-no-such-twin0", "carrier": False},
         {"name": "../sp-no-such-twin1", "carrier": False},  # read as /sys/class/net/sp-no-such-twin1 only
     ]
-    assert gateway_ui._twins(None) == [] and gateway_ui._twins(tmp_path / "gone") == []
+    assert gateway_nodes.twins(None) == [] and gateway_nodes.twins(tmp_path / "gone") == []
+
+
+def test_each_node_shows_its_counted_claims_and_the_gateways_node_its_engines_use(tmp_path, engines, monkeypatch):  # noqa: F811
+    """The routes carry each node's MemTotal, reserve and claims (node_memory.py); the gateway adds, for its own
+    node, the memory available and each of its engines' use against its limit, read from the cgroup."""
+    from sparkplay.nodetools.serve import memory
+
+    group = tmp_path / "cg" / "system.slice" / "sparkplay-serve.service"
+    group.mkdir(parents=True)
+    (group / "memory.current").write_text("300000000\n")
+    (group / "memory.max").write_text("800000000\n")
+    monkeypatch.setattr(memory, "CGROUP2", tmp_path / "cg")
+    monkeypatch.setitem(memory._GROUPS, "sparkplay-serve.service", "/system.slice/sparkplay-serve.service")
+    gib = 2**30
+    routes = tmp_path / "routes.json"
+    routes.write_text(
+        json.dumps(
+            {
+                "models": {
+                    "coder": {"url": engines["coder"][0], "recipe": "coder", "host": "n0"}
+                    | {"unit": "sparkplay-serve.service"},
+                    "chat": {"url": engines["chat"][0], "recipe": "chat", "host": "n1", "slot": "chat"}
+                    | {"on_demand": True, "claim": 3 * gib, "units": ["sparkplay-serve@chat.service"]},
+                },
+                "budgets": {"n0": 10 * gib, "n1": 5 * gib},
+                "nodes": {
+                    "n0": {"total_bytes": 24 * gib, "reserve_bytes": 4 * gib, "claims": {"coder": 2 * gib}},
+                    "n1": {
+                        "total_bytes": 12 * gib,
+                        "reserve_bytes": 4 * gib,
+                        "claims": {"coder": gib, "chat": 3 * gib},
+                    },
+                },
+            }
+        )
+    )
+    port, stop = serve(routes, "--node", "n0")
+    try:
+        nodes = {n["name"]: n for n in state(port)["nodes"]}
+    finally:
+        stop()
+    here, there = nodes["n0"], nodes["n1"]
+    assert here["here"] and not there["here"]
+    assert here["total_bytes"] == 24 * gib and here["on_demand_budget_bytes"] == 10 * gib
+    assert here["memory"]["total_bytes"] > 0  # this machine's /proc/meminfo: live
+    assert here["claims"] == [
+        {"model": "coder", "bytes": 2 * gib, "on_demand": False, "state": "serving"}
+        | {"use": {"use_bytes": 300000000, "limit_bytes": 800000000}}
+    ]
+    # another node: what admission counted; an on-demand model not serving holds nothing; no live figures
+    assert there["counted_bytes"] == gib and "memory" not in there
+    assert [c["model"] for c in there["claims"]] == ["chat", "coder"] and "use" not in there["claims"][0]

@@ -111,6 +111,7 @@ LAYERS = [
         "sparkplay.deployment",
         "sparkplay.admission",
         "sparkplay.deployments",
+        "sparkplay.node_memory",
         "sparkplay.layout",
         "sparkplay.stopping",
         "sparkplay.settings",

@@ -12,6 +12,7 @@ cause on lab-ui-od (behind the cable) within 15 s and clears after the plug. A s
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -139,6 +140,15 @@ def test_ui_state_names_every_served_model_and_the_page_shows_them_once_its_scri
         "not asked for since the gateway started (on demand)",
     ), shown
     assert "carrier" in browser.find_element("id", "twins").text  # the leader's twins
+    # each node with what admission counted there; the leader's own engine with its use against its limit
+    nodes = {
+        row.get_attribute("data-node"): row.text for row in browser.find_elements("css selector", "#nodes tbody tr")
+    }
+    assert set(nodes) == {"sparkplay-lab-rank0", "sparkplay-lab-rank1"}, nodes
+    assert re.search(r"lab-tiny [0-9.]+ GiB: uses [0-9.]+ GiB of [0-9.]+ GiB", nodes["sparkplay-lab-rank0"]), nodes
+    assert "lab-tiny" in nodes["sparkplay-lab-rank1"] and ON_DEMAND in nodes["sparkplay-lab-rank1"], nodes
+    by_name = {n["name"]: n for n in state["nodes"]}
+    assert by_name["sparkplay-lab-rank1"]["total_bytes"] > 0 and not by_name["sparkplay-lab-rank1"]["here"]
 
 
 def test_a_request_for_the_stopped_model_shows_it_loading_then_serving(browser):

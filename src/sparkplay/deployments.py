@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sparkplay import admission, layout
+from sparkplay import layout, node_memory
 from sparkplay.engines import names, systemd
 from sparkplay.engines.context import client_address
 from sparkplay.errors import BadInput
@@ -125,6 +125,8 @@ def routes(
             route["first_byte_s"] = bound
         if record.get("watchdog_unit") and TOOL_PATH.match(str(record.get("watchdog_state"))):
             route["watch"] = str(record["watchdog_state"])  # read by the gateway on that node alone
+        if record.get("unit"):  # the gateway reads its memory where it runs on the gateway's node
+            route["unit"] = str(record["unit"])
         if record.get("on_demand") and record.get("slot"):
             named = names.for_slot(str(record["slot"]))["units"]
             units = [named["serve"], *([named["watchdog"]] if record.get("watchdog_unit") else [])]
@@ -134,15 +136,18 @@ def routes(
     named_default = [default] if default in models else by_recipe if len(by_recipe) == 1 else []
     primary = [n for n, r in models.items() if r["slot"] is None]
     table: dict[str, Any] = {"models": models, "default": (named_default or primary or [None])[0]}
+    claims = node_memory.counted(found, drop_slots, {**new, "host": new_host} if new else None)
     if demand is not None:
-        counted = [*found, *([{**new, "host": new_host, "new": True}] if new else [])]
         table |= {
             "ttl_s": float(demand["ttl_s"]),
             "wait_s": float(demand["wait_s"]),
-            "budgets": budgets(counted, drop_slots, demand),
+            "budgets": node_memory.budgets(claims, demand),
+            "nodes": node_memory.nodes(claims, demand),
         }
     else:
         table |= {k: (previous or {})[k] for k in ("ttl_s", "wait_s", "budgets") if k in (previous or {})}
+        if isinstance((previous or {}).get("nodes"), dict):  # the stop role: what is left counted, totals kept
+            table["nodes"] = node_memory.recount(previous["nodes"], claims)
     return table
 
 
@@ -185,26 +190,6 @@ def update_beside(
             "updated in place, its requests failing while it restarts",
         }
     return {"beside": True, "why": f"{base} changed: its new version starts beside the running one first"}
-
-
-def budgets(found: Iterable[Mapping[str, Any]], drop_slots: Iterable[Any], demand: Mapping[str, Any]) -> dict[str, int]:
-    """Each node's memory for models on demand at once: serve_on_demand_budget_gib where set, else what the
-    admission rule leaves (MemTotal less the reserve and every always-on deployment's claim)."""
-    given = float(demand.get("budget_gib") or 0)
-    dropped = set(drop_slots)
-    out = {}
-    for host, text in (demand.get("meminfo") or {}).items():
-        text = text.get("meminfo") if isinstance(text, Mapping) else text  # a node's admission read, or its text
-        if given > 0:
-            out[host] = int(given * admission.GIB)
-            continue
-        pinned = sum(
-            int((r.get("claim") or {}).get("bytes") or 0)
-            for r in found
-            if r.get("host") == host and not r.get("on_demand") and (r.get("slot") not in dropped or r.get("new"))
-        )
-        out[host] = max(0, admission.meminfo(str(text))[0] - admission.RESERVE - pinned)
-    return out
 
 
 def gateway_secret(path: str, lines: Iterable[str], group: str) -> dict[str, Any]:
@@ -261,7 +246,12 @@ def gateway_layout(
     host = f"[{bind}]" if ":" in bind else bind
     return {
         "leader_rank": leader,
-        "route_record": {**leader["record"], "host": leader["host"], "claim": (claims or {}).get(leader["host"])},
+        "route_record": {
+            **leader["record"],
+            "host": leader["host"],
+            "claim": (claims or {}).get(leader["host"]),
+            "claims": dict(claims or {}),
+        },
         "secret_files": secrets,
         "tool_file": layout.tool_file(tool),
         "unit_path": f"{unit_dir}/{gateway['unit']}",

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import gateway_events, gateway_metrics, gateway_tcp, gateway_ui
+from . import gateway_events, gateway_metrics, gateway_nodes, gateway_tcp, gateway_ui
 from .gateway_body import BadBody, forwarded_path, model_of, model_of_form
 from .gateway_demand import Demand, Unavailable
 from .gateway_files import Keys, Routes, UpstreamKeys
@@ -143,7 +143,7 @@ class Gateway:
             )
         path = forwarded_path(request.raw_path)
         if request.method == "GET":
-            return self._get(request.raw_path)
+            return await self._get(request.raw_path)
         if request.method != "POST":
             return _error(405, f"{request.method} is not served here", "invalid_request_error", "method_not_allowed")
         if path is None:
@@ -172,7 +172,7 @@ class Gateway:
         finally:
             self.held -= length
 
-    def _get(self, raw: str) -> Any:
+    async def _get(self, raw: str) -> Any:
         from aiohttp import web
 
         table = self.routes.current()
@@ -185,7 +185,9 @@ class Gateway:
             data, kind = self.metrics.text()
             return web.Response(body=data, headers={"Content-Type": kind})
         if raw == "/ui/state":
-            return web.json_response(gateway_ui.state(self, table), headers={"Cache-Control": "no-store"})
+            units = gateway_nodes.local_units(table, self.watch.node)
+            live = await asyncio.to_thread(gateway_nodes.live, units, self.fabric_env)  # file reads, systemctl
+            return web.json_response(gateway_ui.state(self, table, live), headers={"Cache-Control": "no-store"})
         if raw in ("/ui", "/ui/") or raw.startswith("/ui/"):
             found = gateway_ui.asset(raw.removeprefix("/ui").strip("/") or "index.html")
             if found is not None:

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import stat
 import threading
 from pathlib import Path
@@ -97,9 +98,29 @@ def _seconds(value: Any) -> float | None:
     return float(value)
 
 
+# a systemd service name as sparkplay names its units (the gateway reads its cgroup: nothing else of it)
+UNIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,200}\.service\Z")
+
+
+def _nodes(raw: Any) -> dict[str, dict[str, Any]]:
+    """Each node as admission counted it (node_memory.nodes): MemTotal, the reserve, claims by served name."""
+    if not isinstance(raw, dict):
+        return {}
+    out = {}
+    for host, node in raw.items():
+        if isinstance(node, dict):
+            claims = node.get("claims") if isinstance(node.get("claims"), dict) else {}
+            out[str(host)] = {
+                "total_bytes": int(node.get("total_bytes") or 0),
+                "reserve_bytes": int(node.get("reserve_bytes") or 0),
+                "claims": {str(name): int(b) for name, b in claims.items()},
+            }
+    return out
+
+
 class Routes(Watched):
     def empty(self) -> dict[str, Any]:
-        return {"models": {}, "default": None, "budgets": {}, "ttl_s": None, "wait_s": None}
+        return {"models": {}, "default": None, "budgets": {}, "nodes": {}, "ttl_s": None, "wait_s": None}
 
     def parse(self, data: bytes) -> dict[str, Any]:
         raw = json.loads(data)
@@ -117,6 +138,7 @@ class Routes(Watched):
                 "on_demand": route.get("on_demand") is True,
                 "claim": int(route.get("claim") or 0),
                 "units": [str(u) for u in route.get("units") or []],
+                "unit": str(route["unit"]) if UNIT.match(str(route.get("unit") or "")) else None,
                 # its watchdog's state file, where its leader is the gateway's node (gateway_watch.py)
                 "watch": str(route["watch"]) if isinstance(route.get("watch"), str) and route["watch"] else None,
                 # how long its first byte may take (serve_first_byte_timeout); None: the gateway's --timeout
@@ -125,6 +147,7 @@ class Routes(Watched):
         default = raw.get("default")
         budgets = {str(h): int(b) for h, b in (raw.get("budgets") or {}).items()}
         return {
+            "nodes": _nodes(raw.get("nodes")),
             "models": models,
             "default": default if isinstance(default, str) else None,
             "budgets": budgets,

@@ -5,8 +5,9 @@ Everything comes from what the gateway already knows on the leader, as the user 
 deployment's route (recipe, node, on demand or not), its state now (serving, loading, stopped on demand, and
 the time left to its TTL), why it cannot answer (the same words `status` and the 503 use: its watchdog's state,
 a cable address without a route), its last start's receipt, its requests, errors, latency and first byte from
-the gateway's own metrics (p50 and p95 of each five seconds, the last fifteen minutes), the leader's memory and
-cable twins, and the gateway's own events (starts, swaps and evictions, TTL stops, causes) with their times.
+the gateway's own metrics (p50 and p95 of each five seconds, the last fifteen minutes), each node's memory as
+admission counted it and the leader's live (gateway_nodes.py), and the gateway's own events (starts, swaps and
+evictions, TTL stops, causes) with their times.
 The page is behind the gateway's keys when it has some, and binds where the API binds.
 """
 
@@ -15,10 +16,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
-from . import gateway_events
+from . import gateway_events, gateway_nodes
 from .gateway_demand import DEFAULT_TTL_S
 
 FILES = {
@@ -106,36 +106,11 @@ class History:
         return list(self.points.get(model, ()))
 
 
-def _memory() -> dict[str, int] | None:
-    try:
-        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
-    except OSError:
-        return None
-    kib = {k: int(v.split()[0]) for k, v in fields.items() if k in ("MemTotal", "MemAvailable")}
-    return {"total_bytes": kib.get("MemTotal", 0) << 10, "available_bytes": kib.get("MemAvailable", 0) << 10}
-
-
-def _twins(env: Path | None) -> list[dict[str, Any]]:
-    """The leader's cable twins (the fabric env file names them) and whether each has carrier."""
-    if env is None:
-        return []
-    try:
-        lines = env.read_text().splitlines()
-    except OSError:
-        return []
-    named = next((line.split("=", 1)[1] for line in lines if line.startswith("SPARKPLAY_FABRIC_TWINS=")), "")
-    twins = []
-    for twin in filter(None, named.strip().strip('"').replace(",", " ").split()):
-        try:
-            carrier = (Path("/sys/class/net") / Path(twin).name / "carrier").read_text().strip() == "1"
-        except OSError:
-            carrier = False
-        twins.append({"name": twin, "carrier": carrier})
-    return twins
-
-
-def state(gateway: Any, table: dict[str, Any], now: float | None = None) -> dict[str, Any]:
-    """What the page shows, as data (GET /ui/state)."""
+def state(
+    gateway: Any, table: dict[str, Any], live: dict[str, Any] | None = None, now: float | None = None
+) -> dict[str, Any]:
+    """What the page shows, as data (GET /ui/state); `live`: gateway_nodes.live() of the gateway's node."""
+    live = live or {}
     now = time.time() if now is None else now
     snapshot = gateway.demand.snapshot(table)
     idle_s = gateway.demand.idle_seconds()
@@ -163,7 +138,8 @@ def state(gateway: Any, table: dict[str, Any], now: float | None = None) -> dict
         )
     return {
         "at": round(now, 1),
-        "node": {"name": gateway.watch.node, "memory": _memory(), "twins": _twins(gateway.fabric_env)},
+        "node": {"name": gateway.watch.node, "memory": live.get("memory"), "twins": live.get("twins", [])},
+        "nodes": gateway_nodes.nodes(table, {m["name"]: m["state"] for m in models}, gateway.watch.node, live),
         "default": table.get("default"),
         "models": models,
         "events": gateway_events.recent(),

@@ -199,6 +199,31 @@ def cmd_memguard(args: argparse.Namespace) -> int:
     return 0
 
 
+# a v1 limit this high is no limit (the kernel's page-rounded LONG_MAX)
+NO_LIMIT_V1 = 1 << 62
+_GROUPS: dict[str, str] = {}  # unit -> its v2 ControlGroup (it does not move while the unit exists)
+
+
+def unit_use(unit: str) -> dict[str, int | None] | None:
+    """The memory `unit`'s engine uses now and its limit, read as any user may from the unit's cgroup (v2:
+    memory.current and memory.max; v1: memguard's group); None where neither holds it (a docker engine's
+    memory is its container's cgroup, which this does not look for)."""
+    if unit not in _GROUPS:
+        _GROUPS[unit] = unit_show(unit, "ControlGroup").get("ControlGroup", "")
+    v2 = CGROUP2 / _GROUPS[unit].lstrip("/")
+    if _GROUPS[unit] and (v2 / "memory.current").exists():
+        limit = (v2 / "memory.max").read_text().strip() if (v2 / "memory.max").exists() else "max"
+        return {"use_bytes": _number(v2 / "memory.current"), "limit_bytes": None if limit == "max" else int(limit)}
+    group = v1_group(unit)
+    if group is None or not (group / "memory.usage_in_bytes").exists():
+        return None
+    limit = _number(group / "memory.limit_in_bytes")
+    return {
+        "use_bytes": _number(group / "memory.usage_in_bytes"),
+        "limit_bytes": limit if limit < NO_LIMIT_V1 else None,
+    }
+
+
 def gib(count: int) -> str:
     return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 

@@ -63,6 +63,34 @@ function drawNode(node) {
   }
 }
 
+function claimText(c) {
+  const state = c.on_demand ? ` (on demand, ${c.state === "unknown" ? "not asked for" : c.state})` : "";
+  const use = c.use ? `: uses ${gib(c.use.use_bytes)}` + (c.use.limit_bytes ? ` of ${gib(c.use.limit_bytes)}` : "") : "";
+  return `${c.model} ${gib(c.bytes)}${state}${use}`;
+}
+
+function drawNodes(nodes) {
+  const body = document.querySelector("#nodes tbody");
+  body.replaceChildren();
+  for (const n of nodes) {
+    const row = document.createElement("tr");
+    row.dataset.node = n.name;
+    cell(row, n.name + (n.here ? " (the gateway's)" : ""));
+    const live = n.memory ? `, ${gib(n.memory.available_bytes)} available now` : "";
+    cell(row, n.total_bytes ? `${gib(n.total_bytes)} less ${gib(n.reserve_bytes)} kept${live}` : live);
+    cell(row, gib(n.counted_bytes));
+    cell(row, n.on_demand_budget_bytes === null || n.on_demand_budget_bytes === undefined ? "" : gib(n.on_demand_budget_bytes));
+    const claims = cell(row, "");
+    for (const c of n.claims) {
+      const line = document.createElement("div");
+      line.textContent = claimText(c);
+      if (c.use && c.use.limit_bytes && c.use.use_bytes > 0.9 * c.use.limit_bytes) line.className = "near";
+      claims.appendChild(line);
+    }
+    body.appendChild(row);
+  }
+}
+
 function drawCharts(models) {
   if (typeof uPlot === "undefined") return;
   for (const m of models) {
@@ -126,6 +154,7 @@ async function tick() {
     if (!reply.ok) throw new Error(`the gateway answered ${reply.status}`);
     const state = await reply.json();
     drawNode(state.node);
+    drawNodes(state.nodes || []);
     drawModels(state.models);
     drawCharts(state.models);
     drawEvents(state.events);
