@@ -27,12 +27,20 @@ function stateClass(state) {
   return "state-stopped";
 }
 
-function drawModels(models) {
-  const body = document.querySelector("#models tbody");
+// a table's body drawn again: a row per item, named by `key` in its data, filled by `fill`
+function drawRows(selector, items, key, fill) {
+  const body = document.querySelector(selector);
   body.replaceChildren();
-  for (const m of models) {
+  for (const item of items) {
     const row = document.createElement("tr");
-    row.dataset.model = m.name;
+    row.dataset[key] = item.name;
+    fill(row, item);
+    body.appendChild(row);
+  }
+}
+
+function drawModels(models) {
+  drawRows("#models tbody", models, "model", (row, m) => {
     cell(row, m.name);
     cell(row, m.recipe);
     cell(row, m.node);
@@ -44,8 +52,7 @@ function drawModels(models) {
     cell(row, m.ttl_left_s === null ? "" : m.ttl_left_s + " s");
     const r = m.receipt;
     cell(row, r ? `${r.since || ""} ${r.at || ""}: ready in ${r.http_ready_s} s` : "");
-    body.appendChild(row);
-  }
+  });
 }
 
 function drawNode(node) {
@@ -64,22 +71,19 @@ function drawNode(node) {
 }
 
 function claimText(c) {
-  const state = c.on_demand ? ` (on demand, ${c.state === "unknown" ? "not asked for" : c.state})` : "";
+  const now = c.state === "unknown" ? "not asked for" : c.state.replace(" on demand", "");
+  const state = c.on_demand ? ` (on demand: ${now})` : "";
   const use = c.use ? `: uses ${gib(c.use.use_bytes)}` + (c.use.limit_bytes ? ` of ${gib(c.use.limit_bytes)}` : "") : "";
   return `${c.model} ${gib(c.bytes)}${state}${use}`;
 }
 
 function drawNodes(nodes) {
-  const body = document.querySelector("#nodes tbody");
-  body.replaceChildren();
-  for (const n of nodes) {
-    const row = document.createElement("tr");
-    row.dataset.node = n.name;
+  drawRows("#nodes tbody", nodes, "node", (row, n) => {
     cell(row, n.name + (n.here ? " (the gateway's)" : ""));
     const live = n.memory ? `, ${gib(n.memory.available_bytes)} available now` : "";
     cell(row, n.total_bytes ? `${gib(n.total_bytes)} less ${gib(n.reserve_bytes)} kept${live}` : live);
     cell(row, gib(n.counted_bytes));
-    cell(row, n.on_demand_budget_bytes === null || n.on_demand_budget_bytes === undefined ? "" : gib(n.on_demand_budget_bytes));
+    cell(row, n.on_demand_budget_bytes == null ? "" : gib(n.on_demand_budget_bytes));
     const claims = cell(row, "");
     for (const c of n.claims) {
       const line = document.createElement("div");
@@ -87,8 +91,7 @@ function drawNodes(nodes) {
       if (c.use && c.use.limit_bytes && c.use.use_bytes > 0.9 * c.use.limit_bytes) line.className = "near";
       claims.appendChild(line);
     }
-    body.appendChild(row);
-  }
+  });
 }
 
 function drawCharts(models) {
