@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from sparkplay.lab.image import ImageRecipe
-from sparkplay.lab.manager import cgroup_v2_root
+from sparkplay.lab.manager import cgroup_v2_root, systemd_flags
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -49,19 +49,7 @@ def baseline(tag: str) -> None:
                 name,
                 "--hostname",
                 name,
-                "--cap-add",
-                "SYS_ADMIN",
-                "--cap-add",
-                "NET_ADMIN",
-                "--cgroupns=host",
-                "-v",
-                f"{cgroup_v2_root()}:/sys/fs/cgroup:rw",
-                "--tmpfs",
-                "/run",
-                "--tmpfs",
-                "/run/lock",
-                "--stop-signal",
-                "SIGRTMIN+3",
+                *systemd_flags(cgroup_v2_root()),
                 tag,
             )
         for name in names:

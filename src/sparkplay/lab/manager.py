@@ -112,6 +112,15 @@ def _ensure_network(report: Report) -> str:
     return dockercli.inspect("network", [NETWORK])[0]["Id"]
 
 
+def systemd_flags(cgroup_root: Path) -> list[str]:
+    """`docker create` options for a container that boots systemd: the capabilities it needs (--privileged fails
+    on these hosts, "unable to apply caps"), the host's cgroup tree, /run as tmpfs, and systemd's clean-shutdown
+    signal (without it every stop waits 10 s)."""
+    caps = ["--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--cgroupns=host"]
+    runtime = ["--tmpfs", "/run", "--tmpfs", "/run/lock", "--stop-signal", "SIGRTMIN+3"]
+    return [*caps, "-v", f"{cgroup_root}:/sys/fs/cgroup:rw", *runtime]
+
+
 def _run_node(rank: int, tag: str, cgroup_root: Path, *, from_snapshot: bool = False) -> None:
     name = container_name(rank)
     dockercli.docker(
@@ -127,26 +136,12 @@ def _run_node(rank: int, tag: str, cgroup_root: Path, *, from_snapshot: bool = F
             f"{RANK_LABEL}={rank}",
             "--network",
             NETWORK,
-            # --privileged fails on these hosts ("unable to apply caps"); these suffice
-            "--cap-add",
-            "SYS_ADMIN",
-            "--cap-add",
-            "NET_ADMIN",
-            "--cgroupns=host",
-            "-v",
-            f"{cgroup_root}:/sys/fs/cgroup:rw",
+            *systemd_flags(cgroup_root),
             *_memory_hierarchy(),
-            "--tmpfs",
-            "/run",
-            "--tmpfs",
-            "/run/lock",
             # a node's /dev/shm is half its memory; docker's default 64 MB is too small for vLLM's
             # shared-memory broadcast between its processes (160 MiB with tensor parallel 2)
             "--shm-size",
             "1g",
-            # systemd's clean-shutdown signal: without it every stop waits 10 s
-            "--stop-signal",
-            "SIGRTMIN+3",
             tag,
         ]
     )

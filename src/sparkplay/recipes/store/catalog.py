@@ -66,18 +66,6 @@ def recipe_path(catalog: Path, name: str) -> Path:
     return own
 
 
-def read_source(
-    source: str,
-    name: str | None = None,
-    sets: Sequence[str] = (),
-    mods_from: Sequence[Path] = (),
-    pick: int | None = None,
-) -> dict[str, Any]:
-    """The one recipe SOURCE holds (read_sources says how); a source of several is refused unless --pick names
-    one."""
-    return only_one(read_sources(source, name, sets, mods_from, pick), source)
-
-
 def only_one(docs: list[dict[str, Any]], source: str) -> dict[str, Any]:
     """The one recipe of a source; a compose file's several are refused, naming each, until --pick chooses."""
     if len(docs) > 1:
