@@ -119,7 +119,9 @@ LAYERS = [
     {"sparkplay.rollback"},  # a way back checked as a plan is: admission over the records read back
     {"sparkplay.importing", "sparkplay.doctor", "sparkplay.lab"},
     {"sparkplay.cli_common", "sparkplay.cli_display", "sparkplay.cli_status"},
+    {"sparkplay.soak"},  # the lab soak's load and report against a real inventory (status read as the CLI reads it)
     {"sparkplay.cli_run", "sparkplay.cli_recipes", "sparkplay.cli_overlay", "sparkplay.cli_bench"},
+    {"sparkplay.cli_soak"},
     {"sparkplay.cli_day2", "sparkplay.cli_lock"},  # day two, on the run helpers
     {"sparkplay.cli"},
     {"sparkplay.__main__"},

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from sparkplay import __version__, cli_day2, cli_lock, cli_run
+from sparkplay import __version__, cli_day2, cli_lock, cli_run, cli_soak
 from sparkplay.cli_bench import bench
 from sparkplay.cli_common import EXIT_CODES_HELP, ProjectOpt, out, reports_errors
 from sparkplay.cli_overlay import overlay_app
@@ -45,7 +45,7 @@ lab_app = typer.Typer(
 # one way: a group is a Typer of its own, a command is a function named for it
 for name, group in (("lab", lab_app), ("recipe", recipe_app), ("overlay", overlay_app)):
     app.add_typer(group, name=name, no_args_is_help=True)
-for command in (*cli_run.COMMANDS, apply, bench, *cli_day2.COMMANDS, *cli_lock.COMMANDS):
+for command in (*cli_run.COMMANDS, apply, bench, *cli_day2.COMMANDS, *cli_lock.COMMANDS, *cli_soak.COMMANDS):
     app.command(command.__name__)(command)
 
 

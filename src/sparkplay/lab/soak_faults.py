@@ -68,6 +68,15 @@ class Fault:
         return self.started, end
 
 
+def status_words(doc: Any) -> str:
+    """What `status --json` said, in its own words: each rank's why (or serving), each added deployment's why."""
+    rows = doc["ranks"] if isinstance(doc, dict) else doc or []
+    said = [f"{r.get('host')}: {r.get('why') or 'serving'}" for r in rows]
+    added = doc.get("added", []) if isinstance(doc, dict) else []
+    said += [f"{r.get('name', r.get('unit'))}: {r['why']}" for r in added if r.get("why")]
+    return " | ".join(said)
+
+
 class SoakLab:
     """The lab as the soak drives it: its nodes, the CLI, and the models that must keep answering."""
 
@@ -93,14 +102,9 @@ class SoakLab:
     def status_words(self) -> str:
         proc = self.cli("status", "--json", timeout=180)
         try:
-            doc = json.loads(proc.stdout)
+            return status_words(json.loads(proc.stdout))
         except ValueError:
             return f"status exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-200:]}"
-        rows = doc["ranks"] if isinstance(doc, dict) else doc
-        said = [f"{r.get('host')}: {r.get('why') or 'serving'}" for r in rows]
-        added = doc.get("added", []) if isinstance(doc, dict) else []
-        said += [f"{r.get('name', r.get('unit'))}: {r['why']}" for r in added if r.get("why")]
-        return " | ".join(said)
 
     def write_recipe(self, name: str, doc: dict[str, Any]) -> None:
         (self.recipes / f"{name}.yml").write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -14,6 +14,7 @@ import random
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -40,7 +41,7 @@ class Request:
     error: str = ""
 
 
-def _body(model: str, api: str, stream: bool) -> dict[str, Any]:
+def body(model: str, api: str, stream: bool) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "max_tokens": 4, "temperature": 0, "stream": stream}
     if api == "chat":
         body["messages"] = [{"role": "user", "content": "What is 17*23?"}]
@@ -64,7 +65,7 @@ def send(model: str, api: str, stream: bool, timeout: float) -> Request:
     path = "chat/completions" if api == "chat" else "completions"
     started, clock = time.time(), time.monotonic()
     argv = [docker_binary(), "exec", container_name(0), "curl", "-sS", "-N", "-m", str(int(timeout))]
-    argv += ["-H", "Content-Type: application/json", "-d", json.dumps(_body(model, api, stream))]
+    argv += ["-H", "Content-Type: application/json", "-d", json.dumps(body(model, api, stream))]
     argv += ["-w", WRITE_OUT, f"{GATEWAY}/{path}"]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 15, check=False)
@@ -102,8 +103,10 @@ class Load:
         turn_s: float = 30,
         timeout: float = 60,
         workers: int = 12,
+        sender: Callable[[str, str, bool, float], Request] | None = None,
     ) -> None:
         self.steady, self.on_demand = steady, on_demand
+        self.send = sender or send  # the lab's: from rank 0's loopback
         self.rng = random.Random(seed)  # noqa: S311 - a repeatable mix, not a secret
         self.rate, self.burst, self.burst_every, self.turn_s, self.timeout = rate, burst, burst_every, turn_s, timeout
         self.requests: list[Request] = []
@@ -119,7 +122,7 @@ class Load:
 
     def _one(self, model: str) -> None:
         api = self.rng.choice(("chat", "completion"))
-        request = send(model, api, self.rng.random() < 0.5, self.timeout)
+        request = self.send(model, api, self.rng.random() < 0.5, self.timeout)
         with self._lock:
             self.requests.append(request)
 

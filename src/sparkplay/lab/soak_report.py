@@ -90,7 +90,8 @@ def _clock(at: float) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [
-        f"# Soak of {report['minutes']} minutes on the lab ({report['started_utc']} UTC, seed {report['seed']})",
+        f"# Soak of {report['minutes']} minutes on {report.get('where', 'the lab')} "
+        f"({report['started_utc']} UTC, seed {report['seed']})",
         "",
         f"Machine: {report['machine']}. Requests: {report['requests_total']}, "
         f"{report['requests_outside_faults']} outside fault windows; "
@@ -116,6 +117,8 @@ def markdown(report: dict[str, Any]) -> str:
         )
     lines += ["", "| leak figure | start | end | verdict |", "| --- | --- | --- | --- |"]
     lines += [f"| {row['what']} | {row['start']} | {row['end']} | {row['verdict']} |" for row in report["leaks"]]
+    if report.get("not_measured"):
+        lines += ["", f"Not measured here (the lab's soak does): {'; '.join(report['not_measured'])}."]
     lines += ["", f"Tracebacks in the journals: {len(report['tracebacks'])}."]
     lines += [f"- {line}" for line in report["tracebacks"][:20]]
     if report["failed_outside_faults"]:
