@@ -1169,6 +1169,28 @@ def test_every_served_name_is_kept_and_shown(tmp_path):
     assert any("served_aliases" in line for line in semantic_diff(doc, changed))
 
 
+@pytest.mark.parametrize(
+    "names",
+    [["dense", "dense-latest"], ["dense", "a", "b"]],
+)
+def test_sglang_serves_one_name_and_the_others_a_source_lists_are_named_as_left_out(tmp_path, names):
+    """SGLang's --served-model-name is one string (ServerArgs.served_model_name): its parser refuses a second
+    name as an unrecognised argument. The first is served, the rest named, none kept as an alias or in argv."""
+    path = tmp_path / "sglang-names.yaml"
+    command = (
+        f"python3 -m sglang.launch_server --model-path {{model}} --served-model-name {' '.join(names)} --port 30000"
+    )
+    path.write_text(yaml.safe_dump({**BASE, "runtime": "sglang", "command": command}))
+    doc = imported(path)
+    assert doc["model"]["served_name"] == "dense" and "served_aliases" not in doc["model"]
+    said = notes(doc, "cleaned")["model.served_name"]
+    assert f"lists {len(names)} names" in said and all(repr(n) in said for n in names[1:])
+    (leader,) = plan_of(doc, 1)["ranks"]
+    at = leader["argv"].index("--served-model-name")
+    assert leader["argv"][at + 1] == "dense" and not set(names[1:]) & set(leader["argv"])
+    assert leader["argv"][at + 2].startswith("--")
+
+
 def test_a_benchmark_block_is_the_recipes_own_bench_profile():
     """sparkrun's benchmark block (explicit args, other keys swept in) becomes the recipe's bench profile,
     what the bench playbook measures unless told otherwise; what sparkplay's bench does not take is named."""

@@ -53,9 +53,26 @@ def context(raw: RawRecipe, engine: str) -> int | None:
 
 
 def aliases(raw: RawRecipe) -> list[str]:
-    if raw.engine not in ("vllm", "sglang"):
+    """The names vLLM answers to beside its first (--served-model-name is nargs="+" in vLLM's parser)."""
+    if raw.engine != "vllm":
         return []
     return cmdline.flag_values(raw.args, "--served-model-name")[1:]
+
+
+def one_served_name(raw: RawRecipe) -> None:
+    """SGLang serves one name (ServerArgs.served_model_name is a single string; its parser refuses what follows
+    as unrecognised arguments): a source listing several keeps the first, and the rest are named as left out."""
+    names = cmdline.flag_values(raw.args, "--served-model-name")
+    if raw.engine != "sglang" or len(names) < 2:
+        return
+    at = max(i for i, token in enumerate(raw.args) if token == "--served-model-name")
+    raw.args = [*raw.args[: at + 2], *raw.args[at + 1 + len(names) :]]
+    raw.note(
+        "model.served_name",
+        "cleaned",
+        f"--served-model-name lists {len(names)} names; SGLang serves one (its parser refuses the rest): "
+        f"sparkplay serves {names[0]!r} and leaves out {', '.join(repr(n) for n in names[1:])}",
+    )
 
 
 def _float(value: str | None, flag: str) -> float | None:

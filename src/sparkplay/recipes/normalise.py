@@ -137,6 +137,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         del raw.env[name]
         raw.note("serve.env", "ignored", secrets.note(name))
     flags.check_json_flags(raw.args)
+    flags.one_served_name(raw)
     _check_one_line(raw)
     engine_defaults = known.ENGINES[raw.engine]
     derived = flags.derive(raw)
@@ -250,7 +251,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "revision": raw.revision,
             "quant": quant_match.group(1).lower() if quant_match else None,
             "served_name": served,
-            # vLLM and SGLang answer to every name --served-model-name lists (the first is the model's own)
+            # vLLM answers to every name --served-model-name lists (the first is the model's own)
             **({"served_aliases": aliases} if (aliases := flags.aliases(raw)) else {}),
             "path": None if model_is_repo else source.model_file(raw, repo),
             **({"gguf": gguf} if gguf else {}),
