@@ -191,6 +191,8 @@ def test_hostile_docker_options_are_named_and_never_reach_the_plan():
         ("pipe-before-engine.sh", "uses a pipe, a redirect or & before the engine"),
         ("after-engine.sh", "runs after the engine"),
         ("script-file.sh", "runs the script /serve.sh inside the container, which the text does not hold"),
+        ("compose-entrypoint-script.yml", "service llm runs the script /workspace/start-vllm.sh inside the container"),
+        ("docker-run-script.sh", "runs the script /opt/launch/serve-model.bash inside the container"),
         ("unset-model.sh", r"uses \$MODEL_ID, which the text never sets"),
         ("substitution.sh", "command substitution"),
         ("two-commands.sh", r"holds 2 engine commands: 1\) line 1: vllm serve Qwen/Qwen3-8B.*--pick N"),

@@ -65,7 +65,7 @@ def one_served_name(raw: RawRecipe) -> None:
     names = cmdline.flag_values(raw.args, "--served-model-name")
     if raw.engine != "sglang" or len(names) < 2:
         return
-    at = max(i for i, token in enumerate(raw.args) if token == "--served-model-name")
+    at = max(i for i, word in enumerate(raw.args) if word == "--served-model-name")
     raw.args = [*raw.args[: at + 2], *raw.args[at + 1 + len(names) :]]
     raw.note(
         "model.served_name",

@@ -288,6 +288,10 @@ def _docker(words: list[str], at: str, env: dict[str, str], found: Found, depth:
         found.ignored.append(f"docker {sub}".strip())
 
 
+# a program named so is a script the image holds (its entrypoint, say), not an engine sparkplay reads
+SCRIPT_SUFFIXES = (".sh", ".bash")
+
+
 def _inside(command: list[str], at: str, container: Container | None, found: Found, depth: int) -> None:
     """The command a container runs: the engine itself, or a shell running it."""
     if not command:
@@ -299,9 +303,12 @@ def _inside(command: list[str], at: str, container: Container | None, found: Fou
         for launch in found.launches[before:]:
             launch.name_hint = launch.name_hint or (container.last("--name") if container else None)
         return
-    if program in SHELLS and len(command) > 1:
+    script = command[1] if program in SHELLS and len(command) > 1 else None
+    if script is None and program.endswith(SCRIPT_SUFFIXES):  # an entrypoint script of the image, run itself
+        script = command[0]
+    if script is not None:
         found.elsewhere.append(
-            f"{at} runs the script {shell.shown(command[1])} inside the container, which the text does not hold"
+            f"{at} runs the script {shell.shown(script)} inside the container, which the text does not hold"
         )
         return
     try:
