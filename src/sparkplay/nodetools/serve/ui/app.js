@@ -94,6 +94,12 @@ function drawNodes(nodes) {
   });
 }
 
+function lastMinutes(min, max) {
+  const end = Number.isFinite(max) && max > 0 ? max : Date.now() / 1000;
+  const start = Number.isFinite(min) && min > 0 ? min : end - 900;
+  return [Math.max(start, end - 900), end + 5];
+}
+
 function drawCharts(models) {
   if (typeof uPlot === "undefined") return;
   for (const m of models) {
@@ -126,8 +132,9 @@ function drawCharts(models) {
             { label: "p95 s", stroke: "#ff7f0e", scale: "s" },
             { label: "first byte p95 s", stroke: "#9467bd", scale: "s", dash: [4, 4] },
           ],
-          // the last fifteen minutes, whatever the points (one point alone would stretch the axis to years)
-          scales: { x: { time: true, range: (u, min, max) => [Math.max(min, max - 900), max + 5] } },
+          // the last fifteen minutes, whatever the points (one point alone would stretch the axis to years;
+          // none at all, a model not asked for yet, would draw 1970): the page's clock when there are none
+          scales: { x: { time: true, range: (u, min, max) => lastMinutes(min, max) } },
           axes: [{}, { scale: "n" }, { scale: "s", side: 1, grid: { show: false } }],
         },
         data,
