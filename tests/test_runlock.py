@@ -133,3 +133,43 @@ def test_the_lock_and_its_note_are_the_users_alone(where):
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert path.read_text() == ""  # a clean end leaves no note
+
+
+def test_a_changing_run_renews_its_nodes_leases_while_it_lasts_and_a_check_run_does_not(tmp_path, monkeypatch):
+    """A run of hours (a download) outlives the nodes' lease (runlock.NODE_LEASE_S) unless renewed: the runner
+    runs playbooks/renew.yml every runlock.RENEW_S while the playbook goes on, and says a node it lost. Ansible
+    itself is a stand-in here (its run takes 0.5 s); the renewal module is tests/test_node_modules.py's."""
+    import ansible_runner
+
+    from sparkplay import runner
+
+    ran: list[str] = []
+
+    class Done:
+        status, rc = "successful", 0
+        config = type("Config", (), {"artifact_dir": str(tmp_path)})()
+
+    def fake_run(**kwargs):
+        ran.append(Path(kwargs["playbook"]).name)
+        if kwargs["playbook"].endswith("renew.yml"):
+            kwargs["event_handler"](
+                {"event": "runner_on_ok", "event_data": {"host": "spark1", "res": {"msg": "spark1: lost it"}}}
+            )
+        else:
+            time.sleep(0.5)
+        return Done()
+
+    monkeypatch.setattr(ansible_runner, "run", fake_run)
+    monkeypatch.setattr(runlock, "RENEW_S", 0.1)
+    monkeypatch.setitem(runlock.CURRENT, "note", {"command": "sparkplay up big"})
+    monkeypatch.setitem(runlock.CURRENT, "wait", True)
+    result = runner.run_playbook(tmp_path, "serve.yml", tmp_path / "hosts.yml")
+    assert ran[0] == "serve.yml" and 2 <= ran.count("renew.yml") <= 6, ran
+    assert ("spark1", "Renew | the run lock", "spark1: lost it") in result.messages
+    ran.clear()
+    runner.run_playbook(tmp_path, "serve.yml", tmp_path / "hosts.yml", check=True)  # a check run claims nothing
+    assert ran == ["serve.yml"]
+    monkeypatch.delitem(runlock.CURRENT, "note")
+    monkeypatch.delitem(runlock.CURRENT, "wait")
+    runner.run_playbook(tmp_path, "status.yml", tmp_path / "hosts.yml")  # a read-only command holds no lock
+    assert ran == ["serve.yml", "status.yml"]

@@ -13,14 +13,18 @@ description:
     claim takes it when it is free, when it is this run's own (a renewal), when its lease ran out (a run that
     died elsewhere holds a node for O(ttl) seconds at most), or when O(take_over) names its owner (the
     controller found that run gone). Otherwise it is left alone and the holder's note is returned.
-  - A release removes the note when it is this run's own.
+  - A release removes the note when it is this run's own. A renewal extends this run's own lease and nothing
+    else (a lock released, taken over or never taken is left as it is): a run that lasts longer than O(ttl)
+    (a download of hours) keeps its nodes while it is alive.
   - It never reports a change, as the lock is the run's own bookkeeping and not the node's configuration (a
     run that changes nothing stays a run that changed nothing).
 options:
   state:
-    description: C(claimed) takes or renews it, C(released) gives it back, C(read) only reads it.
+    description: >-
+      C(claimed) takes or renews it, C(renewed) only extends this run's own lease, C(released) gives it back,
+      C(read) only reads it.
     type: str
-    choices: [claimed, released, read]
+    choices: [claimed, renewed, released, read]
     default: claimed
   owner:
     description: This run's owner id (the controller's, its state folder's and the inventory's).
@@ -131,6 +135,10 @@ def run(params: dict, now: float) -> dict:
             if mine:
                 os.ftruncate(fd, 0)
             return {"changed": False, "taken": mine, "holder": None if mine else held or None, "took_over": ""}
+        if params["state"] == "renewed":
+            if mine:
+                _write(fd, {**held, "expires": now + params["ttl"], "renewed": now})
+            return {"changed": False, "taken": mine, "holder": None if mine else held or None, "took_over": ""}
         may, took = decide(held, params["owner"], params["take_over"], now)
         if not may:
             return {"changed": False, "taken": False, "holder": held, "took_over": ""}
@@ -145,7 +153,7 @@ def run(params: dict, now: float) -> dict:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "state": {"type": "str", "choices": ["claimed", "released", "read"], "default": "claimed"},
+            "state": {"type": "str", "choices": ["claimed", "renewed", "released", "read"], "default": "claimed"},
             "owner": {"type": "str", "required": True},
             "note": {"type": "dict", "default": {}},
             "ttl": {"type": "int", "default": 21600},

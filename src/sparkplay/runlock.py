@@ -32,7 +32,8 @@ from sparkplay.errors import ExitCode, SparkplayError
 # claims each node's lock first (playbooks/claim.yml, the sparkplay_run_lock module) and releases it last. The
 # owner is this controller and inventory, so a run that failed or died here is taken over by the next one here;
 # a run from elsewhere waits (or refuses with --no-wait) until the holder releases it or its lease runs out.
-NODE_LEASE_S = 21600  # a run that died elsewhere holds its nodes this long at most (a long download fits)
+NODE_LEASE_S = 21600  # a run that died elsewhere holds its nodes this long at most
+RENEW_S = 3600.0  # a live run renews its nodes' leases this often (sparkplay.runner), however long it lasts
 
 
 def owner(sources: Any) -> str:

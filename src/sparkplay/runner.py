@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,6 +117,38 @@ def progress_of(message: str) -> tuple[float, float] | None:
     return (float(found.group(1)), float(found.group(2))) if found else None
 
 
+class Renewer:
+    """While a run that changes nodes goes on, renew each node's run lock every `every` seconds
+    (playbooks/renew.yml through `renew`), so that a run of hours (a download) keeps its nodes; what a renewal
+    says of a node this run no longer holds is kept in `said`."""
+
+    def __init__(self, renew: Callable[[Callable[[Mapping[str, Any]], None]], Any], every: float) -> None:
+        self.renew, self.every = renew, every
+        self.said: list[tuple[str, str, str]] = []
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sparkplay-renew", daemon=True)
+
+    def _heard(self, event: Mapping[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        message = ((data.get("res") or {}) if event.get("event") == "runner_on_ok" else {}).get("msg")
+        if message:
+            self.said.append((str(data.get("host", "")), "Renew | the run lock", str(message)))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.renew(self._heard)
+            self.count += 1
+
+    def __enter__(self) -> Renewer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=600)
+
+
 @contextmanager
 def _interrupt_flag() -> Iterator[threading.Event]:
     """Ctrl-C sets a flag the runner polls, so it stops the playbook cleanly instead of dying mid-task."""
@@ -170,7 +202,23 @@ def run_playbook(
             on_event(event)
         return True  # keep the event in the artifacts
 
-    with _interrupt_flag() as interrupted:
+    def renew(heard: Callable[[Mapping[str, Any]], None]) -> None:
+        ansible_runner.run(
+            private_data_dir=str(runs),
+            project_dir=str(project),
+            playbook=str(project / "playbooks" / "renew.yml"),
+            inventory=str(inventory),
+            extravars=runlock.extravars(),
+            envvars=env,
+            quiet=True,
+            event_handler=lambda event: heard(event) or True,
+            rotate_artifacts=20,
+            suppress_env_files=True,
+        )
+
+    # a run that holds its inventory's lock (a changing one, not its check run) keeps its nodes' leases alive
+    renewing = Renewer(renew, runlock.RENEW_S) if runlock.CURRENT and not check else nullcontext()
+    with _interrupt_flag() as interrupted, renewing:
         runner = ansible_runner.run(
             private_data_dir=str(runs),
             project_dir=str(project),
@@ -187,6 +235,7 @@ def run_playbook(
             suppress_env_files=True,
         )
         result.interrupted = interrupted.is_set()
+    result.messages += renewing.said if isinstance(renewing, Renewer) else []
     result.status, result.rc = runner.status, runner.rc
     result.artifacts = Path(runner.config.artifact_dir)
     return result
