@@ -321,6 +321,7 @@ def test_the_routes_the_roles_write_are_the_routes_the_gateway_reads(tmp_path):
         "on_demand": True,
         "claim": GIB,
         "units": ["sparkplay-serve@lab-od-a.service", "sparkplay-serve-watchdog@lab-od-a.service"],
+        "unit": None,  # its record names no unit: the page reads no memory of it
         "watch": None,  # its record names no state file
         "first_byte_s": None,  # a record from before the bound: the gateway's --timeout
     }
@@ -328,6 +329,11 @@ def test_the_routes_the_roles_write_are_the_routes_the_gateway_reads(tmp_path):
     assert read["models"]["lab-tiny"]["first_byte_s"] == 120.0
     assert read["models"]["lab-tiny"]["watch"] == "/var/lib/sparkplay/watchdog.json"  # the gateway's node reads it
     assert (read["ttl_s"], read["wait_s"], read["budgets"]) == (30, 60, {"rank0": 24 * GIB - 4 * GIB - 2 * GIB})
+    assert read["nodes"]["rank0"] == {
+        "total_bytes": 24 * GIB,
+        "reserve_bytes": 4 * GIB,
+        "claims": {"lab-tiny": 2 * GIB},
+    }
     assert units_of(read["models"]["lab-od-a"])  # and the swapper takes its units
 
 
