@@ -1,9 +1,8 @@
 """Engine launches in pasted shell text: a command line, `docker run`/`docker exec` around it, `bash -c '...'`
 inside those, `ssh HOST "..."`, eugr's `launch-cluster.sh ... exec ...`, and a script of such lines.
 
-The text is read by pasted.shell (never run); each statement that starts an engine (by the engines'
-own command grammar, sparkplay.recipes.cmdline) becomes a Launch, with what docker was asked around it. Other
-statements are named, not applied.
+The text is read by pasted.shell (never run); each statement that starts an engine (by the engines' own command
+grammar, sparkplay.recipes.cmdline) becomes a Launch, with what docker was asked around it; others are named.
 """
 
 from __future__ import annotations
@@ -288,10 +287,6 @@ def _docker(words: list[str], at: str, env: dict[str, str], found: Found, depth:
         found.ignored.append(f"docker {sub}".strip())
 
 
-# a program named so is a script the image holds (its entrypoint, say), not an engine sparkplay reads
-SCRIPT_SUFFIXES = (".sh", ".bash")
-
-
 def _inside(command: list[str], at: str, container: Container | None, found: Found, depth: int) -> None:
     """The command a container runs: the engine itself, or a shell running it."""
     if not command:
@@ -303,10 +298,9 @@ def _inside(command: list[str], at: str, container: Container | None, found: Fou
         for launch in found.launches[before:]:
             launch.name_hint = launch.name_hint or (container.last("--name") if container else None)
         return
+    # a shell running a script, or a script of the image run itself (its entrypoint): neither is in the text
     script = command[1] if program in SHELLS and len(command) > 1 else None
-    if script is None and program.endswith(SCRIPT_SUFFIXES):  # an entrypoint script of the image, run itself
-        script = command[0]
-    if script is not None:
+    if (script := script or (command[0] if program.endswith((".sh", ".bash")) else None)) is not None:
         found.elsewhere.append(
             f"{at} runs the script {shell.shown(script)} inside the container, which the text does not hold"
         )
