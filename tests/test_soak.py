@@ -12,6 +12,7 @@ from sparkplay.errors import BadInput
 from sparkplay.lab import soak, soak_report, soak_watch
 from sparkplay.lab.soak_faults import KINDS, Fault
 from sparkplay.lab.soak_load import whole
+from tests.conftest import PROJECT
 
 T0 = 1_800_000_000.0
 
@@ -92,6 +93,40 @@ def test_a_figure_grows_only_when_it_ends_highest_and_past_its_slack():
     assert rows([20, 80, 21])["verdict"] == "steady"  # a restart started it small again
     assert rows([None, 20, None, 21])["verdict"] == "steady"  # unread while its node was down
     assert rows([None, None])["verdict"] == "unread"
+
+
+def test_backups_are_held_to_the_bound_the_nodes_module_keeps_not_to_their_first_reading(tmp_path, monkeypatch):
+    """The backups kept of a rewritten file grow until the module's bound (the newest ten and the original) by
+    design: that is not a leak, passing the bound is. The count reads one node's folders as the soak does."""
+    import subprocess
+
+    monkeypatch.syspath_prepend(str(PROJECT / "collections"))
+    from ansible_collections.sparkplay.spark.plugins.module_utils.sparkplay_managed import KEEP_BACKUPS
+
+    assert soak_watch.KEEP_BACKUPS == KEEP_BACKUPS
+    what = "backups of one file, the most, rank1"
+
+    def verdict(values):
+        return soak_watch.verdicts([(i * 60.0, {what: v}) for i, v in enumerate(values)])[0]["verdict"]
+
+    assert verdict([0, 4, 9, 11]) == "within 11"  # grew, within the bound
+    assert verdict([11, 12, 11]) == "over its bound of 11"
+    assert not summary([request(0)], [], leaks=[{"what": what, "verdict": "over its bound of 11"}])["passed"]
+    command = soak_watch.BOUNDED[what][0]
+    for folder in ("state", "config"):
+        (tmp_path / folder).mkdir()
+    for i in range(3):
+        (tmp_path / "config" / f"routes.json.{100 + i}.2026-12-07@01:3{i}:13~").write_text("x")
+    (tmp_path / "state" / "record.json.7.2026-12-07@01:30:13~").write_text("x")
+    (tmp_path / "config" / "routes.json").write_text("x")
+    here = command.replace(soak_watch.STATE_DIR, str(tmp_path / "state"))
+    here = here.replace(soak_watch.CONFIG_DIR, str(tmp_path / "config"))
+    counted = subprocess.run(["sh", "-c", here], capture_output=True, text=True, check=True).stdout.strip()
+    assert counted == "3"  # routes.json's three, not four files
+    for old in (tmp_path / "config").glob("*~"):
+        old.unlink()
+    (tmp_path / "state" / "record.json.7.2026-12-07@01:30:13~").unlink()
+    assert subprocess.run(["sh", "-c", here], capture_output=True, text=True).stdout.strip() == "0"
 
 
 def test_the_fault_kinds_a_user_names_are_checked():

@@ -41,8 +41,8 @@ NODE_FIGURES: dict[str, tuple[str, int, float, float]] = {
         4.0,
         64 << 20,
     ),
-    "state and record files rank0": (f"find {STATE_DIR} {CONFIG_DIR} -xdev -type f | wc -l", 0, 0.1, 8),
-    "state and record files rank1": (f"find {STATE_DIR} {CONFIG_DIR} -xdev -type f | wc -l", 1, 0.1, 8),
+    "state and record files rank0": (f"find {STATE_DIR} {CONFIG_DIR} -xdev -type f ! -name '*~' | wc -l", 0, 0.1, 8),
+    "state and record files rank1": (f"find {STATE_DIR} {CONFIG_DIR} -xdev -type f ! -name '*~' | wc -l", 1, 0.1, 8),
     "memory cgroups rank1": (
         "find /sys/fs/cgroup /opt/sparkplay-lab/memory -xdev -type d 2>/dev/null | wc -l",
         1,
@@ -51,6 +51,19 @@ NODE_FIGURES: dict[str, tuple[str, int, float, float]] = {
     ),
     "shared memory files rank0": ("find /dev/shm -type f | wc -l", 0, 0.1, 4),
     "shared memory files rank1": ("find /dev/shm -type f | wc -l", 1, 0.1, 4),
+}
+# the backups the nodes' module keeps of a file (plugins/module_utils/sparkplay_managed.py, held equal by a test)
+KEEP_BACKUPS = 10
+# what -> (the command printing one number, its rank, the most it may ever read): the backups sparkplay keeps of
+# a file it rewrites are bounded by design (the newest KEEP_BACKUPS and the original): they grow until the bound
+# and must never pass it, so these are held to the bound, not to their first reading
+MOST_BACKUPS = (
+    f"find {STATE_DIR} {CONFIG_DIR} -xdev -type f -name '*~' "
+    r"| sed -E 's/\.[0-9]+\.[0-9]{4}-[0-9]{2}-[0-9]{2}@[0-9:]{8}~$//' | sort | uniq -c | sort -rn "
+    "| awk 'NR == 1 {print $1} END {if (NR == 0) print 0}'"
+)
+BOUNDED: dict[str, tuple[str, int, float]] = {
+    f"backups of one file, the most, rank{rank}": (MOST_BACKUPS, rank, KEEP_BACKUPS + 1) for rank in (0, 1)
 }
 # the main process of a unit: its VmRSS (KiB) or its count of open files
 PROC = 'pid=$(systemctl show -p MainPID --value {unit}); [ "${{pid:-0}}" -gt 0 ] || {{ echo 0; exit; }}; {read}'
@@ -93,6 +106,7 @@ def sample() -> dict[str, float | None]:
     figures: dict[str, float | None] = {
         what: _node_number(rank, _command(template)) for what, (template, rank, _, _) in NODE_FIGURES.items()
     }
+    figures |= {what: _node_number(rank, command) for what, (command, rank, _) in BOUNDED.items()}
     figures["lab docker objects"] = _docker_objects()
     return figures
 
@@ -108,12 +122,17 @@ def verdicts(samples: list[tuple[float, dict[str, float | None]]]) -> list[dict[
         rel, slack = NODE_FIGURES[what][2:] if what in NODE_FIGURES else (0.0, 0.0)
         start, end = series[0][1], series[-1][1]
         grows = end > start * (1 + rel) + slack and all(end >= v for _, v in series)
+        if what in BOUNDED:
+            most = BOUNDED[what][2]
+            verdict = f"over its bound of {most:g}" if max(v for _, v in series) > most else f"within {most:g}"
+        else:
+            verdict = "growing" if grows else "steady"
         rows.append(
             {
                 "what": what,
                 "start": start,
                 "end": end,
-                "verdict": "growing" if grows else "steady",
+                "verdict": verdict,
                 "samples": [[round(at, 1), v] for at, v in series],
             }
         )
