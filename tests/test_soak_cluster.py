@@ -130,18 +130,9 @@ def test_a_fault_is_made_only_on_an_engine_serving_now_never_on_a_model_on_deman
 
 def test_a_soak_without_faults_loads_every_model_and_reports_the_rules_that_apply(api: str, tmp_path: Path):
     said: list[str] = []
-    report = cluster.run(
-        tmp_path,
-        tmp_path / "hosts.yml",  # never read: no fault is made, so no playbook runs
-        soak_client.Client(api),
-        minutes=0.1,
-        seed=3,
-        kinds=[],
-        rate=5,
-        bound_s=None,
-        report_dir=tmp_path / "report",
-        say=said.append,
-    )
+    hosts = tmp_path / "hosts.yml"  # never read: no fault is made, so no playbook runs
+    schedule = cluster.Schedule(minutes=0.1, seed=3, rate=5)
+    report = cluster.run(tmp_path, hosts, soak_client.Client(api), schedule, tmp_path / "report", said.append)
     assert said[0] == "soak: tiny always on; coder-a on demand"
     assert report["requests_total"] >= 10 and report["availability_outside_faults"] == 1.0
     assert {r["model"] for r in report["requests"]} == {"tiny", "coder-a"}

@@ -52,31 +52,21 @@ def soak(
     report availability outside the faults and each recovery against its bound (exit 1 if a rule failed)."""
     root = project_dir(project)
     hosts = hosts_file(inventory)
-    kinds = cluster.allowed(faults)
+    schedule = cluster.Schedule(minutes, cluster.allowed(faults), seed, rate, bound)
     client = soak_client.Client(url, soak_client.read_key(key_file))
-    if kinds:
+    if schedule.kinds:
+        named = ", ".join(schedule.kinds)
         ask(
-            f"The soak will make {', '.join(kinds)} on the nodes of {hosts} while it runs. Go on?",
+            f"The soak will make {named} on the nodes of {hosts} while it runs. Go on?",
             yes,
-            f"the soak makes {', '.join(kinds)} on real nodes and no terminal is here to ask",
+            f"the soak makes {named} on real nodes and no terminal is here to ask",
             "pass --yes to allow the faults named, or leave out --faults",
         )
 
     def say(line: str) -> None:
         out.print(line, markup=False, highlight=False)
 
-    done = cluster.run(
-        root,
-        hosts,
-        client,
-        minutes=minutes,
-        seed=seed,
-        kinds=kinds,
-        rate=rate,
-        bound_s=bound,
-        report_dir=report,
-        say=say,
-    )
+    done = cluster.run(root, hosts, client, schedule, report, say)
     for line in summary_lines(done):
         say(line)
     say(f"report: {report / 'report.md'}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import platform
 import random
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ import yaml
 from sparkplay.errors import BadInput, SparkplayError
 from sparkplay.lab import soak_report, soak_watch
 from sparkplay.lab.manager import container_name
-from sparkplay.lab.soak_faults import KINDS, RECIPE_PREFIX, Fault, SoakLab, inject, target, variant
+from sparkplay.lab.soak_faults import KINDS, RECIPE_PREFIX, Fault, SoakLab, inject, observe, target, variant
 from sparkplay.lab.soak_load import Load
 
 STEADY = ["lab-tiny", f"{RECIPE_PREFIX}small"]
@@ -101,22 +100,14 @@ def _order(kinds: Sequence[str], rng: random.Random) -> list[str]:
 def one_fault(lab: SoakLab, kind: str, rng: random.Random) -> Fault:
     """Make one fault, read status while it lasts, and time serving's return against its bound."""
     fault = Fault(kind=kind, target=target(kind, rng), started=time.time(), bound_s=KINDS[kind][1])
-    said: list[str] = []
-    reader = threading.Thread(target=lambda: (time.sleep(1), said.append(lab.status_words())), daemon=True)
-    reader.start()
-    try:
-        inject(kind, lab, rng, fault)
-    except SparkplayError as exc:
-        fault.cleared, fault.problem = time.time(), f"the fault could not be made: {exc}"
-    deadline = fault.cleared + fault.bound_s
-    while time.time() < deadline:
-        if lab.answering():
-            fault.recovered_s = round(max(0.0, time.time() - fault.cleared), 1)
-            break
-        time.sleep(2)
-    reader.join(timeout=240)
-    fault.status_said = said[0] if said else "status did not answer within 4 minutes"
-    return fault
+
+    def make() -> None:
+        try:
+            inject(kind, lab, rng, fault)
+        except SparkplayError as exc:
+            fault.cleared, fault.problem = time.time(), f"the fault could not be made: {exc}"
+
+    return observe(fault, make, lab.status_words, lab.answering, 2)
 
 
 def run(

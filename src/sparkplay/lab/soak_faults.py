@@ -77,6 +77,26 @@ def status_words(doc: Any) -> str:
     return " | ".join(said)
 
 
+def observe(
+    fault: Fault, make: Callable[[], object], status: Callable[[], str], answering: Callable[[], bool], every: float
+) -> Fault:
+    """Make the fault (`make` returns once it is cleared), read `status` a second into it, and time serving's
+    return against its bound (recovered_s stays None past it)."""
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: (time.sleep(1), said.append(status())), daemon=True)
+    reader.start()
+    make()
+    fault.cleared = fault.cleared or time.time()
+    while time.time() < fault.cleared + fault.bound_s:
+        if answering():
+            fault.recovered_s = round(max(0.0, time.time() - fault.cleared), 1)
+            break
+        time.sleep(every)
+    reader.join(timeout=600)
+    fault.status_said = said[0] if said else "status did not answer within 10 minutes"
+    return fault
+
+
 class SoakLab:
     """The lab as the soak drives it: its nodes, the CLI, and the models that must keep answering."""
 

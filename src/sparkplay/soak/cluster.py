@@ -16,16 +16,16 @@ from __future__ import annotations
 import os
 import platform
 import random
-import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkplay import cli_status
 from sparkplay.errors import BadInput, SparkplayError
 from sparkplay.lab import soak_report
-from sparkplay.lab.soak_faults import Fault, status_words
+from sparkplay.lab.soak_faults import Fault, observe, status_words
 from sparkplay.lab.soak_load import Load
 from sparkplay.runner import run_playbook
 from sparkplay.soak.client import Client
@@ -106,41 +106,37 @@ def one_fault(cluster: Cluster, kind: str, rng: random.Random, bound_s: float) -
         return fault
     host, unit = rng.choice(where)
     fault = Fault(kind=kind, target=f"{host} {unit}", started=time.time(), bound_s=bound_s)
-    said: list[str] = []
-    reader = threading.Thread(target=lambda: (time.sleep(1), said.append(cluster.status_words())), daemon=True)
-    reader.start()
-    fault.problem = cluster.make(kind, host, unit)
-    fault.cleared = time.time()
-    while time.time() < fault.cleared + fault.bound_s:
-        if cluster.answering():
-            fault.recovered_s = round(max(0.0, time.time() - fault.cleared), 1)
-            break
-        time.sleep(5)
-    reader.join(timeout=600)
-    fault.status_said = said[0] if said else "status did not answer within 10 minutes"
-    return fault
+
+    def make() -> None:
+        fault.problem = cluster.make(kind, host, unit)
+
+    return observe(fault, make, cluster.status_words, cluster.answering, 5)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How long the load runs, how fast, and which faults come (each checked as the user gave it)."""
+
+    minutes: float
+    kinds: Sequence[str] = ()
+    seed: int = 1
+    rate: float = 1.0
+    bound_s: float | None = None  # seconds serving may take to answer again; None: each kind's own
+
+    def __post_init__(self) -> None:
+        if not 0 < self.minutes <= MAX_MINUTES:
+            raise BadInput(f"--minutes {self.minutes:g} is out of range", f"give 1 to {MAX_MINUTES} minutes")
+        if not 0 < self.rate <= 20:
+            raise BadInput(f"--rate {self.rate:g} is out of range", "give 0.1 to 20 requests a second")
+        if self.bound_s is not None and not 10 <= self.bound_s <= 7200:
+            raise BadInput(f"--bound {self.bound_s:g} is out of range", "give 10 to 7200 seconds")
 
 
 def run(
-    root: Path,
-    hosts: Path,
-    client: Client,
-    *,
-    minutes: float,
-    seed: int,
-    kinds: Sequence[str],
-    rate: float,
-    bound_s: float | None,
-    report_dir: Path,
-    say: Callable[[str], None],
+    root: Path, hosts: Path, client: Client, schedule: Schedule, report_dir: Path, say: Callable[[str], None]
 ) -> dict[str, Any]:
-    if not 0 < minutes <= MAX_MINUTES:
-        raise BadInput(f"--minutes {minutes:g} is out of range", f"give 1 to {MAX_MINUTES} minutes")
-    if not 0 < rate <= 20:
-        raise BadInput(f"--rate {rate:g} is out of range", "give 0.1 to 20 requests a second")
-    if bound_s is not None and not 10 <= bound_s <= 7200:
-        raise BadInput(f"--bound {bound_s:g} is out of range", "give 10 to 7200 seconds")
-    bounds = {kind: bound_s or KINDS[kind][1] for kind in kinds}
+    minutes, kinds, seed = schedule.minutes, schedule.kinds, schedule.seed
+    bounds = {kind: schedule.bound_s or KINDS[kind][1] for kind in kinds}
     steady, on_demand = client.models()
     if not steady and not on_demand:
         raise BadInput(
@@ -150,7 +146,7 @@ def run(
     rng = random.Random(seed)  # noqa: S311 - a repeatable schedule, not a secret
     cluster = Cluster(root, hosts, client, steady or on_demand[:1])
     say(f"soak: {', '.join(steady) or '-'} always on; {', '.join(on_demand) or 'none'} on demand")
-    load = Load(steady or on_demand[:1], on_demand, seed=seed, rate=rate, sender=client.send)
+    load = Load(steady or on_demand[:1], on_demand, seed=seed, rate=schedule.rate, sender=client.send)
     faults: list[Fault] = []
     begun = time.time()
     try:
