@@ -14,7 +14,7 @@ description:
     died elsewhere holds a node for O(ttl) seconds at most), or when O(take_over) names its owner (the
     controller found that run gone). Otherwise it is left alone and the holder's note is returned.
   - A release removes the note when it is this run's own. A renewal extends this run's own lease and nothing
-    else (a lock released, taken over or never taken is left as it is): a run that lasts longer than O(ttl)
+    else (a lock released, taken over or never taken is left as it is), so a run that lasts longer than O(ttl)
     (a download of hours) keeps its nodes while it is alive.
   - It never reports a change, as the lock is the run's own bookkeeping and not the node's configuration (a
     run that changes nothing stays a run that changed nothing).
