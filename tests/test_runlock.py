@@ -173,3 +173,35 @@ def test_a_changing_run_renews_its_nodes_leases_while_it_lasts_and_a_check_run_d
     monkeypatch.delitem(runlock.CURRENT, "wait")
     runner.run_playbook(tmp_path, "status.yml", tmp_path / "hosts.yml")  # a read-only command holds no lock
     assert ran == ["serve.yml", "status.yml"]
+
+
+def test_runs_rotate_their_artifacts_beside_each_other_without_failing(tmp_path):
+    """Two CLIs (or a run and its lease renewal) rotate one artifacts folder at once: ansible-runner's own
+    rotation failed a command with FileNotFoundError when another had removed a run first (seen in CI)."""
+    import threading
+
+    from sparkplay import runner
+
+    artifacts = tmp_path / "artifacts"
+    for i in range(60):
+        run = artifacts / f"run-{i:02d}"
+        (run / "job_events").mkdir(parents=True)
+        for j in range(30):
+            (run / "job_events" / f"{j}.json").write_text("{}")
+        os.utime(run, (1_000_000 + i, 1_000_000 + i))
+    failures: list[BaseException] = []
+
+    def rotate() -> None:
+        try:
+            runner.rotate(artifacts, keep=20)
+        except OSError as exc:  # a racing rotation that fails: the finding
+            failures.append(exc)
+
+    racers = [threading.Thread(target=rotate) for _ in range(4)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert failures == []
+    assert sorted(p.name for p in artifacts.iterdir()) == [f"run-{i:02d}" for i in range(40, 60)]  # the newest
+    runner.rotate(tmp_path / "none")  # no folder yet: nothing to do

@@ -9,13 +9,15 @@ the checkout.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,31 @@ from sparkplay import paths, runlock
 from sparkplay.errors import ExitCode
 
 PROGRESS = re.compile(r"([\d.]+) / ([\d.]+) GB \((\d+)%\)")
+
+
+KEEP_RUNS = 20  # the runs whose artifacts are kept under the state folder
+
+
+def rotate(artifacts: Path, keep: int = KEEP_RUNS) -> None:
+    """Keep the newest `keep` runs' artifacts. Other processes rotate the same folder at the same time (a second
+    CLI, a run's lease renewal): a run another one removed first is not an error (ansible-runner's own rotation
+    failed the whole command with FileNotFoundError when two raced)."""
+
+    def gone_already(_func: Any, _path: str, exc: Any) -> None:
+        if not issubclass(exc[0], FileNotFoundError):
+            raise exc[1]
+
+    if not artifacts.is_dir():
+        return
+    # one rotation at a time: a run half removed has a new mtime and would pass for the newest in another's list
+    with open(artifacts.parent / ".rotate.lock", "a") as lock:  # noqa: PTH123 - its descriptor is flocked
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = []
+        for entry in artifacts.iterdir():
+            with suppress(FileNotFoundError):
+                found.append((entry.stat().st_mtime, entry.name, entry))
+        for _, _, old in sorted(found)[: max(0, len(found) - keep)]:
+            shutil.rmtree(old, onerror=gone_already)
 
 
 def collections_path(project: Path) -> str | None:
@@ -203,6 +230,7 @@ def run_playbook(
         return True  # keep the event in the artifacts
 
     def renew(heard: Callable[[Mapping[str, Any]], None]) -> None:
+        rotate(runs / "artifacts")
         ansible_runner.run(
             private_data_dir=str(runs),
             project_dir=str(project),
@@ -212,10 +240,11 @@ def run_playbook(
             envvars=env,
             quiet=True,
             event_handler=lambda event: heard(event) or True,
-            rotate_artifacts=20,
+            rotate_artifacts=0,  # rotate() keeps the last KEEP_RUNS
             suppress_env_files=True,
         )
 
+    rotate(runs / "artifacts")
     # a run that holds its inventory's lock (a changing one, not its check run) keeps its nodes' leases alive
     renewing = Renewer(renew, runlock.RENEW_S) if runlock.CURRENT and not check else nullcontext()
     with _interrupt_flag() as interrupted, renewing:
@@ -231,7 +260,7 @@ def run_playbook(
             quiet=verbose == 0,
             event_handler=handle,
             cancel_callback=interrupted.is_set,
-            rotate_artifacts=20,
+            rotate_artifacts=0,  # rotate() keeps the last KEEP_RUNS
             suppress_env_files=True,
         )
         result.interrupted = interrupted.is_set()
