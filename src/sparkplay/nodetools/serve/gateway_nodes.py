@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import memory
+from . import explain, memory
 
 # the states in which a model on demand holds its claim (stopped or not yet asked for, it holds none)
 HOLDING = ("serving", "loading")
@@ -28,16 +28,10 @@ def _meminfo() -> dict[str, int] | None:
 
 
 def twins(env: Path | None) -> list[dict[str, Any]]:
-    """The node's cable twins (the fabric env file names them) and whether each has carrier."""
-    if env is None:
-        return []
-    try:
-        lines = env.read_text().splitlines()
-    except OSError:
-        return []
-    named = next((line.split("=", 1)[1] for line in lines if line.startswith("SPARKPLAY_FABRIC_TWINS=")), "")
+    """The node's cable twins (the fabric env file names them, as `explain` reads it) and whether each has
+    carrier; a twin's carrier is read under /sys/class/net by its last part alone."""
     found = []
-    for twin in filter(None, named.strip().strip('"').replace(",", " ").split()):
+    for twin in explain.fabric_twins(str(env) if env else None):
         try:
             carrier = (Path("/sys/class/net") / Path(twin).name / "carrier").read_text().strip() == "1"
         except OSError:
