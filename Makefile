@@ -55,10 +55,10 @@ sanity: venv
 
 unit: venv sanity ## the fast checks: lint, Galaxy's sanity checks and every test that needs no lab (no root, no Docker)
 	ruff check .
-	pytest -m "not lab and not lab3 and not extra and not vllm and not sglang and not faults and not faults_long" -q -n 2
+	pytest -m "not lab and $(MAKE_TEST_MARKS)" -q -n 2
 
 # What make test runs: every test but the suites of their own below (pyproject's addopts says the same).
-MAKE_TEST_MARKS := not lab3 and not extra and not vllm and not sglang and not faults and not faults_long
+MAKE_TEST_MARKS := not lab3 and not extra and not vllm and not sglang and not faults and not faults_long and not stack
 # pytest exits 5 when it collected nothing: for this suite that means a
 # broken selection, so it fails loudly instead of passing on no tests.
 # The tests that need no lab on two workers; the lab's in file order in one
@@ -82,6 +82,9 @@ browser: ## (as root) Debian's Chromium and ChromeDriver, for the cluster page's
 
 test-faults: setup ## day two on the lab (tests/test_faults_lab.py): the four faults make test runs (an engine killed, a node rebooted, a cable pulled for a minute, an engine past its memory limit) and the slower ones (frozen engines, reboots looked at while down, doctor on one twin pulled), each recovered by itself; then a ten-minute soak of them all together under load (tests/test_soak_lab.py)
 	pytest tests/test_faults_lab.py tests/test_soak_lab.py -m lab
+
+test-stack: setup ## what a served lab lives through besides make test's faults (tests/test_stack_lab.py): the watchdog restarting a wedged engine and standing down past its cap, a health that never comes, a refused change going back by itself, rollback, drift from the lock and reset; the bench across both ranks and each importer's recipe planned on the lab
+	pytest -m stack
 
 test-faults-long: setup ## the long outages on the lab (tests/test_faults_long_lab.py): a cable pulled past TCP's retry limit, a node off for ten minutes
 	pytest -m faults_long

@@ -56,15 +56,14 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "doctor": ("tests/test_provision_lab.py::test_doctor_prints_its_table_and_changes_nothing",),
     "reset": ("tests/test_provision_lab.py::test_reset_puts_every_file_back_and_a_second_reset_changes_nothing",),
     "bench": (
-        "tests/test_serve_lab.py::test_bench_measures_across_both_ranks_and_checks_the_output_is_batch_invariant",
+        "tests/test_several_lab.py::test_bench_measures_one_model_of_several",
     ),
     "stack": (
         "tests/test_serve_lab.py::test_lock_records_each_nodes_stack_and_holds_the_engine_packages",
-        "tests/test_serve_lab.py::test_a_changed_engine_file_is_drift_that_doctor_and_status_name_and_up_refuses_until_accepted",
     ),
 }
 # marks that keep a test out of `make test` (pyproject's addopts)
-LEFT_OUT = {"lab3", "extra", "vllm", "sglang", "faults", "faults_long"}
+LEFT_OUT = {"lab3", "extra", "vllm", "sglang", "faults", "faults_long", "stack"}
 
 
 def marks(node: ast.AST) -> set[str]:
@@ -119,4 +118,7 @@ def test_a_test_left_out_of_make_test_does_not_count():
     assert not runs_in_make_test(
         "tests/test_several_extra_lab.py::test_models_on_demand_start_when_asked_for_make_room_lru_and_stop_after_their_ttl"
     )  # marked extra
+    assert not runs_in_make_test(
+        "tests/test_stack_lab.py::test_a_changed_engine_file_is_drift_that_doctor_and_status_name_and_up_refuses_until_accepted"
+    )  # marked stack (module-wide)
     assert not runs_in_make_test("tests/test_serve_lab.py::test_no_such_test")
