@@ -55,12 +55,8 @@ COVERAGE: dict[str, tuple[str, ...]] = {
     "stop": ("tests/test_several_lab.py::test_stopping_one_leaves_the_other_answering_and_frees_its_claim",),
     "doctor": ("tests/test_provision_lab.py::test_doctor_prints_its_table_and_changes_nothing",),
     "reset": ("tests/test_provision_lab.py::test_reset_puts_every_file_back_and_a_second_reset_changes_nothing",),
-    "bench": (
-        "tests/test_several_lab.py::test_bench_measures_one_model_of_several",
-    ),
-    "stack": (
-        "tests/test_serve_lab.py::test_lock_records_each_nodes_stack_and_holds_the_engine_packages",
-    ),
+    "bench": ("tests/test_several_lab.py::test_bench_measures_one_model_of_several",),
+    "stack": ("tests/test_serve_lab.py::test_lock_records_each_nodes_stack_and_holds_the_engine_packages",),
 }
 # marks that keep a test out of `make test` (pyproject's addopts)
 LEFT_OUT = {"lab3", "extra", "vllm", "sglang", "faults", "faults_long", "stack"}
