@@ -131,7 +131,7 @@ def test_a_pinned_revision_is_listed_at_that_revision_and_no_mmproj_is_kept(monk
     text = FIXTURE.read_text().replace("--no-mmap", "--no-mmproj")
     source = tmp_path / "pinned.yaml"
     source.write_text(text)
-    doc = importing.import_source(str(source), None, ["model.revision=v2.0"])
+    doc = importing.import_source(str(source), sets=["model.revision=v2.0"])
     assert calls == [("unsloth/Qwen3-30B-A3B-GGUF", "v2.0")] and doc["model"]["revision"] == COMMIT
     assert doc["model"]["gguf"]["projector"] is None
     assert doc["model"]["checkpoints"][0]["files"] == ["Qwen3-30B-A3B-Q4_K_M.gguf"]
@@ -147,7 +147,7 @@ def test_without_the_hub_the_import_says_so_and_a_named_file_needs_no_hub(monkey
     monkeypatch.setattr(gguf_hub, "LISTER", unreachable)
     with pytest.raises(BadInput, match=r"llamacpp-hf-quant\.yaml: cannot list .*--set model\.path="):
         importing.import_source(str(FIXTURE))
-    doc = importing.import_source(str(FIXTURE), None, ["model.path=unsloth--Qwen3-30B-A3B-GGUF/own.gguf"])
+    doc = importing.import_source(str(FIXTURE), sets=["model.path=unsloth--Qwen3-30B-A3B-GGUF/own.gguf"])
     assert doc["model"]["path"] == "unsloth--Qwen3-30B-A3B-GGUF/own.gguf"
 
 

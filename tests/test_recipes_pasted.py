@@ -40,7 +40,7 @@ project = test_recipes.project  # the fixture: an empty sparkplay project
 
 
 def imported(name: str, *sets: str, pick: int | None = None) -> dict:
-    return importing.import_source(str(PASTED / name), None, sets, (), pick)
+    return importing.import_source(str(PASTED / name), sets=sets, pick=pick)
 
 
 def all_notes(doc: dict) -> str:
@@ -581,7 +581,7 @@ def test_a_pasted_secret_flag_is_left_out_named_and_never_reaches_the_recipe_or_
     sets = (VLLM,) if text.startswith("vllm") else pinned if "-hf " in text else ()
     if text.startswith("python3"):
         sets = ("engine.image=lmsysorg/sglang:spark",)
-    doc = importing.import_source(str(source), None, sets, (), None)
+    doc = importing.import_source(str(source), sets=sets)
     assert SECRET_VALUE not in json.dumps(doc) and "$HF_TOKEN" not in json.dumps(doc["serve"])
     assert not any(a.startswith(("--hf", "-hft", "--api", "--admin")) for a in doc["serve"]["args"])
     text_notes = all_notes(doc)
@@ -634,11 +634,11 @@ def test_a_llama_cpp_line_without_an_alias_says_the_plan_gives_it_the_recipes_na
     pinned = ("model.revision=" + "a" * 40, "model.path=gemma-3-1b-it-Q4_K_M.gguf")
     source = tmp_path / "line.sh"
     source.write_text("llama-server -hf ggml-org/gemma-3-1b-it-GGUF -c 4096\n")
-    doc = importing.import_source(str(source), None, pinned, (), None)
+    doc = importing.import_source(str(source), sets=pinned)
     said = notes(doc, "derived")["model.served_name"]
     assert "no --alias" in said and f"({doc['name']}, --alias)" in said
     source.write_text("llama-server -hf ggml-org/gemma-3-1b-it-GGUF -c 4096 --alias gemma\n")
-    doc = importing.import_source(str(source), None, pinned, (), None)
+    doc = importing.import_source(str(source), sets=pinned)
     assert doc["model"]["served_name"] == "gemma" and "no --alias" not in all_notes(doc)
 
 

@@ -35,7 +35,7 @@ SPARKRUN = PROJECT / "tests" / "fixtures" / "sparkrun"
 
 
 def imported(path: Path | str, *sets: str) -> dict:
-    return importing.import_source(str(path), None, sets)
+    return importing.import_source(str(path), sets=sets)
 
 
 def notes(doc: dict, how: str) -> dict[str, str]:

@@ -42,7 +42,7 @@ def sglang_recipes() -> dict[str, dict[str, Any]]:
     for path in sorted(p for p in FIXTURES.rglob("*") if p.is_file()):
         for pick in range(1, 9):
             try:
-                docs = importing.import_sources(str(path), None, (), (), pick)
+                docs = importing.import_sources(str(path), pick=pick)
             except SparkplayError:
                 break  # a refusal (the importer's own tests hold those), or no Nth launch
             for doc in docs:

@@ -246,7 +246,7 @@ def test_a_recipe_with_model_and_runtime_alone_is_sparkruns_and_asks_for_the_ima
     path.write_text("model: Qwen/Qwen3-8B\nruntime: vllm\ndefaults:\n  max_model_len: 8192\n")
     with pytest.raises(BadInput, match=r"engine\.image cannot be determined.*--set engine\.image="):
         importing.import_source(str(path))
-    doc = importing.import_source(str(path), None, ["engine.image=vllm/vllm-openai:v0.20.0"])
+    doc = importing.import_source(str(path), sets=["engine.image=vllm/vllm-openai:v0.20.0"])
     assert doc["source"]["kind"] == "sparkrun" and doc["context_length"] == 8192
 
 

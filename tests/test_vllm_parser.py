@@ -52,7 +52,7 @@ def vllm_recipes() -> dict[str, dict[str, Any]]:
         sets = PASTED_SETS if path.parent.name == "pasted" else ()
         for pick in range(1, 9):
             try:
-                docs = importing.import_sources(str(path), None, sets, (), pick)
+                docs = importing.import_sources(str(path), sets=sets, pick=pick)
             except SparkplayError:
                 break  # fixtures of refusals (the importer's own tests hold them), or no Nth launch
             for doc in docs:

@@ -312,16 +312,11 @@ def _twins(slot: Any, other: Any) -> bool:
     return (names.stands_in_for(slot) or slot) == (names.stands_in_for(other) or other)
 
 
-def verdict(
-    launch: Mapping[str, Any],
-    hosts: Mapping[str, Mapping[str, Any]],
-    found: Sequence[Mapping[str, Any]],
-    force: bool = False,
-    gateway: Sequence[Any] | None = None,
-) -> dict[str, Any]:
-    """decide, with a refusal as {"refused": the one line} for the serve role's own failure message."""
+def verdict(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """decide (its arguments), with a refusal as {"refused": the one line} for the serve role's own failure
+    message."""
     try:
-        return decide(launch, hosts, found, force, gateway)
+        return decide(*args, **kwargs)
     except BadInput as refused:
         return {"refused": str(refused), "claims": {}, "warnings": [], "checked": True}
 

@@ -120,7 +120,7 @@ def recipe_import(
     service a recipe), or a page whose code blocks hold the command.
     """
     root = project_dir(project)
-    docs = importing.import_sources(source, name, sets or (), mods_from or (), pick)
+    docs = importing.import_sources(source, name=name, sets=sets or (), mods_from=mods_from or (), pick=pick)
     saved = [_save_one(root, doc, yes) for doc in docs]
     if len(saved) > 1:  # a compose file's services: the first the primary, the others added beside it
         out.print(

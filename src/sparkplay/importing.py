@@ -6,9 +6,7 @@ package reads formats and knows nothing of how a recipe is planned.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from sparkplay import settings
 from sparkplay.engines import plan
@@ -17,28 +15,16 @@ from sparkplay.recipes import cmdline
 from sparkplay.recipes.store import catalog
 
 
-def import_source(
-    source: str,
-    name: str | None = None,
-    sets: Sequence[str] = (),
-    mods_from: Sequence[Path] = (),
-    pick: int | None = None,
-) -> dict[str, Any]:
-    """SOURCE's one recipe (import_sources says how); a source of several needs --pick."""
-    return catalog.only_one(import_sources(source, name, sets, mods_from, pick), source)
+def import_source(source: str, **how: Unpack[catalog.Reading]) -> dict[str, Any]:
+    """SOURCE's one recipe (import_sources says how); a source of several needs pick=."""
+    return catalog.only_one(import_sources(source, **how), source)
 
 
-def import_sources(
-    source: str,
-    name: str | None = None,
-    sets: Sequence[str] = (),
-    mods_from: Sequence[Path] = (),
-    pick: int | None = None,
-) -> list[dict[str, Any]]:
+def import_sources(source: str, **how: Unpack[catalog.Reading]) -> list[dict[str, Any]]:
     """SOURCE (an https URL, a file, or - for stdin) as recipes that can be deployed (catalog.read_sources says
     how it is read: one, or one per engine service of a compose file); one that could never start (its plan
     refused on stand-in nodes) is refused, naming the source."""
-    docs = catalog.read_sources(source, name, sets, mods_from, pick)
+    docs = catalog.read_sources(source, **how)
     root = settings.DEFAULTS["sparkplay_model_root"]
     for doc in docs:
         try:  # what the recipe alone decides must plan: an import that could never start is no import

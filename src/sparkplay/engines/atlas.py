@@ -23,7 +23,7 @@ from typing import Any
 
 from sparkplay import boundary, checkpoints
 from sparkplay.engines import atlas_gb10, names
-from sparkplay.engines.context import CONFINED, Context, engine_args, fabric_env, served_name
+from sparkplay.engines.context import GPU_RDMA_CONFINED, Context, engine_args, fabric_env, served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes.known import ATLAS_FAMILIES, atlas_family
 
@@ -69,13 +69,7 @@ CONTAINER_OPTIONS = [
     "32g",
     "--memory",
     "114g",
-    "--gpus",
-    "all",
-    "--device",
-    "/dev/infiniband",
-    *CONFINED,
-    "--cap-add",
-    "IPC_LOCK",
+    *GPU_RDMA_CONFINED,
     "--cap-add",
     "SYS_NICE",
     "--ulimit",

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkplay import checkpoints
-from sparkplay.engines.context import CONFINED, Context, engine_args, fabric_env, with_served_name
+from sparkplay.engines.context import GPU_RDMA_CONFINED, Context, engine_args, fabric_env, with_served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
@@ -36,13 +36,7 @@ CONTAINER_OPTIONS = [
     "host",
     "--shm-size",
     "32g",
-    "--gpus",
-    "all",
-    "--device",
-    "/dev/infiniband",
-    *CONFINED,
-    "--cap-add",
-    "IPC_LOCK",
+    *GPU_RDMA_CONFINED,
     "--ulimit",
     "memlock=-1:-1",
     "--stop-timeout",

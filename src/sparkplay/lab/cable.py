@@ -93,29 +93,20 @@ def ring_links(nodes: int) -> list[tuple[int, int]]:
     return [(rank, (rank + 1) % nodes) for rank in range(nodes)]
 
 
+def _veth_pair(a: LinkState, b: LinkState) -> bool:
+    """Each end is the other's veth peer."""
+    return a.is_veth and b.is_veth and a.peer_ifindex == b.ifindex and b.peer_ifindex == a.ifindex
+
+
 def _direct_pair_ok(a: LinkState | None, b: LinkState | None) -> bool:
-    return (
-        a is not None
-        and b is not None
-        and a.is_veth
-        and b.is_veth
-        and a.peer_ifindex == b.ifindex
-        and b.peer_ifindex == a.ifindex
-        and a.up
-        and b.up
-        and a.carrier
-        and b.carrier
-    )
+    return a is not None and b is not None and _veth_pair(a, b) and a.up and b.up and a.carrier and b.carrier
 
 
 def _switch_port_ok(node_end: LinkState | None, host_end: LinkState | None, twin: int) -> bool:
+    if node_end is None or host_end is None:
+        return False
     return (
-        node_end is not None
-        and host_end is not None
-        and node_end.is_veth
-        and host_end.is_veth
-        and node_end.peer_ifindex == host_end.ifindex
-        and host_end.peer_ifindex == node_end.ifindex
+        _veth_pair(node_end, host_end)
         and host_end.master == switch_name(twin)
         and node_end.up
         and host_end.up

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 import yaml
@@ -74,13 +74,17 @@ def only_one(docs: list[dict[str, Any]], source: str) -> dict[str, Any]:
     return docs[0]
 
 
-def read_sources(
-    source: str,
-    name: str | None = None,
-    sets: Sequence[str] = (),
-    mods_from: Sequence[Path] = (),
-    pick: int | None = None,
-) -> list[dict[str, Any]]:
+class Reading(TypedDict, total=False):
+    """How a source is read, by keyword (read_sources and the importer's own entry points alike): the recipe's
+    name, KEY=VALUE corrections, folders of sparkrun mods, and which of a compose file's launches."""
+
+    name: str | None
+    sets: Sequence[str]
+    mods_from: Sequence[Path]
+    pick: int | None
+
+
+def read_sources(source: str, **how: Unpack[Reading]) -> list[dict[str, Any]]:
     """Read SOURCE (an https URL, a file, or - for standard input) into normalised, schema-valid recipes with
     every field known: one, or one per service of a compose file.
 
@@ -94,11 +98,12 @@ def read_sources(
     import; a recipe that still cannot run is refused, naming the field and
     the --set that fixes it.
     """
+    name, sets = how.get("name"), how.get("sets") or ()
     if name is not None:
         model.check_name(name)
     body, sha, content_type = _body(source)
     try:
-        docs = read_all(body, source, sha, name, content_type, mods_from, pick)
+        docs = read_all(body, source, sha, name, content_type, how.get("mods_from") or (), how.get("pick"))
         for doc in docs:
             for assignment in sets:
                 apply_set(doc, assignment, source)
