@@ -155,11 +155,14 @@ def run_step(
     return finish(begin(argv, cwd=cwd, env=env, stdin=stdin), step=step, budget=budget, input_text=input_text)
 
 
-def playbook(name: str, *args: str, budget: float | None = None) -> subprocess.CompletedProcess[str]:
-    """ansible-playbook NAME on the lab's inventory, bounded by the playbook's budget."""
+def playbook(
+    name: str, *args: str, budget: float | None = None, inventory: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook NAME on the lab's inventory (or INVENTORY's hosts file), bounded by the playbook's budget."""
     step, default = playbook_step(name, args)
+    hosts = inventory or PROJECT / "inventory" / "lab" / "hosts.yml"
     return run_step(
-        ["ansible-playbook", "-i", str(PROJECT / "inventory" / "lab" / "hosts.yml"), name, *args],
+        ["ansible-playbook", "-i", str(hosts), name, *args],
         step=step,
         budget=budget or default,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1"},

@@ -430,27 +430,14 @@ def free_port() -> int:
 TRANSPORTS = ["ssh", "tcp", "rsync"]
 
 
+def sync_args(root: Path, dest: Path, revision: str, transport: str, remote: str, port: int) -> list[str]:
+    """sparkplay-ckpt sync of ROOT to DEST on this machine (a peer on loopback)."""
+    to = ["--to", "127.0.0.1", "--dest", str(dest), "--revision", revision, "--transport", transport]
+    return ["sync", str(root), *to, "--port", str(port), "--remote-tool", remote]
+
+
 def sync(root: Path, dest: Path, revision: str, transport: str, env: dict, remote: str, *extra: str):
-    args = [
-        "sync",
-        str(root),
-        "--to",
-        "127.0.0.1",
-        "--dest",
-        str(dest),
-        "--revision",
-        revision,
-        "--transport",
-        transport,
-        "--streams",
-        "2",
-        "--remote-tool",
-        remote,
-        "--port",
-        str(free_port()),
-        *extra,
-    ]
-    return tool(*args, env=env)
+    return tool(*sync_args(root, dest, revision, transport, remote, free_port()), "--streams", "2", *extra, env=env)
 
 
 def same_tree(a: Path, b: Path) -> bool:
@@ -581,22 +568,7 @@ def slow_tcp_sync(tmp_path, peer_env, remote_tool):
     root.mkdir()
     (root / "big.bin").write_bytes(os.urandom(LARGE + (8 << 20)))
     tool("manifest", str(root), "--revision", "v1")
-    args = [
-        "sync",
-        str(root),
-        "--to",
-        "127.0.0.1",
-        "--dest",
-        str(dest),
-        "--revision",
-        "v1",
-        "--transport",
-        "tcp",
-        "--port",
-        str(port),
-        "--remote-tool",
-        remote_tool,
-    ]
+    args = sync_args(root, dest, "v1", "tcp", remote_tool, port)
     slow = ["--bwlimit", "8192", "--status", str(tmp_path / "status.json")]
     proc = subprocess.Popen(
         [sys.executable, TOOL, *args, *slow],

@@ -50,6 +50,12 @@ def recipe(name: str) -> dict:
     return catalog.load_for_use(catalog.catalog_dir(PROJECT), name)
 
 
+def vllm_rank_of(count: int, rank: int) -> list[str]:
+    """The flags vLLM's plan gives RANK of COUNT nodes (rank 0 on the lab's first cable address)."""
+    where = ["--master-addr", "192.168.100.10", "--master-port", "29501"]
+    return ["--nnodes", str(count), "--node-rank", str(rank), *where]
+
+
 def contains_run(haystack: list[str], needle: list[str]) -> bool:
     """`needle` appears in `haystack` as one contiguous run, in order."""
     return any(haystack[i : i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
@@ -433,14 +439,7 @@ def test_vllm_native_runs_the_cpu_build_from_its_virtualenv_as_the_engine_user()
         [
             "--tensor-parallel-size",
             "2",
-            "--nnodes",
-            "2",
-            "--node-rank",
-            "0",
-            "--master-addr",
-            "192.168.100.10",
-            "--master-port",
-            "29501",
+            *vllm_rank_of(2, 0),
         ],
     )
     assert leader["argv"][-4:] == ["--host", "127.0.0.1", "--port", "9932"]

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from tests.conftest import PROJECT, lab_cli, run_cli
-from tests.test_lab import in_node
+from tests.test_lab import in_node, post_on_leader
 
 pytestmark = [pytest.mark.lab, pytest.mark.faults, pytest.mark.usefixtures("lab_host", "own_lab")]
 
@@ -53,23 +53,7 @@ def answers(model: str = "lab-tiny", url: str = API, timeout: float = 10) -> boo
         "temperature": 0,
         "max_tokens": 4,
     }
-    out = in_node(
-        0,
-        "curl",
-        "-s",
-        "-m",
-        str(timeout),
-        "-H",
-        "Content-Type: application/json",
-        "-d",
-        json.dumps(body),
-        f"{url}/chat/completions",
-        check=False,
-    ).stdout
-    try:
-        return bool(json.loads(out).get("choices"))
-    except ValueError:
-        return False
+    return post_on_leader(f"{url}/chat/completions", body, timeout) is not None
 
 
 def recovered(fault: str, since: float, bound: float) -> float:

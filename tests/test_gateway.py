@@ -135,6 +135,13 @@ def post(conn: http.client.HTTPConnection, body: dict, path: str = "/v1/chat/com
     return reply.status, json.loads(reply.read())
 
 
+def open_stream(conn: http.client.HTTPConnection, model: str) -> http.client.HTTPResponse:
+    """A streamed chat completion for MODEL, its reply open (read1 reads what has arrived)."""
+    body = json.dumps({"model": model, "stream": True})
+    conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+    return conn.getresponse()
+
+
 def test_requests_go_to_the_deployment_serving_their_model_and_the_list_has_every_one(gateway):
     conn, _ = gateway
     # the client's own Authorization is the gateway's business, never the engine's
@@ -173,13 +180,7 @@ def test_a_stream_is_passed_on_as_it_arrives_and_survives_the_routes_changing(ga
     """The first event reaches the client before the engine sends the second; meanwhile a model is added and
     the streaming one removed from the routes: the open stream finishes, new requests follow the new routes."""
     conn, routes = gateway
-    conn.request(
-        "POST",
-        "/v1/chat/completions",
-        body=json.dumps({"model": "chat", "stream": True}),
-        headers={"Content-Type": "application/json"},
-    )
-    reply = conn.getresponse()
+    reply = open_stream(conn, "chat")
     assert reply.status == 200 and reply.getheader("Content-Type") == "text/event-stream"
     first = reply.read1(4096)
     assert b'"part": "chat"' in first and b"[DONE]" not in first  # the engine has not sent the rest yet

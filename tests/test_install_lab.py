@@ -58,22 +58,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         if (PROJECT / name).is_file() and not (PROJECT / name).is_symlink():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(PROJECT / name, source / name)
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-w", str(dist), "-q"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    wheel_of = [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-w", str(dist), "-q"]
+    build = steps.run_step(wheel_of, step="pip wheel of this tree", budget=600)
     assert build.returncode == 0, build.stdout + build.stderr
     wheel = next(dist.glob("sparkplay-*.whl"))
     subprocess.run([sys.executable, "-m", "venv", str(where.venv)], check=True, timeout=300)
-    install = subprocess.run(
-        [str(where.venv / "bin" / "pip"), "install", "-q", str(wheel)],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
+    install = steps.run_step(
+        [str(where.venv / "bin" / "pip"), "install", "-q", str(wheel)], step="pip install of the wheel", budget=1200
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     yield where  # the lab stays up, serving: a lab module after this one starts from it or removes it
@@ -117,12 +108,10 @@ def test_the_collection_serves_the_same_lab_by_fqcn(installed: Installed) -> Non
     path of its own, its serve playbook run by FQCN (with the wheel's Python, which its plugins import)."""
     tarballs = installed.root / "collection"
     galaxy = str(installed.venv / "bin" / "ansible-galaxy")
-    built = subprocess.run(
+    built = steps.run_step(
         [galaxy, "collection", "build", "--output-path", str(tarballs), str(PROJECT)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+        step="ansible-galaxy collection build",
+        budget=300,
     )
     assert built.returncode == 0, built.stdout + built.stderr
     tarball = next(tarballs.glob("sparkplay-spark-*.tar.gz"))

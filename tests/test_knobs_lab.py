@@ -13,7 +13,6 @@ here are rendered from the task files (tests/test_knob_effects.py).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import steps
 from tests.conftest import PROJECT, run_cli
 from tests.test_lab import in_node
 from tests.test_provision_lab import playbook, recap
@@ -245,15 +245,7 @@ def test_one_node_failing_a_check_stops_every_node(tmp_path: Path):
     (inventory / "host_vars").mkdir(exist_ok=True)
     broken = yaml.safe_dump({"preflight_service_manager": "upstart"})  # rank 1 alone fails a check
     (inventory / "host_vars" / "sparkplay-lab-rank1.yml").write_text(broken)
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(inventory / "hosts.yml"), "preflight.yml", "-e", "recipe=lab-tiny"],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT,
-        check=False,
-        timeout=600,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )
+    proc = steps.playbook("preflight.yml", "-e", "recipe=lab-tiny", inventory=inventory / "hosts.yml")
     assert proc.returncode == 2, proc.stdout[-3000:]
     totals = recap(proc.stdout)
     assert totals["sparkplay-lab-rank1"]["failed"] == 1 and totals["sparkplay-lab-rank0"]["failed"] == 0

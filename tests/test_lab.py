@@ -8,7 +8,6 @@ They leave the lab down.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -207,28 +206,13 @@ def test_preflight_rejects_a_bad_rank_layout(tmp_path):
     bad["all"]["children"]["sparkplay_nodes"]["hosts"]["sparkplay-lab-rank1"]["sparkplay_rank"] = 0
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump(bad))
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(inventory), "preflight.yml"],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT,
-        check=False,
-        timeout=300,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )
+    proc = steps.playbook("preflight.yml", inventory=inventory)
     assert proc.returncode != 0
     assert "more than one rank 0 (sparkplay-lab-rank0, sparkplay-lab-rank1)" in proc.stdout
 
 
 def test_preflight_passes_on_the_lab():
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(HOSTS), "preflight.yml"],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT,
-        check=False,
-        timeout=300,
-    )
+    proc = steps.playbook("preflight.yml", inventory=HOSTS)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "failed=0" in proc.stdout
 

@@ -30,6 +30,7 @@ from sparkplay.recipes import cmdline, model
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.importers.webjson import prose_settings
 from sparkplay.recipes.store import catalog, fetch
+from tests import steps
 from tests.conftest import PROJECT, run_cli
 
 FIXTURES = PROJECT / "tests" / "fixtures"
@@ -620,14 +621,7 @@ def test_serve_playbook_fails_early_on_an_unknown_recipe():
 
 def test_serve_playbook_uses_the_inventorys_recorded_choice(inventory):
     assert apply(inventory, "glm53").returncode == 0
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(inventory / "hosts.yml"), "playbooks/recipe.yml"],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT,
-        check=False,
-        timeout=300,
-    )
+    proc = steps.playbook("playbooks/recipe.yml", inventory=inventory / "hosts.yml")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "glm53: vllm serving LibertAIDAI/GLM-5.3-Flash-NVFP4" in proc.stdout
 

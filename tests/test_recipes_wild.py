@@ -29,7 +29,7 @@ from sparkplay.recipes import cmdline, model
 from sparkplay.recipes.store import apply as apply_mod
 from sparkplay.recipes.store import catalog
 from tests.conftest import PROJECT, run_cli
-from tests.test_engines import ROOT, contains_run, nodes
+from tests.test_engines import ROOT, contains_run, nodes, vllm_rank_of
 
 SPARKRUN = PROJECT / "tests" / "fixtures" / "sparkrun"
 
@@ -287,14 +287,7 @@ def test_golden_pipeline_parallel_plan_over_three_nodes():
         # vLLM would serve the model as its argument, the repo id: sparkplay serves a path, so it names it
         "--served-model-name",
         "meta-llama/Llama-3.3-70B-Instruct",
-        "--nnodes",
-        "3",
-        "--node-rank",
-        "0",
-        "--master-addr",
-        "192.168.100.10",
-        "--master-port",
-        "29501",
+        *vllm_rank_of(3, 0),
         "--host",
         "127.0.0.1",
         "--port",
@@ -1064,32 +1057,9 @@ def test_golden_sglang_plan_over_two_nodes():
         "--served-model-name",
         "example-org/moe-120b-nvfp4",
     ]
-    assert leader["argv"] == [
-        *common,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "8000",
-        "--nnodes",
-        "2",
-        "--node-rank",
-        "0",
-        "--dist-init-addr",
-        "192.168.100.10:25000",
-    ]
-    assert worker["argv"] == [
-        *common,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "8000",
-        "--nnodes",
-        "2",
-        "--node-rank",
-        "1",
-        "--dist-init-addr",
-        "192.168.100.10:25000",
-    ]
+    for rank, planned in enumerate((leader, worker)):
+        where = ["--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr", "192.168.100.10:25000"]
+        assert planned["argv"] == [*common, "--host", "127.0.0.1", "--port", "8000", *where]
     assert contains_run(leader["container_options"], ["--entrypoint", "python3"])
     assert leader["listen"] == [{"address": "127.0.0.1", "port": 8000}] and worker["listen"] == []
     assert leader["peer_ports"] == [25000] and worker["peer_ports"] == []

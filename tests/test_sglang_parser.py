@@ -10,8 +10,6 @@ fails here without a GPU.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from sparkplay import importing
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput, SparkplayError
 from sparkplay.recipes.store import catalog
+from tests import own_parser
 from tests.conftest import PROJECT
 from tests.test_engines import ROOT, nodes
 
@@ -72,36 +71,19 @@ RECIPES = sglang_recipes()
 
 
 def sglang_check(python: Path, argvs: list[list[str]]) -> list[str | None]:
-    answer = subprocess.run(
-        [python, CHECK],
-        input=json.dumps(argvs),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
-    )
-    assert answer.returncode == 0, answer.stderr[-3000:]
-    return json.loads(answer.stdout)
+    return own_parser.check(python, CHECK, argvs, {})
 
 
 @pytest.fixture(scope="module")
 def sglang_python() -> Path:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        pytest.fail(f"{VENV} has no SGLang: `make test-sglang` builds it (scripts/sglang_venv.py)")
-    return python
+    return own_parser.engine_python(VENV, "SGLang", "test-sglang", "scripts/sglang_venv.py")
 
 
 @pytest.fixture(scope="module")
 def verdicts(sglang_python: Path) -> dict[str, dict[int, str | None]]:
-    argvs = {key: server_argvs(planned(doc)) for key, doc in RECIPES.items()}
-    flat = [(key, rank, argv) for key, ranks in argvs.items() for rank, argv in ranks]
-    answers = sglang_check(sglang_python, [argv for _, _, argv in flat])
-    found: dict[str, dict[int, str | None]] = {key: {} for key in RECIPES}
-    for (key, rank, _), why in zip(flat, answers, strict=True):
-        found[key][rank] = why
-    return found
+    return own_parser.verdicts(
+        RECIPES, lambda doc: server_argvs(planned(doc)), lambda a: sglang_check(sglang_python, a)
+    )
 
 
 def test_the_corpus_holds_the_kinds_of_sglang_plan_sparkplay_writes() -> None:

@@ -24,6 +24,11 @@ def recipe(tmp_path: Path, **fields: object) -> dict:
     return importing.import_source(str(path))
 
 
+def across_two(tmp_path: Path, command: str, **fields: object) -> dict:
+    """A vllm-distributed recipe of org/m on two nodes running COMMAND."""
+    return recipe(tmp_path, model="org/m", runtime="vllm-distributed", min_nodes=2, command=command, **fields)
+
+
 def leader(doc: dict) -> dict:
     ranks = build(doc, stand_in_nodes(int(doc["topology"]["nodes"] or 1)), Options(model_root="/m", allow=None))
     return next(r for r in ranks["ranks"] if r["role"] == "leader")
@@ -98,13 +103,10 @@ def test_ray_runtime_on_one_node_adds_no_ray_backend(tmp_path):
 
 
 def test_a_backend_default_wins_over_the_commands_literal_flag(tmp_path):
-    doc = recipe(
+    doc = across_two(
         tmp_path,
-        model="org/m",
-        runtime="vllm-distributed",
-        min_nodes=2,
+        "vllm serve {model} -tp 2 --distributed-executor-backend ray",
         defaults={"distributed_executor_backend": "mp"},
-        command="vllm serve {model} -tp 2 --distributed-executor-backend ray",
     )
     assert contains_run(doc["serve"]["args"], ["--distributed-executor-backend", "mp"])
     assert contains_run(leader(doc)["argv"], ["--nnodes", "2"])
@@ -120,13 +122,10 @@ def test_tensor_parallel_one_is_left_to_the_engine(tmp_path):
 
 
 def test_environment_the_plan_sets_per_node_is_noted_and_the_rest_passes(tmp_path):
-    doc = recipe(
+    doc = across_two(
         tmp_path,
-        model="org/m",
-        runtime="vllm-distributed",
-        min_nodes=2,
+        "vllm serve {model} -tp 2",
         env={"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "VLLM_HOST_IP": "10.0.0.1", "NCCL_DEBUG": "INFO"},
-        command="vllm serve {model} -tp 2",
     )
     said = notes(doc, "overridden")
     assert set(said) == {"serve.env.NCCL_SOCKET_IFNAME", "serve.env.VLLM_HOST_IP"}
@@ -168,12 +167,9 @@ def test_a_line_without_its_backslash_is_refused_naming_the_flags_cut_off(tmp_pa
 
 
 def test_resource_limits_and_user_reach_every_ranks_container_and_a_bent_one_is_refused(tmp_path):
-    doc = recipe(
+    doc = across_two(
         tmp_path,
-        model="org/m",
-        runtime="vllm-distributed",
-        min_nodes=2,
-        command="vllm serve {model} -tp 2",
+        "vllm serve {model} -tp 2",
         executor_config={
             "ulimit": ["memlock=-1:-1", "nofile=262144:262144", "stack=67108864"],
             "user": "root",

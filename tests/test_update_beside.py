@@ -21,7 +21,7 @@ from sparkplay.nodetools.serve import cli as serve_cli
 from sparkplay.nodetools.serve.drain import drained
 from tests import test_gateway
 from tests.test_deployment import facts_of, recipe
-from tests.test_gateway import post, serve, write_routes
+from tests.test_gateway import open_stream, post, serve, write_routes
 from tests.test_several import hosts, record_of
 
 ADD = {"serve_mode": "add", "serve_node": "rank1"}
@@ -205,13 +205,7 @@ def test_a_moved_route_drains_only_once_the_stream_on_the_old_api_is_answered(
     port, stop = serve(routes, "--state", str(state))
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        conn.request(
-            "POST",
-            "/v1/chat/completions",
-            body=json.dumps({"model": "chat", "stream": True}),
-            headers={"Content-Type": "application/json"},
-        )
-        reply = conn.getresponse()
+        reply = open_stream(conn, "chat")
         assert b'"part": "chat"' in reply.read1(4096)
         write_routes(routes, {"chat": new})
         other = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

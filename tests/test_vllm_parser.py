@@ -10,9 +10,7 @@ a form vLLM rejects fails here without a GPU.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from sparkplay.engines import vllm_cpu
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput, SparkplayError
 from sparkplay.recipes.store import catalog
+from tests import own_parser
 from tests.conftest import PROJECT
 from tests.test_engines import ROOT, nodes
 
@@ -109,37 +108,18 @@ def test_the_corpus_holds_the_kinds_of_vllm_plan_sparkplay_writes() -> None:
 
 def vllm_check(python: Path, argvs: list[list[str]]) -> list[str | None]:
     """vLLM's answer for each argv, from one run of the checker (importing vLLM takes about 10 s)."""
-    answer = subprocess.run(
-        [python, CHECK],
-        input=json.dumps(argvs),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"},
-    )
-    assert answer.returncode == 0, answer.stderr[-3000:]
-    return json.loads(answer.stdout)
+    return own_parser.check(python, CHECK, argvs, {"VLLM_NO_USAGE_STATS": "1"})
 
 
 @pytest.fixture(scope="module")
 def vllm_python() -> Path:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        pytest.fail(f"{VENV} has no vLLM: `make test-vllm` builds it (scripts/vllm_cpu_venv.py)")
-    return python
+    return own_parser.engine_python(VENV, "vLLM", "test-vllm", "scripts/vllm_cpu_venv.py")
 
 
 @pytest.fixture(scope="module")
 def verdicts(vllm_python: Path) -> dict[str, dict[int, str | None]]:
     """Recipe -> rank -> vLLM's refusal (None: accepted), every rank of every plan checked in one run."""
-    argvs = {key: serve_argvs(planned(doc)) for key, doc in RECIPES.items()}
-    flat = [(key, rank, argv) for key, ranks in argvs.items() for rank, argv in ranks]
-    answers = vllm_check(vllm_python, [argv for _, _, argv in flat])
-    verdicts: dict[str, dict[int, str | None]] = {key: {} for key in RECIPES}
-    for (key, rank, _), why in zip(flat, answers, strict=True):
-        verdicts[key][rank] = why
-    return verdicts
+    return own_parser.verdicts(RECIPES, lambda doc: serve_argvs(planned(doc)), lambda a: vllm_check(vllm_python, a))
 
 
 @pytest.mark.parametrize("key", sorted(RECIPES))

@@ -1,0 +1,51 @@
+"""What the engines' own-parser suites share (tests/test_vllm_parser.py, tests/test_sglang_parser.py): the
+engine's checker run once in its virtualenv over every rank's words, and each recipe's verdicts by rank."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+Argvs = list[tuple[int, list[str]]]
+
+
+def engine_python(venv: Path, engine: str, target: str, script: str) -> Path:
+    """The virtualenv's Python; missing, the test fails saying which make target builds it."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{venv} has no {engine}: `make {target}` builds it ({script})")
+    return python
+
+
+def check(python: Path, checker: Path, argvs: list[list[str]], env: Mapping[str, str]) -> list[str | None]:
+    """The engine's answer for each argv (None: accepted), from one run of its checker."""
+    answer = subprocess.run(
+        [python, checker],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", **env},
+    )
+    assert answer.returncode == 0, answer.stderr[-3000:]
+    return json.loads(answer.stdout)
+
+
+def verdicts(
+    recipes: Mapping[str, dict[str, Any]],
+    argvs_of: Callable[[dict[str, Any]], Argvs],
+    answer: Callable[[list[list[str]]], list[str | None]],
+) -> dict[str, dict[int, str | None]]:
+    """Recipe -> rank -> the engine's refusal (None: accepted), every rank of every plan asked in one run."""
+    flat = [(key, rank, argv) for key, doc in recipes.items() for rank, argv in argvs_of(doc)]
+    answers = answer([argv for _, _, argv in flat])
+    found: dict[str, dict[int, str | None]] = {key: {} for key in recipes}
+    for (key, rank, _), why in zip(flat, answers, strict=True):
+        found[key][rank] = why
+    return found
