@@ -37,6 +37,13 @@ def check(python: Path, checker: Path, argvs: list[list[str]], env: Mapping[str,
     return json.loads(answer.stdout)
 
 
+def assert_accepted(key: str, by_rank: Mapping[int, str | None], engine: str, program: str) -> None:
+    """Some rank of KEY's plan runs PROGRAM, and ENGINE's parser refused none."""
+    assert by_rank, f"{key}: no rank runs {program}"
+    refused = {rank: why for rank, why in by_rank.items() if why}
+    assert refused == {}, f"{key}: {engine} refuses rank(s) {refused}"
+
+
 def verdicts(
     recipes: Mapping[str, dict[str, Any]],
     argvs_of: Callable[[dict[str, Any]], Argvs],

@@ -95,9 +95,7 @@ def test_the_corpus_holds_the_kinds_of_sglang_plan_sparkplay_writes() -> None:
 
 @pytest.mark.parametrize("key", sorted(RECIPES))
 def test_sglang_parses_every_rank_of_the_plan(key: str, verdicts: dict[str, dict[int, str | None]]) -> None:
-    assert verdicts[key], f"{key}: no rank runs sglang.launch_server"
-    refused = {rank: why for rank, why in verdicts[key].items() if why}
-    assert refused == {}, f"{key}: SGLang refuses rank(s) {refused}"
+    own_parser.assert_accepted(key, verdicts[key], "SGLang", "sglang.launch_server")
 
 
 def test_the_check_catches_what_sglang_refuses(sglang_python: Path) -> None:

@@ -124,9 +124,7 @@ def verdicts(vllm_python: Path) -> dict[str, dict[int, str | None]]:
 
 @pytest.mark.parametrize("key", sorted(RECIPES))
 def test_vllm_parses_every_rank_of_the_plan(key: str, verdicts: dict[str, dict[int, str | None]]) -> None:
-    assert verdicts[key], f"{key}: no rank runs vllm"
-    refused = {rank: why for rank, why in verdicts[key].items() if why}
-    assert refused == {}, f"{key}: vLLM refuses rank(s) {refused}"
+    own_parser.assert_accepted(key, verdicts[key], "vLLM", "vllm")
 
 
 def test_the_check_catches_what_vllm_refuses(vllm_python: Path) -> None:

@@ -34,15 +34,15 @@ options:
         type: path
         required: true
       owner:
-        description: Its owner.
+        description: The folder's owner.
         type: str
         default: root
       group:
-        description: Its group.
+        description: The folder's group.
         type: str
         default: root
       mode:
-        description: Its mode, an octal string.
+        description: The folder's mode, an octal string.
         type: raw
         default: "0755"
   files:
@@ -62,15 +62,15 @@ options:
         description: Its bytes in base64, for a binary file.
         type: str
       owner:
-        description: Its owner.
+        description: The file's owner.
         type: str
         default: root
       group:
-        description: Its group.
+        description: The file's group.
         type: str
         default: root
       mode:
-        description: Its mode, an octal string.
+        description: The file's mode, an octal string.
         type: raw
         default: "0644"
       validate:

@@ -345,6 +345,16 @@ def confine_args(args: Iterable[str], folders: Iterable[str], what: str) -> None
         previous = arg
 
 
+_DEB_FIX = "give package names only (lower-case letters, digits, '+', '-', '.')"
+_LIMIT_FIX = "give nofile, stack, nproc, core or memlock as NAME=SOFT[:HARD]"
+
+
+def _unless(ok: object, problem: str, fix: str) -> None:
+    """Refuse (BadInput) unless OK."""
+    if not ok:
+        raise BadInput(problem, fix)
+
+
 def confine(recipe: Mapping[str, Any]) -> None:
     """Refuse what a recipe can only ask as an attack; every check names the field and the fix."""
     model, engine, serve = recipe["model"], recipe["engine"], recipe["serve"]
@@ -358,21 +368,16 @@ def confine(recipe: Mapping[str, Any]) -> None:
             f"engine.image_dir {image_dir!r} is not a folder name under the image build root",
             "give a relative folder name (letters, digits, '.', '_', '-'), no '..'",
         )
-    for package in engine.get("packages") or []:
-        if not _DEB_PACKAGE.fullmatch(str(package)):
-            raise BadInput(
-                f"engine.packages {package!r} is not a Debian package name",
-                "give package names only (lower-case letters, digits, '+', '-', '.')",
-            )
     shm = serve.get("shm_size")
     if shm is not None and not _SHM.match(str(shm)):
         raise BadInput(f"serve.shm_size {shm!r} is not a size", "give a size such as 32g")
-    for limit in serve.get("ulimits") or []:  # the schema's rule, kept for a recipe edited after import
-        if not CONTAINER_ULIMIT.match(str(limit)):
-            raise BadInput(
-                f"serve.ulimits {limit!r} is not a resource limit sparkplay sets",
-                "give nofile, stack, nproc, core or memlock as NAME=SOFT[:HARD]",
-            )
+    # each item of these lists by its rule (the schema's, kept for a recipe edited after import)
+    for key, items, ok, what, fix in (
+        ("engine.packages", engine.get("packages"), _DEB_PACKAGE.fullmatch, "a Debian package name", _DEB_FIX),
+        ("serve.ulimits", serve.get("ulimits"), CONTAINER_ULIMIT.match, "a resource limit sparkplay sets", _LIMIT_FIX),
+    ):
+        for item in items or []:
+            _unless(ok(str(item)), f"{key} {item!r} is not {what}", fix)
     user = serve.get("container_user")
     if user is not None and not CONTAINER_USER.match(str(user)):
         raise BadInput(f"serve.container_user {user!r} is not a user name or uid[:gid]", "give root, 0 or 1000:1000")

@@ -23,7 +23,7 @@ from typing import Any
 
 from sparkplay import boundary, checkpoints
 from sparkplay.engines import atlas_gb10, names
-from sparkplay.engines.context import GPU_RDMA_CONFINED, Context, engine_args, fabric_env, served_name
+from sparkplay.engines.context import GPU_RDMA_CONFINED, HOST_NETWORK_IPC, Context, engine_args, fabric_env, served_name
 from sparkplay.errors import BadInput
 from sparkplay.recipes.known import ATLAS_FAMILIES, atlas_family
 
@@ -61,12 +61,7 @@ PREFIX_CACHE = "/prefix-cache"
 REPLACED = ("--host", "--port")
 PREFIX_GB_RANGE = (16, 100)
 CONTAINER_OPTIONS = [
-    "--network",
-    "host",
-    "--ipc",
-    "host",
-    "--shm-size",
-    "32g",
+    *HOST_NETWORK_IPC,
     "--memory",
     "114g",
     *GPU_RDMA_CONFINED,

@@ -16,7 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from sparkplay import checkpoints
-from sparkplay.engines.context import GPU_RDMA_CONFINED, Context, engine_args, fabric_env, with_served_name
+from sparkplay.engines.context import (
+    GPU_RDMA_CONFINED,
+    HOST_NETWORK_IPC,
+    Context,
+    engine_args,
+    fabric_env,
+    with_served_name,
+)
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
@@ -30,12 +37,7 @@ PROFILE_KNOBS = ("kv_shard", "display_carveout", "fabric_siblings", "prefix_cach
 CONTAINER_OPTIONS = [
     "--entrypoint",
     "spark",
-    "--network",
-    "host",
-    "--ipc",
-    "host",
-    "--shm-size",
-    "32g",
+    *HOST_NETWORK_IPC,
     *GPU_RDMA_CONFINED,
     "--ulimit",
     "memlock=-1:-1",

@@ -181,8 +181,9 @@ def engine_args(recipe: Mapping[str, Any], replaced: Sequence[str], owned: Seque
 # no raw sockets on the host's network (docker's default CAP_NET_RAW read other models' loopback traffic),
 # no chown/setuid/mknod, and no way to gain privileges back
 CONFINED = ("--cap-drop", "ALL", "--security-opt", "no-new-privileges=true")
-# Atlas's containers (both images): the GPU, the RDMA devices, confined, and the one capability memory
-# registration needs
+# Atlas's containers (both images), as its own start scripts run them: the host's network and IPC namespace
+# with 32 GB of /dev/shm; the GPU, the RDMA devices, confined, and the one capability memory registration needs
+HOST_NETWORK_IPC = ("--network", "host", "--ipc", "host", "--shm-size", "32g")
 GPU_RDMA_CONFINED = ("--gpus", "all", "--device", "/dev/infiniband", *CONFINED, "--cap-add", "IPC_LOCK")
 
 

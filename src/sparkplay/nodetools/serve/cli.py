@@ -21,6 +21,14 @@ from .watch import cmd_watch
 from .watchdog import cmd_watchdog
 
 
+def _engine_command(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+    """A subcommand that talks to one engine's API: its URL and the model it serves."""
+    p = sub.add_parser(name)
+    p.add_argument("--url", required=True)
+    p.add_argument("--model", required=True)
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparkplay-serve", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -43,9 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unit", required=True)
     p.add_argument("--peer", dest="peers", action="append", required=True, help="a worker's cable address, in order")
     p.set_defaults(func=cmd_restart_workers)
-    p = sub.add_parser("ready")
-    p.add_argument("--url", required=True)
-    p.add_argument("--model", required=True)
+    p = _engine_command(sub, "ready")
     p.add_argument("--unit", required=True)
     p.add_argument("--peer", dest="peers", action="append", default=[])
     p.add_argument("--timeout", type=int, default=900)
@@ -56,9 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--receipt", help="where a start's receipt is kept (written when this wait follows a start)")
     p.add_argument("--container", help="the docker runtime's container (its processes hold the API's port)")
     p.set_defaults(func=cmd_ready)
-    p = sub.add_parser("watchdog")
-    p.add_argument("--url", required=True)
-    p.add_argument("--model", required=True)
+    p = _engine_command(sub, "watchdog")
     p.add_argument("--unit", required=True)
     p.add_argument("--worker", dest="workers", action="append", default=[], help="a worker's cable address, in order")
     p.add_argument("--interval", type=float, default=30)
@@ -97,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("swapper")
     add_swapper_arguments(p)
     p.set_defaults(func=cmd_swapper)
-    p = sub.add_parser("bench")
-    p.add_argument("--url", required=True)
-    p.add_argument("--model", required=True)
+    p = _engine_command(sub, "bench")
     p.add_argument("--benchy", required=True, help="the llama-benchy program")
     p.add_argument("--tokenizer", required=True, help="a tokenizer.json, a folder holding one, or a hub name")
     p.add_argument("--corpus", required=True, help="a text file on this node, or a URL")
@@ -114,9 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--as-user", help="started as root: read the key, then run as this user")
     p.add_argument("--home", help="HOME for --as-user")
     p.set_defaults(func=cmd_bench)
-    p = sub.add_parser("probe")
-    p.add_argument("--url", required=True)
-    p.add_argument("--model", required=True)
+    p = _engine_command(sub, "probe")
     p.add_argument("--unit", help="the engine's unit: a port held by another process is named, never asked")
     p.add_argument("--container", help="the engine's container (docker runtime)")
     p.add_argument("--receipt", help="the last start's receipt, read back into the answer")

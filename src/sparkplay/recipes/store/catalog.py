@@ -146,12 +146,16 @@ def _check_complete(doc: dict[str, Any], source: str) -> None:
         raise BadInput(f"the recipe from {source} is malformed: {errors[0]}", "fix the source or report it")
     missing = model.errors(doc)
     if missing:
-        first = missing[0]
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        first, more = _first_of(missing, "")
         raise BadInput(
             f"{source}: {first.key} cannot be determined from the recipe: {first.message}{more}",
             f"{first.fix}, or import with --set {first.key}=VALUE",
         )
+
+
+def _first_of(errors: list[model.Problem], where: str) -> tuple[model.Problem, str]:
+    """The first of ERRORS, and " (and N more...)" when there are others (WHERE says where to see them)."""
+    return errors[0], f" (and {len(errors) - 1} more{where})" if len(errors) > 1 else ""
 
 
 def read(
@@ -335,8 +339,7 @@ def load_for_use(catalog: Path, name: str) -> dict[str, Any]:
     doc = load(catalog, name)
     errors = model.errors(doc)
     if errors:
-        first = errors[0]
-        more = f" (and {len(errors) - 1} more: sparkplay recipe validate {name})" if len(errors) > 1 else ""
+        first, more = _first_of(errors, f": sparkplay recipe validate {name}")
         raise BadInput(
             f"recipe {name} cannot be used: {first.key}: {first.message}{more}",
             f"{first.fix} in {recipe_path(catalog, name)}",
