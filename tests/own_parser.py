@@ -14,6 +14,24 @@ import pytest
 Argvs = list[tuple[int, list[str]]]
 
 
+def planned(doc: dict[str, Any]) -> dict[str, Any]:
+    """The plan on the smallest Spark cluster the recipe's parallelism fits (one GPU a node). What the recipe
+    asks of the boundary is allowed, and any image trusted: the engine's parser is the check here."""
+    from sparkplay import boundary
+    from sparkplay.engines.plan import Options, build
+    from sparkplay.errors import BadInput
+    from tests.test_engines import ROOT, nodes
+
+    allowed = tuple(r.name for r in boundary.requests(doc))
+    refusals = []
+    for count in range(1, 9):
+        try:
+            return build(doc, nodes(count), Options(model_root=ROOT, allow=allowed, trusted_images=("*",)))
+        except BadInput as error:
+            refusals.append(f"{count}: {error}")
+    raise AssertionError("no node count plans it: " + "; ".join(refusals))
+
+
 def engine_python(venv: Path, engine: str, target: str, script: str) -> Path:
     """The virtualenv's Python; missing, the test fails saying which make target builds it."""
     python = venv / "bin" / "python"

@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 
 from sparkplay import importing
-from sparkplay.engines.plan import Options, build
-from sparkplay.errors import BadInput, SparkplayError
+from sparkplay.errors import SparkplayError
 from sparkplay.recipes.store import catalog
 from tests import own_parser
 from tests.conftest import PROJECT
-from tests.test_engines import ROOT, nodes
+from tests.own_parser import planned
 
 pytestmark = pytest.mark.sglang
 
@@ -50,16 +49,6 @@ def sglang_recipes() -> dict[str, dict[str, Any]]:
             if "launch" not in docs[0]["source"]:
                 break  # a recipe file holds one launch; --pick chooses among a page's or a script's
     return found
-
-
-def planned(doc: dict[str, Any]) -> dict[str, Any]:
-    refusals = []
-    for count in range(1, 9):
-        try:
-            return build(doc, nodes(count), Options(model_root=ROOT, trusted_images=("*",)))
-        except BadInput as error:
-            refusals.append(f"{count}: {error}")
-    raise AssertionError("no node count plans it: " + "; ".join(refusals))
 
 
 def server_argvs(deployment: dict[str, Any]) -> list[tuple[int, list[str]]]:

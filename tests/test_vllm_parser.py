@@ -16,14 +16,13 @@ from typing import Any
 
 import pytest
 
-from sparkplay import boundary, importing
+from sparkplay import importing
 from sparkplay.engines import vllm_cpu
-from sparkplay.engines.plan import Options, build
-from sparkplay.errors import BadInput, SparkplayError
+from sparkplay.errors import SparkplayError
 from sparkplay.recipes.store import catalog
 from tests import own_parser
 from tests.conftest import PROJECT
-from tests.test_engines import ROOT, nodes
+from tests.own_parser import planned
 
 pytestmark = pytest.mark.vllm
 
@@ -60,19 +59,6 @@ def vllm_recipes() -> dict[str, dict[str, Any]]:
             if "launch" not in docs[0]["source"]:
                 break
     return found
-
-
-def planned(doc: dict[str, Any]) -> dict[str, Any]:
-    """The plan on the smallest Spark cluster the recipe's parallelism fits (one GPU a node)."""
-    refusals = []
-    for count in range(1, 9):
-        try:
-            # what the recipe asks of the boundary is allowed: vLLM's parser is the check here
-            allowed = tuple(r.name for r in boundary.requests(doc))
-            return build(doc, nodes(count), Options(model_root=ROOT, allow=allowed))
-        except BadInput as error:
-            refusals.append(f"{count}: {error}")
-    raise AssertionError("no node count plans it: " + "; ".join(refusals))
 
 
 def serve_argvs(deployment: dict[str, Any]) -> list[tuple[int, list[str]]]:
