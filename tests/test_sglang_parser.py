@@ -84,7 +84,8 @@ def test_the_corpus_holds_the_kinds_of_sglang_plan_sparkplay_writes() -> None:
 
 @pytest.mark.parametrize("key", sorted(RECIPES))
 def test_sglang_parses_every_rank_of_the_plan(key: str, verdicts: dict[str, dict[int, str | None]]) -> None:
-    own_parser.assert_accepted(key, verdicts[key], "SGLang", "sglang.launch_server")
+    expected = own_parser.said_not_to_start(RECIPES[key])
+    own_parser.assert_accepted(key, verdicts[key], "SGLang", "sglang.launch_server", expected)
 
 
 def test_the_check_catches_what_sglang_refuses(sglang_python: Path) -> None:
