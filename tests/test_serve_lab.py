@@ -4,7 +4,7 @@ by the playbooks. Marked `lab`.
 Everything is real: the sparkplay CLI driving ansible-runner, the units
 under systemd in both nodes, llama.cpp from Debian, the RPC traffic over the
 simulated cable, the completions. Nothing stands in for anything here. The
-tests run in file order on one lab, from bare nodes: the last one locks the stack; the module's
+tests run in file order on one lab, from the provisioned nodes' snapshot: the last one locks the stack; the module's
 teardown removes the lab. What a served lab lives through besides the faults make test runs (the watchdog,
 rollback, drift, reset, the bench, each importer's plan) is in tests/test_stack_lab.py (`make test-stack`).
 """
@@ -24,7 +24,7 @@ import yaml
 
 from sparkplay import varsfile
 from sparkplay.engines.systemd import env_file, sandbox
-from tests.conftest import PROJECT, fresh_lab, run_cli
+from tests.conftest import PROJECT, provisioned_lab, run_cli
 from tests.serving import (
     LOCK,
     NCCL,
@@ -49,21 +49,30 @@ pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
 
 @pytest.fixture(scope="module", autouse=True)
 def served_lab() -> Iterator[None]:
-    with fresh_lab():
+    """The provisioned nodes' snapshot (tests/conftest.py): `up` from bare nodes is the installed command's
+    test (tests/test_install_lab.py), provisioning's own tests/test_provision_lab.py."""
+    with provisioned_lab():
         yield
 
 
+def node_config(rank: int) -> str:
+    """Every file under /etc/sparkplay and systemd's unit folder on RANK, with its size and time."""
+    return in_node(rank, "sh", "-c", "ls -l --full-time /etc/sparkplay /etc/systemd/system 2>&1").stdout
+
+
 def test_up_without_a_terminal_or_yes_changes_nothing():
+    before = [node_config(rank) for rank in (0, 1)]
     proc = up()
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr
     assert "no terminal to ask on: nothing was changed" in proc.stderr
     assert "plan: sparkplay-lab-rank0:" in proc.stdout  # it showed what it would have done
-    for rank in (0, 1):
-        assert in_node(rank, "test", "-e", "/etc/sparkplay", check=False).returncode == 1
+    assert [node_config(rank) for rank in (0, 1)] == before
+    assert in_node(0, "test", "-e", f"/etc/systemd/system/{UNIT}", check=False).returncode == 1  # nothing served
     assert not (PROJECT / "inventory" / "lab" / "group_vars" / "all" / "sparkplay.yml").exists()
 
 
 def test_up_yes_from_a_fresh_lab_serves_across_both_ranks():
+    # "fresh": provisioned nodes that serve nothing yet
     proc = up("--yes")
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
     assert re.search(r"lab-tiny answers at http://127\.0\.0\.1:9931 after [\d.]+ s: What is 17\*23\? -> ", proc.stdout)
@@ -92,17 +101,6 @@ def test_up_yes_from_a_fresh_lab_serves_across_both_ranks():
         assert in_node(rank, "systemctl", "is-enabled", UNIT).stdout.strip() == "enabled"
 
 
-def test_second_and_third_runs_change_and_restart_nothing():
-    # serve.yml alone: the molecule scenario checks the idempotence of the whole site. Three runs: a probe of
-    # a running worker's port (one client at a time) once sat in its accept queue, and the third run hung.
-    before = [unit(rank, "MainPID")["MainPID"] for rank in (0, 1)]
-    for _ in range(2):
-        proc = playbook("serve.yml", "-e", "recipe=lab-tiny")
-        assert proc.returncode == 0, proc.stdout[-4000:]
-        assert all(counts["changed"] == 0 for counts in recap(proc.stdout).values()), proc.stdout[-4000:]
-    assert [unit(rank, "MainPID")["MainPID"] for rank in (0, 1)] == before
-
-
 # The molecule `lab` scenario, folded into this lab (issue 52): its converge is the `up` above plus a second
 # checkpoint staged beside the model, its idempotence a whole-site run that changes nothing, its verify every
 # scenario's testinfra checks (molecule/*/tests) against these nodes. `make molecule` still runs the scenarios
@@ -123,6 +121,10 @@ SITE_VARS = json.dumps(
 
 
 def test_the_whole_site_converges_then_changes_nothing_and_every_scenarios_checks_hold():
+    """The second and third runs of the serve role after `up` (the converge and the idempotence run) restart
+    nothing, and the third changes nothing: a probe of a running worker's port (one client at a time) once sat
+    in its accept queue, and the third run hung (issue 52 folded the serve.yml-alone runs that showed it)."""
+    before = [unit(rank, "MainPID")["MainPID"] for rank in (0, 1)]
     # molecule/lab/prepare.yml's checkpoint-like tree on rank 0, as the scenario makes it
     maker = (PROJECT / "molecule" / "lab" / "files" / "make_checkpoint.py").read_bytes()
     subprocess.run(
@@ -138,6 +140,7 @@ def test_the_whole_site_converges_then_changes_nothing_and_every_scenarios_check
     assert again.returncode == 0, again.stdout[-4000:]
     changed = {host: counts["changed"] for host, counts in recap(again.stdout).items()}
     assert changed == {"sparkplay-lab-rank0": 0, "sparkplay-lab-rank1": 0}, again.stdout[-4000:]
+    assert [unit(rank, "MainPID")["MainPID"] for rank in (0, 1)] == before
     checks = run_step(
         [sys.executable, "-m", "pytest", *TESTINFRA, *SCENARIO_CHECKS],
         step="testinfra: every molecule scenario's checks on the served lab",
