@@ -349,12 +349,6 @@ _DEB_FIX = "give package names only (lower-case letters, digits, '+', '-', '.')"
 _LIMIT_FIX = "give nofile, stack, nproc, core or memlock as NAME=SOFT[:HARD]"
 
 
-def _unless(ok: object, problem: str, fix: str) -> None:
-    """Refuse (BadInput) unless OK."""
-    if not ok:
-        raise BadInput(problem, fix)
-
-
 def confine(recipe: Mapping[str, Any]) -> None:
     """Refuse what a recipe can only ask as an attack; every check names the field and the fix."""
     model, engine, serve = recipe["model"], recipe["engine"], recipe["serve"]
@@ -377,7 +371,8 @@ def confine(recipe: Mapping[str, Any]) -> None:
         ("serve.ulimits", serve.get("ulimits"), CONTAINER_ULIMIT.match, "a resource limit sparkplay sets", _LIMIT_FIX),
     ):
         for item in items or []:
-            _unless(ok(str(item)), f"{key} {item!r} is not {what}", fix)
+            if not ok(str(item)):
+                raise BadInput(f"{key} {item!r} is not {what}", fix)
     user = serve.get("container_user")
     if user is not None and not CONTAINER_USER.match(str(user)):
         raise BadInput(f"serve.container_user {user!r} is not a user name or uid[:gid]", "give root, 0 or 1000:1000")
