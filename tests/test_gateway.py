@@ -297,3 +297,39 @@ def test_the_gateway_pools_its_upstream_connections_through_the_quick_acknowledg
         assert post(conn, {"model": "coder", "messages": []})[0] == 200
     source = Path(gateway_tcp.__file__).with_name("gateway.py").read_text()
     assert "gateway_tcp.connector(" in source and "aiohttp.TCPConnector(" not in source
+
+
+class ClosesKeptAlive(Engine):
+    """An engine whose idle timeout closes a kept-alive connection just as the client sends on it again: the
+    first request on each connection is answered (kept alive), the second read on it is met by a close."""
+
+    connections: list[int]
+
+    def handle(self) -> None:
+        self.connections.append(1)
+        self.handle_one_request()  # answered, the connection kept alive
+        self.rfile.peek(1)  # the next request arrives (or the client closes the connection)...
+        self.close_connection = True  # ...and is met by a close, no byte answered
+
+
+def test_an_engine_closing_a_kept_alive_connection_under_a_request_is_asked_again_on_a_new_one(tmp_path):
+    """The hour's soak saw four 502s outside its faults, each `ServerDisconnectedError` in the gateway's journal:
+    the gateway kept idle connections 30 s, the engines 5 s. Here every reuse of a connection meets a close."""
+    connections: list[int] = []
+    handler = type("closes", (ClosesKeptAlive,), {"name": "chat", "release": threading.Event(), "seen": []})
+    handler.connections = connections
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    routes = tmp_path / "routes.json"
+    write_routes(routes, {"chat": start(server)})
+    port, stop = serve(routes)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for _ in range(4):
+            assert post(conn, {"model": "chat"}) == (
+                200,
+                {"served_by": "chat", "path": "/v1/chat/completions", "auth": None},
+            )
+        assert len(connections) >= 4  # every request after the first met a closed connection, then a new one
+    finally:
+        stop()
+        server.shutdown()

@@ -34,6 +34,9 @@ OFF_LOOP_BYTES = 256 << 10
 # what a client may send through (hop-by-hop headers, the host and its key are the gateway's own)
 FORWARDED = ("content-type", "accept", "x-request-id")
 PASSED_BACK = ("content-type", "x-request-id", "cache-control", "content-encoding")
+# an idle connection to an engine is kept less long than any engine keeps it (llama.cpp's server and vLLM's and
+# SGLang's uvicorn close one idle for 5 s): one kept longer is one the engine may close as a request is sent on it
+UPSTREAM_KEEPALIVE_S = 2.0
 
 
 def _error(status: int, message: str, kind: str, code: str, **headers: str) -> Any:
@@ -83,7 +86,7 @@ class Gateway:
     async def start(self) -> None:
         import aiohttp
 
-        connector = gateway_tcp.connector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
+        connector = gateway_tcp.connector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE_S, enable_cleanup_closed=True)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.timeout_s)
         self.session = aiohttp.ClientSession(
             connector=connector,
@@ -310,6 +313,17 @@ class Gateway:
             **{"Retry-After": "5"},
         )
 
+    async def _send(self, url: str, body: bytes, headers: dict[str, str]) -> Any:
+        """POST to the engine; once more when the engine closed the kept-alive connection under the request
+        (it answered nothing: its idle timeout racing the reuse). Inference has no side effect a second send
+        could double; an engine that went away fails the second send too, and that failure is the answer."""
+        import aiohttp
+
+        try:
+            return await self.session.request("POST", url, data=body, headers=headers)
+        except aiohttp.ServerDisconnectedError:
+            return await self.session.request("POST", url, data=body, headers=headers)
+
     async def _forward(
         self, request: Any, route: dict[str, Any], name: str, path: str, body: bytes, started: float
     ) -> tuple[Any, bool]:
@@ -325,7 +339,7 @@ class Gateway:
         sent = time.monotonic()
         try:
             async with asyncio.timeout(bound):  # its first byte (the answer's headers) within its own bound
-                upstream = await self.session.request("POST", route["url"] + path, data=body, headers=headers)
+                upstream = await self._send(route["url"] + path, body, headers)
         except TimeoutError as exc:
             if time.monotonic() - sent < bound:  # aiohttp's own (the connect's): not the first-byte bound
                 return self._unreachable(name, route, exc, started), True
