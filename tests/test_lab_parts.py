@@ -230,3 +230,23 @@ def test_lab_up_with_a_bad_snapshot_name_is_one_line_before_anything_is_made():
     proc = run_cli("lab", "up", "--snapshot", "Not/A:Tag")
     assert proc.returncode == ExitCode.BAD_INPUT, proc.stdout + proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "snapshot name 'Not/A:Tag'" in proc.stderr
+
+
+def test_a_node_started_from_a_snapshot_of_this_base_is_kept_by_lab_up_and_any_other_image_is_not(monkeypatch):
+    """`lab up` after a host's reboot (the serve lab tests' reboot) re-wires nodes started from a snapshot: it
+    recreated them from the bare image, wiping what they served. Image layers as `docker image inspect` gives
+    them (a stand-in for the engine: the lab's own test runs it for real)."""
+    from sparkplay.lab import dockercli, snapshot
+
+    base, ours, other = "sparkplay-lab-node:abc", "sparkplay-lab-snapshot:p-1-rank0", "sparkplay-lab-snapshot:q-rank0"
+    layers = {base: ["a", "b"], ours: ["a", "b", "c"], other: ["x", "b", "c"]}
+    monkeypatch.setattr(
+        dockercli,
+        "inspect",
+        lambda kind, names: [{"RepoTags": [n], "RootFS": {"Layers": layers[n]}} for n in names if n in layers],
+    )
+    assert snapshot.of_base(ours, base, 0)
+    assert not snapshot.of_base(ours, base, 1)  # another rank's disk
+    assert not snapshot.of_base(other, base, 0)  # made from other nodes
+    assert not snapshot.of_base("sparkplay-lab-snapshot:gone-rank0", base, 0)  # no such image
+    assert not snapshot.of_base("someone/else:rank0", base, 0)  # not a lab snapshot at all

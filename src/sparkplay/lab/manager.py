@@ -183,10 +183,12 @@ def _converge_nodes(tags: list[str], network_id: str, report: Report, *, from_sn
         half_made = info["State"]["Status"] == "created"  # an interrupted run stopped before start
         mounts = {m.get("Destination") for m in info.get("Mounts") or []}
         unbound = bool(_memory_hierarchy()) and NODE_MEMORY_HIERARCHY not in mounts
-        if info["Config"]["Image"] != tag or not attached or half_made or unbound:
+        image = info["Config"]["Image"]
+        other_image = image != tag and (from_snapshot or not snapshot.of_base(image, tag, rank))
+        if other_image or not attached or half_made or unbound:
             why = (
                 "image changed"
-                if info["Config"]["Image"] != tag
+                if other_image
                 else "left half-made by an interrupted run"
                 if half_made
                 else "made before the memory guard's hierarchy was bound"

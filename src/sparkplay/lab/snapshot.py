@@ -71,6 +71,18 @@ def images(name: str, nodes: int) -> list[str] | None:
     return tags if set(tags) <= found else None
 
 
+def of_base(image: str, base: str, rank: int) -> bool:
+    """Whether IMAGE is rank RANK's snapshot of nodes made from BASE (its layers begin with BASE's): `lab up`
+    keeps a node started from one (a host's reboot re-wired, never the node wiped back to bare)."""
+    if not (image.startswith(f"{REPOSITORY}:") and image.endswith(f"-rank{rank}")):
+        return False
+    found = {t: info for info in dockercli.inspect("image", [image, base]) for t in info.get("RepoTags") or []}
+    if image not in found or base not in found:
+        return False
+    mine, theirs = ((found[t].get("RootFS") or {}).get("Layers") or [] for t in (image, base))
+    return bool(theirs) and mine[: len(theirs)] == theirs
+
+
 def save(name: str, containers: list[str]) -> list[str]:
     """Commit each running node (rank order) as its snapshot image; what was written, one line each."""
     validate_name(name)
