@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # molecule and the CLI find the project from here
 export SPARKPLAY_PROJECT_DIR := $(CURDIR)
 
-.PHONY: setup venv host demo test checks pytest-unit pytest-lab test-3 test-extra browser test-faults test-faults-long test-vllm test-sglang unit lint sanity pytest molecule molecule-roles clean
+.PHONY: setup venv host demo test checks pytest-unit pytest-lab test-3 test-extra browser test-faults test-soak test-faults-long test-vllm test-sglang unit lint sanity pytest molecule molecule-roles clean
 
 setup: venv host ## virtualenv + (as root) Debian packages and a running Docker engine
 
@@ -80,10 +80,13 @@ test-extra: setup browser ## every documented knob set on the real lab (tests/te
 browser: ## (as root) Debian's Chromium and ChromeDriver, for the cluster page's browser test
 	bash scripts/setup-browser
 
-test-faults: setup ## day two on the lab (tests/test_faults_lab.py): the four faults make test runs (an engine killed, a node rebooted, a cable pulled for a minute, an engine past its memory limit) and the slower ones (frozen engines, reboots looked at while down, doctor on one twin pulled), each recovered by itself; then a ten-minute soak of them all together under load (tests/test_soak_lab.py)
-	pytest tests/test_faults_lab.py tests/test_soak_lab.py -m lab
+test-faults: setup ## day two on the lab (tests/test_faults_lab.py): the four faults make test runs (an engine killed, a node rebooted, a cable pulled for a minute, an engine past its memory limit) and the slower ones (frozen engines, reboots looked at while down, doctor on one twin pulled), each recovered by itself
+	pytest tests/test_faults_lab.py -m lab
 
-test-stack: setup ## what a served lab lives through besides make test's faults (tests/test_stack_lab.py): the watchdog restarting a wedged engine and standing down past its cap, a health that never comes, a refused change going back by itself, rollback, drift from the lock and reset; the bench across both ranks and each importer's recipe planned on the lab
+test-soak: setup ## a ten-minute soak of every fault together under load, on a lab of its own (tests/test_soak_lab.py)
+	pytest tests/test_soak_lab.py -m lab
+
+test-stack: setup ## what a served lab lives through besides make test's faults (tests/test_stack_lab.py): another program on the API's port, the leader waiting for a stopped worker, the watchdog restarting a wedged engine and standing down past its cap, a health that never comes, a refused change going back by itself, rollback, drift from the lock and reset; the bench across both ranks and each importer's recipe planned on the lab; and the installed command from bare nodes (tests/test_install_bare_lab.py)
 	pytest -m stack
 
 test-faults-long: setup ## the long outages on the lab (tests/test_faults_long_lab.py): a cable pulled past TCP's retry limit, a node off for ten minutes

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -123,28 +123,64 @@ def provisioning_snapshot() -> str:
     return f"provisioned-{provisioning_key(PROJECT, ImageRecipe().tag)}"
 
 
+# The recipe the lab was left serving by a module whose tests all passed, for the next module that starts from
+# it served (issue 52: one serving lab shared, test_serve_lab's then test_several_lab's); empty when none was.
+_HANDED_ON: list[str] = []
+
+
+def provisioned_snapshot() -> tuple[str, bool]:
+    """The provisioned nodes' snapshot for this code, and whether it was made now: when it is missing, a fresh lab
+    has provision.yml run on it and is kept with `lab snapshot` (the lab is left up, as provisioned)."""
+    from sparkplay.lab import snapshot
+
+    name = provisioning_snapshot()
+    if snapshot.images(name, 2) is not None:
+        return name, False
+    _lab_down()
+    assert run_cli("lab", "up").returncode == 0
+    proc = steps.playbook("provision.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    kept = run_cli("lab", "snapshot", name)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    return name, True
+
+
 @contextlib.contextmanager
-def provisioned_lab() -> Iterator[None]:
+def provisioned_lab(hand_on: Callable[[], str | None] | None = None) -> Iterator[None]:
     """A lab whose nodes provision.yml has run on, for a module that tests something else (issue 52).
 
     Each rank starts from the lab snapshot kept for this code (sparkplay.lab.snapshot; its name hashes
     everything that decides provisioning, so a stale one is never used); the first module to ask makes it:
-    a fresh lab, provision.yml, then `lab snapshot`. Modules that test provisioning itself use fresh_lab."""
-    from sparkplay.lab import snapshot
-
-    name = provisioning_snapshot()
+    a fresh lab, provision.yml, then `lab snapshot`. Modules that test provisioning itself use fresh_lab.
+    `hand_on`, asked at the end, names the recipe the lab is left serving for the next module (serving_lab);
+    None takes the lab down."""
+    _HANDED_ON.clear()
     _lab_down()
-    if snapshot.images(name, 2) is not None:
+    name, made = provisioned_snapshot()
+    if not made:  # making it left the lab as provision.yml made it
         proc = run_cli("lab", "up", "--snapshot", name)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    else:
-        assert run_cli("lab", "up").returncode == 0
-        proc = steps.playbook("provision.yml")
-        assert proc.returncode == 0, proc.stdout[-3000:]
-        kept = run_cli("lab", "snapshot", name)
-        assert kept.returncode == 0, kept.stdout + kept.stderr
     yield
-    run_cli("lab", "down")
+    recipe = hand_on() if hand_on else None
+    if recipe:
+        _HANDED_ON.append(recipe)
+    else:
+        run_cli("lab", "down")
+
+
+@contextlib.contextmanager
+def serving_lab(recipe: str) -> Iterator[None]:
+    """A provisioned lab serving RECIPE across both ranks: the one the module before left serving it, when it
+    did (provisioned_lab's hand_on), else one from the snapshot with `up RECIPE --yes` run first."""
+    if [recipe] == _HANDED_ON:
+        _HANDED_ON.clear()
+        yield
+        run_cli("lab", "down")
+        return
+    with provisioned_lab():
+        proc = run_cli("up", recipe, "-i", "inventory/lab", "--yes")
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +199,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _HANDED_ON:  # left serving for a module that did not run
+        run_cli("lab", "down")
     if hasattr(session.config, "workerinput") or not _TIMES:  # an xdist worker: its controller writes
         return
     where = Path(os.environ.get("SPARKPLAY_TEST_TIMES") or PROJECT / ".cache" / "test-times" / "pytest.tsv")

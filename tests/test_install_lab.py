@@ -3,8 +3,9 @@
 Real: the wheel built from this tree (`pip wheel`), installed with its
 dependencies into a fresh virtualenv outside the checkout (what pipx does),
 run with a home folder of its own and no SPARKPLAY_PROJECT_DIR, from a folder
-with nothing in it; then the lab brought up and lab-tiny served by that
-installed command. Only the lab itself (containers, simulated cable) stands
+with nothing in it; then the lab brought up (from the provisioned nodes'
+snapshot; from bare nodes in tests/test_install_bare_lab.py) and lab-tiny
+served by that installed command. Only the lab itself (containers, simulated cable) stands
 in for Sparks, as everywhere else.
 """
 
@@ -22,7 +23,7 @@ import pytest
 import yaml
 
 from tests import steps
-from tests.conftest import PROJECT, run_cli
+from tests.conftest import PROJECT, provisioned_snapshot, run_cli
 
 pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("lab_host")]
 
@@ -89,9 +90,9 @@ def test_the_wheel_carries_the_project_and_runs_from_an_empty_folder(installed: 
     assert list(installed.cwd.iterdir()) == []  # nothing lands in the folder it was run from
 
 
-def test_the_installed_command_brings_up_the_lab_and_serves_lab_tiny(installed: Installed) -> None:
-    run_cli("lab", "down")  # a lab another module left (the containers' names are the lab's, whoever made them)
-    up = installed.run("lab", "up")
+def brings_up_the_lab_and_serves_lab_tiny(installed: Installed, *lab_up: str) -> None:
+    """`lab up LAB_UP...` by the installed command, then `up lab-tiny` on its inventory: served on both ranks."""
+    up = installed.run("lab", "up", *lab_up)
     assert up.returncode == 0, up.stdout + up.stderr
     inventory = installed.data / "inventory" / "lab"
     assert f"inventory: {inventory / 'hosts.yml'}" in up.stdout
@@ -101,6 +102,17 @@ def test_the_installed_command_brings_up_the_lab_and_serves_lab_tiny(installed: 
     rows = json.loads(installed.run("status", "-i", str(inventory), "--json").stdout)
     assert [r["up"] for r in rows] == [True, True]
     assert (installed.home / ".cache" / "sparkplay" / "lab" / "lab-tiny.gguf").is_file()
+
+
+def test_the_installed_command_brings_up_the_lab_and_serves_lab_tiny(installed: Installed) -> None:
+    """From the provisioned nodes' snapshot (tests/conftest.py; made here when missing) by the installed
+    command's own `lab up --snapshot`: its `up` runs every role the wheel carries. From bare nodes, so that
+    each role changes everything it writes: tests/test_install_bare_lab.py (make test-stack, for CI's time)."""
+    run_cli("lab", "down")  # a lab another module left (the containers' names are the lab's, whoever made them)
+    name, made = provisioned_snapshot()
+    if made:
+        run_cli("lab", "down")
+    brings_up_the_lab_and_serves_lab_tiny(installed, "--snapshot", name)
 
 
 def test_the_collection_serves_the_same_lab_by_fqcn(installed: Installed) -> None:

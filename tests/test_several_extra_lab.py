@@ -1,11 +1,12 @@
-"""Several models on the real lab, the slow extras (make test-extra): an added deployment updated beside itself
-while a client's requests never fail, a deployment across both nodes added beside the primary, a gateway that
-asks for keys, and models served on demand (LRU eviction, TTL). Marked `lab` and `extra`: they take about 15
-minutes of the lab together, kept out of `make test` for CI's time; the rest of several models (the gateway,
-isolation, admission, status, stop) is tests/test_several_lab.py, in `make test`.
+"""Several models on the real lab, the slow extras (make test-extra): a second controller refused by the nodes' own lock
+while a run holds them, an added deployment updated beside itself while a client's requests never fail, a deployment
+across both nodes added beside the primary, a gateway that asks for keys, and models served on demand (LRU eviction,
+TTL). Marked `lab` and `extra`: they take about 15 minutes of the lab together, kept out of `make test` for CI's
+time; the rest of several models (the gateway, isolation, admission, status, stop) is tests/test_several_lab.py, in
+`make test`.
 
-Everything is real, as there: the CLI, systemd in both nodes, llama.cpp from Debian, the gateway unit. The tests
-run in file order on one lab of their own, lab-tiny across both ranks and lab-small on rank 1 first.
+Everything is real, as there: the CLI, systemd in both nodes, llama.cpp from Debian, the gateway unit. The tests run
+in file order on one lab of their own, lab-tiny across both ranks and lab-small on rank 1 first.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import steps
 from tests.conftest import PROJECT, lab_cli, lab_small_as, run_cli
 from tests.test_lab import in_node
 from tests.test_several_lab import GATEWAY, SMALL_UNIT, ask, curl, full_log
@@ -35,6 +39,47 @@ def two_served(own_lab: None) -> Iterator[None]:
         proc = cli("up", *args, "--yes")
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
     yield
+
+
+def active_small() -> bool:
+    return in_node(1, "systemctl", "is-active", SMALL_UNIT, check=False).stdout.strip() == "active"
+
+
+def up_while_another_controller_stops(
+    recipe: str,
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """`up RECIPE --add` on rank 1, and once it holds the nodes' run lock, `stop RECIPE --no-wait` from another
+    controller (a state folder of its own, so its own controller lock): both results."""
+    argv = [sys.executable, "-m", "sparkplay", "up", recipe, "--add", "--node", "sparkplay-lab-rank1"]
+    first = steps.begin([*argv, "-i", "inventory/lab", "--yes"])
+    deadline = time.monotonic() + 180  # its plan (a check run, which claims nothing) comes first
+    while f'"pid": {first.pid}' not in in_node(1, "cat", "/run/sparkplay/run.lock", check=False).stdout:
+        assert first.poll() is None and time.monotonic() < deadline, "the up never held rank 1's run lock"
+        time.sleep(0.5)
+    elsewhere = {"SPARKPLAY_STATE_DIR": str(Path(steps.__file__).parent.parent / ".cache" / "other-controller")}
+    other = run_cli("stop", recipe, "-i", "inventory/lab", "--yes", "--no-wait", env=elsewhere)
+    ran = steps.finish(
+        first, step=f"sparkplay up {recipe} --add (beside another controller)", budget=steps.CLI_BUDGETS["up"]
+    )
+    return ran, other
+
+
+def test_a_second_controller_beside_a_run_is_refused_by_the_nodes_lock_and_the_run_changes_nothing():
+    """(From tests/test_several_lab.py's status test, issue 52.) A second controller (another checkout's state
+    folder: its own controller lock) while `up lab-small --add` runs: each node's own lock makes it refuse
+    (--no-wait) naming the run that holds the node, and nothing is stopped; the run, unchanged, starts no
+    stand-in and leaves lab-small's engine as it was."""
+    pid = in_node(1, "systemctl", "show", SMALL_UNIT, "--property=MainPID").stdout
+    again, other = up_while_another_controller_stops("lab-small")
+    assert other.returncode != 0, other.stdout[-3000:] + other.stderr
+    said = other.stdout + other.stderr
+    assert "Another run is changing this node: sparkplay-lab-rank1 is held by `sparkplay up lab-small --add" in said
+    assert "Nothing was changed" in said and active_small(), said
+    assert again.returncode == 0, again.stdout[-4000:] + again.stderr
+    assert "changed" not in "".join(line for line in again.stdout.splitlines() if line.startswith(" sparkplay-lab"))
+    assert "lab-small is unchanged" in full_log(again)  # an unchanged added deployment starts no stand-in
+    assert in_node(1, "systemctl", "show", SMALL_UNIT, "--property=MainPID").stdout == pid
+    assert sorted(m["id"] for m in json.loads(curl(f"{GATEWAY}/models"))["data"]) == ["lab-small", "lab-tiny"]
 
 
 # a client on rank 0 sending one request after another through the gateway until /tmp/stop-client exists: one

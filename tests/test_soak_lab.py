@@ -1,6 +1,6 @@
 """A ten-minute soak on the real lab (`sparkplay lab soak`, issue 55), asserting the rules a long one is held to:
 requests outside fault windows answered (>= 99.5%), every fault recovered within its bound, no leak growing, no
-traceback in any journal, at least one swap a minute. Marked `lab` and `faults` (`make test-faults`).
+traceback in any journal, at least one swap a minute. Marked `lab` and `faults` (`make test-soak`).
 
 Everything is real, as in tests/test_faults_lab.py: the CLI, systemd in both nodes, llama.cpp, the gateway and
 its models on demand, the lab's reboots, power and cable. Stand-ins: none. The report (JSON, markdown, the

@@ -1,8 +1,9 @@
-"""What a served lab lives through besides make test's faults, on the real lab: the watchdog restarting a wedged
-engine and standing down past its cap, a health that never comes, a change the engine refuses going back by
-itself, rollback, drift from the stack lock and reset; the bench across both ranks and each importer's recipe
-planned against the served nodes. Marked `lab` and `stack` (`make test-stack`), out of `make test` for CI's time
-(issue 52: they ran in tests/test_serve_lab.py until then, every assertion as it was).
+"""What a served lab lives through besides make test's faults, on the real lab: another program holding the API's port,
+the leader waiting for a stopped worker, the watchdog restarting a wedged engine and standing down past its cap, a
+health that never comes, a change the engine refuses going back by itself, rollback, the stack lock, drift from it
+and reset; the bench across both ranks and each importer's recipe planned against the served nodes. Marked `lab` and
+`stack` (`make test-stack`), out of `make test` for CI's time (issue 52: they ran in tests/test_serve_lab.py until
+then, every assertion as it was).
 
 Everything is real, as in tests/test_serve_lab.py: the CLI, systemd on both nodes, llama.cpp over the simulated
 cable. The tests run in file order on one lab, lab-tiny served first.
@@ -25,11 +26,14 @@ from tests.serving import (
     LOCK,
     NCCL,
     RPC_SERVER,
+    UNIT,
     ask,
     held,
+    journal,
     lab_tiny_variant,
     served_models,
     stand_in_nccl,
+    status,
     unit,
     up,
     wait_answer,
@@ -165,6 +169,76 @@ def watchdog_metrics() -> dict[str, float]:
     ).stdout
     found = re.finditer(r'^(sparkplay_watchdog_\w+)\{model="lab-tiny",unit="[^"]+"\} (\S+)$', text, re.M)
     return {m.group(1): float(m.group(2)) for m in found}
+
+
+# -- from tests/test_serve_lab.py (issue 52), every assertion as it was ------------------------------------------
+
+FAKE_API = """
+import http.server, json
+class Fake(http.server.BaseHTTPRequestHandler):
+    def reply(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        self.reply({"data": [{"id": "lab-tiny"}]} if self.path.startswith("/v1/models") else {"status": "ok"})
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.reply({"choices": [{"message": {"content": "391"}}], "usage": {"completion_tokens": 1}})
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", 9931), Fake).serve_forever()
+"""
+
+
+def test_a_fake_api_bound_first_on_the_port_is_named_and_never_taken_for_the_model():
+    """A local user's server that binds the API's port while the engine is down answers health, models and
+    completions: the serve role's wait names it (PID, program) instead of calling the model ready."""
+    in_node(0, "systemctl", "stop", "sparkplay-serve-watchdog.service", "sparkplay-serve-watch.service", UNIT)
+    in_node(0, "sh", "-c", f"cat > /tmp/fake_api.py <<'EOF'\n{FAKE_API}\nEOF")
+    in_node(0, "systemd-run", "--unit", "squatter", "--uid", "nobody", "/usr/bin/python3", "/tmp/fake_api.py")
+    try:
+        assert wait_for(lambda: ask(timeout=2), 30) is not None  # the fake answers like a model
+        proc = playbook("serve.yml", "-e", "recipe=lab-tiny")
+        assert proc.returncode != 0, proc.stdout[-3000:]
+        held = r"port 9931 is held by PID \d+ \(python3\) of \S*/squatter\.service, not by sparkplay-serve\.service"
+        assert re.search(held, proc.stdout), proc.stdout[-3000:]
+    finally:
+        in_node(0, "systemctl", "stop", "squatter", check=False)
+    proc = playbook("serve.yml", "-e", "recipe=lab-tiny")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert ask() is not None
+
+
+def test_leader_waits_for_a_stopped_worker_and_status_shows_it():
+    proc = playbook("stop.yml")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for rank in (0, 1):
+        assert unit(rank, "ActiveState")["ActiveState"] == "inactive"
+        assert in_node(rank, "systemctl", "is-enabled", UNIT, check=False).stdout.strip() == "disabled"
+    in_node(0, "systemctl", "start", "--no-block", UNIT)
+    time.sleep(4)
+    rows = status()
+    assert rows[0].split()[3] == "active/running" and rows[0].split()[-3] == "down"  # waiting for rank 1's port
+    assert rows[1].split()[3] == "inactive/dead"
+    assert "waiting for 192.168.100.11:50052" in journal(0)
+    rows = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
+    assert [(r["rank"], r["up"], r["state"], r["health"]) for r in rows] == [
+        (0, False, "active/running", "down"),
+        (1, False, "inactive/dead", "-"),
+    ]
+    logs = run_cli("logs", "-i", "inventory/lab", "--rank", "1", "-n", "400")
+    assert logs.returncode == 0
+    assert "sparkplay-lab-rank1" in logs.stdout and "Stopped sparkplay-serve.service" in logs.stdout
+    in_node(1, "systemctl", "start", UNIT)
+    assert wait_answer(60) is not None, journal(0)[-3000:]
+    rows = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
+    assert [(r["rank"], r["up"], r["health"], r["model"]) for r in rows] == [
+        (0, True, "ok", "lab-tiny"),
+        (1, True, "-", "-"),
+    ]
 
 
 def test_a_wedged_leader_is_restarted_with_every_rank_in_order_and_answers_again():
