@@ -85,6 +85,7 @@ def test_the_walk_finds_a_late_import_circle(tmp_path):
 LAYERS = [
     {"sparkplay", "sparkplay.errors", "sparkplay.plays", "sparkplay.probed"},
     {
+        "sparkplay.addresses",
         "sparkplay.fsutil",
         "sparkplay.paths",
         "sparkplay.topology",

@@ -144,8 +144,8 @@ def test_the_gateways_secrets_are_the_keys_this_engines_key_and_the_others():
 
 
 def test_the_gateway_on_every_address_is_reached_on_loopback_as_an_engine_is():
+    from sparkplay.addresses import client_address
     from sparkplay.deployments import gateway_layout
-    from sparkplay.engines.context import client_address
 
     launch = {"ranks": [{"role": "leader", "host": "a", "record": {}, "env": {}}]}
     for bind in ("0.0.0.0", "::", "127.0.0.1", "::1", "10.0.0.5"):  # noqa: S104

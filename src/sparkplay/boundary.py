@@ -29,14 +29,12 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sparkplay import codepaths, imageref
+from sparkplay import addresses, codepaths, imageref
 from sparkplay.errors import BadInput
 
 # what a recipe may set on its engine's container beyond sparkplay's own options (serve.ulimits, container_user)
 CONTAINER_ULIMIT = re.compile(r"^(nofile|stack|nproc|core|memlock)=(-1|[0-9]+)(:(-1|[0-9]+))?\Z")
 CONTAINER_USER = re.compile(r"^(root|[0-9]+(:[0-9]+)?|[a-z_][a-z0-9_-]{0,31})\Z")
-
-LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 # knobs whose effect reaches past the engine's own folders
 PRIVILEGED_KNOBS = {
@@ -140,7 +138,7 @@ def requests(recipe: Mapping[str, Any], trusted: Iterable[str] = TRUSTED_IMAGES)
     image = _image_request(recipe, trusted)
     if image:
         found.append(image)
-    if str(serve.get("bind") or "127.0.0.1") not in LOOPBACK:
+    if not addresses.is_loopback(str(serve.get("bind") or addresses.LOOPBACK_ADDRESS)):
         found.append(
             Request("bind", "serve.bind", f"the API listens on {serve['bind']}, beyond the leader, unauthenticated")
         )

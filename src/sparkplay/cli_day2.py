@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from sparkplay import __version__, cli_status
+from sparkplay import __version__, addresses, cli_status
 from sparkplay import doctor as doctor_mod
 from sparkplay import inventory as inv_mod
 from sparkplay.cli_common import InventoryOpt, NoWaitOpt, ProjectOpt, changes_nodes, err, out, reports_errors
@@ -241,9 +241,6 @@ def reset(
     finish(run(root, "reset.yml", hosts, "reset", verbose=verbose, **extra, sparkplay_confirm_overwrite=True), "reset")
 
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
 @reports_errors
 def metrics(
     inventory: InventoryOpt = None,
@@ -264,7 +261,7 @@ def metrics(
     address = str(settings.get("ansible_host") or leader.name)
 
     def target(bind: str, port: int) -> str:
-        return f"{'127.0.0.1' if bind in LOOPBACK else address}:{port}"
+        return f"{addresses.LOOPBACK_ADDRESS if addresses.is_loopback(bind) else address}:{port}"
 
     api = target(computed["api"]["bind"], computed["api"]["port"])
     # the inventory's, else the serve role's own defaults (written there once)

@@ -23,7 +23,7 @@ import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sparkplay import __version__, admission, checkpoints, topology
+from sparkplay import __version__, addresses, admission, checkpoints, topology
 from sparkplay.boundary import check_allow, check_trusted
 from sparkplay.engines import names as slots
 from sparkplay.engines.context import Node, Options, api_address
@@ -324,7 +324,7 @@ def _launch(
     )
     plan = build(recipe, nodes, options)
     plan["on_demand"] = _on_demand(recipe, slot, merged["serve_on_demand"], len(nodes))
-    if _off_leader(doc, nodes) and plan["api"]["bind"] in ("0.0.0.0", "::", "*", ""):  # noqa: S104 - we only connect
+    if _off_leader(doc, nodes) and addresses.is_wildcard(plan["api"]["bind"]):
         plan["api"]["url"] = f"http://{nodes[0].address}:{plan['api']['port']}"  # where the gateway reaches it
     return plan
 
@@ -357,13 +357,9 @@ def _on_demand(recipe: Mapping[str, Any], slot: str | None, listed: Any, nodes: 
     return True
 
 
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
-WILDCARD = ("0.0.0.0", "::", "*", "")  # noqa: S104 - names, not a bind
-
-
 def _cable_bound(address: str) -> bool:
     """An engine bound to one address of the node (its cable's), not loopback or every address."""
-    return address not in LOOPBACK + WILDCARD and not address.startswith("127.")
+    return not addresses.is_loopback(address) and not addresses.is_wildcard(address)
 
 
 def _reachable_bind(doc: Mapping[str, Any], nodes: Sequence[Node]) -> str:
@@ -371,7 +367,7 @@ def _reachable_bind(doc: Mapping[str, Any], nodes: Sequence[Node]) -> str:
     on a node other than the leader listens on its cable address instead of loopback, where the gateway on the
     leader reaches it (the cable is the Sparks' own link; the inventory's serve_bind still decides first)."""
     bind = str(doc["api"]["bind"])
-    if _off_leader(doc, nodes) and (bind in LOOPBACK or bind.startswith("127.")):
+    if _off_leader(doc, nodes) and addresses.is_loopback(bind):
         return nodes[0].address
     return bind
 

@@ -15,9 +15,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sparkplay import layout, node_memory
+from sparkplay import addresses, layout, node_memory
 from sparkplay.engines import names, systemd
-from sparkplay.engines.context import client_address
 from sparkplay.errors import BadInput
 
 # the gateway's names on the leader: its unit and user; the routes file (root's, 0644); its folder of secrets
@@ -256,7 +255,7 @@ def gateway_layout(
         "tool_file": layout.tool_file(tool),
         "unit_path": f"{unit_dir}/{gateway['unit']}",
         "listen": f"{host}:{port}",
-        "client": client_address(bind),
+        "client": addresses.client_address(bind),
     }
 
 
@@ -285,8 +284,8 @@ def gateway_row(
     words = argv.group(1).split() if argv else []
     listen = words[words.index("--listen") + 1] if "--listen" in words[:-1] else None
     host_part = listen.rpartition(":")[0] if listen else ""
-    if host_part in ("0.0.0.0", "[::]", ""):  # noqa: S104  (a wildcard bind: say where it answers on the node)
-        listen = listen and f"127.0.0.1:{listen.rpartition(':')[2]}"
+    if addresses.is_wildcard(host_part):  # say where it answers on the node
+        listen = listen and f"{addresses.LOOPBACK_ADDRESS}:{listen.rpartition(':')[2]}"
     state = props.get("ActiveState") or "unknown"
     models = sorted(table["models"]) if isinstance(table.get("models"), dict) else []
     url = f"http://{listen}/v1" if listen else "(unit not found)"

@@ -72,15 +72,6 @@ def api_address(serve: Mapping[str, Any], bind: Any = None, port: Any = None) ->
     return str(bind or serve["bind"]), int(port or serve["port"])
 
 
-def client_address(bind: str) -> str:
-    """Where a client on the same node reaches a server bound to `bind` (an engine's API, the gateway)."""
-    if bind in ("0.0.0.0", "", "*"):  # noqa: S104 - we only connect, to loopback
-        return "127.0.0.1"
-    if bind == "::":
-        return "[::1]"
-    return f"[{bind}]" if ":" in bind else bind
-
-
 @dataclass(frozen=True)
 class Options:
     """What the inventory decides rather than the recipe."""

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sparkplay import boundary, imageref, topology
+from sparkplay import addresses, boundary, imageref, topology
 from sparkplay.engines import answers, atlas, firewall, llamacpp, mods, sglang, systemd, vllm
-from sparkplay.engines.context import Context, Node, Options, client_address, environment, served_name
+from sparkplay.engines.context import Context, Node, Options, environment, served_name
 from sparkplay.engines.names import CONTAINER, ENV_FILE, engine_home, engine_user, for_slot
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, model, secrets
@@ -186,7 +186,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
             # the program is the adapter's; what follows comes from the recipe and stays in our folders
             boundary.confine_args(rank_plan["argv"][1:], ours, f"rank {rank_plan['rank']}'s engine argument")
             rank_plan["exec"] = list(rank_plan["argv"])
-    url = f"http://{client_address(ctx.bind)}:{ctx.port}"
+    url = f"http://{addresses.client_address(ctx.bind)}:{ctx.port}"
     return {
         "recipe": recipe["name"],
         "title": recipe["title"],

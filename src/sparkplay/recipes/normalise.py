@@ -13,14 +13,13 @@ import copy
 import re
 from typing import Any
 
+from sparkplay import addresses
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, flags, known, secrets
 from sparkplay.recipes import model_source as source
 from sparkplay.recipes.model import SCHEMA_ID
 from sparkplay.recipes.raw import RawRecipe
 
-LOOPBACK = "127.0.0.1"
-WILDCARDS = ("0.0.0.0", "::", "[::]", "*", "")  # noqa: S104 - matched to be narrowed, never bound
 QUANT_PATTERN = re.compile(r"(nvfp4|mxfp4|fp8|awq|gptq|int4|int8|q4_k_m|q5_k_m|q8_0|bf16|f16)", re.IGNORECASE)
 
 
@@ -207,16 +206,16 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     bind = raw.bind or derived["bind"]
     if bind is None:
         # the engines' APIs have no authentication: loopback unless the user says otherwise
-        bind = LOOPBACK
+        bind = addresses.LOOPBACK_ADDRESS
         raw.note("serve.bind", "default", "not stated; APIs bind to loopback unless the user chooses otherwise")
-    elif bind in WILDCARDS:
+    elif addresses.is_wildcard(bind):
         raw.note(
             "serve.bind",
             "narrowed",
-            f"the recipe binds {bind}; imported as {LOOPBACK} (the API has no "
+            f"the recipe binds {bind}; imported as {addresses.LOOPBACK_ADDRESS} (the API has no "
             "authentication): set serve_bind in the inventory to listen wider",
         )
-        bind = LOOPBACK
+        bind = addresses.LOOPBACK_ADDRESS
     quant_match = QUANT_PATTERN.search(raw.quant or repo or raw.model or "")
     context = derived["context_length"]
     if context is not None:
