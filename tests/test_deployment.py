@@ -398,14 +398,14 @@ def test_stage_two_reads_every_setting_python_declares_as_the_role_has_it(tmp_pa
 
 
 def test_the_first_byte_bound_reaches_the_record_and_the_gateways_routes(tmp_path):
-    from sparkplay import deployments
+    from sparkplay import served
     from sparkplay.nodetools.serve.gateway_files import Routes
 
     assert two_stage("lab-tiny")["launch"]["ranks"][0]["record"]["first_byte_s"] == 900  # the documented default
     leader = two_stage("lab-tiny", {"serve_first_byte_timeout": 45})["launch"]["ranks"][0]["record"]
     assert leader["first_byte_s"] == 45
     path = tmp_path / "routes.json"
-    path.write_text(json.dumps(deployments.routes([{**leader, "host": "rank0"}])))
+    path.write_text(json.dumps(served.routes([{**leader, "host": "rank0"}])))
     assert Routes(path).parse(path.read_bytes())["models"]["lab-tiny"]["first_byte_s"] == 45.0
     for hostile in (0, -5, "x", "1e3", 86401, "nan"):
         with pytest.raises(BadInput, match="serve_first_byte_timeout"):

@@ -279,9 +279,9 @@ def test_the_gateways_install_pins_every_package_with_its_hashes():
 
 
 def test_the_routes_the_roles_write_are_the_routes_the_gateway_reads(tmp_path):
-    """deployments.routes (the serve and stop roles' rule) and gateway_files.Routes (the node's reader) agree
+    """served.routes (the serve and stop roles' rule) and gateway_files.Routes (the node's reader) agree
     on every field the gateway and the swapper act on."""
-    from sparkplay.deployments import routes
+    from sparkplay.served import routes
 
     found = [
         {
@@ -401,7 +401,7 @@ def test_the_swapper_holds_a_start_to_the_nodes_budget_itself(tmp_path, monkeypa
 def test_a_start_on_demand_keeps_its_receipt_and_the_first_answer_is_its_first_token(lab):
     """A swap's receipt (issue 59): seconds from the gateway asking for the model to its port, its health and
     the first byte of the first answer after it; in the gateway's state file, which status reads."""
-    from sparkplay.deployments import gateway_row
+    from sparkplay.served import gateway_row
 
     lab, port, state = lab()
     assert ask(port, "alpha")[0] == 200

@@ -111,7 +111,7 @@ LAYERS = [
     {
         "sparkplay.deployment",
         "sparkplay.admission",
-        "sparkplay.deployments",
+        "sparkplay.served",
         "sparkplay.node_memory",
         "sparkplay.layout",
         "sparkplay.stopping",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from sparkplay import deployments, integrity
+from sparkplay import integrity, served
 from sparkplay.cli import app
 from sparkplay.errors import BadInput, ExitCode
 from sparkplay.nodetools.serve import explain
@@ -125,7 +125,7 @@ def test_only_the_units_that_serve_a_replaced_file_restart():
 )
 def test_a_records_model_folders_are_plain_absolute_paths_two_deep(models, kept):
     record = {"unit": "x", "role": "leader", "models": models}
-    found = deployments.records({"rank0": {"/etc/sparkplay/serve.json": json.dumps(record)}})
+    found = served.records({"rank0": {"/etc/sparkplay/serve.json": json.dumps(record)}})
     assert found[0]["models"] == kept
 
 

@@ -4,7 +4,7 @@ Counted: each `{{ ... }}` expression in roles/ and playbooks/ YAML (molecule sce
 condition (when, until, that, changed_when, failed_when: Jinja without braces), that uses a data-shaping
 filter (map, select, combine, zip, ... below). Templates (.j2) are left out: they render files.
 The ceiling only goes down: a change that needs more moves the rule into Python (sparkplay.layout,
-sparkplay.deployments, a filter) instead.
+sparkplay.served, a filter) instead.
 """
 
 from __future__ import annotations

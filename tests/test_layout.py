@@ -108,7 +108,7 @@ GATEWAY = {
 
 
 def test_the_gateway_listens_where_told_and_a_client_on_the_leader_reaches_it():
-    from sparkplay.deployments import gateway_layout
+    from sparkplay.served import gateway_layout
 
     launch = {"ranks": [{"role": "worker", "host": "b"}, {"role": "leader", "host": "a", "record": {}, "env": {}}]}
 
@@ -127,7 +127,7 @@ def test_the_gateway_listens_where_told_and_a_client_on_the_leader_reaches_it():
 def test_the_gateways_secrets_are_the_keys_this_engines_key_and_the_others():
     import base64
 
-    from sparkplay.deployments import gateway_layout, key_lines
+    from sparkplay.served import gateway_layout, key_lines
 
     keys = key_lines("# the team\n sk-one \n\n#sk-off\nsk-two\n")
     assert keys == ["sk-one", "sk-two"]
@@ -145,7 +145,7 @@ def test_the_gateways_secrets_are_the_keys_this_engines_key_and_the_others():
 
 def test_the_gateway_on_every_address_is_reached_on_loopback_as_an_engine_is():
     from sparkplay.addresses import client_address
-    from sparkplay.deployments import gateway_layout
+    from sparkplay.served import gateway_layout
 
     launch = {"ranks": [{"role": "leader", "host": "a", "record": {}, "env": {}}]}
     for bind in ("0.0.0.0", "::", "127.0.0.1", "::1", "10.0.0.5"):  # noqa: S104

@@ -1,11 +1,11 @@
 """Each node's memory as admission counts it, in the gateway's routes (sparkplay.node_memory via
-deployments.routes) and as the gateway reads an engine's use against its limit (memory.unit_use)."""
+served.routes) and as the gateway reads an engine's use against its limit (memory.unit_use)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sparkplay import admission, deployments, node_memory
+from sparkplay import admission, node_memory, served
 from sparkplay.nodetools.serve import memory
 
 GIB = 2**30
@@ -76,14 +76,14 @@ def test_the_budget_for_models_on_demand_leaves_out_their_own_claims_and_nodes_s
 
 
 def test_the_routes_carry_the_nodes_and_each_models_unit_and_a_stop_keeps_the_totals():
-    table = deployments.routes(FOUND, demand=DEMAND)
+    table = served.routes(FOUND, demand=DEMAND)
     assert table["nodes"]["rank0"]["claims"] == {"tiny": 2 * GIB}
     assert table["models"]["small"]["unit"] == "sparkplay-serve@small.service"
     assert table["models"]["tiny"]["unit"] == "sparkplay-serve.service"
-    stopped = deployments.routes(FOUND, ["small"], previous=table)
+    stopped = served.routes(FOUND, ["small"], previous=table)
     assert stopped["nodes"]["rank1"]["total_bytes"] == 12 * GIB
     assert "small" not in stopped["nodes"]["rank1"]["claims"]
-    assert "nodes" not in deployments.routes(FOUND, ["small"], previous={})  # nothing to carry
+    assert "nodes" not in served.routes(FOUND, ["small"], previous={})  # nothing to carry
 
 
 def test_an_engines_use_and_limit_are_read_from_its_cgroup_by_any_user(tmp_path: Path, monkeypatch):

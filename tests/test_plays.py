@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sparkplay import bench, checkpoints, deployments, doctor, layout, plays, probed, stopping
+from sparkplay import bench, checkpoints, doctor, layout, plays, probed, served, stopping
 from sparkplay.engines import names
 
 HOSTVARS = {
@@ -120,9 +120,9 @@ def test_stop_takes_watchdogs_down_first_then_watchers_leaders_workers():
 
 
 def test_the_gateway_presents_the_other_deployments_keys():
-    assert deployments.any_added(RECORDS) and not deployments.any_added(RECORDS[:2])
-    assert [r["unit"] for r in deployments.key_holders(RECORDS, None)] == ["l@c"]
-    assert deployments.key_holders(RECORDS, "c") == []
+    assert served.any_added(RECORDS) and not served.any_added(RECORDS[:2])
+    assert [r["unit"] for r in served.key_holders(RECORDS, None)] == ["l@c"]
+    assert served.key_holders(RECORDS, "c") == []
 
 
 def test_a_plans_rank_and_the_way_back():

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from sparkplay import integrity
-from sparkplay.deployments import added_rows
 from sparkplay.engines.systemd import status_rows
 from sparkplay.nodetools.serve import ready as serve_ready
 from sparkplay.nodetools.serve import receipt
+from sparkplay.served import added_rows
 from tests.test_layout import lay
 
 HEALTHY_AFTER = 0.6  # seconds after the port opens

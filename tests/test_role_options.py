@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkplay.deployments import records
+from sparkplay.served import records
 from tests.conftest import PROJECT
 from tests.role_render import render, role_vars, task, template
 from tests.test_knobs import documented, effect_tests
@@ -195,7 +195,7 @@ atexit.register(shutil.rmtree, KEYS_FILE.parent, ignore_errors=True)  # a test l
 
 def _gateway_routes_given() -> dict[str, Any]:
     """This run adds lab-small beside lab-tiny (the primary): the routes the gateway gets."""
-    from sparkplay.deployments import records
+    from sparkplay.served import records
 
     found = records({"spark0": _records()})
     small = next(r for r in found if r["slot"] == "lab-small")

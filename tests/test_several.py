@@ -14,7 +14,7 @@ import pytest
 # Ansible's collection loader first (tests/role_render.py): a plain import of ansible_collections before it
 # leaves the package half-known, and every role rendered later in the same process misses the filters
 import tests.role_render  # noqa: F401
-from sparkplay import admission, deployment, deployments, kvcache
+from sparkplay import admission, deployment, kvcache, served
 from sparkplay.admission import GIB, OVERHEAD
 from sparkplay.engines import names
 from sparkplay.errors import BadInput
@@ -138,7 +138,7 @@ def record_of(launch: dict, host_claims: dict) -> list[dict]:
         text = json.dumps({**rank["record"], "claim": host_claims.get(rank["host"])})
         slot = rank["record"].get("slot")
         path = names.for_slot(slot)["record"] if slot else "/etc/sparkplay/serve.json"
-        found += deployments.records({rank["host"]: {path: text}})
+        found += served.records({rank["host"]: {path: text}})
     return found
 
 
@@ -216,7 +216,7 @@ def test_names_and_ports_two_deployments_would_share_are_refused(change, message
     small = staged("lab-small", {"serve_mode": "add"})["launch"]
     primary = staged("lab-tiny")["launch"]["ranks"][0]["record"]
     path = names.for_slot(change["slot"])["record"] if "slot" in change else "/etc/sparkplay/serve.json"
-    found = deployments.records({"rank0": {path: json.dumps({**primary, **change})}})
+    found = served.records({"rank0": {path: json.dumps({**primary, **change})}})
     with pytest.raises(BadInput, match=re_escape(message)):
         admission.decide(small, hosts(), found)
 
@@ -228,14 +228,12 @@ def test_one_naming_rule_for_the_gateways_default_and_admission():
     small = staged("lab-small", {"serve_mode": "add"})["launch"]
     posing = {**small, "served_name": "lab-tiny-chat"}  # lab-small served under another recipe's name
     primary = staged("lab-tiny")["launch"]["ranks"][0]["record"]
-    found = deployments.records(
-        {"rank0": {"/etc/sparkplay/serve.json": json.dumps({**primary, "recipe": "lab-tiny-chat"})}}
-    )
+    found = served.records({"rank0": {"/etc/sparkplay/serve.json": json.dumps({**primary, "recipe": "lab-tiny-chat"})}})
     with pytest.raises(
         BadInput, match=re_escape("served name lab-tiny-chat is already recipe lab-tiny-chat (primary)'s")
     ):
         admission.decide(posing, hosts(), found)
-    table = deployments.routes(
+    table = served.routes(
         [
             {
                 "role": "leader",
@@ -253,7 +251,7 @@ def test_one_naming_rule_for_the_gateways_default_and_admission():
         {"role": "leader", "slot": None, "served_name": "p", "recipe": "r", "api_url": "http://127.0.0.1:1"},
         {"role": "leader", "slot": "b", "served_name": "q", "recipe": "r", "api_url": "http://127.0.0.1:2"},
     ]
-    assert deployments.routes(twice, default="r")["default"] == "p"  # a recipe two run names none: the primary's
+    assert served.routes(twice, default="r")["default"] == "p"  # a recipe two run names none: the primary's
 
 
 def test_the_gateways_port_is_refused_to_a_deployment():
@@ -269,18 +267,18 @@ def test_routes_follow_the_leaders_records_less_what_is_replaced_or_stopped():
     tiny = staged("lab-tiny")["launch"]
     small = staged("lab-small", {"serve_mode": "add", "serve_node": "rank1"})["launch"]
     found = record_of(tiny, {})
-    routes = deployments.routes(found, [small["slot"]], small["ranks"][0]["record"], "rank1")["models"]
+    routes = served.routes(found, [small["slot"]], small["ranks"][0]["record"], "rank1")["models"]
     assert routes["lab-tiny"]["url"] == "http://127.0.0.1:9931" and routes["lab-tiny"]["host"] == "rank0"
     assert routes["lab-small"]["url"].endswith(":9933") and routes["lab-small"]["slot"] == "lab-small"
     found += record_of(small, {})
-    assert set(deployments.routes(found, ["lab-small"])["models"]) == {"lab-tiny"}  # stopped
-    assert set(deployments.routes(found, [None])["models"]) == {"lab-small"}  # the primary stopped
+    assert set(served.routes(found, ["lab-small"])["models"]) == {"lab-tiny"}  # stopped
+    assert set(served.routes(found, [None])["models"]) == {"lab-small"}  # the primary stopped
 
 
 def test_a_record_that_is_not_json_is_named():
     with pytest.raises(BadInput, match=re_escape("rank0:/etc/sparkplay/serve.d/x.json is not a deployment record")):
-        deployments.records({"rank0": {"/etc/sparkplay/serve.d/x.json": "{"}})
-    assert deployments.records({"rank0": {"/etc/sparkplay/serve.json": None}}) == []
+        served.records({"rank0": {"/etc/sparkplay/serve.d/x.json": "{"}})
+    assert served.records({"rank0": {"/etc/sparkplay/serve.json": None}}) == []
 
 
 # -- on the node: sizes, records, the GGUF header ----------------------------------------------------------
@@ -423,8 +421,8 @@ def test_a_llamacpp_worker_claims_its_part_of_the_leaders_kv_cache():
 def test_the_gateway_copies_another_deployments_key_from_its_env_file_and_nothing_else():
     import base64
 
-    from sparkplay.deployments import gateway_key_file
     from sparkplay.engines.systemd import env_file
+    from sparkplay.served import gateway_key_file
 
     for runtime in ("docker", "native"):
         text = env_file({"LLAMA_API_KEY": 'k"e$y\\1', "OTHER": "x"}, runtime)
@@ -486,9 +484,9 @@ def test_status_says_a_model_on_demand_that_is_stopped_is_so_by_design():
         "claim": {"bytes": 2**30},
     }
     show = {"item": record, "stdout": "ActiveState=inactive\nSubState=dead\nNRestarts=0\n"}
-    (row,) = deployments.added_rows([show], [{"stdout": "{}"}])
+    (row,) = served.added_rows([show], [{"stdout": "{}"}])
     assert (row["health"], row["up"]) == ("on demand", True) and "the gateway starts it" in row["line"]
-    (row,) = deployments.added_rows([{**show, "item": {**record, "on_demand": False}}], [{"stdout": "{}"}])
+    (row,) = served.added_rows([{**show, "item": {**record, "on_demand": False}}], [{"stdout": "{}"}])
     assert (row["health"], row["up"]) == ("down", False)  # an always-on one stopped is down
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkplay import deployment, deployments, doctor, imageref
+from sparkplay import deployment, doctor, imageref, served
 from sparkplay.engines import names
 from sparkplay.engines.context import environment
 from sparkplay.errors import BadInput
@@ -207,19 +207,19 @@ def test_a_record_naming_another_unit_is_read_as_its_slots_units():
         env_file="/etc/shadow",
         tool="/bin/sh -c",
     )
-    [primary] = deployments.records({"n": {"/etc/sparkplay/serve.json": hostile}})
+    [primary] = served.records({"n": {"/etc/sparkplay/serve.json": hostile}})
     assert primary["unit"] == "sparkplay-serve.service"
     assert primary["watch_unit"] == "sparkplay-serve-watch.service"
     assert primary["watchdog_unit"] == "sparkplay-serve-watchdog.service"
     assert primary["container"] == "sparkplay-serve" and primary["env_file"] == "/etc/sparkplay/serve.env"
     assert primary["tool"] is None  # not a plain path: the role's default tool runs
-    [added] = deployments.records({"n": {"/etc/sparkplay/serve.d/coder.json": _record(slot="coder", unit="ssh")}})
+    [added] = served.records({"n": {"/etc/sparkplay/serve.d/coder.json": _record(slot="coder", unit="ssh")}})
     assert added["unit"] == "sparkplay-serve@coder.service" and added["slot"] == "coder"
     assert added["env_file"] == "/etc/sparkplay/serve.d/coder.env" and added["watch_unit"] is None
     with pytest.raises(BadInput, match="says it is deployment 'other'"):
-        deployments.records({"n": {"/etc/sparkplay/serve.d/coder.json": _record(slot="other")}})
+        served.records({"n": {"/etc/sparkplay/serve.d/coder.json": _record(slot="other")}})
     with pytest.raises(BadInput, match="no deployment record's name"):
-        deployments.records({"n": {"/etc/sparkplay/serve.d/Bad Name.json": _record()}})
+        served.records({"n": {"/etc/sparkplay/serve.d/Bad Name.json": _record()}})
 
 
 def test_the_stop_and_reset_roles_act_only_on_names_from_the_records_rule():

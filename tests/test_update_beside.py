@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkplay import admission, deployment, deployments
+from sparkplay import admission, deployment, served
 from sparkplay.admission import GIB
 from sparkplay.engines import names
 from sparkplay.errors import BadInput
@@ -79,7 +79,7 @@ def test_a_stand_in_is_wanted_only_for_a_changed_added_one_node_deployment_that_
     running = record_of(staged("lab-small", ADD)["launch"], {"rank1": {"bytes": GIB, "how": "x"}})
     same = staged("lab-small", {**ADD, "serve_standin": True})["launch"]
     changed = staged("lab-small", {**ADD, "serve_standin": True}, changed_small())["launch"]
-    assert deployments.update_beside(running, changed) == {
+    assert served.update_beside(running, changed) == {
         "beside": True,
         "why": "lab-small changed: its new version starts beside the running one first",
     }
@@ -98,7 +98,7 @@ def test_a_stand_in_is_wanted_only_for_a_changed_added_one_node_deployment_that_
         (running, {**changed, "on_demand": True}, True, "", "on demand"),
         (record_of(staged("lab-tiny")["launch"], {}), staged("lab-tiny")["launch"], True, "", "not an added"),
     ]:
-        got = deployments.update_beside(found, launch, wanted, refused)
+        got = served.update_beside(found, launch, wanted, refused)
         assert got["beside"] is False and why in got["why"], got
 
 
@@ -122,17 +122,17 @@ def test_the_run_that_serves_a_model_routes_it_and_a_stand_in_never_outlives_its
     small = staged("lab-small", ADD)["launch"]
     standin = staged("lab-small", {**ADD, "serve_standin": True}, changed_small())["launch"]
     found = record_of(small, {}) + record_of(standin, {})
-    first = deployments.routes(found[:1], [standin["slot"]], standin["ranks"][0]["record"], "rank1")
+    first = served.routes(found[:1], [standin["slot"]], standin["ranks"][0]["record"], "rank1")
     assert first["models"]["lab-small"]["url"].endswith(":10933")  # pass one: the stand-in takes the route
-    second = deployments.routes(found, ["lab-small"], small["ranks"][0]["record"], "rank1")
+    second = served.routes(found, ["lab-small"], small["ranks"][0]["record"], "rank1")
     assert second["models"]["lab-small"]["url"].endswith(":9933")  # pass two: the deployment takes it back
-    assert deployments.routes(found, [])["models"]["lab-small"]["slot"] == "lab-small"  # any other run: the same
-    moved = deployments.moved(first, second)
+    assert served.routes(found, [])["models"]["lab-small"]["slot"] == "lab-small"  # any other run: the same
+    moved = served.moved(first, second)
     assert moved == [
         {"model": "lab-small", "from": first["models"]["lab-small"]["url"], "to": second["models"]["lab-small"]["url"]}
     ]
-    assert deployments.moved(second, second) == [] and deployments.moved(None, second) == []
-    assert deployments.moved({"models": "junk"}, second) == []
+    assert served.moved(second, second) == [] and served.moved(None, second) == []
+    assert served.moved({"models": "junk"}, second) == []
 
 
 def test_drained_needs_the_new_route_and_nothing_in_flight_on_the_old_api():
@@ -242,6 +242,6 @@ def test_status_names_a_stand_in_as_an_updates_new_version():
     standin = staged("lab-small", {**ADD, "serve_standin": True}, changed_small())["launch"]
     (record,) = record_of(standin, {})
     show = {"item": record, "stdout": "ActiveState=active\nSubState=running\n"}
-    (row,) = deployments.added_rows([show], [{"stdout": json.dumps({"health": True, "served": True})}])
+    (row,) = served.added_rows([show], [{"stdout": json.dumps({"health": True, "served": True})}])
     assert row["recipe"] == "lab-small" and row["standin"] and row["up"]
     assert row["line"].startswith("lab-small (its update's new version, standing in) on rank1")

@@ -205,7 +205,7 @@ def decide(
     gateway: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
     """Admit the launch plan `launch` (stage two's) beside the deployments whose records are `found`
-    (deployments.records: each with its host), or refuse it (BadInput). `hosts`: host -> {meminfo:
+    (served.records: each with its host), or refuse it (BadInput). `hosts`: host -> {meminfo:
     /proc/meminfo's text, weights: the checkpoint's bytes there, gguf: llama.cpp's header fields or None}, for
     every node (the model's files may be on rank 0 alone before the mirror). Returns each of its ranks' claim
     {host: {bytes, how}} (kept in the rank's record for the next admission) and the warnings an override let

@@ -1,7 +1,7 @@
 """Each node's memory as admission counts it, for the gateway's routes: the budget for models on demand and
 the figures the cluster page shows (MemTotal, the reserve, each deployment's claim on that node).
 
-The records read back are the admitted set (deployments.py); `new` is this run's deployment, whose claim per
+The records read back are the admitted set (served.py); `new` is this run's deployment, whose claim per
 node admission has just worked out (a record of it is not on disk yet).
 """
 

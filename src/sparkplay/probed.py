@@ -9,7 +9,7 @@ from typing import Any
 
 def record_texts(probe: Mapping[str, Any], record: str) -> dict[str, str | None]:
     """path -> text of every deployment record the probe read: the added ones (its read_dir) and the
-    primary's (`record`, among its reads); the input of sparkplay.deployments.records."""
+    primary's (`record`, among its reads); the input of sparkplay.served.records."""
     return {**(probe.get("directory_contents") or {}), record: (probe.get("contents") or {}).get(record)}
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparkplay import admission, probed
-from sparkplay.deployments import records
+from sparkplay.served import records
 
 
 def kept_record(doc: Mapping[str, Any]) -> dict[str, Any] | None:

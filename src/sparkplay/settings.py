@@ -15,7 +15,6 @@ from typing import Any
 
 from sparkplay import stack
 from sparkplay.boundary import TRUSTED_IMAGES
-from sparkplay.deployments import gateway
 from sparkplay.engines.context import STATE_DIR
 from sparkplay.engines.names import (
     ADDED_DIR,
@@ -29,6 +28,7 @@ from sparkplay.engines.names import (
 )
 from sparkplay.errors import BadInput
 from sparkplay.layout import LAYOUT_DEFAULTS
+from sparkplay.served import gateway
 
 # The settings an inventory may change, with their defaults. roles/sparkplay/defaults/main.yml
 # states the same values for Ansible; tests/test_deployment.py keeps the two equal.

@@ -1,4 +1,4 @@
-"""What `stop` takes down on a node, in which order, from the records read back (sparkplay.deployments).
+"""What `stop` takes down on a node, in which order, from the records read back (sparkplay.served).
 
 Watchdogs first (one left running would see a silent API and start every rank again), then the watchers,
 the leaders, the workers; each added deployment's peer firewall after its ranks. The names come from the

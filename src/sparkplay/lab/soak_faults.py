@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
-from sparkplay.deployments import gateway
 from sparkplay.engines.names import UNITS
 from sparkplay.lab import faults as lab_faults
 from sparkplay.lab.manager import container_name
 from sparkplay.lab.soak_load import send
+from sparkplay.served import gateway
 
 SERVE_UNIT = UNITS["serve"]
 GATEWAY_UNIT = gateway()["unit"]

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sparkplay.deployments import gateway
 from sparkplay.engines.context import STATE_DIR
 from sparkplay.engines.names import RECORD, UNITS
 from sparkplay.lab.manager import LABEL, container_name
+from sparkplay.served import gateway
 
 GATEWAY_UNIT = gateway()["unit"]
 CONFIG_DIR = str(Path(RECORD).parent)  # where sparkplay's records and env files sit on a node

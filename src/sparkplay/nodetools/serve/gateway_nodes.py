@@ -1,5 +1,5 @@
 """The cluster page's nodes: each node's memory as admission counted it at the last `up` (MemTotal, the reserve,
-each deployment's claim there; the routes file carries them, deployments.routes), which of those claims count
+each deployment's claim there; the routes file carries them, served.routes), which of those claims count
 now (an on-demand model's only while it serves), and, on the gateway's own node, what is live: the memory
 available, each engine's use against its limit (its cgroup, readable by any user) and the cable twins.
 
