@@ -21,20 +21,19 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from textwrap import shorten
 from typing import Any
 from urllib.parse import urlsplit
 
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, hooks, mods
 from sparkplay.recipes.importers.sparkrun import executor as sparkrun_executor
+from sparkplay.recipes.importers.sparkrun import notes
 from sparkplay.recipes.importers.sparkrun import rules as sparkrun_rules
 from sparkplay.recipes.importers.sparkrun.fields import (
     COMMAND_HINTS,
-    DESCRIPTIVE,
     NOT_HONOURED,
-    NOT_HONOURED_WHY,
     NOT_SUPPORTED,
     READ,
     RUNTIMES,
@@ -132,6 +131,16 @@ def _nodes(data: dict[str, Any], where: str, wanted: int) -> tuple[int | None, l
     return (low or 1), [f"node limits {low or 1}-{high or 'any'}: the smallest is used"]
 
 
+def _parallel(data: dict[str, Any], defaults: dict[str, Any], where: str) -> tuple[Any, Any, Any, list[str]]:
+    """Tensor and pipeline parallelism from the defaults, and the node count their product (data parallelism's
+    too) asks for within the node limits, with what was decided."""
+    tp = _positive(defaults, "tensor_parallel", where, "defaults.tensor_parallel")
+    pp = _positive(defaults, "pipeline_parallel", where, "defaults.pipeline_parallel")
+    dp = _positive(defaults, "data_parallel", where, "defaults.data_parallel")
+    nodes, node_notes = _nodes(data, where, (tp or 1) * (pp or 1) * (dp or 1))
+    return tp, pp, nodes, node_notes
+
+
 def _checkpoints(data: dict[str, Any], model: str | None, where: str, values: dict[str, Any]) -> list[dict[str, Any]]:
     """Extra models named in distribution_config (sparkrun mirrors them to every rank, as sparkplay will): an entry
     is a name or {name, revision}, and a name is a template like the command's ({model}, {container}, defaults)."""
@@ -154,22 +163,31 @@ def _checkpoints(data: dict[str, Any], model: str | None, where: str, values: di
     return found
 
 
-def to_raw(
-    data: dict[str, Any], source: dict[str, Any], name: str | None, where: str, mods_from: Sequence[Path] = ()
-) -> RawRecipe:
+@dataclass
+class _Command:
+    """The engine's command line as the recipe gives it (its template filled) or as built from its defaults."""
+
+    parsed: cmdline.Command
+    script: list[str]  # what the template runs before the engine (a preamble)
+    generated: bool = False
+    unmapped: list[str] = field(default_factory=list)  # defaults with no flag, when it was built
+    served_note: str | None = None
+    v1_note: str | None = None
+
+
+def _version(data: dict[str, Any], where: str) -> str:
     version = str(data.get("recipe_version", data.get("sparkrun_version", "2")))
     if version not in VERSIONS:
         raise BadInput(
             f"{where}: sparkrun recipe_version {version} is newer than sparkplay reads ({', '.join(VERSIONS)})",
             "update sparkplay, or convert the recipe with a sparkrun that reads it",
         )
-    model = _text(data, "model", where)
-    defaults = data.get("defaults") or {}
-    env_in = data.get("env") or {}
-    if not isinstance(defaults, dict) or not isinstance(env_in, dict):
-        raise BadInput(f"{where}: defaults and env must be mappings of key: value", "fix the recipe's YAML")
-    command_text = _text(data, "command", where)
+    return version
 
+
+def _runtime(data: dict[str, Any], command_text: str | None, where: str) -> tuple[str, str, str | None]:
+    """sparkrun's runtime (named, or guessed from the command's program as sparkrun does), its engine, its back
+    end."""
     runtime = _text(data, "runtime", where)
     if runtime is None and command_text:
         first = command_text.split(None, 1)[0].rsplit("/", 1)[-1] if command_text.split() else ""
@@ -183,66 +201,69 @@ def to_raw(
     if runtime not in RUNTIMES:
         raise BadInput(f"{where}: unknown sparkrun runtime {runtime!r}", f"use one of {', '.join(RUNTIMES)}")
     engine, backend = RUNTIMES[runtime]
+    return runtime, engine, backend
 
+
+def _command(
+    command_text: str | None,
+    recipe: tuple[str, str, str, str | None, str],
+    values: dict[str, Any],
+    defaults: dict[str, Any],
+) -> _Command:
+    """The command: the template filled from `values` and read like any engine command line, or, without one,
+    built from the defaults through the runtime's flag map (as sparkrun does). `recipe`: (version, runtime,
+    engine, model, where) as read."""
+    version, runtime, engine, model, where = recipe
+    if not command_text:
+        if not model:
+            raise BadInput(f"{where}: the recipe names no model and no command", "add model: org/name")
+        argv, unmapped = _generated_command(engine, model, defaults)
+        return _Command(cmdline.parse(shlex.join(argv)), [], generated=True, unmapped=unmapped)
+    parsed, script = parse_command(expand(command_text, values, where, version), where, engine != "llamacpp")
+    if parsed.engine != engine:
+        raise BadInput(f"{where}: runtime {runtime} but the command starts {parsed.engine}'s server", "make them agree")
     # sparkrun collapses a default's doubled braces at load (eugr's version 1 inserts values as they are)
-    if command_text and version == "1" and reads_as(command_text) == "sparkrun":
+    v1_note = None
+    if version == "1" and reads_as(command_text) == "sparkrun":
         v1_note = (
             "a version 1 template that eugr's str.format cannot fill (single-brace JSON, a field that is not a "
             "plain name): filled by sparkrun's rule, as sparkrun runs it"
         )
-    else:
-        v1_note = None
-    values: dict[str, Any] = {
-        **({k: collapse_escapes(v) for k, v in defaults.items()} if version != "1" else defaults),
-        "model": model or "",
-    }
-    if command_text:
-        parsed, script = parse_command(expand(command_text, values, where, version), where, engine != "llamacpp")
-        if parsed.engine != engine:
-            raise BadInput(
-                f"{where}: runtime {runtime} but the command starts {parsed.engine}'s server", "make them agree"
-            )
-        served_note = sparkrun_rules.served_from_defaults(parsed, defaults)
-        generated: list[str] = []
-        unmapped: list[str] = []
-    else:
-        served_note = None
-        if not model:
-            raise BadInput(f"{where}: the recipe names no model and no command", "add model: org/name")
-        argv, unmapped = _generated_command(engine, model, defaults)
-        generated, script = argv, []
-        parsed = cmdline.parse(shlex.join(argv))
+    return _Command(parsed, script, served_note=sparkrun_rules.served_from_defaults(parsed, defaults), v1_note=v1_note)
 
-    # llama.cpp: `model` is a hub repository (repo:QUANT picks a GGUF variant) unless the command's -m
-    # names it as the file itself; a file is model.path, a repository a checkpoint whose file must be named
-    model_repo, quant_variant = parsed.model, None
-    if engine == "llamacpp":
-        model_repo, _, quant_variant = (model or "").partition(":")
-        if not model_repo or model_repo == parsed.model or model_repo.endswith(".gguf"):
-            model_repo = None
-        quant_variant = quant_variant or None
 
-    metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
-    title = _text(data, "name", where) or str(metadata.get("description") or model or "recipe").splitlines()[0]
-    notes = metadata.get("description")
-    tp = _positive(defaults, "tensor_parallel", where, "defaults.tensor_parallel")
-    pp = _positive(defaults, "pipeline_parallel", where, "defaults.pipeline_parallel")
-    dp = _positive(defaults, "data_parallel", where, "defaults.data_parallel")
-    nodes, node_notes = _nodes(data, where, (tp or 1) * (pp or 1) * (dp or 1))
+def _llamacpp_source(engine: str, model: str | None, parsed: cmdline.Command) -> tuple[str | None, str | None]:
+    """llama.cpp: `model` is a hub repository (repo:QUANT picks a GGUF variant) unless the command's -m names it
+    as the file itself; a file is model.path, a repository a checkpoint whose file must be named. The
+    repository and the variant (None, None for another engine)."""
+    if engine != "llamacpp":
+        return None, None
+    repo, _, variant = (model or "").partition(":")
+    if not repo or repo == parsed.model or repo.endswith(".gguf"):
+        repo = None
+    return repo, variant or None
 
-    args, backend = _vllm_backend(engine, list(parsed.args), backend, defaults, bool(command_text), nodes or 1)
 
-    executor = data.get("executor_config") if isinstance(data.get("executor_config"), dict) else {}
-    shm = executor.get("shm_size")
+def _env(env_in: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """The recipe's env, and the keys left out: sparkrun fills a shell variable from the controller's
+    environment at launch, and sparkplay never stores such values in a recipe."""
     env: dict[str, str] = {}
     secrets: list[str] = []
     for key, value in env_in.items():
         text_value = _scalar(value)
         if SHELL_VARIABLE.search(text_value):
-            secrets.append(str(key))  # sparkrun fills it from the controller's environment at launch
+            secrets.append(str(key))
             continue
         env[str(key)] = text_value
+    return env, secrets
 
+
+def _left_out(
+    data: dict[str, Any], engine: str, command: _Command, values: dict[str, Any], where: str, mods_from: Sequence[Path]
+) -> notes.LeftOut:
+    """What the launcher does beyond the engine's command: what sparkplay honours (mods, pre_exec, the bench
+    block, the container's limits), what it keeps unhonoured and what it does not read."""
+    defaults = data.get("defaults") or {}
     not_honoured = {k: data[k] for k in NOT_HONOURED if data.get(k) not in (None, [], {}, "")}
     found_mods, mods_missing = mods.resolve_all(data.get("mods"), where, mods_from)
     if found_mods:
@@ -254,15 +275,51 @@ def to_raw(
         del not_honoured["pre_exec"]
     bench_read, bench_left = bench_profile(data, where)
     not_honoured.update(bench_left)
-    if unmapped:  # defaults the engine's flag map has no flag for, with no command to place them
-        not_honoured["defaults"] = {k: defaults[k] for k in unmapped}
+    if command.unmapped:  # defaults the engine's flag map has no flag for, with no command to place them
+        not_honoured["defaults"] = {k: defaults[k] for k in command.unmapped}
     if engine == "llamacpp" and data.get("container"):
         not_honoured["container"] = data["container"]  # sparkplay runs llama.cpp from the node's packages
+    executor = data.get("executor_config") if isinstance(data.get("executor_config"), dict) else {}
     container = sparkrun_executor.read(executor, engine)
     if container.left:
         not_honoured["executor_config"] = container.left
-    unknown = {k: v for k, v in data.items() if k not in READ and k not in NOT_HONOURED}
+    return notes.LeftOut(
+        not_honoured=not_honoured,
+        unknown={k: v for k, v in data.items() if k not in READ and k not in NOT_HONOURED},
+        mods=found_mods,
+        mods_missing=mods_missing,
+        pre_exec=pre_exec,
+        pre_exec_missing=pre_exec_missing,
+        bench=bench_read,
+        container=container,
+    )
 
+
+def to_raw(
+    data: dict[str, Any], source: dict[str, Any], name: str | None, where: str, mods_from: Sequence[Path] = ()
+) -> RawRecipe:
+    version = _version(data, where)
+    model = _text(data, "model", where)
+    defaults = data.get("defaults") or {}
+    env_in = data.get("env") or {}
+    if not isinstance(defaults, dict) or not isinstance(env_in, dict):
+        raise BadInput(f"{where}: defaults and env must be mappings of key: value", "fix the recipe's YAML")
+    command_text = _text(data, "command", where)
+    runtime, engine, backend = _runtime(data, command_text, where)
+    values: dict[str, Any] = {
+        **({k: collapse_escapes(v) for k, v in defaults.items()} if version != "1" else defaults),
+        "model": model or "",
+    }
+    command = _command(command_text, (version, runtime, engine, model, where), values, defaults)
+    parsed = command.parsed
+    metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    title = _text(data, "name", where) or str(metadata.get("description") or model or "recipe").splitlines()[0]
+    description = metadata.get("description")
+    tp, pp, nodes, node_notes = _parallel(data, defaults, where)
+    args, backend = _vllm_backend(engine, list(parsed.args), backend, defaults, bool(command_text), nodes or 1)
+    shm = (data.get("executor_config") if isinstance(data.get("executor_config"), dict) else {}).get("shm_size")
+    env, secrets = _env(env_in)
+    left = _left_out(data, engine, command, values, where, mods_from)
     raw = RawRecipe(
         name="",
         title=title,
@@ -278,89 +335,36 @@ def to_raw(
         pipeline_parallel=pp,
         distributed_backend=backend,
         shm_size=str(shm) if shm is not None else None,
-        ulimits=container.ulimits,
-        container_user=container.user,
-        notes=notes if isinstance(notes, str) else None,
-        extra={**unknown, **({"sparkrun_not_honoured": not_honoured} if not_honoured else {})},
+        ulimits=left.container.ulimits,
+        container_user=left.container.user,
+        notes=description if isinstance(description, str) else None,
+        extra={**left.unknown, **({"sparkrun_not_honoured": left.not_honoured} if left.not_honoured else {})},
     )
-    raw.mods = found_mods
-    for mod in found_mods:
-        raw.note(
-            "engine.mods",
-            "derived",
-            f"mod {mod['name']} (sha256 {mod['sha256'][:12]}, {len(mod['files'])} "
-            f"file(s)): a privileged request: its run.sh runs as root in the engine's container before the "
-            f"engine, only where the inventory allows it (serve_allow: the entry the warning below "
-            f"names)",
-        )
-    raw.pre_exec = pre_exec
+    raw.mods = left.mods
+    raw.pre_exec = left.pre_exec
+    script = command.script
     raw.preamble = {"commands": script, "sha256": hooks.digest(script)} if script else None
-    if raw.preamble:
-        raw.note(
-            "engine.preamble",
-            "derived",
-            f"the command runs {len(script)} command(s) before the engine (sha256 "
-            f"{raw.preamble['sha256'][:12]}): a privileged request: in the engine's container on every rank, in "
-            f"the shell that then starts the engine, only where the inventory allows it (serve_allow: the "
-            f"entry the warning below names)",
-        )
-    if pre_exec:
-        raw.note(
-            "engine.pre_exec",
-            "derived",
-            f"{len(pre_exec['commands'])} command(s) (sha256 "
-            f"{pre_exec['sha256'][:12]}): a privileged request: each runs by bash as root in every rank's engine "
-            f"container before the engine (and its mods), only where the inventory allows it (serve_allow: "
-            f"the entry the warning below names)",
-        )
+    notes.privileged(raw, left)
     raw.revision = _text(data, "model_revision", where)
-    raw.bench = bench_read
-    if bench_read:
+    raw.bench = left.bench
+    if left.bench:
         raw.note("bench", "derived", "the recipe's benchmark block: what `sparkplay bench` measures by default")
     # a command serving a local path: the recipe's `model` is the repository behind it (normalise says so)
+    model_repo, raw.quant = _llamacpp_source(engine, model, parsed)
     raw.repo = model_repo if engine == "llamacpp" else model
-    raw.quant = quant_variant
     raw.checkpoints = _checkpoints(data, model, where, {**values, "container": data.get("container") or ""})
-    if generated:
+    if command.generated:
         raw.note("serve.args", "derived", f"the recipe has no command: built from its defaults ({runtime} flag map)")
-    if v1_note:
-        raw.note("serve.args", "derived", v1_note)
-    if served_note:
-        raw.note("model.served_name", "derived", served_note)
-    for detail in node_notes:
-        raw.note("topology.nodes", "derived", detail)
-    for key in secrets:
-        raw.note(
-            "serve.env",
-            "derived",
-            f"{key} left out: sparkrun fills it from the controller's environment; "
-            "sparkplay never stores such values in a recipe (the HF token is checkpoint_hf_token)",
-        )
-    for key, value in not_honoured.items():
-        why = NOT_HONOURED_WHY.get(key, "").format(value=value) or f"sparkrun's {key} has no sparkplay equivalent"
-        if key == "mods" and mods_missing:
-            why += f" (not found beside the recipe or in its registry checkout: {mods_missing})"
-        if key == "pre_exec" and pre_exec_missing:
-            why += f": {pre_exec_missing}"
-        raw.note(f"extra.sparkrun_not_honoured.{key}", "ignored", why)
-    if unknown.get("executor") == "docker":  # sparkrun's default executor, and how sparkplay runs the engine too
-        del unknown["executor"]
-    for key in sorted(k for k in unknown if k not in DESCRIPTIVE):
-        raw.note(
-            f"extra.{key}",
-            "ignored",
-            f"{shorten(str(unknown[key]), 80)}: sparkplay does not read sparkrun's "
-            f"{key!r}; what it asks is not applied (kept in the recipe's extra)",
-        )
+    for field_name, said in (
+        ("serve.args", command.v1_note),
+        ("model.served_name", command.served_note),
+        *(("topology.nodes", detail) for detail in node_notes),
+    ):
+        if said:
+            raw.note(field_name, "derived", said)
+    notes.left_out(raw, secrets, left)
     if raw.image and sparkrun_rules.built_locally(data, version, runtime):
-        args = " ".join(map(str, data.get("build_args") or []))
-        raw.note(
-            "engine.image",
-            "ignored",
-            f"{raw.image} is built by the recipe's launcher (eugr's build-and-copy.sh"
-            f"{', build_args ' + args if args else ''}), not pulled from a registry: build it under that tag on "
-            "every node first, or --set engine.image to a published image",
-        )
+        notes.built_locally(raw, data.get("build_args") or [])
     served = cmdline.flag_value(raw.args, "--served-model-name", "--alias", "-a")
     stem = PurePosixPath(urlsplit(where).path).stem  # sparkrun names a recipe by its file
     raw.name = name or slugify(_text(data, "name", where) or stem or served or title)
