@@ -267,6 +267,59 @@ def unwrap(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _env(raw: RawRecipe, data: dict[str, Any], parsed: cmdline.Command, env_field: Any, command_field: str) -> None:
+    """The engine's environment: the command's own, the recipe's env mapping, and KEY=VALUE settings from its
+    env prose and every other prose field; what is named elsewhere in the prose is said, not applied."""
+    env: dict[str, str] = dict(parsed.env)
+    if (mapping := _env_mapping(env_field)) is not None:
+        env.update(mapping)
+    # KEY=VALUE settings are read from the env prose and every other prose field alike
+    prose_env = "\n".join(
+        v for v in (env_field if isinstance(env_field, str) else None, *_other_prose(data)) if isinstance(v, str)
+    )
+    settings, conditional = prose_settings(prose_env)
+    env.update({k: v for k, v in settings.items() if k not in env})
+    if settings:
+        raw.note("serve.env", "derived", f"{len(settings)} KEY=VALUE settings named in the recipe's env prose")
+    if conditional:
+        raw.note("serve.env", "derived", f"left out, conditional in the prose: {', '.join(conditional)}")
+    raw.env = {k: v for k, v in env.items() if ENV_NAME.match(k)}
+    if bad := sorted(k for k in env if not ENV_NAME.match(k)):
+        raw.note("serve.env", "ignored", f"not environment variable names, left out: {', '.join(map(repr, bad))}")
+    mentioned, _ = prose_settings(
+        "\n".join(
+            v
+            for where, v in _strings(data, "")
+            if isinstance(v, str) and where != command_field and not _about_env(where)
+        )
+    )
+    knob_env = known.ENGINES[parsed.engine].knob_env
+    if elsewhere := {k: v for k, v in mentioned.items() if k not in raw.env}:
+        fixes = [f"{k}: sparkplay apply --set {knob_env[k]}=..." for k in elsewhere if k in knob_env]
+        if any(k not in knob_env for k in elsewhere):
+            fixes.append("others: import with --set serve.env.NAME=VALUE")
+        raw.note(
+            "serve.env",
+            "ignored",
+            "named in the recipe's prose outside its environment fields, not applied: "
+            + ", ".join(f"{k}={v}" for k, v in elsewhere.items())
+            + "; "
+            + "; ".join(fixes),
+        )
+
+
+def _address(raw: RawRecipe, prose: str, parsed: cmdline.Command) -> None:
+    """The API's address stated in the recipe's notes, where the command does not set it."""
+    if (match := API_ADDRESS.search(prose)) is None:
+        return
+    if cmdline.flag_value(parsed.args, "--host") is None:
+        raw.bind = match.group(1).strip("[]")
+        raw.note("serve.bind", "derived", "API address stated in the recipe's notes")
+    if cmdline.flag_value(parsed.args, "--port") is None:
+        raw.port = int(match.group(2))
+        raw.note("serve.port", "derived", "API address stated in the recipe's notes")
+
+
 def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> RawRecipe:
     data = unwrap(data)
     command, command_field = find_command(data)
@@ -304,42 +357,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
         raw.preamble, raw.nodes = around.preamble, around.nodes
         if around.extra.get("docker"):
             raw.extra["docker"] = around.extra["docker"]
-    env: dict[str, str] = dict(parsed.env)
-    if (mapping := _env_mapping(env_field)) is not None:
-        env.update(mapping)
-    # KEY=VALUE settings are read from the env prose and every other prose field alike
-    prose_env = "\n".join(
-        v for v in (env_field if isinstance(env_field, str) else None, *_other_prose(data)) if isinstance(v, str)
-    )
-    settings, conditional = prose_settings(prose_env)
-    env.update({k: v for k, v in settings.items() if k not in env})
-    if settings:
-        raw.note("serve.env", "derived", f"{len(settings)} KEY=VALUE settings named in the recipe's env prose")
-    if conditional:
-        raw.note("serve.env", "derived", f"left out, conditional in the prose: {', '.join(conditional)}")
-    raw.env = {k: v for k, v in env.items() if ENV_NAME.match(k)}
-    if bad := sorted(k for k in env if not ENV_NAME.match(k)):
-        raw.note("serve.env", "ignored", f"not environment variable names, left out: {', '.join(map(repr, bad))}")
-    mentioned, _ = prose_settings(
-        "\n".join(
-            v
-            for where, v in _strings(data, "")
-            if isinstance(v, str) and where != command_field and not _about_env(where)
-        )
-    )
-    knob_env = known.ENGINES[parsed.engine].knob_env
-    if elsewhere := {k: v for k, v in mentioned.items() if k not in raw.env}:
-        fixes = [f"{k}: sparkplay apply --set {knob_env[k]}=..." for k in elsewhere if k in knob_env]
-        if any(k not in knob_env for k in elsewhere):
-            fixes.append("others: import with --set serve.env.NAME=VALUE")
-        raw.note(
-            "serve.env",
-            "ignored",
-            "named in the recipe's prose outside its environment fields, not applied: "
-            + ", ".join(f"{k}={v}" for k, v in elsewhere.items())
-            + "; "
-            + "; ".join(fixes),
-        )
+    _env(raw, data, parsed, env_field, command_field)
     if isinstance(env_field, str):
         raw.notes = "\n\n".join(x for x in (env_field, raw.notes) if x)
 
@@ -351,14 +369,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
     raw.revision, how = find_revision(holders, prose)
     if how:
         raw.note("model.revision", "derived", how)
-    if match := API_ADDRESS.search(prose):
-        host, port = match.group(1).strip("[]"), int(match.group(2))
-        if cmdline.flag_value(parsed.args, "--host") is None:
-            raw.bind = host
-            raw.note("serve.bind", "derived", "API address stated in the recipe's notes")
-        if cmdline.flag_value(parsed.args, "--port") is None:
-            raw.port = port
-            raw.note("serve.port", "derived", "API address stated in the recipe's notes")
+    _address(raw, prose, parsed)
 
     slug = _field(data, "slug")
     if isinstance(slug, str) and slug:
