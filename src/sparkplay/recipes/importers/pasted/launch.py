@@ -100,6 +100,56 @@ def listing(found: Found) -> str:
     return "; ".join(f"{i}) {launch.label()}" for i, launch in enumerate(found.launches, 1))
 
 
+def _around(raw: RawRecipe, launch: Launch) -> dict[str, str]:
+    """The container around the engine, as sparkplay takes it: its image and options where the engine runs in
+    one, said as not used where it runs from the node's packages; the environment docker gives the engine."""
+    env: dict[str, str] = {}
+    container = launch.container
+    if container is not None and raw.engine not in sparkrun_executor.CONTAINER_ENGINES:
+        raw.note(
+            "engine.image",
+            "ignored",
+            f"sparkplay runs {raw.engine} from the node's packages, not in a "
+            f"container: the image {container.image or '(unknown)'} and docker's options around it are not "
+            "used",
+        )
+        env.update(_container_env(container, raw))
+    elif container is not None:
+        env.update(_container_env(container, raw))
+        raw.image = container.image or None
+        _container(container, raw)
+    elif raw.engine in sparkrun_executor.CONTAINER_ENGINES:
+        raw.note(
+            "engine.image",
+            "derived",
+            "the command runs the engine outside a container: sparkplay runs it "
+            "in the engine's image, which the text does not name",
+        )
+    return env
+
+
+def _before(raw: RawRecipe, launch: Launch) -> None:
+    """What the text runs before the engine: the container's shell's commands (a preamble, a privileged
+    request) and the text's other commands (said, not applied)."""
+    if launch.preamble:
+        raw.preamble = {"commands": launch.preamble, "sha256": hooks.digest(launch.preamble)}
+        raw.note(
+            "engine.preamble",
+            "derived",
+            f"the container's shell runs {len(launch.preamble)} command(s) before "
+            f"the engine (sha256 {raw.preamble['sha256'][:12]}): a privileged request, run in the engine's "
+            "container on every rank only where the inventory allows it",
+        )
+    if launch.before:
+        raw.note(
+            "serve.args",
+            "ignored",
+            "not applied: the text's other commands before the engine: "
+            + "; ".join(c[:60] for c in launch.before[:6])
+            + (" ..." if len(launch.before) > 6 else ""),
+        )
+
+
 def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecipe:
     # a secret flag goes before anything reads the words: `--hf-token $HF_TOKEN` is left out, not refused
     launch.command, left_out = secrets.without_flags(launch.command)
@@ -127,47 +177,10 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
         raw.note("serve.args", "ignored", secrets.note(flag))
     _per_rank(raw, launch)
     raw.note("serve.args", "derived", f"the engine command at {launch.where}")
-    env = {**launch.env, **parsed.env}
-    container = launch.container
-    if container is not None and parsed.engine not in sparkrun_executor.CONTAINER_ENGINES:
-        raw.note(
-            "engine.image",
-            "ignored",
-            f"sparkplay runs {parsed.engine} from the node's packages, not in a "
-            f"container: the image {container.image or '(unknown)'} and docker's options around it are not "
-            "used",
-        )
-        env.update(_container_env(container, raw))
-    elif container is not None:
-        env.update(_container_env(container, raw))
-        raw.image = container.image or None
-        _container(container, raw)
-    elif parsed.engine in sparkrun_executor.CONTAINER_ENGINES:
-        raw.note(
-            "engine.image",
-            "derived",
-            "the command runs the engine outside a container: sparkplay runs it "
-            "in the engine's image, which the text does not name",
-        )
+    env = {**launch.env, **parsed.env, **_around(raw, launch)}
     raw.env = _without_secrets(env, raw)
     raw.nodes = launch.nodes
-    if launch.preamble:
-        raw.preamble = {"commands": launch.preamble, "sha256": hooks.digest(launch.preamble)}
-        raw.note(
-            "engine.preamble",
-            "derived",
-            f"the container's shell runs {len(launch.preamble)} command(s) before "
-            f"the engine (sha256 {raw.preamble['sha256'][:12]}): a privileged request, run in the engine's "
-            "container on every rank only where the inventory allows it",
-        )
-    if launch.before:
-        raw.note(
-            "serve.args",
-            "ignored",
-            "not applied: the text's other commands before the engine: "
-            + "; ".join(c[:60] for c in launch.before[:6])
-            + (" ..." if len(launch.before) > 6 else ""),
-        )
+    _before(raw, launch)
     served = cmdline.flag_value(parsed.args, "--served-model-name", "--alias", "-a")
     raw.title = served or parsed.model or launch.name_hint or parsed.engine
     hint = launch.name_hint if launch.name_hint and not shell.unknowns(launch.name_hint) else None
@@ -264,17 +277,8 @@ def _without_secrets(env: dict[str, str], raw: RawRecipe) -> dict[str, str]:
     return kept
 
 
-def _container(container: Container, raw: RawRecipe) -> None:
-    """docker's options around the engine, against sparkplay's own container."""
-    options = container.options
-    if "_entrypoint_note" in options:
-        raw.note(
-            "serve.args",
-            "derived",
-            f"{container.image} runs what its command gives after its entrypoint, "
-            "which sparkplay does not know: the engine's flags say it is "
-            f"`{options['_entrypoint_note'][-1]}`",
-        )
+def _executor(options: dict[str, list[str]]) -> dict[str, Any]:
+    """docker's options as sparkrun's executor_config (its reader maps them to the container's limits)."""
     executor: dict[str, Any] = {}
     for option, key in EXECUTOR_OPTIONS.items():
         values = [shell.shown(v) for v in options.get(option, [])]
@@ -289,25 +293,11 @@ def _container(container: Container, raw: RawRecipe) -> None:
             executor["runtime"] = runtime
     if executor.get("gpus") is not None:
         executor["gpus"] = str(executor["gpus"]).strip("\"'")
-    mapped = sparkrun_executor.read(executor, raw.engine)
-    raw.ulimits, raw.container_user = mapped.ulimits, mapped.user
-    left: dict[str, Any] = raw.extra.setdefault("docker", {})  # what docker was asked and sparkplay leaves
-    left.update(mapped.left)
-    for key, value in mapped.left.items():
-        raw.note(
-            f"extra.docker.{key}",
-            "ignored",
-            f"{key} {value}: not applied: sparkplay's engine container has "
-            "the host's network and IPC, every GPU, the RDMA devices and IPC_LOCK, and no other capability, "
-            "device or privilege a recipe asks (docs/security.md)",
-        )
-    if (shm := options.get("--shm-size")) and raw.engine in sparkrun_executor.CONTAINER_ENGINES:
-        raw.shm_size = shm[-1]
-    for spec in [*options.get("--volume", []), *options.get("--mount", [])]:
-        left.setdefault("volume", []).append(shell.shown(spec))
-        raw.note("extra.docker.volume", "ignored", volumes.mount_note(shell.shown(spec)))
-    volumes.files_in([shell.shown(s) for s in [*options.get("--volume", []), *options.get("--mount", [])]], raw)
-    _ports(options.get("--publish", []), raw)
+    return executor
+
+
+def _not_applied(options: dict[str, list[str]], left: dict[str, Any], raw: RawRecipe) -> None:
+    """docker's other options and its lifecycle ones, kept in `left` and said: none reaches the container."""
     others = sorted(k for k in options if k not in EXECUTOR_OPTIONS and k not in HANDLED and k not in LIFECYCLE)
     for option in others:
         left[option.lstrip("-")] = [shell.shown(v) for v in options[option]]
@@ -326,6 +316,39 @@ def _container(container: Container, raw: RawRecipe) -> None:
             f"{', '.join(life)}: the container's life and name are "
             "sparkplay's systemd unit's (it starts, restarts and removes it)",
         )
+
+
+def _container(container: Container, raw: RawRecipe) -> None:
+    """docker's options around the engine, against sparkplay's own container."""
+    options = container.options
+    if "_entrypoint_note" in options:
+        raw.note(
+            "serve.args",
+            "derived",
+            f"{container.image} runs what its command gives after its entrypoint, "
+            "which sparkplay does not know: the engine's flags say it is "
+            f"`{options['_entrypoint_note'][-1]}`",
+        )
+    mapped = sparkrun_executor.read(_executor(options), raw.engine)
+    raw.ulimits, raw.container_user = mapped.ulimits, mapped.user
+    left: dict[str, Any] = raw.extra.setdefault("docker", {})  # what docker was asked and sparkplay leaves
+    left.update(mapped.left)
+    for key, value in mapped.left.items():
+        raw.note(
+            f"extra.docker.{key}",
+            "ignored",
+            f"{key} {value}: not applied: sparkplay's engine container has "
+            "the host's network and IPC, every GPU, the RDMA devices and IPC_LOCK, and no other capability, "
+            "device or privilege a recipe asks (docs/security.md)",
+        )
+    if (shm := options.get("--shm-size")) and raw.engine in sparkrun_executor.CONTAINER_ENGINES:
+        raw.shm_size = shm[-1]
+    for spec in [*options.get("--volume", []), *options.get("--mount", [])]:
+        left.setdefault("volume", []).append(shell.shown(spec))
+        raw.note("extra.docker.volume", "ignored", volumes.mount_note(shell.shown(spec)))
+    volumes.files_in([shell.shown(s) for s in [*options.get("--volume", []), *options.get("--mount", [])]], raw)
+    _ports(options.get("--publish", []), raw)
+    _not_applied(options, left, raw)
 
 
 def _ports(specs: list[str], raw: RawRecipe) -> None:
