@@ -38,106 +38,140 @@ class Word:
         return "".join(p.text for p in self.pieces)
 
 
-def lex(text: str, in_array: bool = False) -> Iterator[tuple[str, Word | str, int]]:
+Token = tuple[str, Word | str, int]
+ARRAY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
+PLACEHOLDER = re.compile(r"<([A-Za-z][A-Za-z0-9_ .:/-]{0,80})>")
+HEREDOC_WORD = re.compile(r"\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+
+
+def lex(text: str, in_array: bool = False) -> Iterator[Token]:
     """("word", Word, line) and ("op", operator, line) tokens; a heredoc's body is consumed with its redirect."""
-    i, n, line = 0, len(text), 1
-    heredocs: list[str] = []
-    word: Word | None = None
+    return _Lexer(text, in_array).tokens()
 
-    def flush() -> Iterator[tuple[str, Word | str, int]]:
-        nonlocal word
-        if word is not None:
-            yield "word", word, line
-            word = None
 
-    def add(piece: Piece) -> None:
-        nonlocal word
-        if word is None:
-            word = Word()
-        last = word.pieces[-1] if word.pieces else None
+class _Lexer:
+    """One pass over the text: quoting and expansions grow the current word; blanks, newlines and operators
+    end it."""
+
+    def __init__(self, text: str, in_array: bool) -> None:
+        self.text, self.in_array = text, in_array
+        self.i, self.line = 0, 1
+        self.heredocs: list[str] = []
+        self.word: Word | None = None
+
+    def flush(self) -> Iterator[Token]:
+        if self.word is not None:
+            yield "word", self.word, self.line
+            self.word = None
+
+    def add(self, piece: Piece) -> None:
+        if self.word is None:
+            self.word = Word()
+        last = self.word.pieces[-1] if self.word.pieces else None
         if last is not None and not last.quoted and not piece.quoted and last.expand and piece.expand:
             last.text += piece.text  # bare characters run together, so `$NAME` stays one expansion
         else:
-            word.pieces.append(piece)
+            self.word.pieces.append(piece)
 
-    while i < n:
-        c = text[i]
-        if c == "\\" and i + 1 < n:
-            if text[i + 1] == "\n":
-                i, line = i + 2, line + 1
+    def tokens(self) -> Iterator[Token]:
+        text, n = self.text, len(self.text)
+        while self.i < n:
+            c = text[self.i]
+            if self._quoting(c) or self._special(c):
                 continue
-            add(Piece(text[i + 1], True, False))
-            i += 2
+            if c == "\n":
+                yield from self._newline()
+            elif c in " \t\r":
+                yield from self.flush()
+                self.i += 1
+            elif (op := next((o for o in (*REDIRECTS, *OPERATORS) if text.startswith(o, self.i)), None)) is not None:
+                yield from self._operator(op)
+            else:
+                self.add(Piece(c, False, True))
+                self.i += 1
+        yield from self.flush()
+        if self.heredocs:
+            raise BadInput(f"the here-document <<{self.heredocs[0]} is never ended", "end it with its delimiter line")
+
+    def _closed(self, end: int, what: str) -> int:
+        """`end` (a closing quote or bracket's index), the lines up to it counted; unbalanced when -1."""
+        if end < 0:
+            raise _unbalanced(what, self.line)
+        self.line += self.text.count("\n", self.i, end)
+        return end
+
+    def _quoting(self, c: str) -> bool:
+        """An escape, a quoted string, `$(...)`/`${...}` or a backquote at the cursor: consumed into the word."""
+        text, i = self.text, self.i
+        if c == "\\" and i + 1 < len(text):
+            if text[i + 1] == "\n":
+                self.i, self.line = i + 2, self.line + 1
+                return True
+            self.add(Piece(text[i + 1], True, False))
+            self.i += 2
         elif c == "'":
-            end = text.find("'", i + 1)
-            if end < 0:
-                raise _unbalanced("'", line)
-            add(Piece(text[i + 1 : end], True, False))
-            line += text.count("\n", i, end)
-            i = end + 1
+            end = self._closed(text.find("'", i + 1), "'")
+            self.add(Piece(text[i + 1 : end], True, False))
+            self.i = end + 1
         elif c == '"':
-            i, line = _double(text, i + 1, line, add)
-        elif c == "$" and i + 1 < n and text[i + 1] in "({":
-            end = matching(text, i + 1)
-            if end < 0:
-                raise _unbalanced(text[i + 1], line)
-            add(Piece(text[i : end + 1], False, True))
-            line += text.count("\n", i, end)
-            i = end + 1
+            self.i, self.line = _double(text, i + 1, self.line, self.add)
+        elif c == "$" and i + 1 < len(text) and text[i + 1] in "({":
+            end = self._closed(matching(text, i + 1), text[i + 1])
+            self.add(Piece(text[i : end + 1], False, True))
+            self.i = end + 1
         elif c == "`":
             end = text.find("`", i + 1)
             if end < 0:
-                raise _unbalanced("`", line)
-            add(Piece(UNKNOWN + "`...`" + UNKNOWN, False, False))
-            i = end + 1
-        elif c == "~" and word is None:
-            add(Piece(unknown("HOME"), False, False))  # the home folder of whoever runs it: not the text's
-            i += 1
-        elif c == "#" and word is None:
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-        elif c == "\n":
-            yield from flush()
-            yield "op", "\n", line
-            line += 1
-            i += 1
-            for delimiter in heredocs:  # the bodies start on the next line
-                i, line = _skip_heredoc(text, i, line, delimiter)
-            heredocs = []
-        elif c in " \t\r":
-            yield from flush()
-            i += 1
-        elif c == "(" and word is not None and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\+?=", word.raw()):
-            end = matching(text, i)
-            if end < 0 or in_array:  # bash has no array inside an array
-                raise _unbalanced("(", line)
-            inner = [w for kind, w, _ in lex(text[i + 1 : end], True) if kind == "word" and isinstance(w, Word)]
-            word.array = inner
-            line += text.count("\n", i, end)
-            i = end + 1
-        elif c == "<" and (m := re.match(r"<([A-Za-z][A-Za-z0-9_ .:/-]{0,80})>", text[i:])) and "\n" not in m.group(0):
-            add(Piece(m.group(0), True, False))  # a page's placeholder (<your-token>), not a redirect
-            i += len(m.group(0))
-        elif (op := next((o for o in (*REDIRECTS, *OPERATORS) if text.startswith(o, i)), None)) is not None:
-            if op in REDIRECTS and word is not None and word.raw().isdigit():
-                word = None  # 2>&1: the descriptor belongs to the redirect
-            yield from flush()
-            if op in ("<<", "<<-"):
-                j = i + len(op)
-                m = re.match(r"\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1", text[j:])
-                if m:
-                    heredocs.append(m.group(2))
-                    i = j + m.end()
-                    yield "op", "<<", line
-                    continue
-            yield "op", op, line
-            i += len(op)
+                raise _unbalanced("`", self.line)
+            self.add(Piece(UNKNOWN + "`...`" + UNKNOWN, False, False))
+            self.i = end + 1
         else:
-            add(Piece(c, False, True))
-            i += 1
-    yield from flush()
-    if heredocs:
-        raise BadInput(f"the here-document <<{heredocs[0]} is never ended", "end it with its delimiter line")
+            return False
+        return True
+
+    def _special(self, c: str) -> bool:
+        """A word's start that is not a character of it (~, #), an array's parentheses, a page's placeholder."""
+        text, i = self.text, self.i
+        if c == "~" and self.word is None:
+            self.add(Piece(unknown("HOME"), False, False))  # the home folder of whoever runs it: not the text's
+            self.i += 1
+        elif c == "#" and self.word is None:
+            end = text.find("\n", i)
+            self.i = len(text) if end < 0 else end
+        elif c == "(" and self.word is not None and ARRAY_NAME.fullmatch(self.word.raw()):
+            if self.in_array:  # bash has no array inside an array
+                raise _unbalanced("(", self.line)
+            end = self._closed(matching(text, i), "(")
+            inner = [w for kind, w, _ in lex(text[i + 1 : end], True) if kind == "word" and isinstance(w, Word)]
+            self.word.array = inner
+            self.i = end + 1
+        elif c == "<" and (m := PLACEHOLDER.match(text, i)) and "\n" not in m.group(0):
+            self.add(Piece(m.group(0), True, False))  # a page's placeholder (<your-token>), not a redirect
+            self.i += len(m.group(0))
+        else:
+            return False
+        return True
+
+    def _newline(self) -> Iterator[Token]:
+        yield from self.flush()
+        yield "op", "\n", self.line
+        self.line += 1
+        self.i += 1
+        for delimiter in self.heredocs:  # the bodies start on the next line
+            self.i, self.line = _skip_heredoc(self.text, self.i, self.line, delimiter)
+        self.heredocs = []
+
+    def _operator(self, op: str) -> Iterator[Token]:
+        if op in REDIRECTS and self.word is not None and self.word.raw().isdigit():
+            self.word = None  # 2>&1: the descriptor belongs to the redirect
+        yield from self.flush()
+        if op in ("<<", "<<-") and (m := HEREDOC_WORD.match(self.text, self.i + len(op))):
+            self.heredocs.append(m.group(2))
+            self.i = m.end()
+            yield "op", "<<", self.line
+            return
+        yield "op", op, self.line
+        self.i += len(op)
 
 
 def _unbalanced(what: str, line: int) -> BadInput:
