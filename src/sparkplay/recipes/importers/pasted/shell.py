@@ -186,92 +186,97 @@ def read(text: str, given: dict[str, str] | None = None) -> Script:
     if len(text) > MAX_TEXT:
         raise BadInput("the text is larger than 1 MiB", "a command or script is small; check the input")
     text = text.replace("\r\n", "\n")  # a file saved on Windows: its line ends are the same lines
-    variables = Variables(given)
-    statements: list[Statement] = []
-    control = False
-    words: list[Word] = []
-    skip_until: list[str] = []
-    depth = 0
-    start_line = 1
-    redirected = piped = False
-    after_redirect = False
+    return _Reader(Variables(given)).read(list(lex(text)))
 
-    def end(op: str) -> None:
-        nonlocal words, redirected, piped, depth, control
-        if words:
-            first = words[0].raw()
-            if skip_until:
-                if first == skip_until[-1]:
-                    skip_until.pop()
+
+class _Reader:
+    """Tokens to statements: words gather until an operator ends the command; blocks that run only when
+    called (functions) or depend on a condition are skipped or marked; assignments are kept as they come."""
+
+    def __init__(self, variables: Variables) -> None:
+        self.variables = variables
+        self.statements: list[Statement] = []
+        self.control = False  # the text has conditions, loops or functions: not one straight line
+        self.words: list[Word] = []
+        self.skip_until: list[str] = []  # the words that close the blocks being skipped
+        self.depth = 0  # how many conditions or loops a statement sits in
+        self.start_line = 1
+        self.redirected = self.piped = False
+
+    def read(self, items: list[tuple[str, Word | str, int]]) -> Script:
+        after_redirect = False
+        for at, (_, item, line) in enumerate(items):
+            if item == "(" and len(self.words) == 1 and at + 1 < len(items) and items[at + 1][1] == ")":
+                self.words = []  # name() { ... }: a function's body runs only when called; not read
+                self.skip_until.append("}")
+                self.control = True
+                continue
+            if isinstance(item, Word):
+                if after_redirect:
+                    after_redirect = False
+                    continue
+                if not self.words:
+                    self.start_line = line
+                self.words.append(item)
+                continue
+            if item in REDIRECTS:
+                self.redirected = True
+                after_redirect = item != "<<"  # a here-document's delimiter was read with it
+                continue
+            if item in ("(", ")", ";;"):
+                self.end(";")
+                continue
+            self.piped = item in ("|", "|&")
+            self.end(item)
+        self.piped = False
+        self.end("\n")
+        return Script(self.statements, self.control, self.variables)
+
+    def end(self, op: str) -> None:
+        """The command gathered so far ends at `op`: a block's opening or closing word, or a statement."""
+        if self.words:
+            first = self.words[0].raw()
+            if self.skip_until:
+                if first == self.skip_until[-1]:
+                    self.skip_until.pop()
             elif first in _BLOCK_OPEN:
-                skip_until.append(_BLOCK_OPEN[first])
-                control = True
+                self.skip_until.append(_BLOCK_OPEN[first])
+                self.control = True
             elif first == "function":
-                skip_until.append("}")
-                control = True
+                self.skip_until.append("}")
+                self.control = True
             else:
-                _statement(words, op, start_line)
-        words, redirected = [], False
+                self.statement(self.words, op, self.start_line)
+        self.words, self.redirected = [], False
 
-    def _statement(ws: list[Word], op: str, line: int) -> None:
-        nonlocal depth, control
+    def statement(self, ws: list[Word], op: str, line: int) -> None:
         while ws and ws[0].raw() in _CONTROL:
             keyword = ws.pop(0).raw()
-            control = True
+            self.control = True
             if keyword in ("if", "while", "until", "for"):
-                depth += 1
+                self.depth += 1
             elif keyword in ("fi", "done"):
-                depth = max(0, depth - 1)
+                self.depth = max(0, self.depth - 1)
             if keyword in ("if", "elif", "while", "until", "for"):
                 return  # a condition or a loop head: run nothing from it
-        if not ws:
-            return
         assignments = []
         while ws and _ASSIGN.match(ws[0].raw()):
             assignments.append(ws.pop(0))
         if not ws:
             for word in assignments:
-                _assign(variables, word)
+                _assign(self.variables, word)
             return
-        expanded: list[str] = []
+        variables = self.variables
         prefix = [f"{w.raw().split('=', 1)[0].rstrip('+')}={_value(variables, w)}" for w in assignments]
-        for word in ws:
-            expanded.extend(variables.expand(word))
+        expanded = [text for word in ws for text in variables.expand(word)]
         if expanded and expanded[0] in ("export", "readonly", "declare", "local", "typeset"):
             for word in ws[1:]:
                 if _ASSIGN.match(word.raw()):
                     _assign(variables, word)
-            statements.append(Statement(expanded, line, depth=depth))
+            self.statements.append(Statement(expanded, line, depth=self.depth))
             return
-        statements.append(Statement([*prefix, *expanded], line, op == "&", redirected, piped, depth))
-
-    items = list(lex(text))
-    for at, (_, item, line) in enumerate(items):
-        if item == "(" and len(words) == 1 and at + 1 < len(items) and items[at + 1][1] == ")":
-            words = []  # name() { ... }: a function's body runs only when called; not read
-            skip_until.append("}")
-            control = True
-            continue
-        if isinstance(item, Word):
-            if after_redirect:
-                after_redirect = False
-                continue
-            if not words:
-                start_line = line
-            words.append(item)
-            continue
-        if item in REDIRECTS:
-            redirected = True
-            after_redirect = item != "<<"  # a here-document's delimiter was read with it
-            continue
-        if item in ("(", ")", ";;"):
-            end(";")
-            continue
-        piped = item in ("|", "|&")
-        end(item)
-    piped = False
-    end("\n")
-    return Script(statements, control, variables)
+        background = op == "&"
+        self.statements.append(Statement([*prefix, *expanded], line, background, self.redirected, self.piped, self.depth))
 
 
 def _value(variables: Variables, word: Word) -> str:
