@@ -275,8 +275,8 @@ class _Reader:
                     _assign(variables, word)
             self.statements.append(Statement(expanded, line, depth=self.depth))
             return
-        background = op == "&"
-        self.statements.append(Statement([*prefix, *expanded], line, background, self.redirected, self.piped, self.depth))
+        argv = [*prefix, *expanded]
+        self.statements.append(Statement(argv, line, op == "&", self.redirected, self.piped, self.depth))
 
 
 def _value(variables: Variables, word: Word) -> str:
