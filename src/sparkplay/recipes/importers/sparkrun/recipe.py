@@ -175,6 +175,15 @@ class _Command:
     v1_note: str | None = None
 
 
+def _mappings(data: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The recipe's defaults and env, each a mapping (empty when absent)."""
+    defaults = data.get("defaults") or {}
+    env_in = data.get("env") or {}
+    if not isinstance(defaults, dict) or not isinstance(env_in, dict):
+        raise BadInput(f"{where}: defaults and env must be mappings of key: value", "fix the recipe's YAML")
+    return defaults, env_in
+
+
 def _version(data: dict[str, Any], where: str) -> str:
     version = str(data.get("recipe_version", data.get("sparkrun_version", "2")))
     if version not in VERSIONS:
@@ -222,7 +231,7 @@ def _command(
     parsed, script = parse_command(expand(command_text, values, where, version), where, engine != "llamacpp")
     if parsed.engine != engine:
         raise BadInput(f"{where}: runtime {runtime} but the command starts {parsed.engine}'s server", "make them agree")
-    # sparkrun collapses a default's doubled braces at load (eugr's version 1 inserts values as they are)
+    # a version 1 template that reads as sparkrun's (not eugr's str.format) was filled by sparkrun's rule: said
     v1_note = None
     if version == "1" and reads_as(command_text) == "sparkrun":
         v1_note = (
@@ -300,16 +309,12 @@ def to_raw(
 ) -> RawRecipe:
     version = _version(data, where)
     model = _text(data, "model", where)
-    defaults = data.get("defaults") or {}
-    env_in = data.get("env") or {}
-    if not isinstance(defaults, dict) or not isinstance(env_in, dict):
-        raise BadInput(f"{where}: defaults and env must be mappings of key: value", "fix the recipe's YAML")
+    defaults, env_in = _mappings(data, where)
     command_text = _text(data, "command", where)
     runtime, engine, backend = _runtime(data, command_text, where)
-    values: dict[str, Any] = {
-        **({k: collapse_escapes(v) for k, v in defaults.items()} if version != "1" else defaults),
-        "model": model or "",
-    }
+    # sparkrun collapses a default's doubled braces at load (eugr's version 1 inserts values as they are)
+    values = {**({k: collapse_escapes(v) for k, v in defaults.items()} if version != "1" else defaults)}
+    values["model"] = model or ""
     command = _command(command_text, (version, runtime, engine, model, where), values, defaults)
     parsed = command.parsed
     metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
@@ -345,10 +350,9 @@ def to_raw(
     script = command.script
     raw.preamble = {"commands": script, "sha256": hooks.digest(script)} if script else None
     notes.privileged(raw, left)
-    raw.revision = _text(data, "model_revision", where)
-    raw.bench = left.bench
     if left.bench:
         raw.note("bench", "derived", "the recipe's benchmark block: what `sparkplay bench` measures by default")
+    raw.revision, raw.bench = _text(data, "model_revision", where), left.bench
     # a command serving a local path: the recipe's `model` is the repository behind it (normalise says so)
     model_repo, raw.quant = _llamacpp_source(engine, model, parsed)
     raw.repo = model_repo if engine == "llamacpp" else model
