@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import serving
 from tests.conftest import PROJECT, run_cli
 from tests.serving import (
     LOCK,
     NCCL,
     RPC_SERVER,
-    UNIT,
     ask,
     held,
     journal,
@@ -196,7 +196,7 @@ http.server.HTTPServer(("127.0.0.1", 9931), Fake).serve_forever()
 def test_a_fake_api_bound_first_on_the_port_is_named_and_never_taken_for_the_model():
     """A local user's server that binds the API's port while the engine is down answers health, models and
     completions: the serve role's wait names it (PID, program) instead of calling the model ready."""
-    in_node(0, "systemctl", "stop", "sparkplay-serve-watchdog.service", "sparkplay-serve-watch.service", UNIT)
+    in_node(0, "systemctl", "stop", "sparkplay-serve-watchdog.service", "sparkplay-serve-watch.service", serving.UNIT)
     in_node(0, "sh", "-c", f"cat > /tmp/fake_api.py <<'EOF'\n{FAKE_API}\nEOF")
     in_node(0, "systemd-run", "--unit", "squatter", "--uid", "nobody", "/usr/bin/python3", "/tmp/fake_api.py")
     try:
@@ -217,8 +217,8 @@ def test_leader_waits_for_a_stopped_worker_and_status_shows_it():
     assert proc.returncode == 0, proc.stdout[-3000:]
     for rank in (0, 1):
         assert unit(rank, "ActiveState")["ActiveState"] == "inactive"
-        assert in_node(rank, "systemctl", "is-enabled", UNIT, check=False).stdout.strip() == "disabled"
-    in_node(0, "systemctl", "start", "--no-block", UNIT)
+        assert in_node(rank, "systemctl", "is-enabled", serving.UNIT, check=False).stdout.strip() == "disabled"
+    in_node(0, "systemctl", "start", "--no-block", serving.UNIT)
     time.sleep(4)
     rows = status()
     assert rows[0].split()[3] == "active/running" and rows[0].split()[-3] == "down"  # waiting for rank 1's port
@@ -232,7 +232,7 @@ def test_leader_waits_for_a_stopped_worker_and_status_shows_it():
     logs = run_cli("logs", "-i", "inventory/lab", "--rank", "1", "-n", "400")
     assert logs.returncode == 0
     assert "sparkplay-lab-rank1" in logs.stdout and "Stopped sparkplay-serve.service" in logs.stdout
-    in_node(1, "systemctl", "start", UNIT)
+    in_node(1, "systemctl", "start", serving.UNIT)
     assert wait_answer(60) is not None, journal(0)[-3000:]
     rows = json.loads(run_cli("status", "-i", "inventory/lab", "--json").stdout)
     assert [(r["rank"], r["up"], r["health"], r["model"]) for r in rows] == [

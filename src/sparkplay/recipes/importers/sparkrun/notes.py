@@ -5,7 +5,7 @@ why, what it does not read at all. Each is a note on the recipe's field (RawReci
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from textwrap import shorten
 from typing import Any
 
@@ -21,14 +21,14 @@ ALLOWED_WHERE = "only where the inventory allows it (serve_allow: the entry the 
 class LeftOut:
     """The launcher's features as read: what sparkplay honours and what it keeps unhonoured or does not read."""
 
-    not_honoured: dict[str, Any]
-    unknown: dict[str, Any]
-    mods: list[dict[str, Any]]
-    mods_missing: Any
-    pre_exec: dict[str, Any] | None
-    pre_exec_missing: Any
-    bench: dict[str, Any] | None
-    container: Executor
+    not_honoured: dict[str, Any]  # sparkrun's key -> its value, kept in the recipe's extra
+    unknown: dict[str, Any]  # keys sparkplay does not read
+    container: Executor  # executor_config as the engine's container takes it
+    mods: list[dict[str, Any]] = field(default_factory=list)
+    mods_missing: Any = None
+    pre_exec: dict[str, Any] | None = None
+    pre_exec_missing: Any = None
+    bench: dict[str, Any] | None = None
 
 
 def privileged(raw: RawRecipe, left: LeftOut) -> None:

@@ -273,35 +273,30 @@ def _left_out(
     """What the launcher does beyond the engine's command: what sparkplay honours (mods, pre_exec, the bench
     block, the container's limits), what it keeps unhonoured and what it does not read."""
     defaults = data.get("defaults") or {}
-    not_honoured = {k: data[k] for k in NOT_HONOURED if data.get(k) not in (None, [], {}, "")}
-    found_mods, mods_missing = mods.resolve_all(data.get("mods"), where, mods_from)
-    if found_mods:
-        del not_honoured["mods"]
-    pre_exec, pre_exec_missing = hooks.read(data.get("pre_exec"), values)
-    if pre_exec and engine == "llamacpp":
-        pre_exec, pre_exec_missing = None, "llama.cpp runs from the node's packages: no container to run them in"
-    if pre_exec:
-        del not_honoured["pre_exec"]
-    bench_read, bench_left = bench_profile(data, where)
-    not_honoured.update(bench_left)
-    if command.unmapped:  # defaults the engine's flag map has no flag for, with no command to place them
-        not_honoured["defaults"] = {k: defaults[k] for k in command.unmapped}
-    if engine == "llamacpp" and data.get("container"):
-        not_honoured["container"] = data["container"]  # sparkplay runs llama.cpp from the node's packages
     executor = data.get("executor_config") if isinstance(data.get("executor_config"), dict) else {}
-    container = sparkrun_executor.read(executor, engine)
-    if container.left:
-        not_honoured["executor_config"] = container.left
-    return notes.LeftOut(
-        not_honoured=not_honoured,
-        unknown={k: v for k, v in data.items() if k not in READ and k not in NOT_HONOURED},
-        mods=found_mods,
-        mods_missing=mods_missing,
-        pre_exec=pre_exec,
-        pre_exec_missing=pre_exec_missing,
-        bench=bench_read,
-        container=container,
+    left = notes.LeftOut(
+        {k: data[k] for k in NOT_HONOURED if data.get(k) not in (None, [], {}, "")},
+        {k: v for k, v in data.items() if k not in READ and k not in NOT_HONOURED},
+        sparkrun_executor.read(executor, engine),
     )
+    left.mods, left.mods_missing = mods.resolve_all(data.get("mods"), where, mods_from)
+    if left.mods:
+        del left.not_honoured["mods"]
+    left.pre_exec, left.pre_exec_missing = hooks.read(data.get("pre_exec"), values)
+    if left.pre_exec and engine == "llamacpp":
+        left.pre_exec = None
+        left.pre_exec_missing = "llama.cpp runs from the node's packages: no container to run them in"
+    if left.pre_exec:
+        del left.not_honoured["pre_exec"]
+    left.bench, bench_left = bench_profile(data, where)
+    left.not_honoured.update(bench_left)
+    if command.unmapped:  # defaults the engine's flag map has no flag for, with no command to place them
+        left.not_honoured["defaults"] = {k: defaults[k] for k in command.unmapped}
+    if engine == "llamacpp" and data.get("container"):
+        left.not_honoured["container"] = data["container"]  # sparkplay runs llama.cpp from the node's packages
+    if left.container.left:
+        left.not_honoured["executor_config"] = left.container.left
+    return left
 
 
 def to_raw(
