@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # molecule and the CLI find the project from here
 export SPARKPLAY_PROJECT_DIR := $(CURDIR)
 
-.PHONY: setup venv host demo test checks pytest-unit pytest-lab test-3 test-extra browser test-faults test-soak test-faults-long test-vllm test-sglang unit lint sanity pytest molecule molecule-roles clean
+.PHONY: setup venv host demo test checks pytest-unit pytest-lab test-3 test-extra test-knobs browser test-faults test-soak test-faults-long test-vllm test-sglang unit lint sanity pytest molecule molecule-roles clean
 
 setup: venv host ## virtualenv + (as root) Debian packages and a running Docker engine
 
@@ -74,8 +74,11 @@ pytest-unit: venv
 pytest-lab: venv
 	$(call PYTEST_PART,lab,lab and $(MAKE_TEST_MARKS),)
 
-test-extra: setup browser ## every documented knob set on the real lab (tests/test_knobs_lab.py), the slow several-model extras (tests/test_several_extra_lab.py: an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand) and the cluster page in headless Chromium (tests/test_ui_browser_lab.py); about 23 min
-	pytest -m extra
+test-extra: setup browser ## the slow several-model extras (tests/test_several_extra_lab.py: a second controller beside a run, a copy corrupted under a running added model, an answer changed under a running deployment, an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand) and the cluster page in headless Chromium (tests/test_ui_browser_lab.py)
+	pytest -m extra tests/test_several_extra_lab.py tests/test_ui_browser_lab.py
+
+test-knobs: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py)
+	pytest -m extra tests/test_knobs_lab.py
 
 browser: ## (as root) Debian's Chromium and ChromeDriver, for the cluster page's browser test
 	bash scripts/setup-browser
@@ -86,7 +89,7 @@ test-faults: setup ## day two on the lab (tests/test_faults_lab.py): the four fa
 test-soak: setup ## a ten-minute soak of every fault together under load, on a lab of its own (tests/test_soak_lab.py)
 	pytest tests/test_soak_lab.py -m lab
 
-test-stack: setup ## what a served lab lives through besides make test's faults (tests/test_stack_lab.py): another program on the API's port, the leader waiting for a stopped worker, the watchdog restarting a wedged engine and standing down past its cap, a health that never comes, a refused change going back by itself, rollback, drift from the lock and reset; the bench across both ranks and each importer's recipe planned on the lab; and the installed command from bare nodes (tests/test_install_bare_lab.py)
+test-stack: setup ## what a served lab lives through besides make test's faults (tests/test_stack_lab.py): plan on the served lab, a foreign file asked about, another program on the API's port, the leader waiting for a stopped worker, the watchdog restarting a wedged engine and standing down past its cap, a health that never comes, a refused change going back by itself, rollback, drift from the lock and reset; the bench across both ranks and each importer's recipe planned on the lab; and the installed command from bare nodes with the collection's serve playbook by FQCN (tests/test_install_bare_lab.py)
 	pytest -m stack
 
 test-faults-long: setup ## the long outages on the lab (tests/test_faults_long_lab.py): a cable pulled past TCP's retry limit, a node off for ten minutes

@@ -30,10 +30,7 @@ COVERAGE: dict[str, tuple[str, ...]] = {
         SITE,
         "tests/test_models_lab.py::test_only_rank0_is_trusted_between_the_ranks",
     ),
-    "managed_files": (
-        "tests/test_provision_lab.py::test_confirming_backs_up_and_replaces_it",
-        "tests/test_serve_lab.py::test_a_foreign_file_stops_up_without_a_terminal_and_yes_backs_it_up",
-    ),
+    "managed_files": ("tests/test_provision_lab.py::test_confirming_backs_up_and_replaces_it",),
     "checkpoint": (
         SITE,
         "tests/test_models_lab.py::test_mirror_copies_and_verifies_on_every_rank",

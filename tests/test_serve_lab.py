@@ -5,8 +5,9 @@ Everything is real: the sparkplay CLI driving ansible-runner, the units under sy
 Debian, the RPC traffic over the simulated cable, the completions. Nothing stands in for anything here. The tests run
 in file order on one lab, from the provisioned nodes' snapshot: the last one locks the stack; the module's teardown
 leaves lab-tiny served, unlocked, for tests/test_several_lab.py (one serving lab shared, issue 52). What a served lab
-lives through besides the faults make test runs (a port taken by another program, a stopped worker, the watchdog,
-rollback, drift, reset, the bench, each importer's plan) is in tests/test_stack_lab.py (`make test-stack`).
+lives through besides the faults make test runs (plan on the served lab, a foreign file, a port taken by another
+program, a stopped worker, the watchdog, rollback, drift, reset, the bench, each importer's plan) is in
+tests/test_stack_lab.py (`make test-stack`).
 """
 
 from __future__ import annotations
@@ -159,13 +160,6 @@ def test_the_whole_site_converges_then_changes_nothing_and_every_scenarios_check
     assert summary and int(summary.group(1)) >= 30 and "failed" not in checks.stdout.splitlines()[-1], checks.stdout
 
 
-def test_plan_on_the_served_lab_reports_no_changes():
-    proc = run_cli("plan", "lab-tiny", "-i", "inventory/lab", "--offline")  # nothing to download
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
-    assert "plan: no changes on any host" in proc.stdout
-    assert "would be backed up and replaced" not in proc.stdout
-
-
 def test_plan_json_is_the_deployment_the_lab_runs_field_for_field():
     """`plan --json` asks the nodes for their facts and prints both stages: each rank's command line, env,
     units, record and probe are compared here with what the nodes hold and answer."""
@@ -302,23 +296,6 @@ def test_status_table_lists_every_rank():
     steps = [kept[k] for k in ("port_open_s", "http_ready_s", "listed_s", "first_token_s", "answer_s")]
     assert kept["since"] == "unit start" and all(isinstance(x, float) for x in steps) and steps == sorted(steps), kept
     assert ranks[1]["receipt"] is None  # a worker has no API of its own
-
-
-def test_a_foreign_file_stops_up_without_a_terminal_and_yes_backs_it_up():
-    env = "/etc/sparkplay/serve.env"
-    in_node(1, "sh", "-c", f"echo '# my own tuning' >> {env}")
-    edited = in_node(1, "cat", env).stdout
-    proc = up("--only", "serve")
-    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr
-    assert f"! sparkplay-lab-rank1: {env}" in proc.stdout
-    assert "1 foreign file(s) listed above" in proc.stderr
-    assert in_node(1, "cat", env).stdout == edited  # untouched
-    proc = up("--only", "serve", "--yes")
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
-    assert "# my own tuning" not in in_node(1, "cat", env).stdout
-    backups = in_node(1, "sh", "-c", f"cat {env}.*~").stdout
-    assert backups == edited  # the user's version, kept beside it
-    assert ask()
 
 
 def test_killed_worker_is_restarted_and_the_api_answers_again_within_60_s():

@@ -1,9 +1,10 @@
 """Several models on the real lab, the slow extras (make test-extra): a second controller refused by the nodes' own lock
-while a run holds them, an added deployment updated beside itself while a client's requests never fail, a deployment
-across both nodes added beside the primary, a gateway that asks for keys, and models served on demand (LRU eviction,
-TTL). Marked `lab` and `extra`: they take about 15 minutes of the lab together, kept out of `make test` for CI's
-time; the rest of several models (the gateway, isolation, admission, status, stop) is tests/test_several_lab.py, in
-`make test`.
+while a run holds them; a copy corrupted under a running added model and an answer changed under a running
+deployment, each named and repaired (issue 53); an added deployment updated beside itself while a client's requests
+never fail, a deployment across both nodes added beside the primary, a gateway that asks for keys, and models served
+on demand (LRU eviction, TTL). Marked `lab` and `extra`, kept out of `make test` for CI's time (issue 52); the rest
+of several models (the gateway, isolation, admission, status, two runs at once, rank 0's copy never re-blessed, the
+memory kill and the cable, stop) is tests/test_several_lab.py, in `make test`.
 
 Everything is real, as there: the CLI, systemd in both nodes, llama.cpp from Debian, the gateway unit. The tests run
 in file order on one lab of their own, lab-tiny across both ranks and lab-small on rank 1 first.
@@ -22,10 +23,23 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkplay.errors import ExitCode
 from tests import steps
 from tests.conftest import PROJECT, lab_cli, lab_small_as, run_cli
 from tests.test_lab import in_node
-from tests.test_several_lab import GATEWAY, SMALL_UNIT, ask, curl, full_log
+from tests.test_several_lab import (
+    FLIP,
+    GATEWAY,
+    SMALL,
+    SMALL_UNIT,
+    TINY,
+    ask,
+    curl,
+    full_log,
+    main_pid,
+    sha256_on,
+    status_text,
+)
 
 pytestmark = [pytest.mark.lab, pytest.mark.extra, pytest.mark.usefixtures("lab_host", "own_lab", "two_served")]
 
@@ -80,6 +94,94 @@ def test_a_second_controller_beside_a_run_is_refused_by_the_nodes_lock_and_the_r
     assert "lab-small is unchanged" in full_log(again)  # an unchanged added deployment starts no stand-in
     assert in_node(1, "systemctl", "show", SMALL_UNIT, "--property=MainPID").stdout == pid
     assert sorted(m["id"] for m in json.loads(curl(f"{GATEWAY}/models"))["data"]) == ["lab-small", "lab-tiny"]
+
+
+# -- what serves is what was verified (issue 53; from tests/test_several_lab.py, issue 52) -----------------------
+
+
+def test_a_copy_corrupted_under_a_running_added_model_is_named_repaired_and_served_from_the_verified_copy():
+    """Rank 1's copy of lab-small (served from rank 1) flipped on disk: status names the engine serving a
+    replaced file; verify names the rank, the file and what differed, re-mirrors it from rank 0's verified copy,
+    restarts lab-small and exits 8; the engine then maps the verified file, not a deleted one."""
+    good, pid = sha256_on(0, SMALL), main_pid(1, SMALL_UNIT)
+    in_node(1, "python3", "-c", FLIP, SMALL)
+    assert sha256_on(1, SMALL) != good
+    assert "serving a file replaced at" in status_text()
+    proc = cli("verify")
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == int(ExitCode.REPAIRED), said[-4000:]
+    assert "found: sparkplay-lab-rank1: lab-small/lab-small.gguf: its bytes differ; re-mirrored from rank 0" in said
+    assert "restarted: lab-small (sparkplay-serve@lab-small.service)" in said
+    assert "restarted: lab-tiny" not in said  # only the deployment whose file was replaced
+    assert sha256_on(1, SMALL) == good
+    new = main_pid(1, SMALL_UNIT)
+    assert new != pid
+    maps = in_node(1, "cat", f"/proc/{new}/maps").stdout
+    assert SMALL in maps and "(deleted)" not in maps
+    assert ask("lab-small")["model"] == "lab-small"
+    again = cli("verify")  # nothing left to find
+    assert again.returncode == 0 and "every checkpoint verified on every rank" in again.stdout, again.stderr[-2000:]
+
+
+# lab-tiny's token embeddings, the one tensor its leader keeps (the layers live in rank 1's RPC backend,
+# copied there at load), its two halves swapped in place: every token's vector is another's, all of them
+# valid numbers (a disk that returned another block). The same swap again puts the bytes back.
+SWAP = (
+    "import sys; f = open(sys.argv[1], 'r+b'); start, n = int(sys.argv[2]), int(sys.argv[3]) // 2; "
+    "f.seek(start); a = f.read(n); b = f.read(n); f.seek(start); f.write(b + a); f.close()"
+)
+
+
+def token_embeddings() -> list[str]:
+    """(offset, bytes) of lab-tiny's token_embd.weight, read by gguf's own reader from the staged file."""
+    import gguf
+
+    from sparkplay.paths import cache_dir
+
+    reader = gguf.GGUFReader(str(cache_dir(PROJECT) / "lab" / "lab-tiny.gguf"))
+    tensor = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    return [str(int(tensor.data_offset)), str(int(tensor.n_bytes))]
+
+
+def watchdogs_answer() -> str:
+    """lab-tiny's answer to the watchdog's own question (its prompt, 4 tokens, temperature 0), from its API."""
+    body = {"model": "lab-tiny", "messages": [{"role": "user", "content": "What is 17*23?"}], "temperature": 0}
+    answer = json.loads(curl("http://127.0.0.1:9931/v1/chat/completions", {**body, "max_tokens": 4}) or "{}")
+    return str(answer["choices"][0]["message"]["content"])
+
+
+def test_an_answer_changed_under_a_running_deployment_is_named_then_verify_brings_it_back():
+    """Green health, garbage output: lab-tiny's token embeddings changed on disk under its running engine (its
+    leader maps the file and reads them from there). Within two watchdog intervals (30 s each) and its re-hash,
+    status says its answers changed since the deploy and names the file that differs (rank 0's copy: the source
+    of truth is restored, never re-blessed); the bytes put back, verify restarts the engine onto them and the
+    deploy's answer is back."""
+    before = watchdogs_answer()
+    span = token_embeddings()
+    in_node(0, "python3", "-c", SWAP, TINY, *span)
+    restored = False
+    try:
+        changed = watchdogs_answer()
+        assert changed != before, "the moved weights did not change the answer: the test proves nothing"
+        deadline, said = time.monotonic() + 2 * 30 + 60, ""
+        while "answers changed since deploy" not in said:
+            assert time.monotonic() < deadline, said[-2000:]
+            time.sleep(5)
+            said = status_text()
+        assert "lab-tiny.gguf (sha256)" in said and "run `sparkplay verify` to repair" in said, said[-2000:]
+        in_node(0, "python3", "-c", SWAP, TINY, *span)  # the bytes put back (the same swap again)
+        restored = True
+        proc = cli("verify")
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == int(ExitCode.REPAIRED) and "restarted: lab-tiny" in said, said[-3000:]
+        assert watchdogs_answer() == before
+        deadline = time.monotonic() + 2 * 30 + 10
+        while "answers changed since deploy" in (said := status_text()):
+            assert time.monotonic() < deadline, said[-2000:]
+            time.sleep(5)
+    finally:
+        if not restored:
+            in_node(0, "python3", "-c", SWAP, TINY, *span)
 
 
 # a client on rank 0 sending one request after another through the gateway until /tmp/stop-client exists: one

@@ -1,9 +1,9 @@
-"""What a served lab lives through besides make test's faults, on the real lab: another program holding the API's port,
-the leader waiting for a stopped worker, the watchdog restarting a wedged engine and standing down past its cap, a
-health that never comes, a change the engine refuses going back by itself, rollback, the stack lock, drift from it
-and reset; the bench across both ranks and each importer's recipe planned against the served nodes. Marked `lab` and
-`stack` (`make test-stack`), out of `make test` for CI's time (issue 52: they ran in tests/test_serve_lab.py until
-then, every assertion as it was).
+"""What a served lab lives through besides make test's faults, on the real lab: plan on the served lab, a foreign file
+asked about before it is replaced, another program holding the API's port, the leader waiting for a stopped worker,
+the watchdog restarting a wedged engine and standing down past its cap, a health that never comes, a change the
+engine refuses going back by itself, rollback, drift from the stack lock and reset; the bench across both ranks and
+each importer's recipe planned against the served nodes. Marked `lab` and `stack` (`make test-stack`), out of `make
+test` for CI's time (issue 52: they ran in tests/test_serve_lab.py until then, every assertion as it was).
 
 Everything is real, as in tests/test_serve_lab.py: the CLI, systemd on both nodes, llama.cpp over the simulated
 cable. The tests run in file order on one lab, lab-tiny served first.
@@ -172,6 +172,31 @@ def watchdog_metrics() -> dict[str, float]:
 
 
 # -- from tests/test_serve_lab.py (issue 52), every assertion as it was ------------------------------------------
+
+
+def test_plan_on_the_served_lab_reports_no_changes():
+    proc = run_cli("plan", "lab-tiny", "-i", "inventory/lab", "--offline")  # nothing to download
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert "plan: no changes on any host" in proc.stdout
+    assert "would be backed up and replaced" not in proc.stdout
+
+
+def test_a_foreign_file_stops_up_without_a_terminal_and_yes_backs_it_up():
+    env = "/etc/sparkplay/serve.env"
+    in_node(1, "sh", "-c", f"echo '# my own tuning' >> {env}")
+    edited = in_node(1, "cat", env).stdout
+    proc = up("--only", "serve")
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr
+    assert f"! sparkplay-lab-rank1: {env}" in proc.stdout
+    assert "1 foreign file(s) listed above" in proc.stderr
+    assert in_node(1, "cat", env).stdout == edited  # untouched
+    proc = up("--only", "serve", "--yes")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert "# my own tuning" not in in_node(1, "cat", env).stdout
+    backups = in_node(1, "sh", "-c", f"cat {env}.*~").stdout
+    assert backups == edited  # the user's version, kept beside it
+    assert ask()
+
 
 FAKE_API = """
 import http.server, json
