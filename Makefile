@@ -74,7 +74,7 @@ pytest-unit: venv
 pytest-lab: venv
 	$(call PYTEST_PART,lab,lab and $(MAKE_TEST_MARKS),)
 
-test-extra: setup browser ## the slow several-model extras (tests/test_several_extra_lab.py: a second controller beside a run, a copy corrupted under a running added model, an answer changed under a running deployment, an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand) and the cluster page in headless Chromium (tests/test_ui_browser_lab.py)
+test-extra: setup browser ## the slow several-model extras (tests/test_several_extra_lab.py: a second controller beside a run, a copy corrupted under a running added model, an update beside itself under load, a deployment across both nodes added, a keyed gateway, models on demand) and the cluster page in headless Chromium (tests/test_ui_browser_lab.py)
 	pytest -m extra tests/test_several_extra_lab.py tests/test_ui_browser_lab.py
 
 test-knobs: setup ## every documented knob set on the real lab (tests/test_knobs_lab.py)

@@ -325,8 +325,69 @@ def test_rank0s_copy_changed_is_refused_by_the_next_up_naming_the_file_and_rank1
     assert "serving a file replaced" not in status_text()
 
 
-# a copy corrupted under a running added model, an answer changed under a running deployment: in
-# tests/test_several_extra_lab.py (make test-extra, for CI's time: issue 52)
+# a copy corrupted under a running added model: in tests/test_several_extra_lab.py (make test-extra, for CI's
+# time: issue 52)
+
+
+# lab-tiny's token embeddings, the one tensor its leader keeps (the layers live in rank 1's RPC backend,
+# copied there at load), its two halves swapped in place: every token's vector is another's, all of them
+# valid numbers (a disk that returned another block). The same swap again puts the bytes back.
+SWAP = (
+    "import sys; f = open(sys.argv[1], 'r+b'); start, n = int(sys.argv[2]), int(sys.argv[3]) // 2; "
+    "f.seek(start); a = f.read(n); b = f.read(n); f.seek(start); f.write(b + a); f.close()"
+)
+
+
+def token_embeddings() -> list[str]:
+    """(offset, bytes) of lab-tiny's token_embd.weight, read by gguf's own reader from the staged file."""
+    import gguf
+
+    from sparkplay.paths import cache_dir
+
+    reader = gguf.GGUFReader(str(cache_dir(PROJECT) / "lab" / "lab-tiny.gguf"))
+    tensor = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    return [str(int(tensor.data_offset)), str(int(tensor.n_bytes))]
+
+
+def watchdogs_answer() -> str:
+    """lab-tiny's answer to the watchdog's own question (its prompt, 4 tokens, temperature 0), from its API."""
+    body = {"model": "lab-tiny", "messages": [{"role": "user", "content": "What is 17*23?"}], "temperature": 0}
+    answer = json.loads(curl("http://127.0.0.1:9931/v1/chat/completions", {**body, "max_tokens": 4}) or "{}")
+    return str(answer["choices"][0]["message"]["content"])
+
+
+def test_an_answer_changed_under_a_running_deployment_is_named_then_verify_brings_it_back():
+    """Green health, garbage output: lab-tiny's token embeddings changed on disk under its running engine (its
+    leader maps the file and reads them from there). Within two watchdog intervals (30 s each) and its re-hash,
+    status says its answers changed since the deploy and names the file that differs (rank 0's copy: the source
+    of truth is restored, never re-blessed); the bytes put back, verify restarts the engine onto them and the
+    deploy's answer is back."""
+    before = watchdogs_answer()
+    span = token_embeddings()
+    in_node(0, "python3", "-c", SWAP, TINY, *span)
+    restored = False
+    try:
+        changed = watchdogs_answer()
+        assert changed != before, "the moved weights did not change the answer: the test proves nothing"
+        deadline, said = time.monotonic() + 2 * 30 + 60, ""
+        while "answers changed since deploy" not in said:
+            assert time.monotonic() < deadline, said[-2000:]
+            time.sleep(5)
+            said = status_text()
+        assert "lab-tiny.gguf (sha256)" in said and "run `sparkplay verify` to repair" in said, said[-2000:]
+        in_node(0, "python3", "-c", SWAP, TINY, *span)  # the bytes put back (the same swap again)
+        restored = True
+        proc = cli("verify")
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == int(ExitCode.REPAIRED) and "restarted: lab-tiny" in said, said[-3000:]
+        assert watchdogs_answer() == before
+        deadline = time.monotonic() + 2 * 30 + 10
+        while "answers changed since deploy" in (said := status_text()):
+            assert time.monotonic() < deadline, said[-2000:]
+            time.sleep(5)
+    finally:
+        if not restored:
+            in_node(0, "python3", "-c", SWAP, TINY, *span)
 
 
 def test_bench_measures_one_model_of_several():
