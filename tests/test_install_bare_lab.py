@@ -62,7 +62,7 @@ def test_the_collection_serves_the_same_lab_by_fqcn(installed: Installed) -> Non
     tarball = next(tarballs.glob("sparkplay-spark-*.tar.gz"))
     assert tarball.name == f"sparkplay-spark-{installed.run('--version').stdout.split()[1]}.tar.gz"  # one version
     collections = installed.root / "collections"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKPLAY_", "ANSIBLE_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKPLAY_", "ANSIBLE_", "PYTHONPATH"))}
     env.update(HOME=str(installed.home), ANSIBLE_NOCOLOR="1")
     # from the empty folder: this checkout's ansible.cfg would find the checkout itself as the collection
     subprocess.run(

@@ -34,7 +34,8 @@ class Installed:
 
     def run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         """The installed command, from its empty folder, bounded by its step's budget (tests/steps.py)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKPLAY_", "XDG_", "VIRTUAL_ENV"))}
+        own = ("SPARKPLAY_", "XDG_", "VIRTUAL_ENV", "PYTHONPATH")  # a user's shell holds none of the checkout's
+        env = {k: v for k, v in os.environ.items() if not k.startswith(own)}
         path = [p for p in env.get("PATH", "").split(os.pathsep) if Path(sys.executable).parent != Path(p)]
         env.update(HOME=str(self.home), PATH=os.pathsep.join([str(self.venv / "bin"), *path]))
         step, budget = steps.cli_step(args)
