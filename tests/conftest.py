@@ -128,23 +128,6 @@ def provisioning_snapshot() -> str:
 _HANDED_ON: list[str] = []
 
 
-def provisioned_snapshot() -> tuple[str, bool]:
-    """The provisioned nodes' snapshot for this code, and whether it was made now: when it is missing, a fresh lab
-    has provision.yml run on it and is kept with `lab snapshot` (the lab is left up, as provisioned)."""
-    from sparkplay.lab import snapshot
-
-    name = provisioning_snapshot()
-    if snapshot.images(name, 2) is not None:
-        return name, False
-    _lab_down()
-    assert run_cli("lab", "up").returncode == 0
-    proc = steps.playbook("provision.yml")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    kept = run_cli("lab", "snapshot", name)
-    assert kept.returncode == 0, kept.stdout + kept.stderr
-    return name, True
-
-
 @contextlib.contextmanager
 def provisioned_lab(hand_on: Callable[[], str | None] | None = None) -> Iterator[None]:
     """A lab whose nodes provision.yml has run on, for a module that tests something else (issue 52).
@@ -154,12 +137,20 @@ def provisioned_lab(hand_on: Callable[[], str | None] | None = None) -> Iterator
     a fresh lab, provision.yml, then `lab snapshot`. Modules that test provisioning itself use fresh_lab.
     `hand_on`, asked at the end, names the recipe the lab is left serving for the next module (serving_lab);
     None takes the lab down."""
+    from sparkplay.lab import snapshot
+
     _HANDED_ON.clear()
+    name = provisioning_snapshot()
     _lab_down()
-    name, made = provisioned_snapshot()
-    if not made:  # making it left the lab as provision.yml made it
+    if snapshot.images(name, 2) is not None:
         proc = run_cli("lab", "up", "--snapshot", name)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+    else:
+        assert run_cli("lab", "up").returncode == 0
+        proc = steps.playbook("provision.yml")
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        kept = run_cli("lab", "snapshot", name)
+        assert kept.returncode == 0, kept.stdout + kept.stderr
     yield
     recipe = hand_on() if hand_on else None
     if recipe:
