@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkplay import admission
-from sparkplay.admission import GIB, OVERHEAD, RESERVE, Claim, admit, claims, shortfalls
+from sparkplay.admission import GIB, RESERVE, Claim, admit, claims, shortfalls
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
 from sparkplay.kvcache import kv_per_token
 
@@ -24,20 +24,23 @@ def ranks(argv: list[str], env: dict[str, str] | None = None, hosts: tuple[str, 
 def test_vllm_claims_its_memory_fraction_of_each_node_and_its_process() -> None:
     found = claims("glm", "vllm", ranks(["serve", "m", "--gpu-memory-utilization", "0.5"]), TOTAL, 40 * GIB)
     assert [c.host for c in found] == ["spark-a", "spark-b"]
-    assert found[0].bytes == int(0.5 * 121 * GIB) + OVERHEAD["vllm"]
+    assert found[0].bytes == int(0.5 * 121 * GIB) + registry.spec("vllm").overhead_bytes
     assert "preallocates 0.5 of 121.0 GiB" in found[0].how
     default = claims("glm", "vllm", ranks(["serve", "m"]), TOTAL, 40 * GIB)[0]
-    assert default.bytes == int(0.9 * 121 * GIB) + OVERHEAD["vllm"]  # vLLM's own default
+    assert default.bytes == int(0.9 * 121 * GIB) + registry.spec("vllm").overhead_bytes  # vLLM's own default
 
 
 def test_sglang_and_atlas_read_their_own_fraction() -> None:
     sglang = claims("s", "sglang", ranks(["--mem-fraction-static=0.3"]), TOTAL, GIB)[0]
-    assert sglang.bytes == int(0.3 * 121 * GIB) + OVERHEAD["sglang"]
-    assert claims("s", "sglang", ranks([]), TOTAL, GIB)[0].bytes == int(0.88 * 121 * GIB) + OVERHEAD["sglang"]
+    assert sglang.bytes == int(0.3 * 121 * GIB) + registry.spec("sglang").overhead_bytes
+    assert (
+        claims("s", "sglang", ranks([]), TOTAL, GIB)[0].bytes
+        == int(0.88 * 121 * GIB) + registry.spec("sglang").overhead_bytes
+    )
     sparkglm = claims("a", "atlas", ranks([], {"SPARKGLM_GPU_MEMORY_UTILIZATION": "0.6"}), TOTAL, GIB)[0]
     gb10 = claims("a", "atlas", ranks(["serve", "--gpu-memory-utilization", "0.7"]), TOTAL, GIB)[0]
-    assert sparkglm.bytes == int(0.6 * 121 * GIB) + OVERHEAD["atlas"]
-    assert gb10.bytes == int(0.7 * 121 * GIB) + OVERHEAD["atlas"]
+    assert sparkglm.bytes == int(0.6 * 121 * GIB) + registry.spec("atlas").overhead_bytes
+    assert gb10.bytes == int(0.7 * 121 * GIB) + registry.spec("atlas").overhead_bytes
 
 
 def test_a_fraction_engine_whose_weights_do_not_fit_its_budget_is_refused() -> None:
@@ -52,10 +55,10 @@ def test_llamacpp_claims_its_share_of_the_weights_and_of_the_kv_cache(tmp_path: 
     per_token = kv_per_token(model)  # read from the header with llama.cpp's own reader
     assert per_token == tiny_gguf.LAYERS * tiny_gguf.HEADS * 2 * (tiny_gguf.HIDDEN // tiny_gguf.HEADS) * 2
     found = claims("tiny", "llamacpp", ranks(["-m", str(model), "-c", "4096"]), TOTAL, 10 * GIB, per_token)
-    assert found[0].bytes == 5 * GIB + 4096 * per_token // 2 + OVERHEAD["llamacpp"]
+    assert found[0].bytes == 5 * GIB + 4096 * per_token // 2 + registry.spec("llamacpp").overhead_bytes
     assert "of a 4096-token KV cache" in found[0].how
     alone = claims("tiny", "llamacpp", ranks(["-c", "512"], hosts=("spark-a",)), TOTAL, 3 * GIB, None)
-    assert alone == [Claim("tiny", "spark-a", 3 * GIB + OVERHEAD["llamacpp"], alone[0].how)]
+    assert alone == [Claim("tiny", "spark-a", 3 * GIB + registry.spec("llamacpp").overhead_bytes, alone[0].how)]
 
 
 def test_a_recipe_that_fits_on_one_node_but_not_the_other_is_refused_naming_that_node() -> None:
@@ -91,6 +94,5 @@ def test_the_override_admits_and_says_what_it_let_through() -> None:
 
 
 def test_an_engine_with_no_known_claim_is_refused() -> None:
-    with pytest.raises(BadInput, match="no memory claim is known for the trtllm engine"):
-        claims("t", "trtllm", ranks([]), TOTAL, GIB)
-    assert set(admission.OVERHEAD) == {"vllm", "sglang", "atlas", "llamacpp"}  # every engine sparkplay plans
+    with pytest.raises(BadInput, match="engine 'nosuch' is not one sparkplay knows"):
+        claims("t", "nosuch", ranks([]), TOTAL, GIB)

@@ -627,7 +627,7 @@ def test_an_api_key_flag_travels_in_the_0600_env_file_not_the_unit(name, variabl
 
 
 def test_the_ray_head_runs_without_the_dashboards_job_api():
-    from sparkplay.engines import vllm
+    from sparkplay.engines.vllm import plan as vllm
 
     doc = recipe("glm53")
     doc["serve"]["distributed_backend"] = "ray"

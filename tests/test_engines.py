@@ -12,7 +12,8 @@ import tomllib
 
 import pytest
 
-from sparkplay.engines import names
+from sparkplay import argv
+from sparkplay.engines import names, registry
 from sparkplay.engines.plan import Node, Options, build
 from sparkplay.engines.systemd import env_file, exec_line, plan_digest, plan_problems, quote, status_rows, status_table
 from sparkplay.errors import BadInput
@@ -350,10 +351,10 @@ def test_the_docker_client_knob_reaches_every_units_exec():
 def test_the_memory_knob_sets_vllms_flag_in_place() -> None:
     base = build(recipe("glm53"), nodes(), Options(model_root=ROOT))["ranks"][0]["argv"]
     tuned = build(recipe("glm53"), nodes(), Options(model_root=ROOT, knobs={"gpu_memory_utilization": 0.8}))
-    argv = tuned["ranks"][0]["argv"]
-    assert cmdline.flag_value(argv, "--gpu-memory-utilization") == "0.8"
-    assert argv.count("--gpu-memory-utilization") == 1
-    assert argv.index("--gpu-memory-utilization") == base.index("--gpu-memory-utilization")  # where the recipe had it
+    line = tuned["ranks"][0]["argv"]
+    assert argv.flag_value(line, "--gpu-memory-utilization") == "0.8"
+    assert line.count("--gpu-memory-utilization") == 1
+    assert line.index("--gpu-memory-utilization") == base.index("--gpu-memory-utilization")  # where the recipe had it
 
 
 @pytest.mark.parametrize(
@@ -379,7 +380,7 @@ def test_a_knob_the_engine_would_not_read_is_refused(engine_recipe: str, knobs: 
     ],
 )
 def test_with_flag_sets_a_value_once(args: list[str], expected: list[str]) -> None:
-    assert cmdline.with_flag(args, "--g", "0.7") == expected
+    assert argv.with_flag(args, "--g", "0.7") == expected
 
 
 def test_in_a_ring_nccl_gets_both_twins_and_the_one_interface_variables_the_first() -> None:
@@ -409,13 +410,13 @@ def test_the_engines_context_flag_is_written_from_context_length(name: str, flag
 
     doc = copy.deepcopy(recipe(name))
     args = doc["serve"]["args"]
-    stated = cmdline.flag_value(args, *cmdline.CONTEXT_FLAGS[doc["engine"]["name"]])
+    stated = argv.flag_value(args, *registry.spec(doc["engine"]["name"]).context_flags)
     assert stated is not None and int(stated) == doc["context_length"]  # the seeds state both, alike
     # the flag left out: the plan writes it from the field, on the rank that parses it
-    doc["serve"]["args"] = cmdline.without_flags(args, *cmdline.CONTEXT_FLAGS[doc["engine"]["name"]])
+    doc["serve"]["args"] = argv.without_flags(args, *registry.spec(doc["engine"]["name"]).context_flags)
     doc["context_length"] = 4096
     leader = build(doc, nodes(int(doc["topology"]["nodes"] or 2)), Options(model_root="/m"))["ranks"][0]["argv"]
-    written = cmdline.flag_value(leader, *cmdline.CONTEXT_FLAGS[doc["engine"]["name"]])
+    written = argv.flag_value(leader, *registry.spec(doc["engine"]["name"]).context_flags)
     assert written == "4096", leader
     # both stated and different: refused at plan and by the recipe's own check, naming both values
     doc["serve"]["args"] = [*doc["serve"]["args"], flag, "8192"]
@@ -428,7 +429,7 @@ def test_the_engines_context_flag_is_written_from_context_length(name: str, flag
 
 
 def test_vllm_native_runs_the_cpu_build_from_its_virtualenv_as_the_engine_user() -> None:
-    from sparkplay.engines import vllm_cpu
+    from sparkplay.engines.vllm import cpu as vllm_cpu
 
     deployment = build(recipe("lab-vllm"), nodes(2, "x86_64"), Options(model_root=ROOT))
     leader, worker = deployment["ranks"]
@@ -456,7 +457,7 @@ def test_vllm_native_runs_the_cpu_build_from_its_virtualenv_as_the_engine_user()
 def test_vllm_native_refuses_ray_and_a_vllm_recipe_needs_a_model() -> None:
     doc = recipe("lab-vllm")
     doc["serve"]["distributed_backend"] = "ray"
-    doc["serve"]["args"] = cmdline.without_flags(doc["serve"]["args"], "--distributed-executor-backend")
+    doc["serve"]["args"] = argv.without_flags(doc["serve"]["args"], "--distributed-executor-backend")
     with pytest.raises(BadInput, match=r"CPU build .* has no Ray back end"):
         build(doc, nodes(2), Options(model_root=ROOT))
     doc = recipe("lab-vllm")
@@ -466,7 +467,7 @@ def test_vllm_native_refuses_ray_and_a_vllm_recipe_needs_a_model() -> None:
 
 
 def test_the_cpu_builds_install_ends_by_writing_its_marker() -> None:
-    from sparkplay.engines import vllm_cpu
+    from sparkplay.engines.vllm import cpu as vllm_cpu
 
     steps = vllm_cpu.install_steps("/v", "python3")
     assert steps[0] == ["python3", "-m", "venv", "--clear", "/v"]

@@ -29,11 +29,11 @@ from tests.conftest import PROJECT, run_cli
 # starts: the setting's list entry, and the rule that reads it (here: a flag on each rank's command line).
 SITECUSTOMIZE = """
 from sparkplay import settings
-from sparkplay.engines import plan
+from sparkplay.engines.llamacpp import plan
 
 settings.LAUNCH_DEFAULTS["serve_test_flag"] = ""
 settings.SETTINGS["launch"] = tuple(settings.LAUNCH_DEFAULTS)
-_adapter = plan.ADAPTERS["llamacpp"]
+_adapter = plan.plan
 
 
 def _with_flag(ctx):
@@ -44,7 +44,7 @@ def _with_flag(ctx):
     return launch
 
 
-plan.ADAPTERS["llamacpp"] = _with_flag
+plan.plan = _with_flag
 """
 ROLE_DEFAULT = '\nserve_test_flag: "from-the-role-default"\n'
 

@@ -497,7 +497,7 @@ def test_an_empty_source_and_control_characters_in_what_is_named(tmp_path):
 def test_vllm_dashes_only_the_options_name_before_its_first_dot(pasted, as_vllm_reads_it):
     """vLLM's FlexibleArgumentParser (vllm/utils/argparse_utils.py) dashes what lies between `--` and the first
     `.`; a dotted JSON key after it is the option's value's key and must reach the engine byte for byte."""
-    from sparkplay.recipes.normalise import vllm_option_spelling
+    from sparkplay.engines.vllm.spec import option_spelling as vllm_option_spelling
 
     assert vllm_option_spelling(pasted) == as_vllm_reads_it
 

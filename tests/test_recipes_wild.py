@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkplay import importing
+from sparkplay import argv, importing
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, model
+from sparkplay.recipes import model
 from sparkplay.recipes.store import apply as apply_mod
 from sparkplay.recipes.store import catalog
 from tests.conftest import PROJECT, run_cli
@@ -714,11 +714,11 @@ def test_eugrs_version_1_template_is_str_format_so_doubled_braces_are_literal_js
     it builds itself (build-and-copy.sh) is said to be built, never taken for a published image."""
     doc = imported(SPARKRUN / "eugr-v1-escaped-braces.yaml")
     args = doc["serve"]["args"]
-    assert json.loads(cmdline.flag_value(args, "--compilation-config")) == {
+    assert json.loads(argv.flag_value(args, "--compilation-config")) == {
         "cudagraph_mode": "FULL_AND_PIECEWISE",
         "custom_ops": ["all"],
     }
-    assert json.loads(cmdline.flag_value(args, "--default-chat-template-kwargs")) == {"thinking": True}
+    assert json.loads(argv.flag_value(args, "--default-chat-template-kwargs")) == {"thinking": True}
     assert doc["speculative"] == {"method": "mtp", "num_tokens": 3, "draft_model": None}
     assert doc["context_length"] == 65536 and doc["topology"]["nodes"] == 2 and doc["topology"]["tensor_parallel"] == 2
     assert doc["knobs"] == {"gpu_memory_utilization": 0.8}
@@ -820,7 +820,7 @@ def test_a_default_in_the_escape_convention_has_its_braces_collapsed(tmp_path):
         )
     )
     args = imported(source)["serve"]["args"]
-    assert json.loads(cmdline.flag_value(args, "--compilation-config")) == {"mode": "FULL"}
+    assert json.loads(argv.flag_value(args, "--compilation-config")) == {"mode": "FULL"}
 
 
 @pytest.mark.parametrize("version", ["2", "3", "4"])
@@ -839,7 +839,7 @@ def test_sparkrun_versions_2_to_4_read_alike(version, tmp_path):
     assert doc["model"]["repo"] == "example-org/embedder-8b"
     assert doc["model"]["served_name"] == "/models/embedder"
     assert "serves the local path /models/embedder" in notes(doc, "derived")["model.repo"]
-    assert json.loads(cmdline.flag_value(doc["serve"]["args"], "--override-generation-config")) == {"temperature": 0.0}
+    assert json.loads(argv.flag_value(doc["serve"]["args"], "--override-generation-config")) == {"temperature": 0.0}
     leader = plan_of(doc, 1)["ranks"][0]["argv"]
     assert leader[1] == f"{ROOT}/example-org--embedder-8b"
     assert contains_run(leader, ["--served-model-name", "/models/embedder"])
@@ -906,7 +906,7 @@ def test_a_speculative_config_without_a_method_is_read_as_vllm_detects_it(tmp_pa
     }
     assert config["model"] in [c["repo"] for c in doc["model"]["checkpoints"]]
     assert "names no method" in notes(doc, "derived")["speculative.method"]
-    planned = json.loads(cmdline.flag_value(plan_of(doc, 1)["ranks"][0]["argv"], "--speculative-config"))
+    planned = json.loads(argv.flag_value(plan_of(doc, 1)["ranks"][0]["argv"], "--speculative-config"))
     assert "method" not in planned and planned["model"].startswith(ROOT + "/")  # as written, from the mirror
     path.write_text(
         yaml.safe_dump({**BASE, "command": command.replace(json.dumps(config), '{"num_speculative_tokens": 2}')})
@@ -1084,7 +1084,7 @@ def test_golden_sglang_plan_on_one_node_from_defaults_with_a_mirrored_draft():
     assert contains_run(leader["argv"], ["--served-model-name", "dense"]) and "--nnodes" not in leader["argv"]
     doc["knobs"]["gpu_memory_utilization"] = 0.3  # the knob sets SGLang's own fraction, in place
     (leader,) = plan_of(doc, 1)["ranks"]
-    assert cmdline.flag_value(leader["argv"], "--mem-fraction-static") == "0.3"
+    assert argv.flag_value(leader["argv"], "--mem-fraction-static") == "0.3"
 
 
 @pytest.mark.parametrize(
@@ -1114,7 +1114,7 @@ def test_vllms_context_flag_is_read_by_vllms_own_grammar(tmp_path, text, length)
     assert doc["context_length"] == length
     if length is None:
         assert "sizes the context to the memory" in notes(doc, "derived")["context_length"]
-        assert cmdline.flag_value(plan_of(doc, 1)["ranks"][0]["argv"], "--max-model-len") == text  # as written
+        assert argv.flag_value(plan_of(doc, 1)["ranks"][0]["argv"], "--max-model-len") == text  # as written
     for bad in ("32.5K", "lots"):
         path.write_text(yaml.safe_dump({**BASE, "command": f"vllm serve {{model}} --max-model-len {bad}"}))
         with pytest.raises(BadInput, match="--max-model-len has a value the engine does not read"):

@@ -15,8 +15,8 @@ import pytest
 # leaves the package half-known, and every role rendered later in the same process misses the filters
 import tests.role_render  # noqa: F401
 from sparkplay import admission, deployment, kvcache, served
-from sparkplay.admission import GIB, OVERHEAD
-from sparkplay.engines import names
+from sparkplay.admission import GIB
+from sparkplay.engines import names, registry
 from sparkplay.errors import BadInput
 from sparkplay.lab import tiny_gguf
 from tests.conftest import PROJECT
@@ -161,7 +161,9 @@ def test_the_primary_alone_is_not_checked_but_its_claim_is_kept_for_later():
     assert got["checked"] is False and set(got["claims"]) == {"rank0", "rank1"}
     per_token = kvcache.kv_bytes_per_token(gguf_header())
     share = -(-3 * 2**20 // 2)
-    assert got["claims"]["rank0"]["bytes"] == share + -(-512 * per_token // 2) + OVERHEAD["llamacpp"]
+    assert (
+        got["claims"]["rank0"]["bytes"] == share + -(-512 * per_token // 2) + registry.spec("llamacpp").overhead_bytes
+    )
 
 
 def test_an_added_llamacpp_deployment_fits_beside_the_primary_and_counts_its_claim():
@@ -193,7 +195,9 @@ def test_memory_in_use_now_refuses_even_with_no_claims_recorded():
 def test_a_vllm_cpu_build_claims_its_weights_and_kv_cache_space():
     launch = staged("lab-vllm")["launch"]
     got = admission.decide(launch, hosts(weights=4 * GIB), [])["claims"]["rank0"]
-    assert got["bytes"] == 2 * GIB + GIB + OVERHEAD["vllm"]  # VLLM_CPU_KVCACHE_SPACE 1 (GiB), half the weights
+    assert (
+        got["bytes"] == 2 * GIB + GIB + registry.spec("vllm").overhead_bytes
+    )  # VLLM_CPU_KVCACHE_SPACE 1 (GiB), half the weights
     assert "VLLM_CPU_KVCACHE_SPACE" in got["how"]
 
 

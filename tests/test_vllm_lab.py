@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkplay.engines import vllm_cpu
+from sparkplay.engines.vllm import cpu as vllm_cpu
 from tests.conftest import fresh_lab, run_cli
 from tests.test_lab import in_node, post_on_leader
 from tests.test_provision_lab import playbook

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sparkplay import importing
-from sparkplay.engines import vllm_cpu
+from sparkplay.engines.vllm import cpu as vllm_cpu
 from sparkplay.errors import SparkplayError
 from sparkplay.recipes.store import catalog
 from tests import own_parser

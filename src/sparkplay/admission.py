@@ -14,8 +14,10 @@ claim on the node's memory. How each engine's claim is derived, from the launch 
 - llama.cpp allocates what it needs: its rank's share of the weights (split evenly over the ranks, as RPC
   splits layers over equal devices) and of the KV cache (`-c` tokens at the model's bytes per token, from the
   GGUF header: 2 x layers x KV heads x head size x 2 bytes for an f16 cache).
-- every engine's process holds more beside its budget (a CUDA context, the runtime, compile caches): OVERHEAD,
-  an allowance rather than a measurement, stated in each claim.
+- every engine's process holds more beside its budget (a CUDA context, the runtime, compile caches): its
+  spec's overhead_bytes, an allowance rather than a measurement, stated in each claim.
+
+Each engine's package works its claim out (its spec's `claim`); this module adds them up and admits.
 
 The rule, per node: a new claim must fit both in MemAvailable (what the node has free now, whatever holds the
 rest) less a reserve for the OS, and in MemTotal less the reserve and every claim admitted before (one still
@@ -29,22 +31,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparkplay.engines import names
+from sparkplay.engines import names, registry
+from sparkplay.engines.spec import GIB, Holding, gib
 from sparkplay.errors import BadInput
 from sparkplay.kvcache import kv_bytes_per_token
-from sparkplay.recipes import cmdline
 
-GIB = 1024**3
-# beside an engine's memory budget: its process (CUDA context, Python or C++ runtime, compile caches)
-OVERHEAD = {"vllm": 3 * GIB, "sglang": 3 * GIB, "atlas": 3 * GIB, "llamacpp": GIB // 2}
 # the memory the node's own system keeps (kernel, sshd, Docker, the watchdog)
 RESERVE = 4 * GIB
-# (flags, environment names, the engine's default) of each engine whose budget is a fraction of the memory
-FRACTION = {
-    "vllm": (("--gpu-memory-utilization",), (), 0.9),
-    "sglang": (("--mem-fraction-static",), (), 0.88),
-    "atlas": (("--gpu-memory-utilization",), ("SPARKGLM_GPU_MEMORY_UTILIZATION",), 0.88),
-}
 
 
 @dataclass(frozen=True)
@@ -55,22 +48,6 @@ class Claim:
     host: str
     bytes: int
     how: str
-
-
-CPU_KV_DEFAULT_GIB = 4  # vLLM's CPU worker when VLLM_CPU_KVCACHE_SPACE is unset or 0
-
-
-def gib(count: int) -> str:
-    """Bytes for a person: GiB, or MiB below one GiB (a lab's tiny model would read 0.0 GiB)."""
-    return f"{count / GIB:.1f} GiB" if abs(count) >= GIB else f"{count / 2**20:.1f} MiB"
-
-
-def _fraction(engine: str, rank: Mapping[str, Any]) -> float:
-    flags, env_names, default = FRACTION[engine]
-    value = cmdline.flag_value(rank.get("argv") or [], *flags) if flags else None
-    for name in env_names:
-        value = value or (rank.get("env") or {}).get(name)
-    return float(value) if value is not None else default
 
 
 def claims(
@@ -84,43 +61,14 @@ def claims(
 ) -> list[Claim]:
     """Each rank's claim on its node. `ranks` are the launch plan's (host, role, argv, env); `weights` the
     checkpoint's bytes in all; `kv_per_token` llama.cpp's KV cache bytes per token of context."""
-    if engine not in OVERHEAD:
-        raise BadInput(f"no memory claim is known for the {engine} engine", "serve it alone (plain `up`)")
+    spec = registry.spec(engine)  # an engine sparkplay does not know is refused, naming those it does
+    lead = next((r for r in ranks if r.get("role") == "leader"), ranks[0] if ranks else {})
     share = -(-weights // max(len(ranks), 1))  # each rank's part of the weights, rounded up
     found = []
     for rank in ranks:
-        host = rank["host"]
-        if engine == "vllm" and runtime == "native":
-            space = int((rank.get("env") or {}).get("VLLM_CPU_KVCACHE_SPACE") or 0) or CPU_KV_DEFAULT_GIB
-            how = (
-                f"vLLM's CPU build holds its share of the weights {gib(share)} and a {space} GiB KV cache "
-                f"(VLLM_CPU_KVCACHE_SPACE), plus {gib(OVERHEAD[engine])} for its process"
-            )
-            found.append(Claim(recipe, host, share + space * GIB + OVERHEAD[engine], how))
-            continue
-        if engine in FRACTION:
-            fraction = _fraction(engine, rank)
-            budget = int(fraction * mem_total[host])
-            if share > budget:
-                raise BadInput(
-                    f"recipe {recipe}: {host}'s share of the weights ({gib(share)}) is more than the "
-                    f"{engine} memory budget there ({fraction} of {gib(mem_total[host])}, {gib(budget)})",
-                    "raise the memory fraction, or spread the model over more nodes",
-                )
-            how = (
-                f"{engine} preallocates {fraction} of {gib(mem_total[host])} ({gib(budget)}), plus "
-                f"{gib(OVERHEAD[engine])} for its process"
-            )
-            found.append(Claim(recipe, host, budget + OVERHEAD[engine], how))
-            continue
-        # the leader's context: llama.cpp's RPC workers (rpc-server, no -c) hold their layers' part of its cache
-        lead = next((r for r in ranks if r.get("role") == "leader"), rank)
-        context = int(cmdline.flag_value(lead.get("argv") or [], "-c", "--ctx-size") or 0) if kv_per_token else 0
-        kv = -(-(context * (kv_per_token or 0)) // max(len(ranks), 1))
-        how = f"its share of the weights {gib(share)}"
-        how += f", of a {context}-token KV cache {gib(kv)}" if kv else ""
-        how += f", {gib(OVERHEAD[engine])} for its process"
-        found.append(Claim(recipe, host, share + kv + OVERHEAD[engine], how))
+        holding = Holding(recipe, lead, share, mem_total[rank["host"]], len(ranks), kv_per_token, runtime)
+        claimed, how = spec.claim(rank, holding)
+        found.append(Claim(recipe, rank["host"], claimed, how))
     return found
 
 
@@ -284,7 +232,7 @@ def decide(
     # the checkpoint's bytes and header wherever they are already (rank 0 holds them before the mirror)
     weights = max(int(facts.get("weights") or 0) for facts in hosts.values())
     headers = [hosts[leader].get("gguf"), *(facts.get("gguf") for facts in hosts.values())]
-    header = next((h for h in headers if h), None) if engine == "llamacpp" else None
+    header = next((h for h in headers if h), None) if registry.spec(engine).kv_from_header else None
     ranks = [{"host": r["host"], "role": r["role"], "argv": r["argv"], "env": r["env"]} for r in launch["ranks"]]
     stated = launch.get("memory_claim")
     try:

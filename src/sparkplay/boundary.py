@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkplay import addresses, codepaths, imageref
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
 
 # what a recipe may set on its engine's container beyond sparkplay's own options (serve.ulimits, container_user)
@@ -42,19 +43,10 @@ PRIVILEGED_KNOBS = {
     "display_carveout": "adds the SYS_ADMIN capability to the engine's container",
 }
 
-# the image repositories trusted unless the inventory says otherwise (serve_trusted_images): the engines'
-# official images and the catalog's publishers; `ORG/*` takes every repository under ORG
-# (sparkrun's images, scitrera/*, are what most public registries' recipes run; avarok's are Atlas GB10's);
-# `*` alone trusts every image (the check off)
-TRUSTED_IMAGES = tuple(
-    "vllm/vllm-openai lmsysorg/sglang nvcr.io/nvidia/* ghcr.io/ggml-org/llama.cpp ghcr.io/enntity/* scitrera/* "
-    "avarok/atlas-gb10".split()
-)
-
-# Debian packages an engine's native runtime needs (what its adapter runs): a recipe's others are requests
-NATIVE_PACKAGES = {
-    "llamacpp": re.compile(r"^(llama\.cpp(-tools(-extra)?)?|libggml0(-backend-[a-z0-9]+)?|libllama0|libmtmd0)\Z"),
-}
+# the image repositories trusted unless the inventory says otherwise (serve_trusted_images): each engine's
+# official images and the catalog's publishers (its package's spec.images); `ORG/*` takes every repository
+# under ORG; `*` alone trusts every image (the check off)
+TRUSTED_IMAGES = registry.trusted_images()
 
 # Hugging Face's rule for repo ids (huggingface_hub validate_repo_id): [\w.-] parts, no '--' or '..', 96 long
 _REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
@@ -108,7 +100,8 @@ def requests(recipe: Mapping[str, Any], trusted: Iterable[str] = TRUSTED_IMAGES)
         if knobs.get(knob) not in (None, False, 0, ""):
             found.append(Request(knob, f"knobs.{knob}", what.format(value=knobs[knob])))
     if engine["runtime"] == "native":
-        needed = NATIVE_PACKAGES.get(engine["name"])
+        # the Debian packages the engine's native runtime needs (what its plan runs): others are requests
+        needed = registry.spec(engine["name"]).native_packages
         for package in engine.get("packages") or []:
             if needed is None or not needed.match(str(package)):
                 found.append(

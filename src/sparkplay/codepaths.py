@@ -3,8 +3,9 @@
 The boundary (boundary.py) asks this module three questions of a recipe:
 
 - which environment names it may set without asking: one allow-list for every runtime, native or container,
-  the plain tuning names the engines document (llama.cpp's and ggml's README and common/arg.cpp, vLLM's
-  envs.py, NCCL's and OpenMP's environment pages), read for these lists. Any other name is a privileged
+  the plain tuning names the engines document (each engine's own in its package's spec: llama.cpp's and
+  ggml's README and common/arg.cpp, vLLM's envs.py; here NCCL's and OpenMP's environment pages), read for
+  these lists. Any other name is a privileged
   request `env:NAME`: a block list keeps missing names (NCCL_NET_PLUGIN, HOME, VLLM_LOGGING_CONFIG_PATH,
   then CUDA_INJECTION64_PATH, TRITON_HOME, OMP_TOOL_LIBRARIES and inductor's remote caches in containers
   were all missed by one). A container is no reason for less: the loader there loads code into the same
@@ -21,6 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from sparkplay.engines import registry
 
 # glibc's list of variables ld.so ignores for setuid programs (elf/dl-unsecvars.h, read 2.40), because
 # each changes what code or data a program loads
@@ -206,118 +209,6 @@ COMMON_PLAIN = PYTHON_PLAIN | frozenset(
         "TZ",
     }
 )
-ENGINE_PLAIN = {
-    "llamacpp": frozenset(
-        {
-            "GGML_CUDA_ENABLE_UNIFIED_MEMORY",
-            "GGML_CUDA_NO_PINNED",
-            "GGML_CUDA_FORCE_MMQ",
-            "GGML_CUDA_FORCE_CUBLAS",
-            "GGML_CUDA_NO_VMM",
-            "GGML_CUDA_DISABLE_GRAPHS",
-            "GGML_SCHED_MAX_COPIES",
-            "GGML_RPC_DEBUG",
-            "GGML_VK_VISIBLE_DEVICES",
-            "GGML_OPENCL_PLATFORM",
-            "GGML_OPENCL_DEVICE",
-            "LLAMA_LOG_COLORS",
-            "LLAMA_LOG_VERBOSITY",
-            "LLAMA_LOG_PREFIX",
-            "LLAMA_LOG_TIMESTAMPS",
-        }
-    ),
-    "vllm": frozenset(
-        {
-            "VLLM_CPU_KVCACHE_SPACE",
-            "VLLM_CPU_OMP_THREADS_BIND",
-            "VLLM_CPU_NUM_OF_RESERVED_CPU",
-            "VLLM_CPU_MOE_PREPACK",
-            "VLLM_CPU_SGL_KERNEL",
-            "VLLM_NO_USAGE_STATS",
-            "VLLM_DO_NOT_TRACK",
-            "VLLM_LOGGING_LEVEL",
-            "VLLM_CONFIGURE_LOGGING",
-            "VLLM_LOG_STATS_INTERVAL",
-            "VLLM_ATTENTION_BACKEND",
-            "VLLM_USE_V1",
-            "VLLM_WORKER_MULTIPROC_METHOD",
-            "VLLM_ENABLE_V1_MULTIPROCESSING",
-            "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
-            "VLLM_ENGINE_ITERATION_TIMEOUT_S",
-            "VLLM_ENGINE_READY_TIMEOUT_S",
-            "VLLM_RPC_TIMEOUT",
-            "VLLM_USE_FLASHINFER_SAMPLER",
-            "VLLM_MLA_DISABLE",
-            "VLLM_USE_DEEP_GEMM",
-            "VLLM_FUSED_MOE_CHUNK_SIZE",
-            "VLLM_MARLIN_USE_ATOMIC_ADD",
-            "VLLM_SLEEP_WHEN_IDLE",
-            "VLLM_MEDIA_LOADING_THREAD_COUNT",
-            "VLLM_MLA_NOPE_PAD_ROPE",
-        }
-    ),
-    "sglang": frozenset(
-        {
-            "SGLANG_ENABLE_JIT_DEEPGEMM",
-            "SGLANG_DISABLE_CUDNN_CHECK",
-        }
-    ),
-}
-# an engine whose every variable under its prefix is its own tuning: Atlas's image entrypoint clears every
-# ambient ATLAS_* and applies only its profile's (shared/reference/engines.md), where the plan puts them
-ENGINE_PLAIN_PREFIX = {"atlas": ("ATLAS_",)}
-# llama.cpp reads every flag from a LLAMA_ARG_ twin too (common/arg.cpp, set_env): the twins of flags that
-# take no path and that sparkplay neither owns nor checks against a recipe field are plain; every other
-# twin (LLAMA_ARG_RPC, _HOST, _PORT, _MODEL, _LORA, _CTX_SIZE, _API_KEY, ...) is refused
-LLAMA_ARG_PLAIN = frozenset(
-    {
-        "THREADS",
-        "THREADS_BATCH",
-        "THREADS_HTTP",
-        "N_GPU_LAYERS",
-        "BATCH",
-        "UBATCH",
-        "FLASH_ATTN",
-        "N_PARALLEL",
-        "CONT_BATCHING",
-        "NO_CONT_BATCHING",
-        "NO_MMAP",
-        "MLOCK",
-        "CACHE_TYPE_K",
-        "CACHE_TYPE_V",
-        "DEFRAG_THOLD",
-        "N_PREDICT",
-        "ENDPOINT_METRICS",
-        "ENDPOINT_SLOTS",
-        "ENDPOINT_PROPS",
-        "NO_WEBUI",
-        "JINJA",
-        "REASONING_FORMAT",
-        "REASONING_BUDGET",
-        "SPLIT_MODE",
-        "TENSOR_SPLIT",
-        "MAIN_GPU",
-        "NUMA",
-        "NO_KV_OFFLOAD",
-        "KV_UNIFIED",
-        "SWA_FULL",
-        "CACHE_REUSE",
-        "TOP_K",
-        "TOP_P",
-        "MIN_P",
-        "TEMP",
-        "REPEAT_PENALTY",
-        "N_CPU_MOE",
-        "CPU_MOE",
-    }
-)
-# vLLM's environment twins of the data-parallel flags the plan sets per rank (--data-parallel-address ...): a
-# recipe's would point a rank at another master. (VLLM_HOST_IP and the socket names the plan overwrites with
-# each rank's own, so a recipe's are noted as overridden at import, not refused.)
-VLLM_OWNED = frozenset(
-    {"VLLM_DP_MASTER_IP", "VLLM_DP_MASTER_PORT", "VLLM_DP_RANK", "VLLM_DP_RANK_LOCAL", "VLLM_DP_SIZE"}
-)
-
 # flags that make an engine run code that is not its own: name -> what it does (shown at import)
 CODE_FLAGS = {
     "--trust-remote-code": "runs the Python the checkpoint ships (its modeling code) inside the engine",
@@ -336,19 +227,12 @@ PLUGIN_FILES = ("--tool-parser-plugin", "--reasoning-parser-plugin")
 def refused_twin(name: str) -> str | None:
     """Why `name` is refused as the environment twin of a flag sparkplay owns or confines, or None (whatever
     the engine: a twin means nothing to the others)."""
-    if name.startswith("LLAMA_ARG_") and name.removeprefix("LLAMA_ARG_") not in LLAMA_ARG_PLAIN:
-        flag = "--" + name.removeprefix("LLAMA_ARG_").lower().replace("_", "-")
-        return f"is llama.cpp's environment twin of {flag}, which sparkplay owns or checks"
-    if name in VLLM_OWNED:
-        return "is the environment twin of a data-parallel flag sparkplay sets per rank"
-    return None
+    return next((why for spec in registry.specs().values() if (why := spec.refused_twin(name))), None)
 
 
 def plain(engine: str, name: str) -> bool:
     """Whether `name` is plain tuning for `engine` (the allow-list, the same in every runtime)."""
-    if name in COMMON_PLAIN or name in ENGINE_PLAIN.get(engine, frozenset()):
-        return True
-    return name.startswith(ENGINE_PLAIN_PREFIX.get(engine, ())) and not PATH_SHAPED.search(name)
+    return name in COMMON_PLAIN or registry.spec(engine).plain(name, lambda n: PATH_SHAPED.search(n) is not None)
 
 
 def env_requests(engine: str, runtime: str, env: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
@@ -362,7 +246,7 @@ def env_requests(engine: str, runtime: str, env: Mapping[str, Any]) -> Iterator[
             yield name, "sets a variable that makes the engine load code from, or keep code in, a place it names"
         elif PATH_SHAPED.search(name):
             yield name, f"sets a variable naming a place {where}, which the engine may read code from"
-        elif not plain(engine, name) and not (engine == "llamacpp" and name.startswith("LLAMA_ARG_")):
+        elif not plain(engine, name):
             yield name, f"sets a variable the {engine} engine's documentation does not list as plain tuning"
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from sparkplay import __version__, addresses, admission, checkpoints, topology
 from sparkplay.boundary import check_allow, check_trusted
 from sparkplay.engines import names as slots
+from sparkplay.engines import registry
 from sparkplay.engines.context import Node, Options, api_address
 from sparkplay.engines.names import TOOLS, UNIT_DIR, UNITS, for_slot
 from sparkplay.engines.plan import build
@@ -35,8 +36,6 @@ from sparkplay.settings import DEFAULTS, LAUNCH_DEFAULTS, MODES, first_byte_boun
 
 GROUP = "sparkplay_nodes"
 
-# engines whose model.path names a model folder (Hugging Face layout) rather than a file
-FOLDER_MODEL_ENGINES = ("vllm",)
 OVERLAY_EXPECT = 864  # MTP expert matrices of GLM-5.x (layer 45: 288 experts x gate/up/down)
 
 
@@ -188,7 +187,8 @@ def _placement(
 
 def _serves_folder(recipe: Mapping[str, Any]) -> bool:
     """The engine serves model.path as a model folder (vLLM), not a file (llama.cpp's GGUF)."""
-    return (recipe.get("engine") or {}).get("name") in FOLDER_MODEL_ENGINES
+    name = (recipe.get("engine") or {}).get("name")
+    return bool(name) and registry.spec(str(name)).folder_model
 
 
 def _staged_model(recipe: Mapping[str, Any], root: str, staged: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Unpack
 
-from sparkplay import settings
-from sparkplay.engines import plan
+from sparkplay import argv, settings
+from sparkplay.engines import plan, registry
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline
 from sparkplay.recipes.store import catalog
 
 
@@ -45,7 +44,7 @@ def import_sources(source: str, **how: Unpack[catalog.Reading]) -> list[dict[str
                     ),
                 }
             )
-        for flag, why in plan.ADDED_FLAGS.get(doc["engine"]["name"], {}).items():
-            if not cmdline.has_flag(doc["serve"]["args"], flag):
+        for flag, why in registry.spec(doc["engine"]["name"]).added_flags.items():
+            if not argv.has_flag(doc["serve"]["args"], flag):
                 doc["provenance"].append({"key": "serve.args", "how": "added", "detail": f"{flag}: {why}"})
     return docs

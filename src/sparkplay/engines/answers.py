@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-# the engines whose greedy answer to one request is the same across restarts
-EXACT = ("llamacpp",)
+from sparkplay.engines import registry
+
 # flags that turn on speculative decoding, in any engine's spelling
 SPECULATIVE = (
     "--speculative-config",
@@ -32,7 +32,7 @@ def check(engine: str, argvs: Sequence[Sequence[str]]) -> dict[str, Any]:
     speculative = sorted(flags & set(SPECULATIVE))
     if speculative:
         return {"mode": "exempt", "why": f"speculative decoding ({speculative[0]}) may accept other tokens"}
-    if engine not in EXACT:
+    if not registry.spec(engine).answers_exact:
         return {
             "mode": "exempt",
             "why": f"{engine} batches requests and picks its kernels at start: an answer may differ after a restart",

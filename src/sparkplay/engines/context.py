@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkplay import boundary, checkpoints, topology
+from sparkplay import argv, boundary, checkpoints, topology
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
@@ -160,12 +160,12 @@ def engine_args(recipe: Mapping[str, Any], replaced: Sequence[str], owned: Seque
         raise BadInput(mismatch, "make them the same in the recipe (or drop the flag)")
     args = cmdline.with_context(engine, recipe["serve"]["args"], recipe.get("context_length"))
     for flag in owned:
-        if cmdline.has_flag(args, flag):
+        if argv.has_flag(args, flag):
             raise BadInput(
                 f"the recipe's engine flags set {flag}, which sparkplay sets per rank for {engine}",
                 f"remove {flag} from serve.args (use the inventory's serve_* settings instead)",
             )
-    return cmdline.without_flags(args, *replaced)
+    return argv.without_flags(args, *replaced)
 
 
 # every engine container: no capability but the ones its engine documents (each adapter adds those), so
@@ -212,7 +212,7 @@ def served_name(recipe: Mapping[str, Any]) -> str:
 def with_served_name(args: Sequence[str], recipe: Mapping[str, Any], *flags: str) -> list[str]:
     """The engine's flags naming the served model where the recipe's leave it out: sparkplay serves the
     checkpoint from its own path, which the engine would otherwise take for the model's name."""
-    if cmdline.has_flag(args, *flags):
+    if argv.has_flag(args, *flags):
         return list(args)
     return [*args, flags[0], served_name(recipe)]
 

@@ -14,8 +14,9 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from sparkplay import argv
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, hooks
+from sparkplay.recipes import hooks
 from sparkplay.recipes import mods as recipe_mods
 
 # where the rank's mod folders are mounted, read-only, in the engine's container
@@ -125,7 +126,7 @@ def apply(plan: dict[str, Any], recipe: Mapping[str, Any], runtime: str, state_d
     plan["directories"] = [*plan.get("directories", []), folder, *sorted(subfolders - {folder})]
     for rank in plan["ranks"]:
         options = list(rank["container_options"])
-        entry = cmdline.flag_value(options, "--entrypoint")
+        entry = argv.flag_value(options, "--entrypoint")
         if not entry:
             raise BadInput(
                 f"the recipe's mods need the {plan.get('engine') or 'engine'}'s entrypoint, which its "

@@ -14,21 +14,19 @@ options for the docker runtime, the engine binary for the native one);
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sparkplay import addresses, boundary, imageref, topology
-from sparkplay.engines import answers, atlas, firewall, llamacpp, mods, sglang, systemd, vllm
+from sparkplay import addresses, argv, boundary, imageref, topology
+from sparkplay.engines import answers, firewall, mods, registry, systemd
 from sparkplay.engines.context import Context, Node, Options, environment, served_name
 from sparkplay.engines.names import CONTAINER, ENV_FILE, engine_home, engine_user, for_slot
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, model, secrets
+from sparkplay.recipes import model, secrets
 
 DOCKER = "/usr/bin/docker"
 CONFIG_DIR = "/etc/sparkplay"  # the engine's own files the plan writes (Atlas profile): a container may read them
-# the variable each engine reads its API key from (vLLM's envs, llama.cpp's common args): a key given as
-# a flag would sit in a world-readable unit and in `ps`, so it travels in the 0600 env file instead
-API_KEY_ENV = {"vllm": "VLLM_API_KEY", "llamacpp": "LLAMA_API_KEY"}
 
 
 # a secret flag an engine also reads from a variable (the hub's token: vLLM, SGLang and llama.cpp all read
@@ -40,10 +38,12 @@ KEY_FLAGS = ("--api-key", "--auth-token")
 
 
 def api_key_to_env(engine: str, rank_plan: dict[str, Any]) -> str | None:
-    """Move an API key flag of this rank into the engine's own variable; the variable's name, if any."""
-    name = API_KEY_ENV.get(engine)
-    given = next((flag for flag in KEY_FLAGS if cmdline.has_flag(rank_plan["argv"], flag)), None)
-    key = cmdline.flag_value(rank_plan["argv"], given) if given else None
+    """Move an API key flag of this rank into the engine's own variable (its spec's api_key_env: a key given as
+    a flag would sit in a world-readable unit and in `ps`, so it travels in the 0600 env file instead); the
+    variable's name, if any."""
+    name = registry.spec(engine).api_key_env
+    given = next((flag for flag in KEY_FLAGS if argv.has_flag(rank_plan["argv"], flag)), None)
+    key = argv.flag_value(rank_plan["argv"], given) if given else None
     if given is not None:
         if name is None or key is None or given != "--api-key":
             raise BadInput(
@@ -51,18 +51,18 @@ def api_key_to_env(engine: str, rank_plan: dict[str, Any]) -> str | None:
                 "unit and in ps",
                 "remove it; sparkplay knows no variable this engine reads its key from",
             )
-        rank_plan["argv"] = cmdline.without_flags(rank_plan["argv"], "--api-key")
+        rank_plan["argv"] = argv.without_flags(rank_plan["argv"], "--api-key")
         rank_plan["env"][name] = key
     for flag in secrets.flags_in(rank_plan["argv"]):
         variable = SECRET_FLAG_ENV.get(flag)
-        value = cmdline.flag_value(rank_plan["argv"], flag)
+        value = argv.flag_value(rank_plan["argv"], flag)
         if variable is None or value is None:
             raise BadInput(
                 f"the recipe gives {engine} {flag} on the command line, where its secret would sit in a "
                 "world-readable unit and in ps",
                 "remove it from serve.args; sparkplay knows no variable this engine reads it from",
             )
-        rank_plan["argv"] = cmdline.without_flags(rank_plan["argv"], flag)
+        rank_plan["argv"] = argv.without_flags(rank_plan["argv"], flag)
         rank_plan["env"][variable] = value
     return name if name and rank_plan["env"].get(name) else None
 
@@ -87,23 +87,12 @@ def docker_exec(
 
 Adapter = Callable[[Context], dict[str, Any]]
 
-# the registry: a recipe's engine.name -> its adapter
-ADAPTERS: dict[str, Adapter] = {
-    "atlas": atlas.plan,
-    "vllm": vllm.plan,
-    "llamacpp": llamacpp.plan,
-    "sglang": sglang.plan,
-}
-# flags an adapter adds to the recipe's command line, and why (the import notes each one)
-ADDED_FLAGS: dict[str, dict[str, str]] = {"llamacpp": llamacpp.ADDED}
-# the knobs each engine's adapter reads (None: every knob the schema names); a knob set for an engine
-# that does not read it would change nothing, so it is refused
-KNOBS_READ: dict[str, frozenset[str] | None] = {
-    "atlas": None,
-    "vllm": frozenset({"gpu_memory_utilization"}),
-    "sglang": frozenset({"gpu_memory_utilization"}),  # its --mem-fraction-static
-    "llamacpp": frozenset(),
-}
+
+def adapter(engine: str) -> Adapter:
+    """The engine's per-rank launch: `plan` of its package's plan module."""
+    registry.spec(engine)  # an engine sparkplay does not know is refused, naming those it does
+    found: Adapter = importlib.import_module(f"sparkplay.engines.{engine}.plan").plan
+    return found
 
 
 def container_settings(options: Sequence[str], serve: Mapping[str, Any]) -> list[str]:
@@ -128,10 +117,11 @@ def check_knobs(engine: str, knobs: Mapping[str, Any], overrides: Mapping[str, A
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise BadInput(f"serve_knobs names {', '.join(unknown)}, not a knob", f"use one of {', '.join(sorted(known))}")
-    read = KNOBS_READ[engine]
+    read = registry.spec(engine).knobs_read
     unread = sorted(k for k, v in knobs.items() if v is not None and read is not None and k not in read)
     if unread:
-        readers = sorted(name for name, names in KNOBS_READ.items() if names is None or unread[0] in names)
+        specs = registry.specs().values()
+        readers = sorted(s.name for s in specs if s.knobs_read is None or unread[0] in s.knobs_read)
         raise BadInput(
             f"knob {', '.join(unread)} is set but the {engine} engine does not read it",
             f"remove it from serve_knobs or the recipe's knobs (it applies to {', '.join(readers) or 'no engine'})",
@@ -159,7 +149,7 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
     )
     engine = recipe["engine"]["name"]
     check_knobs(engine, ctx.knobs, options.knobs)
-    deployment = ADAPTERS[engine](ctx)
+    deployment = adapter(engine)(ctx)
     runtime = recipe["engine"]["runtime"]
     state = options.state_dir.rstrip("/") or "/"
     mods.apply(deployment, recipe, runtime, state)  # a recipe's mods run in its container before the engine

@@ -8,71 +8,30 @@ downstream ever hands them to a shell.
 
 from __future__ import annotations
 
-import itertools
 import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sparkplay.argv import flag_value
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
 
 ENV_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
-ENGINES_HELP = (
-    "sparkplay knows atlas (serve MODEL --kernel-target=..., or spark serve MODEL), vllm (vllm serve MODEL), "
-    "sglang (python3 -m sglang.launch_server --model-path MODEL, or sglang serve) and llama.cpp (llama-server)"
-)
-
-
-# Each engine's flags for the context length; the first is the one sparkplay writes where a recipe's
-# flags do not state it (the recipe's context_length field is the source of truth for both).
-CONTEXT_FLAGS = {
-    "vllm": ("--max-model-len",),
-    "atlas": ("--max-seq-len",),
-    "llamacpp": ("--ctx-size", "-c"),
-    "sglang": ("--context-length",),
-}
-
-
-# vLLM's human-readable integers (its arg_utils): decimal k/m/g/t, binary K/M/G/T (no decimals), and
-# -1 or auto for "as long as the memory allows"
-_HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT])\Z")
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
-def context_value(engine: str, text: str) -> int | None:
-    """The context length an engine reads from its flag's text; None where the engine sizes it itself (vLLM's
-    auto). A text the engine would refuse is refused, naming the flag."""
-    flag = CONTEXT_FLAGS.get(engine, ("the context flag",))[0]
-    value = text.strip()
-    if engine == "vllm":
-        if value == "-1" or value.lower() == "auto":
-            return None
-        if match := _HUMAN_INT.match(value):
-            number, suffix = match.groups()
-            if suffix in _DECIMAL:
-                return int(float(number) * _DECIMAL[suffix])
-            if number.isdigit():
-                return int(number) * _BINARY[suffix]
-    if engine == "llamacpp" and value == "0":
-        return None  # llama.cpp: 0 is the model's own context length
-    if value.isdigit():
-        return int(value)
-    raise BadInput(f"{flag} has a value the engine does not read: {text!r}", f"give {flag} a whole number of tokens")
 
 
 def context_mismatch(engine: str, args: Sequence[str], length: int | None) -> str | None:
     """Why the flags and the context_length field disagree (None: they agree, or one is unstated)."""
-    flags = CONTEXT_FLAGS.get(engine, ())
-    stated = flag_value(args, *flags)
-    if length is None or stated is None or context_value(engine, stated) == length:
+    spec = registry.spec(engine)
+    stated = flag_value(args, *spec.context_flags) if spec.context_flags else None
+    if length is None or stated is None or spec.context_value(stated) == length:
         return None
-    return f"context_length is {length} but the engine's flag {flags[0]} says {stated}"
+    return f"context_length is {length} but the engine's flag {spec.context_flags[0]} says {stated}"
 
 
 def with_context(engine: str, args: Sequence[str], length: int | None) -> list[str]:
     """The engine's flags with the context length stated: the field's value, where the flags leave it out."""
-    flags = CONTEXT_FLAGS.get(engine, ())
+    flags = registry.spec(engine).context_flags
     if length is None or not flags or flag_value(args, *flags) is not None:
         return list(args)
     return [*args, flags[0], str(length)]
@@ -222,108 +181,7 @@ def parse(text: str) -> Command:
         raise BadInput("the recipe's command line is empty", "the recipe must give the engine's serve command")
     program = tokens[0].rsplit("/", 1)[-1]
     rest = tokens[1:]
-    if program == "vllm" and rest[:1] == ["serve"]:
-        model, args = _split_model(rest[1:])  # vLLM reads --model where no positional model is given
-        return Command("vllm", model or flag_value(args, "--model"), args, env, pinning)
-    if program in ("python", "python3") and rest[:2] == ["-m", "vllm.entrypoints.openai.api_server"]:
-        args = rest[2:]
-        return Command("vllm", flag_value(args, "--model"), args, env, pinning)
-    if program == "serve" and any(t == "--kernel-target" or t.startswith("--kernel-target=") for t in rest):
-        model, args = _split_model(rest)
-        return Command("atlas", model, args, env, pinning)
-    if program == "spark" and rest[:1] == ["serve"]:  # Atlas's own launcher, as sparkrun's atlas runtime calls it
-        model, args = _split_model(rest[1:])
-        return Command("atlas", model, args, env, pinning)
-    if (program in ("python", "python3") and rest[:2] == ["-m", "sglang.launch_server"]) or (
-        program == "sglang" and rest[:1] == ["serve"]
-    ):
-        args = rest[2:] if program != "sglang" else rest[1:]
-        return Command("sglang", flag_value(args, "--model-path", "--model"), args, env, pinning)
-    if program == "llama-server":
-        return Command("llamacpp", flag_value(rest, "-m", "--model"), rest, env, pinning)
-    raise BadInput(f"unknown engine in the recipe's command line ({tokens[0]!r})", ENGINES_HELP)
-
-
-def _split_model(tokens: list[str]) -> tuple[str | None, list[str]]:
-    if tokens and not tokens[0].startswith("-"):
-        return tokens[0], tokens[1:]
-    return None, tokens
-
-
-def flag_value(args: Sequence[str], *names: str) -> str | None:
-    """The last value given for any of `names` (`--f v` or `--f=v`), else None."""
-    found: str | None = None
-    for i, token in enumerate(args):
-        for name in names:
-            if token == name and i + 1 < len(args) and not _is_flag(args[i + 1]):
-                found = args[i + 1]
-            elif token.startswith(name + "="):
-                found = token[len(name) + 1 :]
-    return found
-
-
-def flag_values(args: Sequence[str], *names: str) -> list[str]:
-    """Every value the last of `names` was given (`--f a b c`, as an nargs="+" option reads it)."""
-    found: list[str] = []
-    for i, token in enumerate(args):
-        if token in names:
-            found = list(itertools.takewhile(lambda t: not _is_flag(t), args[i + 1 :]))
-        elif token.split("=", 1)[0] in names and "=" in token:
-            found = [token.split("=", 1)[1]]
-    return found
-
-
-def has_flag(args: Sequence[str], *names: str) -> bool:
-    return any(token in names or token.split("=", 1)[0] in names for token in args)
-
-
-def without_flags(args: Sequence[str], *names: str) -> list[str]:
-    """`args` minus every `--f v` / `--f=v` / switch `--f` for the given names, all else in order."""
-    kept: list[str] = []
-    skip = False
-    for i, token in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if token in names:
-            skip = i + 1 < len(args) and not _is_flag(args[i + 1])
-            continue
-        if token.split("=", 1)[0] in names and "=" in token:
-            continue
-        kept.append(token)
-    return kept
-
-
-def with_flag(args: Sequence[str], name: str, value: str) -> list[str]:
-    """`args` with `name` set to `value`: its first occurrence changed in place, later ones dropped, else added."""
-    if not has_flag(args, name):
-        return [*args, name, value]
-    first = next(i for i, token in enumerate(args) if token == name or token.startswith(name + "="))
-    rest = without_flags(args[first:], name)
-    return [*args[:first], name, value, *rest]
-
-
-def _is_flag(token: str) -> bool:
-    # "-1" or "-0.5" are values, not flags
-    return token.startswith("-") and not re.match(r"^-\d", token)
-
-
-def flag_map(args: Sequence[str]) -> dict[str, str | None]:
-    """Flags to their values (None for a switch), for diffs; positional tokens are keyed by index."""
-    result: dict[str, str | None] = {}
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if _is_flag(token):
-            if "=" in token:
-                name, value = token.split("=", 1)
-                result[name] = value
-            elif i + 1 < len(args) and not _is_flag(args[i + 1]):
-                result[token] = args[i + 1]
-                i += 1
-            else:
-                result[token] = None
-        else:
-            result[f"#{i}"] = token
-        i += 1
-    return result
+    for spec in registry.specs().values():
+        if (found := spec.recognise(program, rest)) is not None:
+            return Command(spec.name, found[0], found[1], env, pinning)
+    raise BadInput(f"unknown engine in the recipe's command line ({tokens[0]!r})", registry.command_help())

@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from sparkplay.recipes import cmdline
+from sparkplay import argv
 
 # What a deployment does not depend on: where the recipe came from, the words around it.
 NOT_DEPLOYED = ("schema", "name", "title", "source", "notes", "provenance", "extra")
@@ -64,7 +64,7 @@ def mapping_diff(label: str, old: dict[str, Any], new: dict[str, Any]) -> list[s
 
 
 def _flags(args: list[str]) -> dict[str, str]:
-    return {flag: "on" if value is None else value for flag, value in cmdline.flag_map(args).items()}
+    return {flag: "on" if value is None else value for flag, value in argv.flag_map(args).items()}
 
 
 def semantic_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -21,6 +21,7 @@ import jsonschema
 import yaml
 
 from sparkplay import boundary, codepaths, imageref
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
@@ -30,7 +31,12 @@ NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
 
 @cache
 def schema() -> dict[str, Any]:
-    return json.loads(resources.files("sparkplay.recipes").joinpath("schema.json").read_text())
+    """The recipe's JSON Schema, its engines and their image families those the registry holds."""
+    doc = json.loads(resources.files("sparkplay.recipes").joinpath("schema.json").read_text())
+    engine = doc["properties"]["engine"]["properties"]
+    engine["name"]["enum"] = registry.names()
+    engine["family"]["enum"] = sorted({f for s in registry.specs().values() for f in s.families})
+    return doc
 
 
 def check_name(name: str) -> str:
@@ -66,12 +72,6 @@ class Problem:
         return f"{self.severity}: {self.key}: {self.message}; {self.fix}"
 
 
-# engines whose native program sparkplay installs itself (vLLM's CPU build: engines/vllm_cpu.py)
-NATIVE_SELF_INSTALLED = ("vllm",)
-# engines that can serve model.path under the model root with no repo (llama.cpp's GGUF, vLLM's folder)
-LOCAL_PATH_ENGINES = ("llamacpp", "vllm")
-
-
 def problems(doc: dict[str, Any]) -> list[Problem]:
     """What stops (errors) or worries (warnings) a deployment of this recipe."""
     found = [Problem("(schema)", message, "fix the recipe file") for message in schema_errors(doc)]
@@ -98,15 +98,12 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
                 "warning",
             )
         )
-    if engine["runtime"] == "native" and not engine.get("packages") and engine["name"] not in NATIVE_SELF_INSTALLED:
+    spec = registry.spec(engine["name"])
+    if engine["runtime"] == "native" and not engine.get("packages") and not spec.native_self_installed:
         found.append(Problem("engine.packages", "no packages are known", "set engine.packages in the recipe"))
-    if (
-        not model["repo"]
-        and not model.get("checkpoints")
-        and not (engine["name"] in LOCAL_PATH_ENGINES and model.get("path"))
-    ):
+    if not model["repo"] and not model.get("checkpoints") and not (spec.serves_local_path and model.get("path")):
         found.append(Problem("model.repo", "the model's repository is not known", "set model.repo (org/name)"))
-    if engine["name"] == "llamacpp" and not model.get("path"):
+    if spec.model_is_file and not model.get("path"):
         found.append(
             Problem(
                 "model.path",
@@ -132,8 +129,8 @@ def problems(doc: dict[str, Any]) -> list[Problem]:
                 "warning",
             )
         )
-    # llama.cpp spreads layers over however many ranks there are
-    if doc["topology"]["nodes"] is None and engine["name"] != "llamacpp":
+    # an engine that spreads layers over however many ranks there are (llama.cpp) needs no count
+    if doc["topology"]["nodes"] is None and not spec.nodes_from_flags:
         found.append(Problem("topology.nodes", "the node count is not known", "set topology.nodes"))
     for i, ckpt in enumerate(model.get("checkpoints") or []):
         if not ckpt["revision"]:

@@ -1,5 +1,5 @@
-"""Where a recipe's model comes from, as its command says: the file llama.cpp serves, the hub repository
-(`-hf`, a hub-cache snapshot path, the recipe's own model field), the revision the engine's flag pins, the
+"""Where a recipe's model comes from, as its command says: the file an engine serves, the hub repository
+(a hub-cache snapshot path, the recipe's own model field), the revision the engine's flag pins, the
 draft model and the other checkpoints the recipe needs; each derived value noted on the RawRecipe."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import posixpath
 import re
 from typing import Any
 
-from sparkplay import checkpoints
+from sparkplay import argv, checkpoints
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, flags
 from sparkplay.recipes.raw import RawRecipe
 
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
@@ -20,7 +20,7 @@ def model_file(raw: RawRecipe, repo: str | None) -> str | None:
     """llama.cpp's -m: a file under the model root. An absolute path is the recipe author's own disk (or
     container); with the repository known, the file of that name in its mirrored checkpoint is meant."""
     path = raw.model
-    if raw.engine != "llamacpp" or not path or not path.startswith("/") or not repo:
+    if not registry.spec(raw.engine).model_is_file or not path or not path.startswith("/") or not repo:
         return path
     mapped = f"{checkpoints.checkpoint_folder(repo)}/{posixpath.basename(path)}"
     raw.note(
@@ -32,33 +32,10 @@ def model_file(raw: RawRecipe, repo: str | None) -> str | None:
     return mapped
 
 
-def gguf(raw: RawRecipe, hub: str | None, repo: str | None) -> dict[str, Any] | None:
-    """llama.cpp serving a hub repository (-hf repo:QUANT, or sparkrun's model repo:QUANT) rather than a file:
-    what it names, resolved at import into the files it serves (recipes/importers/pasted/gguf_hub.py)."""
-    if raw.engine != "llamacpp":
-        return None
-    draft = cmdline.flag_value(raw.args, *flags.HUB_DRAFT)
-    ref = None if raw.model or not (hub or repo) else hub or (f"{repo}:{raw.quant}" if raw.quant else str(repo))
-    if ref is None and draft is None:
-        return None
-    projector = not any(cmdline.has_flag(raw.args, f) for f in ("--no-mmproj", "--no-mmproj-auto", "--mmproj"))
-    return {
-        "ref": ref,
-        "file": cmdline.flag_value(raw.args, "-hff", "--hf-file"),
-        "mmproj": projector,
-        "projector": None,
-        "draft_ref": draft,
-        "draft": None,
-    }
-
-
-REVISION_FLAGS = {"vllm": "--revision", "sglang": "--revision"}
-
-
 def revision_flag(raw: RawRecipe, repo: str | None) -> None:
     """The revision the engine's own flag asks for pins the download (the plan then serves the mirror of it)."""
-    flag = REVISION_FLAGS.get(raw.engine)
-    stated = cmdline.flag_value(raw.args, flag) if flag else None
+    flag = registry.spec(raw.engine).revision_flag
+    stated = argv.flag_value(raw.args, flag) if flag else None
     if stated is None or not repo:
         return
     if raw.revision not in (None, stated):
@@ -145,15 +122,12 @@ def add_other_models(raw: RawRecipe, doc: dict[str, Any]) -> None:
         elif not any(c["repo"] == source[0] for c in ckpts):
             ckpts.append(checkpoint("drafter", source[0], source[1] or pins.get(source[0])))
             raw.note("model.checkpoints", "derived", f"the draft model {source[0]} named in the engine flags")
-    unused = cmdline.flag_value(raw.args, "--speculative-draft-model-path", "--speculative-draft-model")
-    source = draft_source(unused) if raw.engine == "sglang" and doc["speculative"] is None and unused else None
-    if source and not any(c["repo"] == source[0] for c in ckpts):  # mirrored as sparkrun syncs it, though unused
+    unused = registry.spec(raw.engine).unused_draft(raw.args, doc["speculative"])
+    source = draft_source(unused[0]) if unused else None
+    if unused and source and not any(c["repo"] == source[0] for c in ckpts):  # mirrored as sparkrun syncs it
         ckpts.append(checkpoint("extra", source[0], source[1] or pins.get(source[0])))
         raw.note(
-            "model.checkpoints",
-            "derived",
-            f"the draft model {source[0]} is named, but SGLang speculates "
-            "only with --speculative-algorithm: mirrored, not used",
+            "model.checkpoints", "derived", f"the draft model {source[0]} is named, but {unused[1]}: mirrored, not used"
         )
     for other in raw.checkpoints:
         if not any(c["repo"] == other["repo"] for c in ckpts):

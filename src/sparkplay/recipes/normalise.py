@@ -13,9 +13,11 @@ import copy
 import re
 from typing import Any
 
-from sparkplay import addresses
+from sparkplay import addresses, argv
+from sparkplay.engines import registry
+from sparkplay.engines.spec import EngineSpec
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, flags, known, secrets
+from sparkplay.recipes import flags, known, secrets
 from sparkplay.recipes import model_source as source
 from sparkplay.recipes.model import SCHEMA_ID
 from sparkplay.recipes.raw import RawRecipe
@@ -75,60 +77,25 @@ def _one_line_title(raw: RawRecipe) -> str:
     return title
 
 
-def _atlas_family(raw: RawRecipe) -> str | None:
-    """An Atlas recipe's image family, by what its command is: SparkGLM's `serve MODEL --kernel-target=...`, or
-    Atlas GB10's `spark serve MODEL` (the form sparkrun's atlas runtime writes). The image's repository only
-    confirms it, so an image from another namespace, or a later --set engine.image, changes nothing."""
-    if raw.engine != "atlas":
-        return None
-    found = "sparkglm" if cmdline.has_flag(raw.args, "--kernel-target") else "gb10"
-    tag_only = raw.image and ":" not in raw.image and "/" not in raw.image  # the repository comes from the table
-    named = known.atlas_family(f"{known.ENGINES['atlas'].image_repository}:{raw.image}" if tag_only else raw.image)
-    if named is None and raw.image:
-        shape = "serve --kernel-target" if found == "sparkglm" else "spark serve"
-        raw.note(
-            "engine.family",
-            "derived",
-            f"{raw.image} is an Atlas image sparkplay has not seen: its command ({shape}) is the {found} family's",
-        )
-    elif named not in (None, found):
-        raise BadInput(
-            f"engine.image {raw.image} is an Atlas {named} image, but the command is the {found} family's",
-            "make the image and the command agree",
-        )
-    return found
-
-
-def vllm_option_spelling(arg: str) -> str:
-    """An argument as vLLM's FlexibleArgumentParser reads it: in a long option's name, underscores between the
-    `--` and the first `.` become dashes (`--max_model_len` is `--max-model-len`); what follows that dot is a
-    key of the option's JSON value and stays byte for byte (`--compilation_config.cudagraph_mode` is
-    `--compilation-config.cudagraph_mode`). A value after `=` is the user's, untouched."""
-    if not arg.startswith("--"):
-        return arg
-    name, eq, value = arg.partition("=")
-    option, dot, keys = name[2:].partition(".")
-    return "--" + option.replace("_", "-") + dot + keys + eq + value
-
-
 # what a person pasted (a command line, a compose service, a page's code block): it says how many nodes it runs on
 PASTED_KINDS = frozenset({"command", "compose", "page"})
 
 
-def _vllm_spelling(raw: RawRecipe) -> None:
-    """Each flag written as vLLM reads it (vllm_option_spelling), so every rule here sees the flag."""
-    if raw.engine != "vllm":
-        return
-    cleaned = [vllm_option_spelling(arg) for arg in raw.args]
+def _spelling(raw: RawRecipe, spec: EngineSpec) -> None:
+    """Each flag written as the engine's parser reads it, so every rule here sees the flag."""
+    cleaned = spec.spelled(raw.args)
     if cleaned != raw.args:
         changed = [a.partition("=")[0] for a, b in zip(raw.args, cleaned, strict=True) if a != b]
-        raw.note("serve.args", "cleaned", f"{', '.join(changed)} written with dashes, as vLLM's parser reads them")
+        raw.note(
+            "serve.args", "cleaned", f"{', '.join(changed)} written with dashes, as {spec.title}'s parser reads them"
+        )
         raw.args = cleaned
 
 
 def normalise(raw: RawRecipe) -> dict[str, Any]:
     """The normalised recipe document (not yet schema-validated)."""
-    _vllm_spelling(raw)
+    spec = registry.spec(raw.engine)
+    _spelling(raw, spec)
     raw.args, left_out = secrets.without_flags(raw.args)  # every importer's: a pasted one's are out already
     for flag in left_out:
         raw.note("serve.args", "ignored", secrets.note(flag))
@@ -138,18 +105,19 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     flags.check_json_flags(raw.args)
     flags.one_served_name(raw)
     _check_one_line(raw)
-    engine_defaults = known.ENGINES[raw.engine]
+    engine_defaults = spec.defaults
     derived = flags.derive(raw)
-    flag_map = cmdline.flag_map(raw.args)
+    flag_map = argv.flag_map(raw.args)
 
-    # llama.cpp's -m is always a file (org/file.gguf looks like a repository but is not one); -hf names one
+    # an engine whose model argument is always a file (llama.cpp's -m: org/file.gguf looks like a repository
+    # but is not one) names its hub repository by a flag of its own (-hf)
     model_is_repo = (
-        raw.model is not None and raw.engine != "llamacpp" and source.REPO_PATTERN.match(raw.model) is not None
+        raw.model is not None and not spec.model_is_file and source.REPO_PATTERN.match(raw.model) is not None
     )
-    hub = cmdline.flag_value(raw.args, "-hf", "-hfr", "--hf-repo") if raw.engine == "llamacpp" else None
+    hub = spec.hub_model(raw.args)
     repo = raw.model if model_is_repo else raw.repo or (hub.split(":", 1)[0] if hub else None)
-    gguf = source.gguf(raw, hub, repo)
-    if raw.model and not model_is_repo and raw.engine != "llamacpp":
+    gguf = spec.gguf(raw.args, raw.model, repo, raw.quant)
+    if raw.model and not model_is_repo and not spec.model_is_file:
         repo = source.served_path_repo(raw, repo)
     source.revision_flag(raw, repo)
     if raw.pinning:
@@ -160,9 +128,9 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             "starts the engine itself, one per node, without CPU pinning",
         )
     served = derived["served_name"]
-    family = _atlas_family(raw)
-    gb10 = family == "gb10"
-    if served is None and (raw.engine in ("vllm", "sglang") or gb10) and raw.model:
+    family = spec.family(raw.args, raw.image, raw.note)
+    unnamed = spec.unnamed(raw.name) if served is None else None
+    if served is None and spec.serves_model_argument(family) and raw.model:
         # what the engine serves the model as without a name flag: its model argument, as written
         served = raw.model
         raw.note(
@@ -171,16 +139,8 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             f"no served-name flag: the engine serves the model as its model "
             f"argument, {served!r}; sparkplay names it so (it serves the checkpoint from its own path)",
         )
-    elif served is None and raw.engine == "llamacpp":
-        # llama-server names a model by its file unless told; sparkplay's plan gives it --alias (the recipe's
-        # name), which the probe, the gateway and the bench ask for: an argv the source never had, so said
-        raw.note(
-            "model.served_name",
-            "derived",
-            f"no --alias: llama-server would name the model by its file; sparkplay serves it as the recipe's "
-            f"name ({raw.name or 'the name it is imported as'}, --alias), which its clients ask for "
-            "(--set model.served_name=NAME for another)",
-        )
+    elif unnamed is not None:
+        raw.note("model.served_name", "derived", unnamed)
     tp = _pick(raw, "topology.tensor_parallel", raw.tensor_parallel, derived["tensor_parallel"], 1, "engine flags")
     pp = _pick(raw, "topology.pipeline_parallel", raw.pipeline_parallel, derived["pipeline_parallel"], 1, "flags")
     nodes = raw.nodes if raw.nodes is not None else derived["nodes"]
@@ -188,7 +148,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         pass
     elif nodes is not None:
         raw.note("topology.nodes", "derived", "engine flags")
-    elif raw.engine != "llamacpp":
+    elif not spec.nodes_from_flags:
         nodes = tp * pp  # one GPU per Spark
         raw.note("topology.nodes", "derived", f"tensor x pipeline parallel ({tp} x {pp}), one GPU per node")
     elif raw.source.get("kind") in PASTED_KINDS:
@@ -222,12 +182,12 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         raw.note("context_length", "derived", "engine flags")
 
     health = engine_defaults.health_timeout_s
-    ready = raw.env.get("VLLM_ENGINE_READY_TIMEOUT_S")
+    ready = raw.env.get(spec.ready_timeout_env) if spec.ready_timeout_env else None
     if raw.health_timeout_s is not None:  # stated by the source outright
         health = raw.health_timeout_s
     elif ready and ready.isdigit():
         health = int(ready)
-        raw.note("serve.health_timeout_s", "derived", "VLLM_ENGINE_READY_TIMEOUT_S in the recipe's env")
+        raw.note("serve.health_timeout_s", "derived", f"{spec.ready_timeout_env} in the recipe's env")
 
     doc: dict[str, Any] = {
         "schema": SCHEMA_ID,
@@ -283,8 +243,8 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         "provenance": [],
         "extra": dict(raw.extra),
     }
-    # the SparkGLM Atlas images' profile knobs: no other image (another Atlas family) reads them
-    profile = raw.engine != "atlas" or family == "sparkglm"
+    # the engine launcher's profile knobs (the SparkGLM Atlas images'): another family of its images reads none
+    profile = spec.reads_knobs(family)
     for key, knob in engine_defaults.knob_env.items() if profile else ():
         if key in doc["serve"]["env"]:
             value = doc["serve"]["env"].pop(key)
@@ -306,8 +266,8 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
             if _get_path(doc, key) in (None, []):
                 _set_path(doc, key, value)
                 raw.note(key, "filled", f"known model table: {known_model.label}")
-    if raw.engine == "atlas" and doc["engine"]["image"] and ":" not in doc["engine"]["image"]:
-        # the recipe gave only a tag; the repository comes from the known engines table
+    if engine_defaults.image_repository and doc["engine"]["image"] and ":" not in doc["engine"]["image"]:
+        # the recipe gave only a tag; the repository is the engine's own
         doc["engine"]["image"] = f"{engine_defaults.image_repository}:{doc['engine']['image']}"
         raw.note("engine.image", "filled", "image repository from the known engines table; tag from the recipe")
     if repo and not doc["model"]["checkpoints"]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from sparkplay.recipes import cmdline
+from sparkplay import argv
 
 # an environment name that holds a secret
 ENV_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|CREDENTIALS?)$", re.IGNORECASE)
@@ -50,7 +50,7 @@ def flags_in(args: Sequence[str]) -> list[str]:
 def without_flags(args: Sequence[str]) -> tuple[list[str], list[str]]:
     """(`args` without any secret-bearing flag and its value, the flags taken out)."""
     found = flags_in(args)
-    return (cmdline.without_flags(args, *found) if found else list(args)), found
+    return (argv.without_flags(args, *found) if found else list(args)), found
 
 
 def note(name: str) -> str:

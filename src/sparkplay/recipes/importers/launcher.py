@@ -7,6 +7,8 @@ import shlex
 import tomllib
 from typing import Any
 
+from sparkplay import argv
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 from sparkplay.recipes.flags import JSON_FLAGS
@@ -93,7 +95,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, notes
     engine_text = str(data.get("engine", "")).lower()
     engine = ENGINE_NAMES.get(engine_text)
     if engine is None:
-        raise BadInput(f"unknown engine {data.get('engine')!r} in recipe.toml", cmdline.ENGINES_HELP)
+        raise BadInput(f"unknown engine {data.get('engine')!r} in recipe.toml", registry.command_help())
     args_in = data.get("args", [])
     if not isinstance(args_in, list) or not all(isinstance(a, str) for a in args_in):
         raise BadInput("recipe.toml key args must be a list of strings", "give each argument as its own string")
@@ -137,12 +139,12 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None, notes
         raw.args.append(cleaned)
     for key, flag in ENGINE_ARG_KEYS.items():  # vLLM engine arguments the launcher states as keys
         value = data.get(key)
-        if value in (None, False) or cmdline.has_flag(raw.args, flag):
+        if value in (None, False) or argv.has_flag(raw.args, flag):
             continue
         if engine != "vllm":
             raise BadInput(f"recipe.toml key {key} is a vLLM setting, but the engine is {engine}", f"remove {key}")
         raw.args += [flag] if value is True else [flag, str(_int(data, key))]
         raw.note("serve.args", "derived", f"{flag} from the recipe's {key}")
-    served = cmdline.flag_value(raw.args, "--served-model-name")
+    served = argv.flag_value(raw.args, "--served-model-name")
     raw.name = name or slugify(served or raw.title)
     return raw

@@ -13,9 +13,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from sparkplay import imageref
+from sparkplay import argv, imageref
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, known, model
+from sparkplay.recipes import cmdline, model
 from sparkplay.recipes.importers.pasted import launch as paste
 from sparkplay.recipes.importers.pasted import launches
 from sparkplay.recipes.importers.pasted.launches import Launch
@@ -293,7 +294,7 @@ def _env(raw: RawRecipe, data: dict[str, Any], parsed: cmdline.Command, env_fiel
             if isinstance(v, str) and where != command_field and not _about_env(where)
         )
     )
-    knob_env = known.ENGINES[parsed.engine].knob_env
+    knob_env = registry.spec(parsed.engine).defaults.knob_env
     if elsewhere := {k: v for k, v in mentioned.items() if k not in raw.env}:
         fixes = [f"{k}: sparkplay apply --set {knob_env[k]}=..." for k in elsewhere if k in knob_env]
         if any(k not in knob_env for k in elsewhere):
@@ -312,10 +313,10 @@ def _address(raw: RawRecipe, prose: str, parsed: cmdline.Command) -> None:
     """The API's address stated in the recipe's notes, where the command does not set it."""
     if (match := API_ADDRESS.search(prose)) is None:
         return
-    if cmdline.flag_value(parsed.args, "--host") is None:
+    if argv.flag_value(parsed.args, "--host") is None:
         raw.bind = match.group(1).strip("[]")
         raw.note("serve.bind", "derived", "API address stated in the recipe's notes")
-    if cmdline.flag_value(parsed.args, "--port") is None:
+    if argv.flag_value(parsed.args, "--port") is None:
         raw.port = int(match.group(2))
         raw.note("serve.port", "derived", "API address stated in the recipe's notes")
 
@@ -374,7 +375,7 @@ def to_raw(data: dict[str, Any], source: dict[str, Any], name: str | None) -> Ra
     slug = _field(data, "slug")
     if isinstance(slug, str) and slug:
         source["canonical_url"] = SITE_API.format(slug=slugify(slug))
-    served = cmdline.flag_value(parsed.args, "--served-model-name")
+    served = argv.flag_value(parsed.args, "--served-model-name")
     raw.name = name or slugify(served or (slug if isinstance(slug, str) else None) or title)
     return raw
 

@@ -152,7 +152,7 @@ def apply(doc: dict[str, Any]) -> None:
     target checkpoint's files and commit, from the repository's file list at one commit."""
     model = doc["model"]
     gguf = model.get("gguf")
-    if doc["engine"]["name"] != "llamacpp" or not gguf:
+    if not gguf:  # none is named from the hub (only an engine spec's gguf names one)
         return
     if gguf.get("draft_ref") and not gguf.get("draft"):
         _apply_draft(doc, gguf)

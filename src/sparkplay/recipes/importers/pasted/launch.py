@@ -12,8 +12,10 @@ import re
 import shlex
 from typing import Any
 
+from sparkplay import argv
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline, hooks, known, secrets
+from sparkplay.recipes import cmdline, hooks, secrets
 from sparkplay.recipes.importers.pasted import shell, volumes
 from sparkplay.recipes.importers.pasted.docker_run import LIFECYCLE, Container
 from sparkplay.recipes.importers.pasted.launches import Found, Launch
@@ -181,10 +183,10 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
     raw.env = _without_secrets(env, raw)
     raw.nodes = launch.nodes
     _before(raw, launch)
-    served = cmdline.flag_value(parsed.args, "--served-model-name", "--alias", "-a")
+    served = argv.flag_value(parsed.args, "--served-model-name", "--alias", "-a")
     raw.title = served or parsed.model or launch.name_hint or parsed.engine
     hint = launch.name_hint if launch.name_hint and not shell.unknowns(launch.name_hint) else None
-    hub = cmdline.flag_value(parsed.args, "-hf", "-hfr", "--hf-repo") if parsed.engine == "llamacpp" else None
+    hub = argv.flag_value(parsed.args, "-hf", "-hfr", "--hf-repo") if parsed.engine == "llamacpp" else None
     model_name = (parsed.model or (hub or "").split(":")[0]).rstrip("/").rsplit("/", 1)[-1] or None
     raw.name = name or slugify(served or hint or model_name or parsed.engine)
     return raw
@@ -192,13 +194,13 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
 
 def _per_rank(raw: RawRecipe, launch: Launch) -> None:
     """One node's command of a multi-node guide: its per-rank flags are sparkplay's to set; --nnodes counts."""
-    owned = [f for f in PER_RANK.get(raw.engine, ()) if cmdline.has_flag(raw.args, f)]
+    owned = [f for f in PER_RANK.get(raw.engine, ()) if argv.has_flag(raw.args, f)]
     if not owned:
         return
-    count = cmdline.flag_value(raw.args, "--nnodes")
+    count = argv.flag_value(raw.args, "--nnodes")
     if count and count.isdigit() and launch.nodes is None:
         launch.nodes = int(count)
-    raw.args = cmdline.without_flags(raw.args, *owned)
+    raw.args = argv.without_flags(raw.args, *owned)
     raw.note(
         "serve.args",
         "cleaned",
@@ -353,8 +355,10 @@ def _container(container: Container, raw: RawRecipe) -> None:
 
 def _ports(specs: list[str], raw: RawRecipe) -> None:
     """docker -p [IP:]HOST:CONTAINER: with the host's network, the engine listens on the host's port itself."""
-    engine_port = cmdline.flag_value(raw.args, "--port")
-    container_port = int(engine_port) if engine_port and engine_port.isdigit() else known.ENGINES[raw.engine].port
+    engine_port = argv.flag_value(raw.args, "--port")
+    container_port = (
+        int(engine_port) if engine_port and engine_port.isdigit() else registry.spec(raw.engine).defaults.port
+    )
     for spec in specs:
         parts = shell.shown(spec).split("/", 1)[0].rsplit(":", 2)
         if len(parts) < 2 or not parts[-1].isdigit():
@@ -367,7 +371,7 @@ def _ports(specs: list[str], raw: RawRecipe) -> None:
             raw.note("serve.bind", "derived", f"docker -p {spec}: the API is published on {raw.bind}")
         if int(host_port) != container_port:
             raw.port = int(host_port)
-            raw.args = cmdline.with_flag(raw.args, "--port", host_port) if engine_port else raw.args
+            raw.args = argv.with_flag(raw.args, "--port", host_port) if engine_port else raw.args
             raw.note(
                 "serve.port",
                 "derived",

@@ -12,7 +12,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from sparkplay import imageref
+from sparkplay import argv, imageref
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 from sparkplay.recipes.importers.pasted import docker_run, shell
@@ -334,7 +334,7 @@ def _container_command(container: Container, at: str) -> list[str] | None:
     if command and not command[0].startswith("-"):
         return command
     for flag, program in FLAG_ENGINES:
-        if cmdline.has_flag(command, flag):
+        if argv.has_flag(command, flag):
             container.options.setdefault("_entrypoint_note", []).append(" ".join(program))
             return [*program, *command]
     return command or None

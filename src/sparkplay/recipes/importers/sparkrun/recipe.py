@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
+from sparkplay import argv
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, hooks, mods
 from sparkplay.recipes.importers.sparkrun import executor as sparkrun_executor
@@ -109,8 +110,8 @@ def _vllm_backend(
         return args, backend
     chosen = defaults.get("distributed_executor_backend")
     if templated and chosen is not None:
-        args = cmdline.with_flag(args, "--distributed-executor-backend", str(chosen))
-    if backend == "ray" and nodes == 1 and not cmdline.has_flag(args, "--distributed-executor-backend"):
+        args = argv.with_flag(args, "--distributed-executor-backend", str(chosen))
+    if backend == "ray" and nodes == 1 and not argv.has_flag(args, "--distributed-executor-backend"):
         backend = None
     return args, backend
 
@@ -364,7 +365,7 @@ def to_raw(
     notes.left_out(raw, secrets, left)
     if raw.image and sparkrun_rules.built_locally(data, version, runtime):
         notes.built_locally(raw, data.get("build_args") or [])
-    served = cmdline.flag_value(raw.args, "--served-model-name", "--alias", "-a")
+    served = argv.flag_value(raw.args, "--served-model-name", "--alias", "-a")
     stem = PurePosixPath(urlsplit(where).path).stem  # sparkrun names a recipe by its file
     raw.name = name or slugify(_text(data, "name", where) or stem or served or title)
     return raw

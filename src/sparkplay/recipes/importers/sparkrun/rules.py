@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkplay import imageref
+from sparkplay import argv, imageref
 from sparkplay.recipes import cmdline
 
 # the flag each runtime serves a model's name under (sparkrun's runtimes: served_model_name's flag), and its
@@ -24,7 +24,7 @@ def served_from_defaults(parsed: cmdline.Command, defaults: dict[str, Any]) -> s
     served_model_name in defaults is appended with the runtime's flag where the command has none."""
     value = defaults.get("served_model_name")
     flags = SERVED_FLAGS[parsed.engine]
-    if value in (None, "") or cmdline.has_flag(parsed.args, *flags):
+    if value in (None, "") or argv.has_flag(parsed.args, *flags):
         return None
     parsed.args = [*parsed.args, flags[0], str(value)]
     return (

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkplay import checkpoints
+from sparkplay import argv, checkpoints
 from sparkplay.engines.context import (
     GPU_RDMA_CONFINED,
     HOST_NETWORK_IPC,
@@ -25,7 +25,6 @@ from sparkplay.engines.context import (
     with_served_name,
 )
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline
 
 MASTER_PORT = 29500  # sparkrun's init port for Atlas
 HF_HOME = "/sparkplay-hf"  # the cache the container reads (HF_HOME; hf-hub and huggingface_hub read it alike)
@@ -48,8 +47,8 @@ CONTAINER_OPTIONS = [
 
 def world_size(args: list[str]) -> int:
     """Atlas's rule: tp x ep ranks, or tp when both groups live on the same ranks (tp == ep)."""
-    tp = int(cmdline.flag_value(args, "--tp-size") or 1)
-    ep = int(cmdline.flag_value(args, "--ep-size") or 1)
+    tp = int(argv.flag_value(args, "--tp-size") or 1)
+    ep = int(argv.flag_value(args, "--ep-size") or 1)
     return tp if tp == ep else tp * ep
 
 
@@ -83,7 +82,7 @@ def plan(ctx: Context) -> dict[str, Any]:
         )
     args = with_served_name(engine_args(recipe, REPLACED, OWNED, "atlas"), recipe, "--model-name")
     if knobs.get("gpu_memory_utilization") is not None:
-        args = cmdline.with_flag(args, "--gpu-memory-utilization", str(knobs["gpu_memory_utilization"]))
+        args = argv.with_flag(args, "--gpu-memory-utilization", str(knobs["gpu_memory_utilization"]))
     model = recipe["model"]
     repo = model.get("repo")
     if not repo or ctx.checkpoint_dir("target") is None:

@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparkplay import checkpoints
-from sparkplay.engines import names, vllm_cpu
+from sparkplay import argv, checkpoints
+from sparkplay.engines import names
 from sparkplay.engines.context import Context, Node, engine_args, fabric_env, gpu_container_options, with_served_name
+from sparkplay.engines.vllm import cpu as vllm_cpu
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline
 from sparkplay.recipes.model_source import draft_source
 
 MASTER_PORT = 29501
@@ -55,7 +55,7 @@ RAY_WORKER = 'exec ray start --block --address="$1" --node-ip-address="$VLLM_HOS
 
 
 def _size(args: list[str], stated: int, *flags: str) -> int:
-    value = cmdline.flag_value(args, *flags)
+    value = argv.flag_value(args, *flags)
     if value is None:
         return stated
     if not value.isdigit() or int(value) < 1:
@@ -65,7 +65,7 @@ def _size(args: list[str], stated: int, *flags: str) -> int:
 
 def backend_of(recipe: dict[str, Any], args: list[str]) -> str:
     """The distributed back end: the recipe's own field, else its flag, else vLLM's default (mp)."""
-    flag = cmdline.flag_value(args, "--distributed-executor-backend")
+    flag = argv.flag_value(args, "--distributed-executor-backend")
     stated = recipe["serve"].get("distributed_backend")
     backend = (stated or flag or "mp").lower()
     if backend not in BACKENDS:
@@ -134,12 +134,12 @@ def plan(ctx: Context) -> dict[str, Any]:
     sized = list(args)
     memory = ctx.knobs.get("gpu_memory_utilization")
     if memory is not None:  # the knob (the inventory's serve_knobs, else the recipe's) wins over the flag
-        sized = cmdline.with_flag(sized, "--gpu-memory-utilization", str(memory))
-    if tp > 1 and not cmdline.has_flag(args, "--tensor-parallel-size", "-tp"):  # 1 is vLLM's own default
+        sized = argv.with_flag(sized, "--gpu-memory-utilization", str(memory))
+    if tp > 1 and not argv.has_flag(args, "--tensor-parallel-size", "-tp"):  # 1 is vLLM's own default
         sized += ["--tensor-parallel-size", str(tp)]
-    if pp > 1 and not cmdline.has_flag(args, "--pipeline-parallel-size", "-pp"):
+    if pp > 1 and not argv.has_flag(args, "--pipeline-parallel-size", "-pp"):
         sized += ["--pipeline-parallel-size", str(pp)]
-    if backend == "ray" and not cmdline.has_flag(args, "--distributed-executor-backend"):
+    if backend == "ray" and not argv.has_flag(args, "--distributed-executor-backend"):
         sized += ["--distributed-executor-backend", "ray"]
 
     state = ctx.options.state_dir.rstrip("/")
@@ -160,15 +160,15 @@ def plan(ctx: Context) -> dict[str, Any]:
         if backend == "ray":
             entry = "/bin/bash"
             if leader:
-                argv = ["-c", RAY_HEAD, "ray-head", str(ray_port), "serve", model, *sized, *api]
+                command = ["-c", RAY_HEAD, "ray-head", str(ray_port), "serve", model, *sized, *api]
             else:
-                argv = ["-c", RAY_WORKER, "ray-worker", f"{ctx.leader.address}:{ray_port}"]
+                command = ["-c", RAY_WORKER, "ray-worker", f"{ctx.leader.address}:{ray_port}"]
         else:
             entry = "vllm"
             flags = _rank_flags(ctx, node, dp, master_port)
-            argv = ["serve", model, *sized, *flags, *(api if leader else ["--headless"])]
+            command = ["serve", model, *sized, *flags, *(api if leader else ["--headless"])]
             if native:  # the program itself starts the command line (no container entrypoint)
-                argv = [vllm_cpu.program(), *argv]
+                command = [vllm_cpu.program(), *command]
         env = {
             **fabric_env(dict(node.fabric_env)),
             **recipe["serve"]["env"],
@@ -187,7 +187,7 @@ def plan(ctx: Context) -> dict[str, Any]:
                 "rank": node.rank,
                 "host": node.host,
                 "role": "leader" if leader else "worker",
-                "argv": argv,
+                "argv": command,
                 "env": env,
                 "mounts": [] if native else mounts,
                 "container_options": [] if native else [*options, "--entrypoint", entry],
@@ -226,7 +226,7 @@ def _rank_flags(ctx: Context, node: Node, dp: int, port: int) -> list[str]:
             "--data-parallel-rpc-port",
             str(port),
         ]
-        if not cmdline.has_flag(ctx.recipe["serve"]["args"], "--data-parallel-size", "-dp"):
+        if not argv.has_flag(ctx.recipe["serve"]["args"], "--data-parallel-size", "-dp"):
             flags = ["--data-parallel-size", str(dp), *flags]
         return flags + (["--data-parallel-start-rank", str(node.rank)] if node.rank else [])
     return [

@@ -22,17 +22,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from sparkplay import boundary, checkpoints
-from sparkplay.engines import atlas_gb10, names
+from sparkplay.engines import names
+from sparkplay.engines.atlas import gb10 as atlas_gb10
+from sparkplay.engines.atlas.spec import FAMILIES, family_of
 from sparkplay.engines.context import GPU_RDMA_CONFINED, HOST_NETWORK_IPC, Context, engine_args, fabric_env, served_name
 from sparkplay.errors import BadInput
-from sparkplay.recipes.known import ATLAS_FAMILIES, atlas_family
 
 
 def family(recipe: Any) -> str:
     """The Atlas image family of a recipe: the one its import recognised from its command (engine.family), else
     (a recipe from before that field) its image's repository; another image is refused by name."""
     image = str(recipe["engine"].get("image") or "")
-    found = atlas_family(image)
+    found = family_of(image)
     stated = recipe["engine"].get("family")
     if stated and found not in (None, stated):
         raise BadInput(
@@ -44,7 +45,7 @@ def family(recipe: Any) -> str:
         return str(stated)
     if found:
         return found
-    known = ", ".join(r for repositories in ATLAS_FAMILIES.values() for r in repositories)
+    known = ", ".join(r for repositories in FAMILIES.values() for r in repositories)
     raise BadInput(
         f"engine.image {image!r} is no Atlas image family sparkplay knows ({known}): each starts its "
         "ranks its own way, and sparkplay does not guess",

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkplay import argv
 from sparkplay.engines.context import Context, engine_args, with_served_name
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline
 
 RPC_PORT = 50052
 SERVER = "/usr/bin/llama-server"
@@ -87,7 +87,7 @@ def plan(ctx: Context) -> dict[str, Any]:
     if endpoints:
         leader_argv += ["--rpc", ",".join(endpoints)]
     leader_argv += ["--host", ctx.bind, "--port", str(ctx.port)]
-    leader_argv += [flag for flag in ADDED if not cmdline.has_flag(args, flag)]
+    leader_argv += [flag for flag in ADDED if not argv.has_flag(args, flag)]
     leader = {
         "rank": 0,
         "host": ctx.leader.host,

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkplay import checkpoints
+from sparkplay import argv, checkpoints
 from sparkplay.engines import names
 from sparkplay.engines.context import Context, engine_args, fabric_env, gpu_container_options, with_served_name
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline
 from sparkplay.recipes.model_source import draft_source
 
 INIT_PORT = 25000
@@ -32,7 +31,7 @@ PP_FLAGS = ("--pp-size", "--pipeline-parallel-size", "--pp")
 
 
 def _size(args: list[str], stated: int | None, flags: tuple[str, ...]) -> int:
-    value = cmdline.flag_value(args, *flags)
+    value = argv.flag_value(args, *flags)
     if value is None:
         return int(stated or 1)
     if not value.isdigit() or int(value) < 1:
@@ -42,13 +41,13 @@ def _size(args: list[str], stated: int | None, flags: tuple[str, ...]) -> int:
 
 def _mirrored_draft(args: list[str], ctx: Context) -> list[str]:
     """The draft model's flag pointed at its mirrored checkpoint, when it names one (hub id or cache path)."""
-    value = cmdline.flag_value(args, *DRAFT_FLAGS)
+    value = argv.flag_value(args, *DRAFT_FLAGS)
     source = draft_source(value or "")
     mirrored = {c["repo"] for c in ctx.recipe["model"].get("checkpoints") or []}
     if source is None or source[0] not in mirrored:
         return args
-    flag = next(f for f in DRAFT_FLAGS if cmdline.has_flag(args, f))
-    return cmdline.with_flag(args, flag, checkpoints.checkpoint_dir(ctx.model_root, source[0]))
+    flag = next(f for f in DRAFT_FLAGS if argv.has_flag(args, f))
+    return argv.with_flag(args, flag, checkpoints.checkpoint_dir(ctx.model_root, source[0]))
 
 
 def plan(ctx: Context) -> dict[str, Any]:
@@ -69,10 +68,10 @@ def plan(ctx: Context) -> dict[str, Any]:
         )
     memory = ctx.knobs.get("gpu_memory_utilization")
     if memory is not None:  # SGLang's name for the same fraction
-        args = cmdline.with_flag(args, "--mem-fraction-static", str(memory))
-    if tp > 1 and not cmdline.has_flag(args, *TP_FLAGS):  # 1 is SGLang's own default
+        args = argv.with_flag(args, "--mem-fraction-static", str(memory))
+    if tp > 1 and not argv.has_flag(args, *TP_FLAGS):  # 1 is SGLang's own default
         args += ["--tp-size", str(tp)]
-    if pp > 1 and not cmdline.has_flag(args, *PP_FLAGS):
+    if pp > 1 and not argv.has_flag(args, *PP_FLAGS):
         args += ["--pp-size", str(pp)]
     state = ctx.options.state_dir.rstrip("/")
     cache = names.cache_dir(state, ctx.options.slot, "sglang")  # the deployment's own

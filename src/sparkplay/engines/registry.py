@@ -1,0 +1,65 @@
+"""The engines sparkplay knows: every package under `sparkplay/engines/` with a `spec` module.
+
+An engine is added by adding its package (docs/architecture.md, "Add an engine"); nothing else names it.
+Packages are found on the engines package's own path, so a package placed there (or a folder added to that
+path, as tests/test_engine_registry.py does with a toy engine) is an engine.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+
+import sparkplay.engines
+from sparkplay.engines.spec import EngineSpec, KnownModel
+from sparkplay.errors import BadInput
+
+
+@functools.cache
+def _specs(path: tuple[str, ...]) -> dict[str, EngineSpec]:
+    found: dict[str, EngineSpec] = {}
+    for module in sorted(pkgutil.iter_modules(list(path)), key=lambda m: m.name):
+        if not module.ispkg:
+            continue
+        try:
+            spec = importlib.import_module(f"sparkplay.engines.{module.name}.spec").SPEC
+        except ModuleNotFoundError as exc:
+            if exc.name != f"sparkplay.engines.{module.name}.spec":
+                raise
+            continue  # a package that is not an engine
+        if spec.name != module.name:
+            raise RuntimeError(f"engine package {module.name} names its spec {spec.name!r}")
+        found[spec.name] = spec
+    return found
+
+
+def specs() -> dict[str, EngineSpec]:
+    """Every engine's spec, by name."""
+    return _specs(tuple(sparkplay.engines.__path__))
+
+
+def names() -> list[str]:
+    return sorted(specs())
+
+
+def spec(name: str) -> EngineSpec:
+    """The engine `name`'s spec; an engine sparkplay does not know is refused, naming those it does."""
+    found = specs().get(name)
+    if found is None:
+        raise BadInput(f"engine {name!r} is not one sparkplay knows", f"use one of {', '.join(names())}")
+    return found
+
+
+def known_models() -> list[KnownModel]:
+    return [model for s in specs().values() for model in s.models]
+
+
+def trusted_images() -> tuple[str, ...]:
+    """The image repositories trusted unless the inventory says otherwise: every engine's own."""
+    return tuple(dict.fromkeys(image for s in specs().values() for image in s.images))
+
+
+def command_help() -> str:
+    """How each engine's serve command is written, for a command line that names none of them."""
+    return "sparkplay knows " + "; ".join(s.command_help for s in specs().values())

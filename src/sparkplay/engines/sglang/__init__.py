@@ -1,0 +1,1 @@
+"""SGLang: its recipe-side rules (spec) and its per-rank launch (plan)."""
