@@ -121,6 +121,8 @@ class EngineSpec:
     families: ClassVar[tuple[str, ...]] = ()  # its image families (family() says which a recipe's is)
     ready_timeout_env: ClassVar[str | None] = None  # a variable of the recipe's that says how long a start may take
     served_name_flags: ClassVar[tuple[str, ...]] = ()  # the flag(s) naming what it serves the model as
+    # the flags a multi-node guide gives each node's command, which its plan sets per rank itself
+    per_rank: ClassVar[tuple[str, ...]] = ()
     model_is_file: ClassVar[bool] = False  # its model argument is always a file (never a hub repository)
     kv_from_header: ClassVar[bool] = False  # its KV cache per token is read from the model file's header (GGUF)
     answers_exact: ClassVar[bool] = False  # its greedy answer to one request is the same across restarts

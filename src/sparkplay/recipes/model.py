@@ -29,13 +29,17 @@ SCHEMA_ID = "sparkplay.recipe/v1"
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
 
 
-@cache
 def schema() -> dict[str, Any]:
     """The recipe's JSON Schema, its engines and their image families those the registry holds."""
+    return _schema(tuple(registry.names()))
+
+
+@cache
+def _schema(engines: tuple[str, ...]) -> dict[str, Any]:
     doc = json.loads(resources.files("sparkplay.recipes").joinpath("schema.json").read_text())
     engine = doc["properties"]["engine"]["properties"]
-    engine["name"]["enum"] = registry.names()
-    engine["family"]["enum"] = sorted({f for s in registry.specs().values() for f in s.families})
+    engine["name"]["enum"] = list(engines)
+    engine["family"]["enum"] = sorted({f for name in engines for f in registry.spec(name).families})
     return doc
 
 

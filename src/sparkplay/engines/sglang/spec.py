@@ -34,6 +34,7 @@ class Sglang(EngineSpec):
     revision_flag = "--revision"
     knobs_read = frozenset({"gpu_memory_utilization"})  # its --mem-fraction-static
     served_name_flags = ("--served-model-name",)
+    per_rank = ("--nnodes", "--node-rank", "--dist-init-addr")
     plain_env = frozenset({"SGLANG_ENABLE_JIT_DEEPGEMM", "SGLANG_DISABLE_CUDNN_CHECK"})
 
     def recognise(self, program: str, rest: Sequence[str]) -> tuple[str | None, list[str]] | None:

@@ -78,6 +78,17 @@ class Vllm(EngineSpec):
     api_key_env = "VLLM_API_KEY"
     knobs_read = frozenset({"gpu_memory_utilization"})
     served_name_flags = ("--served-model-name",)
+    per_rank = (
+        "--nnodes",
+        "--node-rank",
+        "--master-addr",
+        "--master-port",
+        "--headless",
+        "--data-parallel-address",
+        "--data-parallel-rpc-port",
+        "--data-parallel-start-rank",
+        "--data-parallel-size-local",
+    )
     # the environment twins of the data-parallel flags the plan sets per rank (--data-parallel-address ...):
     # a recipe's would point a rank at another master. (VLLM_HOST_IP and the socket names the plan overwrites
     # with each rank's own, so a recipe's are noted as overridden at import, not refused.)

@@ -10,7 +10,6 @@ from typing import Any
 from sparkplay import argv
 from sparkplay.engines import registry
 from sparkplay.errors import BadInput
-from sparkplay.recipes import cmdline
 from sparkplay.recipes.flags import JSON_FLAGS
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe

@@ -39,22 +39,6 @@ HANDLED = {"--env", "--volume", "--mount", "--publish", "--shm-size", "--entrypo
 GPU_RUNTIMES = ("nvidia",)
 
 
-# the flags a multi-node guide gives each node's command, which sparkplay sets per rank itself (engines/vllm.py,
-# engines/sglang.py OWNED): a pasted node's command drops them, and --nnodes gives the node count
-PER_RANK = {
-    "vllm": (
-        "--nnodes",
-        "--node-rank",
-        "--master-addr",
-        "--master-port",
-        "--headless",
-        "--data-parallel-address",
-        "--data-parallel-rpc-port",
-        "--data-parallel-start-rank",
-        "--data-parallel-size-local",
-    ),
-    "sglang": ("--nnodes", "--node-rank", "--dist-init-addr"),
-}
 # engines a pasted text may launch that sparkplay does not serve yet: named in the refusal by what they are
 NOT_YET = {
     "trtllm-serve": "TensorRT-LLM (`trtllm-serve`)",
@@ -107,7 +91,7 @@ def _around(raw: RawRecipe, launch: Launch) -> dict[str, str]:
     one, said as not used where it runs from the node's packages; the environment docker gives the engine."""
     env: dict[str, str] = {}
     container = launch.container
-    if container is not None and raw.engine not in sparkrun_executor.CONTAINER_ENGINES:
+    if container is not None and not sparkrun_executor.in_container(raw.engine):
         raw.note(
             "engine.image",
             "ignored",
@@ -120,7 +104,7 @@ def _around(raw: RawRecipe, launch: Launch) -> dict[str, str]:
         env.update(_container_env(container, raw))
         raw.image = container.image or None
         _container(container, raw)
-    elif raw.engine in sparkrun_executor.CONTAINER_ENGINES:
+    elif sparkrun_executor.in_container(raw.engine):
         raw.note(
             "engine.image",
             "derived",
@@ -183,10 +167,11 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
     raw.env = _without_secrets(env, raw)
     raw.nodes = launch.nodes
     _before(raw, launch)
-    served = argv.flag_value(parsed.args, "--served-model-name", "--alias", "-a")
+    spec = registry.spec(parsed.engine)
+    served = argv.flag_value(parsed.args, *spec.served_name_flags) if spec.served_name_flags else None
     raw.title = served or parsed.model or launch.name_hint or parsed.engine
     hint = launch.name_hint if launch.name_hint and not shell.unknowns(launch.name_hint) else None
-    hub = argv.flag_value(parsed.args, "-hf", "-hfr", "--hf-repo") if parsed.engine == "llamacpp" else None
+    hub = spec.hub_model(parsed.args)
     model_name = (parsed.model or (hub or "").split(":")[0]).rstrip("/").rsplit("/", 1)[-1] or None
     raw.name = name or slugify(served or hint or model_name or parsed.engine)
     return raw
@@ -194,7 +179,9 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
 
 def _per_rank(raw: RawRecipe, launch: Launch) -> None:
     """One node's command of a multi-node guide: its per-rank flags are sparkplay's to set; --nnodes counts."""
-    owned = [f for f in PER_RANK.get(raw.engine, ()) if argv.has_flag(raw.args, f)]
+    # the flags a multi-node guide gives each node's command, which sparkplay sets per rank itself (the
+    # engine spec's per_rank): a pasted node's command drops them, and --nnodes gives the node count
+    owned = [f for f in registry.spec(raw.engine).per_rank if argv.has_flag(raw.args, f)]
     if not owned:
         return
     count = argv.flag_value(raw.args, "--nnodes")
@@ -343,7 +330,7 @@ def _container(container: Container, raw: RawRecipe) -> None:
             "the host's network and IPC, every GPU, the RDMA devices and IPC_LOCK, and no other capability, "
             "device or privilege a recipe asks (docs/security.md)",
         )
-    if (shm := options.get("--shm-size")) and raw.engine in sparkrun_executor.CONTAINER_ENGINES:
+    if (shm := options.get("--shm-size")) and sparkrun_executor.in_container(raw.engine):
         raw.shm_size = shm[-1]
     for spec in [*options.get("--volume", []), *options.get("--mount", [])]:
         left.setdefault("volume", []).append(shell.shown(spec))

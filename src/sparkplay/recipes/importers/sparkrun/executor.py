@@ -10,9 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkplay.boundary import CONTAINER_ULIMIT, CONTAINER_USER
+from sparkplay.engines import registry
 
-# engines sparkplay runs in a container (llama.cpp runs from the node's packages: no container to set)
-CONTAINER_ENGINES = ("vllm", "sglang", "atlas")
+
+def in_container(engine: str) -> bool:
+    """Whether sparkplay runs the engine in a container (llama.cpp runs from the node's packages: none to set)."""
+    return registry.spec(engine).defaults.runtime == "docker"
+
+
 # key -> the values sparkplay's container already has
 SAME = {"gpus": ("all",), "ipc": ("host",), "network": ("host",)}
 DEVICES_HAD = ("/dev/infiniband", "/dev/infiniband:/dev/infiniband")
@@ -34,7 +39,7 @@ def read(executor: dict[str, Any], engine: str) -> Executor:
     """The settings sparkplay maps, and those it leaves (each named by the import)."""
     out = Executor()
     settings = {k: v for k, v in executor.items() if k not in READ_ELSEWHERE}
-    if engine not in CONTAINER_ENGINES:
+    if not in_container(engine):
         out.left = settings
         return out
     for key, value in settings.items():

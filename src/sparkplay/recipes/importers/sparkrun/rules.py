@@ -7,23 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from sparkplay import argv, imageref
+from sparkplay.engines import registry
 from sparkplay.recipes import cmdline
-
-# the flag each runtime serves a model's name under (sparkrun's runtimes: served_model_name's flag), and its
-# other spellings a command may already hold
-SERVED_FLAGS = {
-    "vllm": ("--served-model-name",),
-    "sglang": ("--served-model-name",),
-    "llamacpp": ("--alias", "-a"),
-    "atlas": ("--model-name", "--served-model-name"),
-}
 
 
 def served_from_defaults(parsed: cmdline.Command, defaults: dict[str, Any]) -> str | None:
     """sparkrun's rule for a command template (RuntimePlugin._augment_served_model_name, every runtime): a
-    served_model_name in defaults is appended with the runtime's flag where the command has none."""
+    served_model_name in defaults is appended with the runtime's flag (its engine spec's served_name_flags, the
+    first the one sparkrun writes) where the command has none."""
     value = defaults.get("served_model_name")
-    flags = SERVED_FLAGS[parsed.engine]
+    flags = registry.spec(parsed.engine).served_name_flags
     if value in (None, "") or argv.has_flag(parsed.args, *flags):
         return None
     parsed.args = [*parsed.args, flags[0], str(value)]
