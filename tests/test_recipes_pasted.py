@@ -347,10 +347,11 @@ def test_a_compose_serve_command_on_an_image_sparkplay_does_not_know_is_read_as_
     assert community["engine"]["image"] == "ghcr.io/someone/vllm-spark:0.12"
 
 
-def test_a_page_that_launches_tensorrt_llm_names_it_not_its_other_commands():
-    """Issue 56: NVIDIA's TensorRT-LLM page runs `trtllm-serve` inside `bash -c`; until it is an engine here, the
-    refusal says that is what the page launches."""
-    with pytest.raises(BadInput, match=r"launches TensorRT-LLM \(`trtllm-serve`\), which sparkplay does not serve yet"):
+def test_the_tensorrt_llm_page_names_the_heredoc_its_container_shell_runs_before_the_engine():
+    """Issue 56: NVIDIA's TensorRT-LLM page runs `trtllm-serve` inside `bash -c`, after a heredoc that writes
+    its LLM API file in the container: TensorRT-LLM is an engine now (issue 58), and the refusal names what
+    stops the import, the file the shell writes before the engine."""
+    with pytest.raises(BadInput, match=r"runs more than the engine: 'cat' uses a pipe, a redirect or & before"):
         imported("page-trtllm.md")
 
 

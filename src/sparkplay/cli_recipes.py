@@ -116,7 +116,7 @@ def recipe_import(
 
     The format is read from the content: a recipe website's JSON, a launcher recipe.toml, a sparkrun
     or sparkplay recipe YAML, a command line or script (vllm serve, python -m sglang.launch_server,
-    llama-server, spark serve, with docker run/exec around them), a docker compose file (each engine
+    llama-server, spark serve, trtllm-serve, with docker run/exec around them), a docker compose file (each engine
     service a recipe), or a page whose code blocks hold the command.
     """
     root = project_dir(project)

@@ -219,9 +219,10 @@ CODE_FLAGS = {
     "--middleware": "imports the Python middleware {value} into the API server",
     "--logits-processor-pattern": "lets API callers load Python logits processors matching {value}",
     "--allowed-local-media-path": "lets API callers read files under {value}",
+    "--custom_module_dirs": "imports the Python modules in {value} into the engine",
 }
 # of those, the ones that name a file: outside the checkpoint (and, in a container, the image) a request
-PLUGIN_FILES = ("--tool-parser-plugin", "--reasoning-parser-plugin")
+PLUGIN_FILES = ("--tool-parser-plugin", "--reasoning-parser-plugin", "--custom_module_dirs")
 
 
 def refused_twin(name: str) -> str | None:

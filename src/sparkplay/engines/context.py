@@ -204,6 +204,27 @@ def gpu_container_options(shm_size: str | None, one_node: bool = False) -> list[
     ]
 
 
+# the cache's name for the mirrored snapshot: sparkplay's own, never a recipe's revision text (the
+# mirror already holds the pinned revision; a ref here is only a path inside the container)
+SNAPSHOT = "sparkplay-mirror"
+
+
+def hub_cache(ctx: Context, repo: str, home: str, ref_name: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Mounts that make `repo` a complete, offline Hugging Face cache entry under `home` (the container's
+    HF_HOME), and the ref file they read (/etc/sparkplay/REF_NAME.ORG--NAME, beside the other files the serve
+    role writes; reset removes it): an engine that names the model by its hub id reads the mirrored
+    checkpoint, and nothing is downloaded in the container."""
+    source = checkpoints.checkpoint_dir(ctx.model_root, repo)
+    org, _, name = repo.partition("/")
+    entry = f"{home}/hub/models--{org}--{name}"
+    ref = f"/etc/sparkplay/{ref_name}.{org}--{name}"
+    mounts = [
+        {"source": source, "target": f"{entry}/snapshots/{SNAPSHOT}", "readonly": True},
+        {"source": ref, "target": f"{entry}/refs/main", "readonly": True},
+    ]
+    return mounts, {"path": ref, "content": SNAPSHOT, "mode": "0644"}
+
+
 def served_name(recipe: Mapping[str, Any]) -> str:
     """The name the API serves the model under: the recipe's, else the recipe's own name."""
     return str(recipe["model"]["served_name"] or recipe["name"])

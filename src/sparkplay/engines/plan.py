@@ -165,8 +165,10 @@ def build(recipe: Mapping[str, Any], nodes: Sequence[Node], options: Options) ->
         rank_plan["env"] = environment(rank_plan["env"])
         if runtime == "docker":
             cache = ctx.knobs.get("prefix_cache_dir")
+            # the adapter's own fixed host files (an engine's peer trust), never a recipe's
+            own = list(deployment.get("host_paths", []))
             boundary.confine_mounts(
-                rank_plan["mounts"], [*ours, CONFIG_DIR, *([cache] if cache else [])], rank_plan["rank"]
+                rank_plan["mounts"], [*ours, CONFIG_DIR, *own, *([cache] if cache else [])], rank_plan["rank"]
             )
             rank_plan["container_options"] = container_settings(rank_plan["container_options"], recipe["serve"])
             rank_plan["exec"] = docker_exec(

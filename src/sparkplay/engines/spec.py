@@ -131,6 +131,11 @@ class EngineSpec:
         """(its model, its flags) when `program rest...` is this engine's serve command, else None."""
         return None
 
+    def launcher(self, words: Sequence[str]) -> int:
+        """How many leading words of a command are this engine's own multi-node launcher around its server
+        (TensorRT-LLM's `mpirun ... trtllm-llmapi-launch`): sparkplay writes its own, so they are read past."""
+        return 0
+
     def context_value(self, text: str) -> int | None:
         """The context length the engine reads from its flag's text; None where it sizes it itself."""
         value = text.strip()
@@ -194,8 +199,9 @@ class EngineSpec:
         """Whether this family's images read the knobs in `defaults.knobs` (its launcher's profile)."""
         return True
 
-    def one_name(self, args: Sequence[str], note: Note) -> list[str]:
-        """Its flags with the served names it cannot serve left out (and said)."""
+    def left_out(self, args: Sequence[str], note: Note) -> list[str]:
+        """Its flags with what it cannot serve or sparkplay cannot carry left out, each said (SGLang's second
+        served name, a file on the author's machine)."""
         return list(args)
 
     def hub_model(self, args: Sequence[str]) -> str | None:

@@ -45,13 +45,14 @@ class Command:
     model: str | None
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
-    # a CPU-pinning program the command ran the engine under (taskset, numactl), as written
+    # what the command ran the engine under, as written: a CPU-pinning program (taskset, numactl) or the
+    # engine's own multi-node launcher (its spec's launcher)
     pinning: list[str] = field(default_factory=list)
 
 
 # CPU pinning in front of the engine: the program, its options that take a value, and (taskset) the one
 # positional mask or list before the command
-_PINNING = {
+PINNING = {
     "taskset": ({"-c", "--cpu-list", "-a", "--all-tasks"}, set(), True),
     "numactl": (
         {"-l", "--localalloc", "-a", "--all"},
@@ -64,9 +65,9 @@ _PINNING = {
 def _strip_pinning(tokens: list[str]) -> tuple[list[str], list[str]]:
     """(the pinning words, the command after them); no pinning program: ([], tokens)."""
     program = tokens[0].rsplit("/", 1)[-1] if tokens else ""
-    if program not in _PINNING:
+    if program not in PINNING:
         return [], tokens
-    switches, valued, positional = _PINNING[program]
+    switches, valued, positional = PINNING[program]
     i = 1
     while i < len(tokens) and tokens[i].startswith("-"):
         name = tokens[i].split("=", 1)[0]
@@ -179,6 +180,10 @@ def parse(text: str) -> Command:
     pinning, tokens = _strip_pinning(tokens)
     if not tokens:
         raise BadInput("the recipe's command line is empty", "the recipe must give the engine's serve command")
+    for spec in registry.specs().values():  # an engine's own multi-node launcher around its server
+        if skip := spec.launcher(tokens):
+            pinning, tokens = [*pinning, *tokens[:skip]], tokens[skip:]
+            break
     program = tokens[0].rsplit("/", 1)[-1]
     rest = tokens[1:]
     for spec in registry.specs().values():

@@ -30,9 +30,9 @@ def aliases(raw: RawRecipe) -> list[str]:
     return registry.spec(raw.engine).aliases(raw.args)
 
 
-def one_served_name(raw: RawRecipe) -> None:
-    """The served names the engine cannot serve left out of the flags (and said)."""
-    raw.args = registry.spec(raw.engine).one_name(raw.args, raw.note)
+def left_out(raw: RawRecipe) -> None:
+    """What the engine cannot serve or sparkplay cannot carry left out of the flags, each said."""
+    raw.args = registry.spec(raw.engine).left_out(raw.args, raw.note)
 
 
 def check_json_flags(args: list[str]) -> None:

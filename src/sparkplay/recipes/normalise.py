@@ -17,7 +17,7 @@ from sparkplay import addresses, argv
 from sparkplay.engines import registry
 from sparkplay.engines.spec import EngineSpec
 from sparkplay.errors import BadInput
-from sparkplay.recipes import flags, known, secrets
+from sparkplay.recipes import cmdline, flags, known, secrets
 from sparkplay.recipes import model_source as source
 from sparkplay.recipes.model import SCHEMA_ID
 from sparkplay.recipes.raw import RawRecipe
@@ -103,7 +103,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         del raw.env[name]
         raw.note("serve.env", "ignored", secrets.note(name))
     flags.check_json_flags(raw.args)
-    flags.one_served_name(raw)
+    flags.left_out(raw)
     _check_one_line(raw)
     engine_defaults = spec.defaults
     derived = flags.derive(raw)
@@ -121,11 +121,12 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         repo = source.served_path_repo(raw, repo)
     source.revision_flag(raw, repo)
     if raw.pinning:
+        pinned = raw.pinning[0].rsplit("/", 1)[-1] in cmdline.PINNING
         raw.note(
             "serve.args",
             "ignored",
-            f"the command ran the engine under `{' '.join(raw.pinning)}`: sparkplay "
-            "starts the engine itself, one per node, without CPU pinning",
+            f"the command ran the engine under `{' '.join(raw.pinning)}`: sparkplay starts the engine itself, "
+            + ("one per node, without CPU pinning" if pinned else "one rank per node, with its own launcher"),
         )
     served = derived["served_name"]
     family = spec.family(raw.args, raw.image, raw.note)

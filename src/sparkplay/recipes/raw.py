@@ -38,7 +38,7 @@ class RawRecipe:
     health_timeout_s: int | None = None
     checkpoints: list[dict[str, Any]] = field(default_factory=list)  # other models: {repo, revision}
     bench: dict[str, Any] | None = None  # the recipe's own bench profile (pp, tg, depth, concurrency, runs)
-    pinning: list[str] = field(default_factory=list)  # a CPU-pinning prefix of the command (taskset, numactl)
+    pinning: list[str] = field(default_factory=list)  # what the command ran the engine under (cmdline.Command)
     mods: list[dict[str, Any]] = field(default_factory=list)  # sparkrun's mods, read and pinned (recipes/mods.py)
     pre_exec: dict[str, Any] | None = None  # sparkrun's pre_exec commands, pinned (recipes/hooks.py)
     preamble: dict[str, Any] | None = None  # commands the command line runs before the engine, pinned likewise

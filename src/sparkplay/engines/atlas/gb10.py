@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkplay import argv, checkpoints
+from sparkplay import argv
 from sparkplay.engines.context import (
     GPU_RDMA_CONFINED,
     HOST_NETWORK_IPC,
     Context,
     engine_args,
     fabric_env,
+    hub_cache,
     with_served_name,
 )
 from sparkplay.errors import BadInput
@@ -52,26 +53,6 @@ def world_size(args: list[str]) -> int:
     return tp if tp == ep else tp * ep
 
 
-# the cache's name for the mirrored snapshot: sparkplay's own, never a recipe's revision text (the
-# mirror already holds the pinned revision; a ref here is only a path inside the container)
-SNAPSHOT = "sparkplay-mirror"
-
-
-def _cache_mounts(ctx: Context, repo: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Mounts that make `repo` a complete, offline Hugging Face cache entry, and the ref file they read."""
-    source = checkpoints.checkpoint_dir(ctx.model_root, repo)
-    org, _, name = repo.partition("/")
-    entry = f"{HF_HOME}/hub/models--{org}--{name}"
-    commit = SNAPSHOT
-    # beside the other files the serve role writes (it makes no folders for them); reset removes it
-    ref = f"/etc/sparkplay/atlas-hf-ref.{org}--{name}"
-    mounts = [
-        {"source": source, "target": f"{entry}/snapshots/{commit}", "readonly": True},
-        {"source": ref, "target": f"{entry}/refs/main", "readonly": True},
-    ]
-    return mounts, {"path": ref, "content": commit, "mode": "0644"}
-
-
 def plan(ctx: Context) -> dict[str, Any]:
     recipe, knobs = ctx.recipe, ctx.knobs
     profile_only = [k for k in PROFILE_KNOBS if knobs.get(k)]
@@ -96,7 +77,7 @@ def plan(ctx: Context) -> dict[str, Any]:
     mounts: list[dict[str, Any]] = []
     files: list[dict[str, Any]] = []
     for ckpt in model.get("checkpoints") or []:  # the target and any draft model, each a cache entry
-        more, ref = _cache_mounts(ctx, ckpt["repo"])
+        more, ref = hub_cache(ctx, ckpt["repo"], HF_HOME, "atlas-hf-ref")
         mounts += more
         files.append(ref)
     ranks = []

@@ -59,7 +59,7 @@ class Sglang(EngineSpec):
             "draft_model": argv.flag_value(args, *DRAFT_FLAGS),
         }
 
-    def one_name(self, args: Sequence[str], note: Note) -> list[str]:
+    def left_out(self, args: Sequence[str], note: Note) -> list[str]:
         """SGLang serves one name (ServerArgs.served_model_name is a single string; its parser refuses what
         follows as unrecognised arguments): a source listing several keeps the first, the rest named as left out."""
         names = argv.flag_values(args, "--served-model-name")

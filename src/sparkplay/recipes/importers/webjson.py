@@ -215,7 +215,7 @@ def find_command(data: dict[str, Any]) -> tuple[str, str]:
     if not found:
         raise BadInput(
             "the recipe JSON has no command line",
-            "no field holds a vllm serve, llama-server or Atlas serve command; add one under command",
+            f"no field holds an engine's serve command ({registry.command_help()}); add one under command",
         )
     line, where = next(iter(found.items()))
     return line, where

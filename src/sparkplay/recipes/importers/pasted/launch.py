@@ -41,8 +41,6 @@ GPU_RUNTIMES = ("nvidia",)
 
 # engines a pasted text may launch that sparkplay does not serve yet: named in the refusal by what they are
 NOT_YET = {
-    "trtllm-serve": "TensorRT-LLM (`trtllm-serve`)",
-    "trtllm-llmapi-launch": "TensorRT-LLM (`trtllm-llmapi-launch`)",
     "text-generation-launcher": "Text Generation Inference (`text-generation-launcher`)",
     "ollama": "Ollama (`ollama serve`)",
 }
@@ -64,12 +62,12 @@ def pick(found: Found, choice: int | None, where: str, shape: str = "shell text"
         if known:  # an engine sparkplay knows of but does not serve: named first, not lost among the rest
             raise BadInput(
                 f"{where} launches {known[0]}, which sparkplay does not serve yet{shown}",
-                "serve the model with vLLM, SGLang, llama.cpp or Atlas (a recipe for one of them), or wait for the "
-                "engine's package",
+                f"serve the model with {', '.join(s.title for s in registry.specs().values())} (a recipe for one of "
+                "them), or wait for the engine's package",
             )
         raise BadInput(
             f"{where} is {shape}, not a recipe, and holds no engine command sparkplay can read{shown}",
-            "give a vllm serve, python -m sglang.launch_server, llama-server or Atlas spark serve command line, with "
+            f"give an engine's serve command line ({registry.command_help()}), with "
             "or without docker run/exec around it, a compose file, or a page with the command in a code block",
         )
     if choice is not None:
