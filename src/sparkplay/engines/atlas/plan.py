@@ -1,7 +1,7 @@
 """Atlas: the image family decides the launch convention; the SparkGLM RC4.x stack is planned here.
 
 Two families are known, told apart by the image's repository: SparkGLM's
-(below) and the public avarok/atlas-gb10 images (`engines/atlas_gb10.py`:
+(below) and the public avarok/atlas-gb10 images (`engines/atlas/gb10.py`:
 rank flags, `spark serve`). An Atlas image of neither family is refused by
 name: their conventions differ, and a guess would start the wrong one.
 

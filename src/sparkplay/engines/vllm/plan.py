@@ -12,7 +12,7 @@ recipe's flags and environment pass through verbatim, except that a draft
 model it names by hub id or cache path is pointed at the mirrored checkpoint
 (the engine may run with the hub switched off). Runtime `docker` runs the
 recipe's image; runtime `native` runs vLLM's CPU build from a virtualenv the
-engine role installs (engines/vllm_cpu.py), as the engine's own user (the
+engine role installs (engines/vllm/cpu.py), as the engine's own user (the
 lab's vLLM; mp only: the CPU build has no Ray). Facts: docs/serving.md.
 """
 
