@@ -106,17 +106,19 @@ test-sglang: venv ## SGLang's own argument parser (the sglang package from the i
 test-3: setup ## three lab nodes behind the simulated switch, then rings of three and four, lab-tiny served on each (about 20 min)
 	pytest -m lab3
 
-# the whole site on a lab of its own, and the fabric role alone (make test runs their checks on its shared lab:
-# tests/test_serve_lab.py; the other role scenarios: molecule-roles)
+# the whole site on a lab of its own (make test runs its checks on its shared lab: tests/test_serve_lab.py)
 molecule: venv host
 	molecule test --scenario-name lab
-	molecule test --scenario-name fabric
 
-molecule-roles: venv host ## every per-role scenario, each on a fresh lab (serve's is `lab`: it needs the whole site)
-	molecule test --scenario-name fabric
-	molecule test --scenario-name peer_ssh
-	molecule test --scenario-name nvidia_stack
-	molecule test --scenario-name checkpoint
+# every role's own scenario (roles/ROLE/molecule/default), in the site's order on one lab: converge, idempotence,
+# verify; the lab is taken down before and after
+MOLECULE_ROLES := sparkplay preflight nvidia_stack fabric peer_ssh managed_files checkpoint mtp_overlay engine \
+	serve status bench stack doctor stop reset
+molecule-roles: venv host ## every role's molecule scenario, in the site's order on one lab (about 25 min)
+	python3 -m sparkplay lab down --project-dir $(CURDIR)
+	rc=0; for role in $(MOLECULE_ROLES); do \
+	  python3 scripts/timed.py molecule-$$role -- sh -c "cd roles/$$role && molecule test" || { rc=1; break; }; \
+	done; python3 -m sparkplay lab down --project-dir $(CURDIR); exit $$rc
 
 clean:
 	-sparkplay lab down

@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.conftest import PROJECT
 
 # the molecule `lab` scenario, folded into make test's lab (issue 52): the whole site converged, run again with
-# nothing changed, and every scenario's testinfra checks (molecule/*/tests) against the nodes
+# nothing changed, and every role scenario's testinfra checks (roles/*/molecule/*/tests) against the nodes
 SITE = "tests/test_serve_lab.py::test_the_whole_site_converges_then_changes_nothing_and_every_scenarios_checks_hold"
 # role -> the lab tests that run it in `make test` ("tests/FILE.py::TEST")
 COVERAGE: dict[str, tuple[str, ...]] = {
@@ -95,15 +95,30 @@ def test_every_role_is_run_by_make_test():
             assert runs_in_make_test(ref), f"{role}: {ref} is not a lab test `make test` runs"
 
 
-def test_the_whole_site_test_runs_every_molecule_scenarios_checks():
+def test_the_whole_site_test_runs_every_role_scenarios_checks():
     from tests import test_serve_lab
 
-    scenarios = {p.parent.name for p in (PROJECT / "molecule").glob("*/molecule.yml")}
-    checked = {Path(path).parent.name for path in test_serve_lab.SCENARIO_CHECKS}
+    scenarios = {str(p.parent.relative_to(PROJECT)) for p in (PROJECT / "roles").glob("*/molecule/*/molecule.yml")}
+    checked = {str(Path(path).parent) for path in test_serve_lab.SCENARIO_CHECKS}
     assert scenarios <= checked, f"scenarios whose checks make test does not run: {sorted(scenarios - checked)}"
     # and no second converge of its own: make test runs no molecule scenario
     recipe = (PROJECT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
     assert "directory molecule" not in recipe and "molecule test" not in recipe
+
+
+def test_every_role_has_its_own_scenario_and_make_molecule_roles_runs_each():
+    """Issue 58: a scenario inside every role (converge, idempotence unless it says why not, verify with
+    testinfra), each run by `make molecule-roles` in the site's order."""
+    roles = sorted(p.name for p in (PROJECT / "roles").iterdir() if (p / "defaults").is_dir() or (p / "tasks").is_dir())
+    makefile = (PROJECT / "Makefile").read_text()
+    listed = makefile.split("MOLECULE_ROLES :=", 1)[1].split("\nmolecule-roles:", 1)[0].replace("\\", " ").split()
+    assert sorted(listed) == roles, f"make molecule-roles runs {listed}"
+    for role in roles:
+        scenario = PROJECT / "roles" / role / "molecule" / "default"
+        config = (scenario / "molecule.yml").read_text()
+        assert "verify" in config and "converge" in config, role
+        assert "idempotence" in config or "no idempotence step:" in config, role
+        assert list((scenario / "tests").glob("test_*.py")), f"{role}: no testinfra checks"
 
 
 def test_a_test_left_out_of_make_test_does_not_count():

@@ -112,9 +112,10 @@ def test_up_yes_from_a_fresh_lab_serves_across_both_ranks():
 
 # The molecule `lab` scenario, folded into this lab (issue 52): its converge is the `up` above plus a second
 # checkpoint staged beside the model, its idempotence a whole-site run that changes nothing, its verify every
-# scenario's testinfra checks (molecule/*/tests) against these nodes. `make molecule` still runs the scenarios
-# on labs of their own.
-SCENARIO_CHECKS = sorted(str(p.relative_to(PROJECT)) for p in (PROJECT / "molecule").glob("*/tests"))
+# role scenario's testinfra checks (roles/*/molecule/default/tests; those that hold only after their own role's
+# converge, such as stop's, skip themselves) against these nodes. `make molecule` still runs the `lab` scenario
+# on a lab of its own, `make molecule-roles` every role's.
+SCENARIO_CHECKS = sorted(str(p.relative_to(PROJECT)) for p in (PROJECT / "roles").glob("*/molecule/*/tests"))
 GEN = ("--large", "2", "--large-mb", "70", "--small", "20")
 TESTINFRA = ("-p", "no:cacheprovider", "-o", "addopts=", "-q", "--tb=short", "--hosts=ansible://sparkplay_nodes")
 TESTINFRA += (f"--ansible-inventory={PROJECT / 'inventory' / 'lab' / 'hosts.yml'}",)
