@@ -18,7 +18,7 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).resolve().parent
 # the project as ansible-runner runs it; the lab's and the user's own inventories are data, not code
 PROJECT_DIRS = ("playbooks", "roles", "plugins", "recipes", "inventory/sample")
-SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", ".*", "molecule")  # a role's scenario is the checkout's
 
 
 def project_files() -> list[str]:
