@@ -34,10 +34,7 @@ from sparkplay import argv
 from sparkplay.engines.spec import Defaults, EngineSpec, split_model
 
 
-class Toy(EngineSpec):
-    name = "toy"
-    title = "Toy"
-    command_help = "toy (toy-serve MODEL)"
+class Toy(EngineSpec, name="toy", title="Toy", command="toy-serve MODEL"):
     defaults = Defaults(runtime="docker", port=7070, health_timeout_s=60)
     context_flags = ("--max-context",)
     field_flags = {

@@ -509,7 +509,7 @@ def test_schema_rejects_unknown_keys_and_bad_engine():
     doc = yaml.safe_load((PROJECT / "recipes" / "glm53.yml").read_text())
     assert model.schema_errors(doc) == []
     assert model.schema_errors({**doc, "surprise": 1})
-    assert model.schema_errors({**doc, "engine": {**doc["engine"], "name": "trtllm"}})
+    assert model.schema_errors({**doc, "engine": {**doc["engine"], "name": "tgi"}})
 
 
 # --- apply ----------------------------------------------------------------------------------

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from sparkplay.errors import BadInput
+
+T = TypeVar("T", int, float)
 
 
 def flag_value(args: Sequence[str], *names: str) -> str | None:
@@ -94,18 +97,19 @@ def flag_map(args: Sequence[str]) -> dict[str, str | None]:
 
 def whole(value: str | None, flag: str) -> int | None:
     """A flag's integer value (None: not given); a value the engine would refuse is refused, naming the flag."""
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise BadInput(f"{flag} has a non-integer value {value!r}", f"give {flag} a whole number") from None
+    return _read(value, flag, int, "a whole number")
 
 
 def number(value: str | None, flag: str) -> float | None:
+    """A flag's numeric value (None: not given), refused like whole's."""
+    return _read(value, flag, float, "a number")
+
+
+def _read(value: str | None, flag: str, kind: Callable[[str], T], what: str) -> T | None:
     if value is None:
         return None
     try:
-        return float(value)
+        return kind(value)
     except ValueError:
-        raise BadInput(f"{flag} has a non-numeric value {value!r}", f"give {flag} a number") from None
+        word = "non-integer" if kind is int else "non-numeric"
+        raise BadInput(f"{flag} has a {word} value {value!r}", f"give {flag} {what}") from None

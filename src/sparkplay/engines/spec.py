@@ -91,10 +91,16 @@ class Holding:
 class EngineSpec:
     """One engine's facts and rules; a subclass per engine sets what differs from these defaults."""
 
-    name: ClassVar[str]
+    name: ClassVar[str]  # its package's name
     title: ClassVar[str]  # as people write it (vLLM, llama.cpp)
     command_help: ClassVar[str]  # how its serve command is written, for the error naming no known engine
     defaults: ClassVar[Defaults]
+
+    def __init_subclass__(cls, *, name: str, title: str, command: str, **kwargs: Any) -> None:
+        """An engine's identity, given where its class is declared: `class Vllm(EngineSpec, name="vllm", ...)`."""
+        super().__init_subclass__(**kwargs)
+        cls.name, cls.title, cls.command_help = name, title, f"{name} ({command})"
+
     # the context length's flags; the first is the one sparkplay writes where a recipe's flags leave it out
     context_flags: ClassVar[tuple[str, ...]] = ()
     # what a flag states, by field (derive's generic reading: integers, the fraction a float, names as given)

@@ -62,10 +62,7 @@ GLM53 = KnownModel(
 )
 
 
-class Atlas(EngineSpec):
-    name = "atlas"
-    title = "Atlas"
-    command_help = "atlas (serve MODEL --kernel-target=..., or spark serve MODEL)"
+class Atlas(EngineSpec, name="atlas", title="Atlas", command="serve MODEL --kernel-target=..., or spark serve MODEL"):
     # SparkGLM's start scripts: API on 8893, up to 15 min to healthy
     defaults = Defaults(
         runtime="docker",

@@ -30,10 +30,7 @@ ARG_PLAIN = frozenset(
 )
 
 
-class Llamacpp(EngineSpec):
-    name = "llamacpp"
-    title = "llama.cpp"
-    command_help = "llama.cpp (llama-server)"
+class Llamacpp(EngineSpec, name="llamacpp", title="llama.cpp", command="llama-server"):
     # Debian forky's llama.cpp packages; llama-server's default port there
     defaults = Defaults(
         runtime="native",

@@ -12,10 +12,11 @@ from sparkplay.engines.spec import Defaults, EngineSpec, Fraction, Note
 DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
 
 
-class Sglang(EngineSpec):
-    name = "sglang"
-    title = "SGLang"
-    command_help = "sglang (python3 -m sglang.launch_server --model-path MODEL, or sglang serve)"
+# how its serve command is written (the error for a command of no known engine lists it)
+COMMAND = "python3 -m sglang.launch_server --model-path MODEL, or sglang serve"
+
+
+class Sglang(EngineSpec, name="sglang", title="SGLang", command=COMMAND):
     # SGLang's launch_server default port; a first boot compiles CUDA graphs
     defaults = Defaults(runtime="docker", port=30000, health_timeout_s=1800)
     context_flags = ("--context-length",)

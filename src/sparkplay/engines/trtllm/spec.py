@@ -50,10 +50,11 @@ def launcher_words(words: Sequence[str]) -> int:
     return i if i < len(words) and words[i].rsplit("/", 1)[-1] == "trtllm-serve" else 0
 
 
-class Trtllm(EngineSpec):
-    name = "trtllm"
-    title = "TensorRT-LLM"
-    command_help = "trtllm (trtllm-serve MODEL, alone or under mpirun ... trtllm-llmapi-launch)"
+# how its serve command is written (the error for a command of no known engine lists it)
+COMMAND = "trtllm-serve MODEL, alone or under mpirun ... trtllm-llmapi-launch"
+
+
+class Trtllm(EngineSpec, name="trtllm", title="TensorRT-LLM", command=COMMAND):
     # NVIDIA's release image serves on trtllm-serve's default port; the first start loads and may autotune
     defaults = Defaults(runtime="docker", port=8000, health_timeout_s=1800)
     context_flags = ("--max_seq_len",)

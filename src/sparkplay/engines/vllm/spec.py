@@ -52,10 +52,7 @@ def speculative_method(config: Mapping[str, Any]) -> str:
     return "auto"
 
 
-class Vllm(EngineSpec):
-    name = "vllm"
-    title = "vLLM"
-    command_help = "vllm (vllm serve MODEL)"
+class Vllm(EngineSpec, name="vllm", title="vLLM", command="vllm serve MODEL"):
     # vLLM's OpenAI server default port; first boots can autotune for an hour, recipes raise this through
     # VLLM_ENGINE_READY_TIMEOUT_S
     defaults = Defaults(runtime="docker", port=8000, health_timeout_s=1800)
