@@ -498,7 +498,7 @@ def test_apply_offline_keeps_the_earlier_pin_and_warns(tmp_path):
     [
         ({"title": "no command here", "notes": "run it as you like"}, "has no command line"),
         ({"command": "vllm serve 'o/m"}, "cannot be split into arguments"),
-        ({"command": "trtllm-serve o/m"}, "unknown engine"),
+        ({"command": "text-generation-launcher --model-id o/m"}, "unknown engine"),
         ({"command": "vllm serve o/m", "image": "--privileged"}, "engine.image cannot be determined"),
         ({"command": "vllm serve o/m --speculative-config '{bad'", "image": "v/v:1"}, "is not valid JSON"),
         ({"command": "vllm serve o/m --max-model-len lots", "image": "v/v:1"}, "value the engine does not read"),
