@@ -52,6 +52,18 @@ def test_the_playbooks_two_spark_command_imports_with_its_launcher_and_config_fi
     assert "--extra_llm_api_options /tmp/extra-llm-api-config.yml" in ignored and "not applied" in ignored
 
 
+def test_the_playbooks_page_imports_from_its_docker_exec_with_the_containers_environment():
+    """The page's step 10 runs `docker exec -e MODEL=... CONTAINER bash -c '... trtllm-serve $MODEL ...'` in the
+    container step 4 started: $MODEL is the exec's environment, the image the run's."""
+    doc = imported("playbook-two-sparks-page.md")
+    assert doc["engine"]["name"] == "trtllm" and doc["engine"]["image"] == IMAGE.split("=", 1)[1]
+    assert doc["model"]["repo"] == "nvidia/Qwen3-235B-A22B-FP4" and doc["topology"]["nodes"] == 2
+    assert "HF_TOKEN" not in doc["serve"]["env"]
+    overridden = said(doc, "overridden")
+    for name in ("OMPI_MCA_orte_default_hostfile", "OMPI_ALLOW_RUN_AS_ROOT", "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES"):
+        assert name in overridden, name  # the plan's mpirun and the node's cable decide them
+
+
 def test_a_compose_service_running_trtllm_serve_imports_with_its_image():
     doc = imported("compose-gpt-oss.yml")
     assert doc["engine"] == {

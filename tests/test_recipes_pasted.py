@@ -754,3 +754,19 @@ def test_compose_v1s_up_of_one_service_imports_that_service_as_the_file_has_it()
     doc = imported("compose-checkout/up.sh")
     assert doc["model"]["repo"] == "Qwen/Qwen3-8B" and doc["context_length"] == 32768
     assert "extra.compose.services" not in all_notes(doc)  # the web UI is not what the script starts
+
+
+def test_a_shell_in_a_container_sees_the_containers_environment_and_nothing_more(tmp_path):
+    """`docker exec -e NAME=VALUE CONTAINER bash -c '... $NAME ...'` (NVIDIA's playbooks run their servers so):
+    the shell starts with the container's environment, from docker run's -e and exec's; a name neither sets
+    is still refused, naming it."""
+    text = (
+        "docker run -d --name eng --gpus all -e TP=2 vllm/vllm-openai:v0.11.0 sleep infinity\n"
+        "docker exec -e MODEL=example-org/m-7b eng bash -c 'vllm serve $MODEL --tensor-parallel-size $TP'\n"
+    )
+    (tmp_path / "exec.sh").write_text(text)
+    doc = importing.import_source(str(tmp_path / "exec.sh"))
+    assert doc["model"]["repo"] == "example-org/m-7b" and doc["topology"]["tensor_parallel"] == 2
+    (tmp_path / "unset.sh").write_text(text.replace("$TP", "$PP"))
+    with pytest.raises(BadInput, match=r"uses \$PP, which the text never sets"):
+        importing.import_source(str(tmp_path / "unset.sh"))

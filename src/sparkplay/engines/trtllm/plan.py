@@ -158,10 +158,13 @@ def plan(ctx: Context) -> dict[str, Any]:
     serve = [repo, *backend, *args, "--gpus_per_node", "1", "--host", ctx.bind, "--port", str(ctx.port)]
     workers = [node for node in ctx.nodes if not node.leads]
     ranks = []
+    # the recipe's OpenMPI settings were its own launch's (a hostfile, root's permission): the plan's mpirun
+    # is sparkplay's, so they are not passed (the import says so of each)
+    given = {k: v for k, v in recipe["serve"]["env"].items() if not k.startswith("OMPI_")}
     for node in ctx.nodes:
         env = {
             **fabric_env(dict(node.fabric_env)),
-            **recipe["serve"]["env"],
+            **given,
             "HF_HOME": HF_HOME,
             "HF_HUB_OFFLINE": "1",
             "NCCL_SOCKET_IFNAME": node.nccl_ifnames,

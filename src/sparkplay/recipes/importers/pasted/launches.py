@@ -207,8 +207,11 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
 
 
 def _nested(text: str, at: str, env: dict[str, str], container: Container | None, found: Found, depth: int) -> None:
-    """A command string another program runs (bash -c, ssh): its engine start, and what runs before it there."""
-    inner, _ = find(text, f"{at}, in its command: line", depth=depth + 1)
+    """A command string another program runs (bash -c, ssh): its engine start, and what runs before it there.
+    In a container its shell starts with the container's environment (docker run/exec -e NAME=VALUE), so a
+    variable it uses from there is set (NVIDIA's playbook: `docker exec -e MODEL=... bash -c '... $MODEL'`)."""
+    given = dict(v.split("=", 1) for v in (container.values("--env") if container else []) if "=" in v)
+    inner, _ = find(text, f"{at}, in its command: line", given, depth=depth + 1)
     found.ignored += inner.ignored
     found.elsewhere += inner.elsewhere
     found.images += inner.images
