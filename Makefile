@@ -111,13 +111,14 @@ molecule: venv host
 	molecule test --scenario-name lab
 
 # every role's own scenario (roles/ROLE/molecule/default), in the site's order on one lab: converge, idempotence,
-# verify; the lab is taken down before and after
+# verify (each scenario's state reset first: its create is `lab up`, which keeps a lab that is up); the lab is
+# taken down before and after
 MOLECULE_ROLES := sparkplay preflight nvidia_stack fabric peer_ssh managed_files checkpoint mtp_overlay engine \
 	serve status bench stack doctor stop reset
 molecule-roles: venv host ## every role's molecule scenario, in the site's order on one lab (about 25 min)
 	python3 -m sparkplay lab down --project-dir $(CURDIR)
 	rc=0; for role in $(MOLECULE_ROLES); do \
-	  python3 scripts/timed.py molecule-$$role -- sh -c "cd roles/$$role && molecule test" || { rc=1; break; }; \
+	  python3 scripts/timed.py molecule-$$role -- sh -c "cd roles/$$role && molecule reset && molecule test --destroy never" || { rc=1; break; }; \
 	done; python3 -m sparkplay lab down --project-dir $(CURDIR); exit $$rc
 
 clean:
