@@ -192,6 +192,11 @@ class Container:
     def last(self, name: str) -> str | None:
         return self.options[name][-1] if self.options.get(name) else None
 
+    def environment(self) -> dict[str, str]:
+        """What a process in the container starts with: its -e NAME=VALUE settings (NAME alone passes the
+        caller's, which the text does not say)."""
+        return dict(v.split("=", 1) for v in self.values("--env") if "=" in v)
+
 
 def _options(
     words: list[str], valued: frozenset[str], switches: frozenset[str], short: dict[str, str], what: str

@@ -86,8 +86,7 @@ class Found:
 def find(
     text: str, where: str = "line", given: dict[str, str] | None = None, into: Found | None = None, depth: int = 0
 ) -> tuple[Found, shell.Variables]:
-    """Every engine launch in a shell text, in order (`into`: what earlier texts of the same session found, such
-    as the containers a page's earlier blocks started)."""
+    """Every engine launch in a shell text, in order (`into`: what a page's earlier blocks found, their containers)."""
     script = shell.read(text, given)
     found = into if into is not None else Found()
     first = len(found.launches)
@@ -207,10 +206,8 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
 
 
 def _nested(text: str, at: str, env: dict[str, str], container: Container | None, found: Found, depth: int) -> None:
-    """A command string another program runs (bash -c, ssh): its engine start, and what runs before it there.
-    In a container its shell starts with the container's environment (docker run/exec -e NAME=VALUE), so a
-    variable it uses from there is set (NVIDIA's playbook: `docker exec -e MODEL=... bash -c '... $MODEL'`)."""
-    given = dict(v.split("=", 1) for v in (container.values("--env") if container else []) if "=" in v)
+    """A command string another program runs (bash -c, ssh), with a container's environment (docker -e) in one."""
+    given = container.environment() if container else None
     inner, _ = find(text, f"{at}, in its command: line", given, depth=depth + 1)
     found.ignored += inner.ignored
     found.elsewhere += inner.elsewhere
