@@ -146,6 +146,9 @@ def test_what_the_plan_cannot_serve_is_refused_in_one_line():
     with pytest.raises(BadInput, match="names a file on the host"):
         args = [*doc["serve"]["args"], "--config", "/etc/x.yml"]
         build({**doc, "serve": {**doc["serve"], "args": args}}, stand_in_nodes(2), Options(model_root=ROOT))
+    hostile = [*argv.without_flags(doc["serve"]["args"], "--tp_size"), "--tp_size", "two"]
+    with pytest.raises(BadInput, match="--tensor_parallel_size 'two' is not a whole number"):
+        build({**doc, "serve": {**doc["serve"], "args": hostile}}, stand_in_nodes(2), Options(model_root=ROOT))
     three = {**doc, "topology": {**doc["topology"], "nodes": 3}}
     with pytest.raises(BadInput, match=r"tensor 2 x pipeline 1 = 2 GPUs\) does not match the 3 node"):
         build(three, stand_in_nodes(3), Options(model_root=ROOT))

@@ -168,6 +168,17 @@ def engine_args(recipe: Mapping[str, Any], replaced: Sequence[str], owned: Seque
     return argv.without_flags(args, *replaced)
 
 
+def parallel_size(args: Sequence[str], stated: int | None, *flags: str) -> int:
+    """A parallel group's size as the engine's flag gives it, else the recipe's field (1 when unset); a value
+    that is not a whole number of GPUs is refused naming the flag."""
+    value = argv.flag_value(args, *flags)
+    if value is None:
+        return int(stated or 1)
+    if not value.isdigit() or int(value) < 1:
+        raise BadInput(f"{flags[0]} {value!r} is not a whole number", f"give {flags[0]} a number of GPUs")
+    return int(value)
+
+
 # every engine container: no capability but the ones its engine documents (each adapter adds those), so
 # no raw sockets on the host's network (docker's default CAP_NET_RAW read other models' loopback traffic),
 # no chown/setuid/mknod, and no way to gain privileges back

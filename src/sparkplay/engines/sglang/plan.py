@@ -15,7 +15,14 @@ from typing import Any
 
 from sparkplay import argv, checkpoints
 from sparkplay.engines import names
-from sparkplay.engines.context import Context, engine_args, fabric_env, gpu_container_options, with_served_name
+from sparkplay.engines.context import (
+    Context,
+    engine_args,
+    fabric_env,
+    gpu_container_options,
+    parallel_size,
+    with_served_name,
+)
 from sparkplay.errors import BadInput
 from sparkplay.recipes.model_source import draft_source
 
@@ -28,15 +35,6 @@ OWNED = ("--nnodes", "--node-rank", "--dist-init-addr")
 DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
 TP_FLAGS = ("--tp-size", "--tensor-parallel-size", "--tp")
 PP_FLAGS = ("--pp-size", "--pipeline-parallel-size", "--pp")
-
-
-def _size(args: list[str], stated: int | None, flags: tuple[str, ...]) -> int:
-    value = argv.flag_value(args, *flags)
-    if value is None:
-        return int(stated or 1)
-    if not value.isdigit() or int(value) < 1:
-        raise BadInput(f"{flags[0]} {value!r} is not a whole number", f"give {flags[0]} a number of GPUs")
-    return int(value)
 
 
 def _mirrored_draft(args: list[str], ctx: Context) -> list[str]:
@@ -57,8 +55,8 @@ def plan(ctx: Context) -> dict[str, Any]:
     model = ctx.checkpoint_dir("target")
     if model is None:
         raise BadInput("the sglang recipe has no target checkpoint", "set model.checkpoints (role: target)")
-    tp = _size(args, recipe["topology"]["tensor_parallel"], TP_FLAGS)
-    pp = _size(args, recipe["topology"]["pipeline_parallel"], PP_FLAGS)
+    tp = parallel_size(args, recipe["topology"]["tensor_parallel"], *TP_FLAGS)
+    pp = parallel_size(args, recipe["topology"]["pipeline_parallel"], *PP_FLAGS)
     count = len(ctx.nodes)
     if tp * pp != count:
         raise BadInput(

@@ -32,6 +32,7 @@ from sparkplay.engines.context import (
     engine_args,
     fabric_env,
     hub_cache,
+    parallel_size,
 )
 from sparkplay.engines.trtllm.spec import CONFIG, PP, TP
 from sparkplay.errors import BadInput
@@ -56,8 +57,8 @@ SSHD = 'mkdir -p /run/sshd && exec /usr/sbin/sshd "$@"'
 
 
 def _parallel(args: list[str], recipe: dict[str, Any], count: int) -> tuple[list[str], int]:
-    tp = int(argv.flag_value(args, *TP) or recipe["topology"]["tensor_parallel"] or 1)
-    pp = int(argv.flag_value(args, *PP) or recipe["topology"]["pipeline_parallel"] or 1)
+    tp = parallel_size(args, recipe["topology"]["tensor_parallel"], *TP)
+    pp = parallel_size(args, recipe["topology"]["pipeline_parallel"], *PP)
     if tp * pp != count:
         raise BadInput(
             f"TensorRT-LLM's parallelism (tensor {tp} x pipeline {pp} = {tp * pp} GPUs) does not match the "

@@ -23,7 +23,15 @@ from typing import Any
 
 from sparkplay import argv, checkpoints
 from sparkplay.engines import names
-from sparkplay.engines.context import Context, Node, engine_args, fabric_env, gpu_container_options, with_served_name
+from sparkplay.engines.context import (
+    Context,
+    Node,
+    engine_args,
+    fabric_env,
+    gpu_container_options,
+    parallel_size,
+    with_served_name,
+)
 from sparkplay.engines.vllm import cpu as vllm_cpu
 from sparkplay.errors import BadInput
 from sparkplay.recipes.model_source import draft_source
@@ -52,15 +60,6 @@ RAY_HEAD = (
     ' && shift && exec vllm "$@"'
 )
 RAY_WORKER = 'exec ray start --block --address="$1" --node-ip-address="$VLLM_HOST_IP" --disable-usage-stats'
-
-
-def _size(args: list[str], stated: int, *flags: str) -> int:
-    value = argv.flag_value(args, *flags)
-    if value is None:
-        return stated
-    if not value.isdigit() or int(value) < 1:
-        raise BadInput(f"{flags[0]} {value!r} is not a whole number", f"give {flags[0]} a number of GPUs")
-    return int(value)
 
 
 def backend_of(recipe: dict[str, Any], args: list[str]) -> str:
@@ -112,9 +111,9 @@ def plan(ctx: Context) -> dict[str, Any]:
             "set model.checkpoints (role: target) or model.path (a model folder under the model root)",
         )
     topology = recipe["topology"]
-    tp = _size(args, topology["tensor_parallel"], "--tensor-parallel-size", "-tp")
-    pp = _size(args, topology["pipeline_parallel"], "--pipeline-parallel-size", "-pp")
-    dp = _size(args, 1, "--data-parallel-size", "-dp")
+    tp = parallel_size(args, topology["tensor_parallel"], "--tensor-parallel-size", "-tp")
+    pp = parallel_size(args, topology["pipeline_parallel"], "--pipeline-parallel-size", "-pp")
+    dp = parallel_size(args, 1, "--data-parallel-size", "-dp")
     backend = backend_of(recipe, args)
     native = recipe["engine"]["runtime"] == "native"
     if native and backend == "ray":
