@@ -80,8 +80,20 @@ OWNED = {
     "--hf-repo-draft",
     "--model-draft",
     "--rpc",
+    "--gpus-per-node",  # TensorRT-LLM's: one GB10 per Spark
 }
-PROGRAM = {"vllm", "serve", "python3", "python", "-m", "sglang.launch_server", "llama-server", "spark", "exec"}
+PROGRAM = {
+    "vllm",
+    "serve",
+    "python3",
+    "python",
+    "-m",
+    "sglang.launch_server",
+    "llama-server",
+    "spark",
+    "exec",
+    "trtllm-serve",
+}
 
 
 def render(folders: list[str]) -> None:
@@ -245,6 +257,7 @@ def compare(rendered: str, stand_in_hub: bool) -> int:
             continue
         silent = differences(ref, doc, plan)
         counts["silent change" if silent else "imported, every difference noted"] += 1
+        counts[f"imported: {doc['engine']['name']}"] += 1
         if silent:
             report["silent change"].append(f"{path}: {'; '.join(silent)}")
     for kind in ("refused", "silent change"):

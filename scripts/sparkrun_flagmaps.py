@@ -12,7 +12,7 @@ import sys
 from importlib.metadata import version
 
 from sparkrun.runtimes import _vllm_common as vllm
-from sparkrun.runtimes import atlas, llama_cpp, sglang
+from sparkrun.runtimes import atlas, llama_cpp, sglang, trtllm
 
 
 def main() -> None:
@@ -34,6 +34,12 @@ def main() -> None:
             "switches": sorted(atlas._ATLAS_BOOL_FLAGS),
             "value_switches": sorted(atlas._ATLAS_VALUE_BOOL_FLAGS),
             "owned": sorted(atlas._ATLAS_SPARKRUN_OWNED_KEYS),
+        },
+        "trtllm": {
+            "flags": trtllm._TRTLLM_FLAG_MAP,
+            "switches": sorted(trtllm._TRTLLM_BOOL_FLAGS),
+            # keys sparkrun writes to an LLM API options file it makes, adding --extra_llm_api_options for it
+            "api_options": sorted(trtllm._EXTRA_CONFIG_KEYS),
         },
     }
     json.dump(data, sys.stdout, indent=1)

@@ -124,8 +124,8 @@ BASE = {"recipe_version": "2", "model": "Org/M", "runtime": "vllm", "container":
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        ({"recipe_version": "5"}, "recipe_version 5 is newer than sparkplay reads"),
-        ({"runtime": "trtllm"}, "sparkrun runtime trtllm has no sparkplay engine"),
+        ({"recipe_version": "seven"}, "recipe_version 'seven' is not a version"),
+        ({"recipe_version": "0"}, "recipe_version '0' is not a version"),
         ({"runtime": "tgi"}, "unknown sparkrun runtime 'tgi'"),
         ({"min_nodes": 3, "max_nodes": 2}, "min_nodes 3 is more than max_nodes 2"),
         ({"max_nodes": 0}, "max_nodes must be a whole number of nodes"),
@@ -150,6 +150,80 @@ def test_bad_sparkrun_recipes_are_one_line_errors_naming_the_file(tmp_path, chan
         imported(path)
     assert says in str(caught.value) and "\n" not in str(caught.value)
     assert str(path) in str(caught.value)
+
+
+def test_a_later_recipe_version_is_read_as_sparkrun_reads_it_and_said(tmp_path):
+    """sparkrun reads every version but 1 alike (core/recipe.py); a registry's version 7 recipe imports so."""
+    path = tmp_path / "later.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "recipe_version": "7", "command": "vllm serve {model} --port {port}"}))
+    doc = imported(path)
+    assert doc["engine"]["name"] == "vllm" and doc["model"]["repo"] == "Org/M"
+    assert any("recipe_version 7 is later than sparkplay knows" in n["detail"] for n in doc["provenance"])
+    path.write_text(yaml.safe_dump({**BASE, "recipe_version": "4", "command": "vllm serve {model} --port {port}"}))
+    assert not any("recipe_version" in n["detail"] for n in imported(path)["provenance"])
+
+
+TRTLLM = {"recipe_version": "2", "model": "Org/M", "runtime": "trtllm", "container": "nvcr.io/nvidia/tensorrt-llm/x:1"}
+
+
+def test_a_sparkrun_trtllm_recipe_imports_and_names_the_options_file_sparkrun_would_write(tmp_path):
+    """sparkrun's trtllm runtime: a template is read as a trtllm-serve line; the defaults sparkrun writes to an
+    LLM API options file of its own (free_gpu_memory_fraction, kv_cache_dtype, ...) are named as not applied."""
+    path = tmp_path / "trt.yaml"
+    recipe = {
+        **TRTLLM,
+        "min_nodes": 2,
+        "defaults": {"tensor_parallel": 2, "free_gpu_memory_fraction": 0.8, "kv_cache_dtype": "fp8"},
+        "command": "trtllm-serve {model} --tp_size {tensor_parallel} --max_seq_len 8192",
+    }
+    path.write_text(yaml.safe_dump(recipe))
+    doc = imported(path)
+    assert doc["engine"]["name"] == "trtllm" and doc["context_length"] == 8192
+    said = {n["key"]: n["detail"] for n in doc["provenance"]}
+    assert "free_gpu_memory_fraction" in said["extra.sparkrun_not_honoured.api_options"]
+    assert "kv_cache_dtype" in said["extra.sparkrun_not_honoured.api_options"]
+    plan = build(doc, nodes(2), Options(model_root=ROOT, allow=None))
+    assert len(plan["ranks"]) == 2
+
+
+def test_a_sparkrun_trtllm_recipe_without_a_command_is_built_by_sparkruns_flag_map(tmp_path):
+    path = tmp_path / "trt.yaml"
+    path.write_text(yaml.safe_dump({**TRTLLM, "defaults": {"max_model_len": 4096, "trust_remote_code": True}}))
+    doc = imported(path)
+    assert doc["serve"]["args"][:2] == ["--backend", "pytorch"]  # sparkrun's default back end, none named
+    assert contains_run(doc["serve"]["args"], ["--trust_remote_code"]) and doc["context_length"] == 4096
+    path.write_text(yaml.safe_dump({**TRTLLM, "defaults": {"backend": "tensorrt", "print_iter_log": True}}))
+    doc = imported(path)
+    assert doc["serve"]["args"] == ["--backend", "tensorrt"]
+    said = {n["key"]: n["detail"] for n in doc["provenance"]}
+    assert "print_iter_log" in said["extra.sparkrun_not_honoured.api_options"]
+    assert "extra.sparkrun_not_honoured.defaults" not in said  # named once, as what it is
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["trtllm-serve Org/M --tp_size 1", "mpirun -n 1 --allow-run-as-root trtllm-serve Org/M --tp_size 1"],
+)
+def test_a_trtllm_command_with_no_runtime_is_trtllm_as_sparkrun_detects_it(tmp_path, command):
+    path = tmp_path / "trt.yaml"
+    path.write_text(yaml.safe_dump({"recipe_version": "2", "model": "Org/M", "container": "t/t:1", "command": command}))
+    assert imported(path)["engine"]["name"] == "trtllm"
+
+
+def test_a_templates_per_rank_flags_are_dropped_and_said_not_refused_at_plan(tmp_path):
+    """A registry's two-node template that writes the leader's address (`--master-addr 192.168.100.1`): the
+    ranks and the leader are the inventory's, as in a pasted multi-node guide."""
+    path = tmp_path / "two.yaml"
+    command = "vllm serve {model} -tp 2 --master-addr 10.99.0.7 --master-port 29501 --max-model-len 4096"
+    path.write_text(yaml.safe_dump({**BASE, "runtime": "vllm-distributed", "min_nodes": 2, "command": command}))
+    doc = imported(path)
+    assert not argv.has_flag(doc["serve"]["args"], "--master-addr")
+    assert not argv.has_flag(doc["serve"]["args"], "--master-port")
+    assert any("--master-addr, --master-port: one node's flags" in n["detail"] for n in doc["provenance"])
+    plan = build(doc, nodes(2), Options(model_root=ROOT, allow=None))
+    assert "10.99.0.7" not in json.dumps(plan) and all(
+        argv.flag_value(r["argv"], "--master-addr") != "10.99.0.7" for r in plan["ranks"]
+    )
 
 
 def test_shell_variables_are_not_placeholders_and_a_placeholder_may_hold_another():

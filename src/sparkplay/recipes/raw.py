@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkplay import argv
+from sparkplay.engines import registry
+
 
 @dataclass
 class RawRecipe:
@@ -46,3 +49,19 @@ class RawRecipe:
 
     def note(self, key: str, how: str, detail: str) -> None:
         self.provenance.append({"key": key, "how": how, "detail": detail})
+
+    def drop_per_rank(self) -> str | None:
+        """One node's flags of a multi-node command (the engine spec's per_rank: ranks, the leader's address)
+        are sparkplay's to set for each rank: dropped, said; returns the command's --nnodes, which counts."""
+        owned = [f for f in registry.spec(self.engine).per_rank if argv.has_flag(self.args, f)]
+        if not owned:
+            return None
+        count = argv.flag_value(self.args, "--nnodes")
+        self.args = argv.without_flags(self.args, *owned)
+        self.note(
+            "serve.args",
+            "cleaned",
+            f"{', '.join(owned)}: one node's flags in a multi-node command; sparkplay "
+            "sets each rank's own (the leader and the peers from the inventory)",
+        )
+        return count

@@ -177,21 +177,9 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
 
 def _per_rank(raw: RawRecipe, launch: Launch) -> None:
     """One node's command of a multi-node guide: its per-rank flags are sparkplay's to set; --nnodes counts."""
-    # the flags a multi-node guide gives each node's command, which sparkplay sets per rank itself (the
-    # engine spec's per_rank): a pasted node's command drops them, and --nnodes gives the node count
-    owned = [f for f in registry.spec(raw.engine).per_rank if argv.has_flag(raw.args, f)]
-    if not owned:
-        return
-    count = argv.flag_value(raw.args, "--nnodes")
+    count = raw.drop_per_rank()
     if count and count.isdigit() and launch.nodes is None:
         launch.nodes = int(count)
-    raw.args = argv.without_flags(raw.args, *owned)
-    raw.note(
-        "serve.args",
-        "cleaned",
-        f"{', '.join(owned)}: one node's flags in a multi-node command; sparkplay "
-        "sets each rank's own (the leader and the peers from the inventory)",
-    )
 
 
 def _check_settled(launch: Launch) -> None:

@@ -16,12 +16,14 @@ RUNTIMES: dict[str, tuple[str, str | None]] = {
     "llamacpp": ("llamacpp", None),
     "atlas": ("atlas", None),
     "sglang": ("sglang", None),
+    "trtllm": ("trtllm", None),
 }
-NOT_SUPPORTED = ("trtllm",)
-# a command's first word -> runtime, when `runtime` is left out (sparkrun's own detection)
+# a command's first word -> runtime, when `runtime` is left out (sparkrun's own detection; its `mpirun ...
+# trtllm` is the mpirun line that names trtllm after it)
 COMMAND_HINTS = (
     ("vllm", "vllm"),
     ("llama-server", "llama-cpp"),
+    ("trtllm-serve", "trtllm"),
     ("serve", "atlas"),
     ("spark", "atlas"),
     ("sglang", "sglang"),
@@ -69,6 +71,9 @@ NOT_HONOURED_WHY = {
     "defaults": "{value}: the recipe has no command, and sparkrun's flag map for its runtime has no flag for these "
     "(sparkrun leaves them out of the command too): write a command template to pass them",
     "container": "{value}: sparkplay runs llama.cpp from the node's packages, not a container",
+    "api_options": "{value}: sparkrun writes these defaults to an LLM API options file it makes and adds "
+    "--extra_llm_api_options for it; sparkplay writes no such file: not applied (a trtllm-serve flag carries some: "
+    "--kv_cache_free_gpu_memory_fraction, --max_batch_size)",
     "mods": "{value}: not run: sparkplay reads a mod from where sparkrun finds it in a registry checkout; import "
     "the recipe from a checkout of its registry (each mod is then a privileged request), or build an image with "
     "the mods applied and --set engine.image to it",

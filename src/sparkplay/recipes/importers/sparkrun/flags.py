@@ -12,7 +12,7 @@ from importlib import resources
 from typing import Any
 
 # sparkplay engine -> the key of sparkrun's runtime in the flag map data
-ENGINES = ("vllm", "sglang", "llamacpp", "atlas")
+ENGINES = ("vllm", "sglang", "llamacpp", "atlas", "trtllm")
 
 
 @cache
@@ -47,6 +47,12 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
+def api_options(engine: str, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The defaults sparkrun writes to an LLM API options file of its own (TensorRT-LLM's), adding the flag that
+    reads it; sparkplay writes no such file."""
+    return {k: defaults[k] for k in flag_maps().get(engine, {}).get("api_options", ()) if k in defaults}
+
+
 def _llamacpp_values(defaults: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
     """llama.cpp's defaults as sparkrun sees them: its injected defaults, max_model_len as ctx_size."""
     values = {**data.get("defaults", {}), **defaults}
@@ -62,7 +68,7 @@ def generated_flags(engine: str, defaults: dict[str, Any]) -> tuple[list[str], l
     switches, negatable = set(data.get("switches", ())), set(data.get("negatable", ()))
     value_switches = set(data.get("value_switches", ()))
     values = dict(defaults)
-    consumed: set[str] = set(data.get("owned", ()))
+    consumed: set[str] = set(data.get("owned", ())) | set(data.get("api_options", ()))
     if engine == "llamacpp":
         values = _llamacpp_values(values, data)
         consumed |= {"max_model_len", "flash_attn", "webui", "mmap"}

@@ -35,12 +35,11 @@ from sparkplay.recipes.importers.sparkrun import rules as sparkrun_rules
 from sparkplay.recipes.importers.sparkrun.fields import (
     COMMAND_HINTS,
     NOT_HONOURED,
-    NOT_SUPPORTED,
     READ,
     RUNTIMES,
     bench_profile,
 )
-from sparkplay.recipes.importers.sparkrun.flags import generated_flags
+from sparkplay.recipes.importers.sparkrun.flags import api_options, generated_flags
 from sparkplay.recipes.importers.sparkrun.template import VERSIONS, collapse_escapes, expand, parse_command, reads_as
 from sparkplay.recipes.model import slugify
 from sparkplay.recipes.raw import RawRecipe
@@ -98,6 +97,8 @@ def _generated_command(engine: str, model: str, defaults: dict[str, Any]) -> tup
         return ["llama-server", *args], unmapped
     if engine == "sglang":
         return ["python3", "-m", "sglang.launch_server", "--model-path", model, *args], unmapped
+    if engine == "trtllm":  # sparkrun names the PyTorch back end when the defaults name none
+        return ["trtllm-serve", model, *([] if defaults.get("backend") else ["--backend", "pytorch"]), *args], unmapped
     return ["spark", "serve", model, *args], unmapped
 
 
@@ -185,14 +186,18 @@ def _mappings(data: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[st
     return defaults, env_in
 
 
-def _version(data: dict[str, Any], where: str) -> str:
-    version = str(data.get("recipe_version", data.get("sparkrun_version", "2")))
-    if version not in VERSIONS:
-        raise BadInput(
-            f"{where}: sparkrun recipe_version {version} is newer than sparkplay reads ({', '.join(VERSIONS)})",
-            "update sparkplay, or convert the recipe with a sparkrun that reads it",
-        )
-    return version
+def _version(data: dict[str, Any], where: str) -> tuple[str, str | None]:
+    """The recipe's version, and a note when it is later than those sparkplay was written against (sparkrun reads
+    every version but 1 alike, so a later one is read as version 2 is; its new keys are named as not applied)."""
+    version = str(data.get("recipe_version", data.get("sparkrun_version", "2"))).strip()
+    if version in VERSIONS:
+        return version, None
+    if not version.isdigit() or int(version) < 1:
+        raise BadInput(f"{where}: sparkrun recipe_version {version!r} is not a version", "give a whole number (1 to 4)")
+    return version, (
+        f"recipe_version {version} is later than sparkplay knows ({', '.join(VERSIONS)}): read as sparkrun reads it, "
+        "as version 2 (each key sparkplay does not read is named below)"
+    )
 
 
 def _runtime(data: dict[str, Any], command_text: str | None, where: str) -> tuple[str, str, str | None]:
@@ -202,12 +207,9 @@ def _runtime(data: dict[str, Any], command_text: str | None, where: str) -> tupl
     if runtime is None and command_text:
         first = command_text.split(None, 1)[0].rsplit("/", 1)[-1] if command_text.split() else ""
         runtime = next((rt for word, rt in COMMAND_HINTS if first == word), "vllm")
+        if first == "mpirun" and "trtllm" in command_text:
+            runtime = "trtllm"
     runtime = (runtime or "vllm").lower()
-    if runtime in NOT_SUPPORTED:
-        raise BadInput(
-            f"{where}: sparkrun runtime {runtime} has no sparkplay engine",
-            "sparkplay runs vllm, llama-cpp and atlas recipes; choose one of those",
-        )
     if runtime not in RUNTIMES:
         raise BadInput(f"{where}: unknown sparkrun runtime {runtime!r}", f"use one of {', '.join(RUNTIMES)}")
     engine, backend = RUNTIMES[runtime]
@@ -293,6 +295,8 @@ def _left_out(
     left.not_honoured.update(bench_left)
     if command.unmapped:  # defaults the engine's flag map has no flag for, with no command to place them
         left.not_honoured["defaults"] = {k: defaults[k] for k in command.unmapped}
+    if api := api_options(engine, defaults):
+        left.not_honoured["api_options"] = api
     if engine == "llamacpp" and data.get("container"):
         left.not_honoured["container"] = data["container"]  # sparkplay runs llama.cpp from the node's packages
     if left.container.left:
@@ -303,7 +307,7 @@ def _left_out(
 def to_raw(
     data: dict[str, Any], source: dict[str, Any], name: str | None, where: str, mods_from: Sequence[Path] = ()
 ) -> RawRecipe:
-    version = _version(data, where)
+    version, version_note = _version(data, where)
     model = _text(data, "model", where)
     defaults, env_in = _mappings(data, where)
     command_text = _text(data, "command", where)
@@ -341,6 +345,7 @@ def to_raw(
         notes=description if isinstance(description, str) else None,
         extra={**left.unknown, **({"sparkrun_not_honoured": left.not_honoured} if left.not_honoured else {})},
     )
+    raw.drop_per_rank()  # the ranks and the leader's address are the inventory's (sparkrun adds its own per node too)
     raw.mods = left.mods
     raw.pre_exec = left.pre_exec
     script = command.script
@@ -356,6 +361,7 @@ def to_raw(
     if command.generated:
         raw.note("serve.args", "derived", f"the recipe has no command: built from its defaults ({runtime} flag map)")
     for field_name, said in (
+        ("source", version_note),
         ("serve.args", command.v1_note),
         ("model.served_name", command.served_note),
         *(("topology.nodes", detail) for detail in node_notes),

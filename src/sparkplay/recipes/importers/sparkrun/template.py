@@ -26,7 +26,8 @@ from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 
 # sparkrun reads every version the same way but version 1, eugr's own format (run-recipe.py), whose command
-# template is Python's str.format: `{{` and `}}` are literal braces there. Versions 2-4 are sparkrun's.
+# template is Python's str.format: `{{` and `}}` are literal braces there. Versions 2-4 are sparkrun's; a later
+# one sparkrun reads as version 2 too (core/recipe.py: only "1" differs), and so does sparkplay, saying so.
 VERSIONS = ("1", "2", "3", "4")
 
 # sparkrun's placeholder span: braces with no brace inside (a JSON object's own braces never match one)
