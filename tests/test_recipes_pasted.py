@@ -149,6 +149,39 @@ def test_ssh_around_docker_run_on_another_host():
     assert "over ssh" in all_notes(doc)
 
 
+def test_a_launch_script_of_eugrs_launch_cluster_runs_in_its_image_and_says_so():
+    """The file launch-cluster.sh --launch-script runs (its `# PROFILE:` header): a bare vllm serve line that
+    runs in the runner's own image, vllm-node, which eugr's build-and-copy.sh builds on each node."""
+    doc = imported("eugr-launch-script.sh")
+    assert doc["engine"]["image"] == "vllm-node" and doc["topology"]["nodes"] == 2
+    assert doc["model"]["repo"] == "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8" and doc["context_length"] == 32768
+    said = notes(doc, "ignored")["engine.image"]
+    assert "PROFILE: Qwen3 30B A3B FP8 on two Sparks" in said and "build-and-copy.sh" in said
+    assert doc["serve"]["env"]["VLLM_USE_DEEP_GEMM"] == "0"
+
+
+def test_a_bare_line_without_the_profile_header_still_asks_for_its_image(tmp_path):
+    text = (PASTED / "eugr-launch-script.sh").read_text().replace("# PROFILE:", "# Profile")
+    (tmp_path / "bare.sh").write_text(text)
+    with pytest.raises(BadInput, match="engine.image cannot be determined"):
+        importing.import_source(str(tmp_path / "bare.sh"))
+
+
+def test_a_script_opening_with_a_test_and_comments_inside_arrays_reads_as_bash_reads_it():
+    """`[ -f .env ]` first is a shell test, not JSON; a comment inside an array or $(...) is prose, its
+    quotes and brackets too."""
+    doc = imported("array-comments.sh")
+    assert doc["engine"]["image"] == "vllm/vllm-openai:v0.11.0" and doc["model"]["repo"] == "Qwen/Qwen3-8B"
+    assert doc["context_length"] == 16384 and doc["knobs"]["gpu_memory_utilization"] == 0.7
+    assert doc["serve"]["env"] == {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+
+
+def test_a_pages_script_block_keeps_its_comments_and_a_console_block_loses_its_prompts():
+    """`# ` opens a comment in a script (a #! first line) and a root prompt in a console transcript."""
+    doc = imported("page-script-block.md", VLLM)
+    assert doc["model"]["repo"] == "Qwen/Qwen3-8B" and doc["context_length"] == 8192
+
+
 def test_a_launcher_script_with_defaults_arrays_and_argument_parsing():
     doc = imported("launcher-script.sh", VLLM)
     assert doc["model"]["repo"] == "nvidia/Qwen3-235B-A22B-FP4"  # the default, not the case branch's $2

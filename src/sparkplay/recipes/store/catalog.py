@@ -22,7 +22,16 @@ from sparkplay.fsutil import atomic_write
 from sparkplay.recipes import model
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.importers import launcher, webjson
-from sparkplay.recipes.importers.pasted import compose, compose_run, gguf_hub, launches, page, profile, wrapper
+from sparkplay.recipes.importers.pasted import (
+    compose,
+    compose_run,
+    gguf_hub,
+    launch_script,
+    launches,
+    page,
+    profile,
+    wrapper,
+)
 from sparkplay.recipes.importers.pasted import launch as paste
 from sparkplay.recipes.importers.sparkrun import recipe as sparkrun
 from sparkplay.recipes.normalise import normalise
@@ -183,7 +192,8 @@ def read_all(
     def source(kind: str) -> dict[str, Any]:
         return {"kind": kind, "location": where, "sha256": sha, "canonical_url": None}
 
-    if head in ("{", "["):
+    # `[` opens a JSON array, and also a shell test (`[ -f .env ] && ...`) or a Markdown link or badge
+    if head == "{" or (head == "[" and fetch.is_json(text)):
         data = fetch.parse_json_object(body, where, content_type)
         if compose.is_compose(data):
             return pasted(compose.find(data, where), source("compose"), name, pick, where, "a compose file")
@@ -230,6 +240,8 @@ def _shell_text(
     if page.is_markdown(text):
         return pasted(page.find(text, False, where), source("page"), name, pick, where, "a Markdown page")
     found, variables = launches.find(PROMPT.sub("", text))
+    if named := launch_script.profile(text):  # eugr's launch-cluster.sh runs it in its own image
+        launch_script.adopt(found.launches, text, named)
     if not found.launches and len(found.compose_runs) == 1:
         service, path, _ = compose_run.find(*found.compose_runs[0], where)
         return pasted(service, source("compose"), name, pick, str(path), "a compose file")

@@ -241,3 +241,14 @@ def parse_json_object(body: bytes, where: str, content_type: str = "") -> dict[s
             f"{where} holds a JSON {type(data).__name__}, not a recipe object", "use the URL of a single recipe"
         )
     return data
+
+
+def is_json(text: str) -> bool:
+    """Whether the text parses as JSON (one nested past Python's limit is JSON too: its reader names that)."""
+    try:
+        json.loads(text)
+    except RecursionError:
+        return True
+    except ValueError:
+        return False
+    return True

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from sparkplay import argv, imageref
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
-from sparkplay.recipes.importers.pasted import docker_run, shell
+from sparkplay.recipes.importers.pasted import docker_run, launch_script, shell
 from sparkplay.recipes.importers.pasted.docker_run import Container
 
 SHELLS = ("bash", "sh", "zsh", "dash")
@@ -389,12 +389,4 @@ def _eugr(words: list[str], at: str, env: dict[str, str], found: Found, depth: i
                     "folder's parent, or apply it by hand",
                 )
             )
-        launch.notes.append(
-            (
-                "engine.image",
-                "ignored",
-                f"launch-cluster.sh runs the image {image}, which eugr's "
-                "build-and-copy.sh builds on every node, not pulled from a registry: build it under that "
-                "tag on every node first, or --set engine.image to a published image",
-            )
-        )
+        launch.notes.append(launch_script.built_by_eugr(image, "launch-cluster.sh"))

@@ -151,6 +151,20 @@ def _shown_markdown(text: str) -> str:
     return "".join(out)
 
 
+def _console(body: str) -> str | None:
+    """A block's shell text: a console's prompts (`$ `, `# `, `user@host:~$ `) taken off, except in a script
+    (a `#!` first line: its `# ` lines are comments), and kept where taking them off leaves no shell text; None
+    when neither reads."""
+    tries = [body] if body.lstrip().startswith("#!") else [PROMPT.sub("", body), body]
+    for text in tries:
+        try:
+            shell.read(text)
+        except BadInput:
+            continue
+        return text
+    return None
+
+
 def find(text: str, html: bool, where: str) -> Found:
     """Every engine command in the page's code blocks, in page order."""
     found = Found()
@@ -172,10 +186,8 @@ def find(text: str, html: bool, where: str) -> Found:
                 continue
         if info not in SHELL_INFO:
             continue
-        body = PROMPT.sub("", body).replace("\u00a0", " ")  # a rendered page's no-break spaces are blanks
-        try:
-            shell.read(body)  # a block that is no shell text (output, a fragment) leaves the session as it was
-        except BadInput:
+        body = _console(body.replace("\u00a0", " "))  # a rendered page's no-break spaces are blanks
+        if body is None:  # no shell text (output, a fragment): the session is left as it was
             unread += 1
             continue
         try:

@@ -235,6 +235,11 @@ def matching(text: str, i: int) -> int:
             quote = c
         elif c == "\\":
             j += 1
+        elif c == "#" and close == ")" and text[j - 1] in " \t\n(":
+            # a comment inside $(...) or an array runs to the line's end: its quotes and brackets are prose
+            end = text.find("\n", j)
+            j = len(text) if end < 0 else end
+            continue
         elif c == text[i]:
             depth += 1
         elif c == close:
