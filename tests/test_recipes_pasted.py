@@ -22,7 +22,7 @@ import pytest
 from sparkplay import boundary, checkpoints, importing
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput, SparkplayError
-from sparkplay.recipes.importers.pasted import shell
+from sparkplay.recipes.importers.pasted import gguf_hub, shell
 from sparkplay.recipes.store import catalog
 from tests import test_recipes
 from tests.conftest import PROJECT
@@ -163,7 +163,7 @@ def test_a_launch_script_of_eugrs_launch_cluster_runs_in_its_image_and_says_so()
 def test_a_bare_line_without_the_profile_header_still_asks_for_its_image(tmp_path):
     text = (PASTED / "eugr-launch-script.sh").read_text().replace("# PROFILE:", "# Profile")
     (tmp_path / "bare.sh").write_text(text)
-    with pytest.raises(BadInput, match="engine.image cannot be determined"):
+    with pytest.raises(BadInput, match=r"engine\.image cannot be determined"):
         importing.import_source(str(tmp_path / "bare.sh"))
 
 
@@ -180,6 +180,16 @@ def test_a_pages_script_block_keeps_its_comments_and_a_console_block_loses_its_p
     """`# ` opens a comment in a script (a #! first line) and a root prompt in a console transcript."""
     doc = imported("page-script-block.md", VLLM)
     assert doc["model"]["repo"] == "Qwen/Qwen3-8B" and doc["context_length"] == 8192
+
+
+def test_an_engine_asked_for_its_version_or_help_is_no_launch(tmp_path, monkeypatch):
+    """A page checks the build (`llama-server --version`, `vllm serve --help`) before it serves: one launch."""
+    monkeypatch.setattr(gguf_hub, "LISTER", lambda repo, rev: ("a" * 40, ["Qwen3-8B-Q4_K_M.gguf"]))
+    text = "llama-server --version\nvllm serve --help\nllama-server -hf Qwen/Qwen3-8B-GGUF:Q4_K_M --port 8080\n"
+    (tmp_path / "check.sh").write_text(text)
+    doc = importing.import_source(str(tmp_path / "check.sh"))
+    assert doc["model"]["repo"] == "Qwen/Qwen3-8B-GGUF"
+    assert doc["serve"]["args"][:2] == ["-hf", "Qwen/Qwen3-8B-GGUF:Q4_K_M"]
 
 
 def test_a_launcher_script_with_defaults_arrays_and_argument_parsing():

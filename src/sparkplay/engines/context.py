@@ -140,6 +140,15 @@ class Context:
     def in_model_root(self, path: str, key: str) -> str:
         """A recipe path resolved under the model root; nothing outside it (recipes are untrusted)."""
         joined = posixpath.normpath(posixpath.join(self.model_root, path))
+        if path.startswith("/") and not joined.startswith(self.model_root + "/"):
+            # a file or folder on the machine the text was written on: sparkplay serves what it downloads
+            base = posixpath.basename(path.rstrip("/"))
+            inside = f"ORG--NAME/{base}" if posixpath.splitext(base)[1] else "ORG--NAME"  # a file, or the folder
+            raise BadInput(
+                f"{key} {path!r} is a path on the machine the recipe was written on, outside the model root",
+                f"name the repository it comes from: --set model.repo=ORG/NAME --set {key}={inside} (its place in "
+                "that checkpoint's mirror)",
+            )
         if ".." in path.split("/") or not joined.startswith(self.model_root + "/"):
             raise BadInput(f"{key} {path!r} points outside the model root", "give a path inside the model root")
         return joined

@@ -28,6 +28,7 @@ from sparkplay.recipes.importers.pasted import (
     gguf_hub,
     launch_script,
     launches,
+    llama_swap,
     page,
     profile,
     wrapper,
@@ -218,6 +219,8 @@ def read_all(
         return _shell_text(text, source, name, pick, where)
     if compose.is_compose(doc):
         return pasted(compose.find(doc, where), source("compose"), name, pick, where, "a compose file")
+    if llama_swap.is_config(doc):
+        return pasted(llama_swap.find(doc, where), source("llama-swap"), name, pick, where, "a llama-swap config")
     if sparkrun.is_sparkrun(doc):
         return [normalise(sparkrun.to_raw(doc, source("sparkrun"), name, where, mods_from))]
     if doc.get("schema") != model.SCHEMA_ID:
@@ -268,7 +271,7 @@ def pasted(
 ) -> list[dict[str, Any]]:
     """The recipes of the launches a command line, a script, a compose file or a page holds."""
     chosen = paste.pick(found, pick, where, shape)
-    if len(chosen) > 1 and src["kind"] != "compose":
+    if len(chosen) > 1 and src["kind"] not in ("compose", "llama-swap"):  # files of several services
         raise BadInput(
             f"{where} holds {len(chosen)} engine commands: {paste.listing(found)}", "choose one with --pick N"
         )

@@ -16,6 +16,7 @@ class _Launch(Protocol):  # launches.Launch, which reads this module's note (no 
     container: Container | None
     notes: list[tuple[str, str, str]]
 
+
 IMAGE = "vllm-node"  # launch-cluster.sh's IMAGE_NAME
 # the header: the comment lines the script opens with (after its #! line)
 HEADER = re.compile(r"\A(?:[ \t]*\n|[ \t]*#[^\n]*\n)*")

@@ -50,6 +50,10 @@ EUGR_VALUED = set(
 IDLE = ("sleep", "tail", "bash", "sh", "/bin/bash", "/bin/sh")
 
 
+# an engine's flags that print and exit: the command serves nothing
+INFORMATIONAL = frozenset({"--version", "--help", "-h", "--list-devices", "--help=all"})
+
+
 @dataclass
 class Launch:
     """One engine start the text asks for, and everything around it."""
@@ -197,12 +201,7 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
         found.images.append(words[1])  # vLLM's examples/online_serving/run_cluster.sh IMAGE HEAD_IP --head|--worker
         found.ignored.append(f"{program} (starts a Ray node of {words[1]})")
     else:
-        try:
-            cmdline.parse(shlex.join(words))
-        except BadInput:
-            found.ignored.append(program)
-            return
-        found.launches.append(Launch(words, at, env))
+        _launch(words, at, env, None, found)
 
 
 def _nested(text: str, at: str, env: dict[str, str], container: Container | None, found: Found, depth: int) -> None:
@@ -305,12 +304,21 @@ def _inside(command: list[str], at: str, container: Container | None, found: Fou
             f"{at} runs the script {shell.shown(script)} inside the container, which the text does not hold"
         )
         return
+    _launch(command, at, {}, container, found)
+
+
+def _launch(words: list[str], at: str, env: dict[str, str], container: Container | None, found: Found) -> None:
+    """An engine's command; else a program named as ignored (no engine's, or one that prints and exits)."""
+    program = posixpath.basename(words[0])
     try:
-        cmdline.parse(shlex.join(command))
+        cmdline.parse(shlex.join(words))
     except BadInput:
         found.ignored.append(program)
         return
-    found.launches.append(Launch(command, at, {}, container, name_hint=container.last("--name") if container else None))
+    if asks := INFORMATIONAL.intersection(words):  # `llama-server --version`: a page's check, no launch
+        found.ignored.append(f"{program} {sorted(asks)[0]}")
+        return
+    found.launches.append(Launch(words, at, env, container, name_hint=container.last("--name") if container else None))
 
 
 def _container_command(container: Container, at: str) -> list[str] | None:
