@@ -192,6 +192,20 @@ def test_an_engine_asked_for_its_version_or_help_is_no_launch(tmp_path, monkeypa
     assert doc["serve"]["args"][:2] == ["-hf", "Qwen/Qwen3-8B-GGUF:Q4_K_M"]
 
 
+def test_a_pages_one_compose_block_imports_every_service_as_the_file_would(tmp_path):
+    """A compose block's services run side by side: all imported, as from the file; a page that also holds a
+    shell launch is a page of choices again (--pick)."""
+    docs = importing.import_sources(str(PASTED / "page-compose-block.md"))
+    assert [(d["name"], d["model"]["repo"], d["serve"]["port"]) for d in docs] == [
+        ("chat", "Qwen/Qwen3-8B", 8001),
+        ("router", "Qwen/Qwen3-0.6B", 8002),
+    ]
+    text = (PASTED / "page-compose-block.md").read_text().replace("vllm serve --help", "vllm serve Qwen/Qwen3-4B")
+    (tmp_path / "page.md").write_text(text)
+    with pytest.raises(BadInput, match="holds 3 engine commands"):
+        importing.import_sources(str(tmp_path / "page.md"))
+
+
 def test_a_launcher_script_with_defaults_arrays_and_argument_parsing():
     doc = imported("launcher-script.sh", VLLM)
     assert doc["model"]["repo"] == "nvidia/Qwen3-235B-A22B-FP4"  # the default, not the case branch's $2

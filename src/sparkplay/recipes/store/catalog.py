@@ -271,7 +271,7 @@ def pasted(
 ) -> list[dict[str, Any]]:
     """The recipes of the launches a command line, a script, a compose file or a page holds."""
     chosen = paste.pick(found, pick, where, shape)
-    if len(chosen) > 1 and src["kind"] not in ("compose", "llama-swap"):  # files of several services
+    if len(chosen) > 1 and not found.together:  # one of several choices, unless they run side by side
         raise BadInput(
             f"{where} holds {len(chosen)} engine commands: {paste.listing(found)}", "choose one with --pick N"
         )

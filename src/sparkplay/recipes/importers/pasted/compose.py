@@ -101,7 +101,7 @@ def interpolate(value: Any) -> Any:
 
 
 def find(data: dict[str, Any], where: str) -> Found:
-    found = Found()
+    found = Found(together=True)
     for service, spec in data["services"].items():
         if not isinstance(spec, dict):
             raise BadInput(f"{where}: service {service} is not a mapping", "fix the compose file")

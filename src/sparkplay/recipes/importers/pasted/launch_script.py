@@ -34,6 +34,16 @@ def built_by_eugr(image: str, how: str) -> tuple[str, str, str]:
     )
 
 
+def mod_not_in_text(mod: str) -> tuple[str, str, str]:
+    """launch-cluster.sh's --apply-mod: a folder on the machine the text ran on."""
+    return (
+        "engine.mods",
+        "ignored",
+        f"--apply-mod {mod}: a mod on the machine the text was run on, not in the text: import the recipe "
+        "with --mods-from its folder's parent, or apply it by hand",
+    )
+
+
 def profile(text: str) -> str | None:
     """The `# PROFILE:` a launch script's opening comments name; None for any other text."""
     found = PROFILE.search(_header(text))

@@ -85,6 +85,7 @@ class Found:
     images: list[str] = field(default_factory=list)
     wrappers: list[tuple[list[str], str]] = field(default_factory=list)  # run-recipe's words after it, where
     compose_runs: list[tuple[list[str], str]] = field(default_factory=list)  # docker compose's words after it
+    together: bool = False  # its launches run side by side (a compose file's services), not one of them
 
 
 def find(
@@ -387,14 +388,5 @@ def _eugr(words: list[str], at: str, env: dict[str, str], found: Found, depth: i
         if nodes:
             launch.nodes = len([n for n in nodes[-1].split(",") if n.strip()])
             launch.notes.append(("topology.nodes", "derived", f"launch-cluster.sh -n {nodes[-1]}: one rank a node"))
-        for mod in options.get("--apply-mod", []):
-            launch.notes.append(
-                (
-                    "engine.mods",
-                    "ignored",
-                    f"--apply-mod {shell.shown(mod)}: a mod on the machine "
-                    "the text was run on, not in the text: import the recipe with --mods-from its "
-                    "folder's parent, or apply it by hand",
-                )
-            )
+        launch.notes += [launch_script.mod_not_in_text(shell.shown(mod)) for mod in options.get("--apply-mod", [])]
         launch.notes.append(launch_script.built_by_eugr(image, "launch-cluster.sh"))

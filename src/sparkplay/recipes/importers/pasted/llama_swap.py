@@ -57,7 +57,7 @@ def is_config(doc: dict[str, Any]) -> bool:
 
 def find(doc: dict[str, Any], where: str) -> Found:
     """Each model's launch, in the file's order; a model whose cmd starts no engine is named as ignored."""
-    found = Found()
+    found = Found(together=True)  # models served side by side, each asked for by its id
     declared = _macros(doc.get("macros"), f"{where}: macros")
     start = doc.get("startPort", START_PORT)
     if isinstance(start, bool) or not isinstance(start, int) or start < 1:

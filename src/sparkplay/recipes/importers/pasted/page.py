@@ -170,6 +170,7 @@ def find(text: str, html: bool, where: str) -> Found:
     found = Found()
     variables: dict[str, str] = {}
     unread = 0
+    blocks_with_launches: list[tuple[str, int]] = []
     for number, (info, body) in enumerate(blocks(text, html), 1):
         at = f"code block {number}"
         if info in YAML_INFO or (info == "" and re.search(r"^services:\s*$", body, re.MULTILINE)):
@@ -181,6 +182,7 @@ def find(text: str, html: bool, where: str) -> Found:
                 inner = compose.find(data, where)
                 for launch in inner.launches:
                     launch.where = f"{at}, {launch.where}"
+                blocks_with_launches += [("compose", number)] if inner.launches else []
                 found.launches += inner.launches
                 found.ignored += inner.ignored
                 continue
@@ -190,12 +192,16 @@ def find(text: str, html: bool, where: str) -> Found:
         if body is None:  # no shell text (output, a fragment): the session is left as it was
             unread += 1
             continue
+        count = len(found.launches)
         try:
             _, known = launches.find(body, f"{at}, line", variables, into=found)
         except BadInput as exc:
             found.elsewhere.append(f"{at}: {exc.problem}")
             continue
         variables = dict(known.scalars)
+        blocks_with_launches += [("shell", number)] if len(found.launches) > count else []
+    # a page whose launches are one compose block's services imports them all, as that file would
+    found.together = [kind for kind, _ in blocks_with_launches] == ["compose"]
     if unread and not found.launches:
         found.elsewhere.append(f"{unread} code block(s) of the page are not shell text sparkplay can read")
     return found
