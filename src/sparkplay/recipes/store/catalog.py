@@ -22,27 +22,14 @@ from sparkplay.fsutil import atomic_write
 from sparkplay.recipes import model
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.importers import launcher, webjson
-from sparkplay.recipes.importers.pasted import (
-    compose,
-    compose_run,
-    gguf_hub,
-    launch_script,
-    launches,
-    llama_swap,
-    page,
-    profile,
-    wrapper,
-)
-from sparkplay.recipes.importers.pasted import launch as paste
+from sparkplay.recipes.importers.pasted import compose, gguf_hub, llama_swap, page
 from sparkplay.recipes.importers.sparkrun import recipe as sparkrun
 from sparkplay.recipes.normalise import normalise
 from sparkplay.recipes.store import fetch
+from sparkplay.recipes.store.pasted import pasted, shell_text
 
 # a YAML mapping's first line (`key: value`): shell text never starts so
 YAML_KEY = re.compile(r"^(#[^\n]*\n\s*)*[A-Za-z_][A-Za-z0-9_.-]*:(\s|$)")
-
-# a copied terminal's prompt before a command (`$ vllm serve ...`)
-PROMPT = re.compile(r"^[ \t]*\$[ \t]+(?=\S)", re.MULTILINE)
 
 # Asked with the question, the lines of the diff and the file at stake;
 # returns the answer. The CLI decides how (terminal, --yes, or no).
@@ -216,7 +203,7 @@ def read_all(
             model.from_yaml(text, where)
         doc = None
     if not isinstance(doc, dict):
-        return _shell_text(text, source, name, pick, where)
+        return shell_text(text, source, name, pick, where)
     if compose.is_compose(doc):
         return pasted(compose.find(doc, where), source("compose"), name, pick, where, "a compose file")
     if llama_swap.is_config(doc):
@@ -234,64 +221,6 @@ def read_all(
     if name is not None:
         doc["name"] = name
     return [doc]
-
-
-def _shell_text(
-    text: str, source: Callable[[str], dict[str, Any]], name: str | None, pick: int | None, where: str
-) -> list[dict[str, Any]]:
-    """Text that is no recipe format: a page in Markdown, else shell text (a command line, a script, a profile)."""
-    if page.is_markdown(text):
-        return pasted(page.find(text, False, where), source("page"), name, pick, where, "a Markdown page")
-    found, variables = launches.find(PROMPT.sub("", text))
-    if named := launch_script.profile(text):  # eugr's launch-cluster.sh runs it in its own image
-        launch_script.adopt(found.launches, text, named)
-    if not found.launches and len(found.compose_runs) == 1:
-        service, path, _ = compose_run.find(*found.compose_runs[0], where)
-        return pasted(service, source("compose"), name, pick, str(path), "a compose file")
-    if not found.launches and len(found.wrappers) == 1:
-        return [normalise(wrapper.to_raw(found.wrappers[0], source("sparkrun"), name, where))]
-    if not found.launches and profile.is_profile(variables.scalars, variables.arrays):
-        # a model's vllm_profile.conf: the docker run its runner would start, imported as a pasted one
-        line, said = profile.command(variables.scalars, variables.arrays, where)
-        found, _ = launches.find(line, f"{where} (as its runner starts it)")
-        for launch in found.launches:
-            launch.notes += [("serve.args", "derived", words) for words in said]
-        return pasted(found, source("command"), name, pick, where, "a vllm_profile.conf")
-    if not found.launches and not found.elsewhere and not found.ignored and variables.scalars:
-        raise BadInput(
-            f"{where} is a profile of settings (NAME=value lines: {', '.join(list(variables.scalars)[:4])}) for a "
-            "launcher script, with no engine command in it",
-            "import the command or script the launcher runs with these settings (its engine command line)",
-        )
-    return pasted(found, source("command"), name, pick, where, "shell text (a command line or a script)")
-
-
-def pasted(
-    found: launches.Found, src: dict[str, Any], name: str | None, pick: int | None, where: str, shape: str
-) -> list[dict[str, Any]]:
-    """The recipes of the launches a command line, a script, a compose file or a page holds."""
-    chosen = paste.pick(found, pick, where, shape)
-    if len(chosen) > 1 and not found.together:  # one of several choices, unless they run side by side
-        raise BadInput(
-            f"{where} holds {len(chosen)} engine commands: {paste.listing(found)}", "choose one with --pick N"
-        )
-    docs = []
-    for launch in chosen:
-        own = f"{name}-{launch.name_hint}" if name and len(chosen) > 1 and launch.name_hint else name
-        raw = paste.to_raw(launch, {**src, "launch": launch.where}, own)
-        if src["kind"] == "compose" and found.ignored:
-            raw.note(
-                "extra.compose.services",
-                "ignored",
-                f"the compose file's other services run no engine and are not applied: {', '.join(found.ignored)}",
-            )
-            raw.extra.setdefault("compose", {})["services"] = list(found.ignored)
-        docs.append(normalise(raw))
-    names = [d["name"] for d in docs]
-    if len(set(names)) < len(names):
-        for doc, launch in zip(docs, chosen, strict=True):
-            doc["name"] = model.slugify(f"{doc['name']}-{launch.name_hint or launch.where}")
-    return docs
 
 
 def apply_set(doc: dict[str, Any], assignment: str, where: str) -> None:

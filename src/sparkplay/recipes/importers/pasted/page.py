@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 import yaml
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes.importers.pasted import compose, launches, shell
+from sparkplay.recipes.importers.pasted import compose, launches, shell, systemd_unit
 from sparkplay.recipes.importers.pasted.launches import Found
 
 FENCE = re.compile(r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$", re.MULTILINE)
@@ -186,6 +186,13 @@ def find(text: str, html: bool, where: str) -> Found:
                 found.launches += inner.launches
                 found.ignored += inner.ignored
                 continue
+        if systemd_unit.is_unit(body):  # a unit file's text (an ini block, say): its ExecStart= lines
+            inner = systemd_unit.find(body, where)
+            for launch in inner.launches:
+                launch.where = f"{at}, {launch.where}"
+            blocks_with_launches += [("unit", number)] if inner.launches else []
+            found.launches += inner.launches
+            continue
         if info not in SHELL_INFO:
             continue
         body = _console(body.replace("\u00a0", " "))  # a rendered page's no-break spaces are blanks
