@@ -206,6 +206,17 @@ def test_a_pages_one_compose_block_imports_every_service_as_the_file_would(tmp_p
         importing.import_sources(str(tmp_path / "page.md"))
 
 
+def test_markdown_prose_with_no_code_block_is_named_as_such_not_as_a_broken_quote(tmp_path):
+    notes = "# Changelog\n\n- **Added** the `vllm serve` profile: it's [documented](docs/x.md).\n"
+    (tmp_path / "CHANGELOG.md").write_text(notes)
+    with pytest.raises(BadInput, match="is a Markdown page with no code block"):
+        importing.import_source(str(tmp_path / "CHANGELOG.md"))
+    # a script whose comments look like Markdown still gets the shell's own complaint
+    (tmp_path / "run.sh").write_text("# **Run** it\n# - on one Spark\nvllm serve Qwen/Qwen3-8B --x 'open\n")
+    with pytest.raises(BadInput, match="an unbalanced ' on line 3"):
+        importing.import_source(str(tmp_path / "run.sh"))
+
+
 def test_a_launcher_script_with_defaults_arrays_and_argument_parsing():
     doc = imported("launcher-script.sh", VLLM)
     assert doc["model"]["repo"] == "nvidia/Qwen3-235B-A22B-FP4"  # the default, not the case branch's $2

@@ -77,6 +77,8 @@ def test_docker_in_a_unit_keeps_the_units_environment_out_of_the_container(tmp_p
         ("Environment=not-an-assignment\nExecStart=/usr/bin/vllm serve Qwen/Qwen3-8B", "is not NAME=value"),
         ("ExecStart=/usr/bin/vllm serve Qwen/Qwen3-8B ; /usr/bin/vllm serve Qwen/Qwen3-4B", "holds 2 engine commands"),
         ("ExecStart=/usr/bin/python3 -m http.server", "holds no engine command"),
+        ('ExecStart=/usr/bin/vllm serve Qwen/Qwen3-8B --x "a\\x00b"', "an escape there is a NUL"),
+        ("ExecStart=/usr/bin/vllm serve Qwen/Qwen3-8B --x \\uD800", "an escape there is a NUL or no character"),
     ],
 )
 def test_what_systemd_leaves_to_the_machine_or_cannot_read_is_a_one_line_refusal(tmp_path, service, says):

@@ -34,7 +34,15 @@ def shell_text(
         return pasted(page.find(text, False, where), source("page"), name, pick, where, "a Markdown page")
     if systemd_unit.is_unit(text):
         return pasted(systemd_unit.find(text, where), source("command"), name, pick, where, "a systemd unit")
-    found, variables = launches.find(PROMPT.sub("", text))
+    try:
+        found, variables = launches.find(PROMPT.sub("", text))
+    except BadInput:
+        if page.is_prose(text):  # its prose read as shell words fails on an apostrophe: say what the text is
+            raise BadInput(
+                f"{where} is a Markdown page with no code block, and holds no engine command sparkplay can read",
+                "give the engine's command line, or a page with it in a fenced code block",
+            ) from None
+        raise
     if named := launch_script.profile(text):  # eugr's launch-cluster.sh runs it in its own image
         launch_script.adopt(found.launches, text, named)
     if not found.launches and len(found.compose_runs) == 1:

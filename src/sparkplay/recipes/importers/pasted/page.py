@@ -37,6 +37,14 @@ YAML_INFO = ("yaml", "yml", "compose", "docker-compose")
 PROMPT = re.compile(r"^[ \t]*(?:[\w.@-]+(?::[~\w/.-]*)?)?[$#>][ \t]+(?=\S)", re.MULTILINE)
 
 
+def is_prose(text: str) -> bool:
+    """Markdown with no code block (a changelog, notes): a link or emphasis, and headings or list items."""
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))  # not a comment's
+    inline = re.search(r"\]\(\S+\)|\*\*\S", body)
+    structure = re.search(r"^(#{1,6} \S|\s*[-*] \S)", text, re.MULTILINE)
+    return bool(inline and structure)
+
+
 def is_markdown(text: str) -> bool:
     return any(True for _ in _fenced(text))
 

@@ -139,8 +139,8 @@ def _split(text: str, where: str) -> list[tuple[str, bool]]:
                 quoted, i = True, i + 1
                 while i < n and text[i] != c:
                     if text[i] == "\\" and c == '"' and i + 1 < n:
-                        chars.append(ESCAPES.get(text[i + 1], text[i + 1]))
-                        i += 2
+                        char, i = _escape(text, i + 1)
+                        chars.append(char)
                         continue
                     chars.append(text[i])
                     i += 1
@@ -149,13 +149,30 @@ def _split(text: str, where: str) -> list[tuple[str, bool]]:
                 i += 1
             elif c == "\\" and i + 1 < n:
                 quoted = True  # `\;` is a semicolon, not the separator
-                chars.append(ESCAPES.get(text[i + 1], text[i + 1]))
-                i += 2
+                char, i = _escape(text, i + 1)
+                chars.append(char)
             else:
                 chars.append(c)
                 i += 1
+        if "\0" in chars:
+            raise BadInput(f"{where}: an escape there is a NUL or no character at all", "write the character itself")
         words.append(("".join(chars), quoted))
     return words
+
+
+def _escape(text: str, i: int) -> tuple[str, int]:
+    """The C escape whose letter is at i (systemd's cunescape: \\n, \\xNN, \\uNNNN, \\NNN octal...); the
+    character, and the index after it."""
+    letter = text[i]
+    for prefix, length, base in (("x", 2, 16), ("u", 4, 16), ("U", 8, 16)):
+        digits = text[i + 1 : i + 1 + length]
+        if letter == prefix and len(digits) == length and all(d in "0123456789abcdefABCDEF" for d in digits):
+            code = int(digits, base)  # no character (a surrogate, past Unicode) reads as NUL, refused
+            return chr(code) if code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else "\0", i + 1 + length
+    octal = text[i : i + 3]
+    if len(octal) == 3 and all(d in "01234567" for d in octal):
+        return chr(int(octal, 8)), i + 3
+    return ESCAPES.get(letter, letter), i + 1
 
 
 def _commands(value: str, env: dict[str, str], where: str) -> list[list[str]]:
