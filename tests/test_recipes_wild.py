@@ -158,7 +158,7 @@ def test_a_later_recipe_version_is_read_as_sparkrun_reads_it_and_said(tmp_path):
     path.write_text(yaml.safe_dump({**BASE, "recipe_version": "7", "command": "vllm serve {model} --port {port}"}))
     doc = imported(path)
     assert doc["engine"]["name"] == "vllm" and doc["model"]["repo"] == "Org/M"
-    assert any("recipe_version 7 is later than sparkplay knows" in n["detail"] for n in doc["provenance"])
+    assert any("recipe_version 7 is none of those sparkplay knows" in n["detail"] for n in doc["provenance"])
     path.write_text(yaml.safe_dump({**BASE, "recipe_version": "4", "command": "vllm serve {model} --port {port}"}))
     assert not any("recipe_version" in n["detail"] for n in imported(path)["provenance"])
 

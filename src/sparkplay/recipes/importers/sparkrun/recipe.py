@@ -187,16 +187,16 @@ def _mappings(data: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[st
 
 
 def _version(data: dict[str, Any], where: str) -> tuple[str, str | None]:
-    """The recipe's version, and a note when it is later than those sparkplay was written against (sparkrun reads
-    every version but 1 alike, so a later one is read as version 2 is; its new keys are named as not applied)."""
+    """The recipe's version, and a note when it is none of those sparkplay was written against (sparkrun reads
+    every version but "1" alike, so another is read as version 2 is; its new keys are named as not applied)."""
     version = str(data.get("recipe_version", data.get("sparkrun_version", "2"))).strip()
     if version in VERSIONS:
         return version, None
-    if not version.isdigit() or int(version) < 1:
+    if not re.fullmatch(r"\d+(\.\d+)*", version) or int(version.split(".")[0]) < 1:
         raise BadInput(f"{where}: sparkrun recipe_version {version!r} is not a version", "give a whole number (1 to 4)")
     return version, (
-        f"recipe_version {version} is later than sparkplay knows ({', '.join(VERSIONS)}): read as sparkrun reads it, "
-        "as version 2 (each key sparkplay does not read is named below)"
+        f"recipe_version {version} is none of those sparkplay knows ({', '.join(VERSIONS)}): read as sparkrun reads "
+        'every version but "1", as version 2 (each key sparkplay does not read is named below)'
     )
 
 
