@@ -77,9 +77,9 @@ def _one_line_title(raw: RawRecipe) -> str:
     return title
 
 
-# what a person pasted (a command line, a compose service, a page's code block, a llama-swap model): it says how
-# many nodes it runs on
-PASTED_KINDS = frozenset({"command", "compose", "page", "llama-swap"})
+# what a person pasted (a command line, a compose service, a page's code block, a llama-swap model, a Kubernetes
+# container): it says how many nodes it runs on
+PASTED_KINDS = frozenset({"command", "compose", "page", "llama-swap", "kubernetes"})
 
 
 def _spelling(raw: RawRecipe, spec: EngineSpec) -> None:

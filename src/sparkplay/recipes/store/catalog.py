@@ -22,7 +22,7 @@ from sparkplay.fsutil import atomic_write
 from sparkplay.recipes import model
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.importers import launcher, webjson
-from sparkplay.recipes.importers.pasted import compose, gguf_hub, llama_swap, page
+from sparkplay.recipes.importers.pasted import compose, gguf_hub, kubernetes, llama_swap, page
 from sparkplay.recipes.importers.sparkrun import recipe as sparkrun
 from sparkplay.recipes.normalise import normalise
 from sparkplay.recipes.store import fetch
@@ -196,6 +196,9 @@ def read_all(
         data = None
     if isinstance(data, dict) and data and launcher.is_launcher(data):
         return [normalise(launcher.to_raw(data, source("launcher-toml"), name, launcher.leading_comments(text)))]
+    if (manifests := _manifests(text, where)) is not None:
+        found = kubernetes.find(manifests, where)
+        return pasted(found, source("kubernetes"), name, pick, where, "a Kubernetes manifest")
     try:
         doc = model.parsed(lambda: yaml.safe_load(text), where)
     except yaml.YAMLError:
@@ -221,6 +224,17 @@ def read_all(
     if name is not None:
         doc["name"] = name
     return [doc]
+
+
+def _manifests(text: str, where: str) -> list[Any] | None:
+    """The documents of a YAML stream (`---` between them) when they are Kubernetes objects; else None."""
+    if "apiVersion" not in text or "kind" not in text:
+        return None
+    try:
+        docs = model.parsed(lambda: list(yaml.safe_load_all(text)), where)
+    except yaml.YAMLError:
+        return None
+    return docs if any(kubernetes.is_object(d) for d in docs) else None
 
 
 def apply_set(doc: dict[str, Any], assignment: str, where: str) -> None:

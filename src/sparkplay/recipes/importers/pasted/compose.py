@@ -173,8 +173,8 @@ def _options(spec: dict[str, Any], at: str) -> dict[str, list[str]]:
         elif value:
             options[option] = [str(v) for v in (value if isinstance(value, list) else [value])]
     options["--env"] = _environment(spec.get("environment"))
-    options["--volume"] = [_volume(v) for v in spec.get("volumes") or []]
-    options["--publish"] = [_port(p) for p in spec.get("ports") or []]
+    options["--volume"] = [_volume(v) for v in _listed(spec, "volumes", at)]
+    options["--publish"] = [_port(p) for p in _listed(spec, "ports", at)]
     ulimits = spec.get("ulimits") or {}
     if isinstance(ulimits, dict):
         options["--ulimit"] = [_ulimit(k, v) for k, v in ulimits.items()]
@@ -213,9 +213,24 @@ def _ulimit(name: str, value: Any) -> str:
     return f"{name}={value}"
 
 
+def _listed(spec: dict[str, Any], key: str, at: str) -> list[Any]:
+    value = spec.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadInput(f"{at}: {key} must be a list, got {type(value).__name__}", f"write {key} as a YAML list")
+    return value
+
+
 def _gpus(spec: dict[str, Any]) -> bool:
     """deploy.resources.reservations.devices asking for GPUs (the specification's way of giving them)."""
-    devices = (((spec.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or []
-    return any(
-        isinstance(d, dict) and ("gpu" in (d.get("capabilities") or []) or d.get("driver") == "nvidia") for d in devices
-    )
+    node: Any = spec
+    for key in ("deploy", "resources", "reservations", "devices"):
+        node = node.get(key) if isinstance(node, dict) else None
+    devices = node if isinstance(node, list) else []
+    return any(isinstance(d, dict) and ("gpu" in _capabilities(d) or d.get("driver") == "nvidia") for d in devices)
+
+
+def _capabilities(device: dict[str, Any]) -> list[Any]:
+    value = device.get("capabilities")
+    return value if isinstance(value, list) else []

@@ -370,7 +370,7 @@ def to_raw(
             raw.note(field_name, "derived", said)
     notes.left_out(raw, secrets, left)
     if raw.image and sparkrun_rules.built_locally(data, version, runtime):
-        notes.built_locally(raw, data.get("build_args") or [])
+        notes.built_locally(raw, sparkrun_rules.arguments(data.get("build_args")))
     served = argv.flag_value(raw.args, "--served-model-name", "--alias", "-a")
     stem = PurePosixPath(urlsplit(where).path).stem  # sparkrun names a recipe by its file
     raw.name = name or slugify(_text(data, "name", where) or stem or served or title)

@@ -31,13 +31,20 @@ def served_from_defaults(parsed: cmdline.Command, defaults: dict[str, Any]) -> s
 PULL_COMPATIBLE = frozenset({"--tf5", "--pre-tf", "--pre-transformers", "--exp-b12x", "--experimental-b12x"})
 
 
+def arguments(value: Any) -> list[str]:
+    """A list of words as a recipe may give it: a list, one word, or nothing."""
+    if isinstance(value, list):
+        return [str(a) for a in value]
+    return [str(value)] if value not in (None, "", {}) else []
+
+
 def built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
     """Whether the recipe's image is one its launcher builds rather than pulls, by sparkrun's eugr builder (it is
     pull-first): an eugr recipe (version 1, build_args, eugr's nightly image, or builder: eugr) is built only
     when its build_args ask for a build, or when its image is no pullable reference (a bare local tag such as
     vllm-node, which only eugr's build-and-copy.sh makes)."""
     image = str(data.get("container") or "")
-    build_args = [str(a) for a in data.get("build_args") or []]
+    build_args = arguments(data.get("build_args"))
     nightly = image.startswith("ghcr.io/spark-arena/dgx-vllm-eugr-nightly")
     eugr = data.get("builder") == "eugr" or (
         runtime.startswith("vllm") and (version == "1" or bool(build_args) or nightly)
