@@ -217,6 +217,41 @@ def test_markdown_prose_with_no_code_block_is_named_as_such_not_as_a_broken_quot
         importing.import_source(str(tmp_path / "run.sh"))
 
 
+TWO_SPARKS = """# Two Sparks over Ray
+
+```bash
+export VLLM_IMAGE=nvcr.io/nvidia/vllm:26.05-py3
+bash run_cluster.sh $VLLM_IMAGE 192.168.100.10 --head ~/.cache/huggingface -e VLLM_HOST_IP=192.168.100.10
+```
+
+```bash
+export VLLM_CONTAINER=$(docker ps --format '{{.Names}}' | grep -E '^node-[0-9]+$')
+docker exec -it $VLLM_CONTAINER /bin/bash -c '
+  vllm serve Qwen/Qwen3-30B-A3B --tensor-parallel-size 2 --distributed-executor-backend ray'
+```
+
+## Four Sparks, a newer image
+
+```bash
+export VLLM_IMAGE=nvcr.io/nvidia/vllm:26.06-py3
+bash run_cluster.sh $VLLM_IMAGE 192.168.100.10 --head ~/.cache/huggingface
+docker exec -it $VLLM_CONTAINER /bin/bash -c 'vllm serve Qwen/Qwen3-235B-A22B-FP8 --tensor-parallel-size 4'
+```
+"""
+
+
+@pytest.mark.parametrize(
+    ("pick", "image", "nodes"), [(1, "nvcr.io/nvidia/vllm:26.05-py3", 2), (2, "nvcr.io/nvidia/vllm:26.06-py3", 4)]
+)
+def test_docker_exec_into_a_ray_node_runs_in_the_image_run_cluster_started_last(tmp_path, pick, image, nodes):
+    """NVIDIA's multi-Spark guides: `bash run_cluster.sh IMAGE ...` starts the node, `docker exec` into the
+    container `docker ps` finds runs the engine in it; each section's own image."""
+    (tmp_path / "page.md").write_text(TWO_SPARKS)
+    doc = importing.import_source(str(tmp_path / "page.md"), pick=pick)
+    assert doc["engine"]["image"] == image and doc["topology"]["nodes"] == nodes
+    assert "the Ray node run_cluster.sh starts from" in all_notes(doc)
+
+
 def test_a_launcher_script_with_defaults_arrays_and_argument_parsing():
     doc = imported("launcher-script.sh", VLLM)
     assert doc["model"]["repo"] == "nvidia/Qwen3-235B-A22B-FP4"  # the default, not the case branch's $2

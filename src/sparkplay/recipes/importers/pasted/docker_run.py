@@ -263,3 +263,19 @@ def parse_exec(words: list[str]) -> tuple[str, list[str], dict[str, list[str]]]:
     if at + 1 >= len(words):
         raise BadInput("docker exec names no container and command", "give the container and the engine's command")
     return words[at], words[at + 1 :], options
+
+
+def exec_target(name: str, started: Container | None, images: list[str], nodes: list[str]) -> tuple[Container, str]:
+    """The container a `docker exec NAME` runs in, and what the import says of its image: the one the text starts
+    under that name; else the Ray node vLLM's run_cluster.sh started last (the container a two-node guide execs
+    into, found by `docker ps`); else the one image the text starts; else unknown."""
+    if started is not None:
+        return started, ""
+    if nodes:
+        said = f"docker exec runs it in {name}, the Ray node run_cluster.sh starts from {nodes[-1]}: that image"
+        return Container(nodes[-1], [], {}), f"{said} is the engine's"
+    if len(set(images)) == 1:
+        said = f"docker exec runs it in {name}, which the text starts from {images[0]}: that image is the engine's"
+        return Container(images[0], [], {}), said
+    said = f"docker exec runs it in the container {name}, which the text does not start: its image is not known"
+    return Container("", [], {}), said

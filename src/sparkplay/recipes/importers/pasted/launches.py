@@ -50,6 +50,8 @@ EUGR_VALUED = set(
 IDLE = ("sleep", "tail", "bash", "sh", "/bin/bash", "/bin/sh")
 
 
+# the launchers read by what they are (vLLM's Ray node script, eugr's launcher and recipe runner), run by a shell too
+KNOWN_SCRIPTS = ("run_cluster", "launch-cluster", "run-recipe")
 # an engine's flags that print and exit: the command serves nothing
 INFORMATIONAL = frozenset({"--version", "--help", "-h", "--list-devices", "--help=all"})
 
@@ -83,6 +85,7 @@ class Found:
     elsewhere: list[str] = field(default_factory=list)  # why the engine may be in a file the text does not hold
     containers: dict[str, Container] = field(default_factory=dict)
     images: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)  # the images of the Ray nodes run_cluster.sh starts, in order
     wrappers: list[tuple[list[str], str]] = field(default_factory=list)  # run-recipe's words after it, where
     compose_runs: list[tuple[list[str], str]] = field(default_factory=list)  # docker compose's words after it
     together: bool = False  # its launches run side by side (a compose file's services), not one of them
@@ -173,6 +176,8 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
         _docker(words[1:] if program in DOCKERS else ["compose", *words[1:]], at, env, found, depth)
     elif program in SHELLS and len(words) > 2 and re.fullmatch(r"-[a-z]*c[a-z]*", words[1]):
         _nested(words[2], at, env, None, found, depth)
+    elif program in SHELLS and len(words) > 1 and posixpath.basename(words[1]).startswith(KNOWN_SCRIPTS):
+        _statement(words[1:], at, env, found, depth + 1)  # `bash run_cluster.sh ...`: the script sparkplay reads
     elif program in SHELLS and len(words) > 1 and not words[1].startswith("-"):
         found.elsewhere.append(f"{at} runs the script {shell.shown(words[1])}, which the text does not hold")
     elif program == "ssh":
@@ -199,7 +204,7 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
             "and eugr's recipe YAML itself)"
         )
     elif program.startswith("run_cluster") and len(words) > 1:
-        found.images.append(words[1])  # vLLM's examples/online_serving/run_cluster.sh IMAGE HEAD_IP --head|--worker
+        found.nodes.append(words[1])  # vLLM's examples/online_serving/run_cluster.sh IMAGE HEAD_IP --head|--worker
         found.ignored.append(f"{program} (starts a Ray node of {words[1]})")
     else:
         _launch(words, at, env, None, found)
@@ -212,6 +217,7 @@ def _nested(text: str, at: str, env: dict[str, str], container: Container | None
     found.ignored += inner.ignored
     found.elsewhere += inner.elsewhere
     found.images += inner.images
+    found.nodes += inner.nodes
     found.containers.update(inner.containers)
     if not inner.launches:
         return
@@ -258,20 +264,9 @@ def _docker(words: list[str], at: str, env: dict[str, str], found: Found, depth:
         _inside(command, at, container, found, depth)
     elif sub == "exec":
         name, command, options = docker_run.parse_exec(words[1:])
-        container = found.containers.get(name)
-        note = ""
-        if container is None and len(set(found.images)) == 1:
-            container = Container(found.images[0], [], {})
-            note = (
-                f"docker exec runs it in {shell.shown(name)}, which the text starts from {found.images[0]}: "
-                "that image is the engine's"
-            )
-        elif container is None:
-            container = Container("", [], {})
-            note = (
-                f"docker exec runs it in the container {shell.shown(name)}, which the text does not start: "
-                "its image is not known"
-            )
+        container, note = docker_run.exec_target(
+            shell.shown(name), found.containers.get(name), found.images, found.nodes
+        )
         exec_env = [*container.values("--env"), *options.get("--env", [])]
         container = Container(container.image, [], {**container.options, "--env": exec_env})
         before = len(found.launches)
