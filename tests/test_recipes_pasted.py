@@ -252,6 +252,31 @@ def test_docker_exec_into_a_ray_node_runs_in_the_image_run_cluster_started_last(
     assert "the Ray node run_cluster.sh starts from" in all_notes(doc)
 
 
+INSIDE = """Open a shell in the container:
+
+```bash
+docker run --gpus all -it --rm -p 30000:30000 lmsysorg/sglang:v0.5.9-cu130 bash
+```
+
+Inside the container, start the server:
+
+```bash
+python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --port 30000 &
+```
+"""
+
+
+def test_an_engine_typed_in_the_shell_a_page_opens_in_a_container_runs_in_that_image(tmp_path):
+    (tmp_path / "page.md").write_text(INSIDE)
+    doc = importing.import_source(str(tmp_path / "page.md"))
+    assert doc["engine"]["image"] == "lmsysorg/sglang:v0.5.9-cu130" and doc["model"]["repo"] == "Qwen/Qwen3-8B"
+    assert "opens a shell in lmsysorg/sglang:v0.5.9-cu130" in all_notes(doc)
+    # the shell's `exit` ends it: what follows runs on the host, with no image named
+    (tmp_path / "exited.md").write_text(INSIDE.replace("```bash\npython3", "```bash\nexit\npython3"))
+    with pytest.raises(BadInput, match=r"engine\.image cannot be determined"):
+        importing.import_source(str(tmp_path / "exited.md"))
+
+
 def test_a_launcher_script_with_defaults_arrays_and_argument_parsing():
     doc = imported("launcher-script.sh", VLLM)
     assert doc["model"]["repo"] == "nvidia/Qwen3-235B-A22B-FP4"  # the default, not the case branch's $2

@@ -19,6 +19,7 @@ from sparkplay.recipes.importers.pasted import docker_run, launch_script, shell
 from sparkplay.recipes.importers.pasted.docker_run import Container
 
 SHELLS = ("bash", "sh", "zsh", "dash")
+SHELL_ONLY = [[shell] for shell in SHELLS]  # a container's command that is a bare shell
 # the programs a statement may run the real command under, and their options that take a value
 WRAPPERS: dict[str, frozenset[str]] = {
     "sudo": frozenset("-u -g -h -p -C -D -r -t -U -T".split()),
@@ -86,6 +87,7 @@ class Found:
     containers: dict[str, Container] = field(default_factory=dict)
     images: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)  # the images of the Ray nodes run_cluster.sh starts, in order
+    shell: Container | None = None  # the container an interactive `docker run -it IMAGE bash` opened
     wrappers: list[tuple[list[str], str]] = field(default_factory=list)  # run-recipe's words after it, where
     compose_runs: list[tuple[list[str], str]] = field(default_factory=list)  # docker compose's words after it
     together: bool = False  # its launches run side by side (a compose file's services), not one of them
@@ -206,8 +208,14 @@ def _statement(words: list[str], at: str, env: dict[str, str], found: Found, dep
     elif program.startswith("run_cluster") and len(words) > 1:
         found.nodes.append(words[1])  # vLLM's examples/online_serving/run_cluster.sh IMAGE HEAD_IP --head|--worker
         found.ignored.append(f"{program} (starts a Ray node of {words[1]})")
+    elif program == "exit":
+        found.shell = None  # the interactive container's shell ends: what follows runs on the host
     else:
-        _launch(words, at, env, None, found)
+        count = len(found.launches)
+        _launch(words, at, env, found.shell, found)
+        if found.shell is not None and len(found.launches) > count:
+            said = f"the text opens a shell in {found.shell.image} (docker run -it ... bash) before it: it runs there"
+            found.launches[-1].notes.append(("engine.image", "derived", said))
 
 
 def _nested(text: str, at: str, env: dict[str, str], container: Container | None, found: Found, depth: int) -> None:
@@ -260,6 +268,8 @@ def _docker(words: list[str], at: str, env: dict[str, str], found: Found, depth:
             found.containers[name] = container
         command = _container_command(container, at)
         if command is None:
+            if container.values("--interactive") and [posixpath.basename(w) for w in container.command] in SHELL_ONLY:
+                found.shell = container  # `docker run -it IMAGE bash`: the lines typed next run in it
             return  # an idle container (sleep infinity) for a later docker exec
         _inside(command, at, container, found, depth)
     elif sub == "exec":
