@@ -117,12 +117,13 @@ def recipe_import(
     The format is read from the content: a recipe website's JSON, a launcher recipe.toml, a sparkrun
     or sparkplay recipe YAML, a command line or script (vllm serve, python -m sglang.launch_server,
     llama-server, spark serve, trtllm-serve, with docker run/exec around them), a docker compose file (each engine
-    service a recipe), or a page whose code blocks hold the command.
+    service a recipe), a llama-swap config (each model), a Kubernetes manifest (each engine container), a
+    systemd unit, or a page whose code blocks hold the command.
     """
     root = project_dir(project)
     docs = importing.import_sources(source, name=name, sets=sets or (), mods_from=mods_from or (), pick=pick)
     saved = [_save_one(root, doc, yes) for doc in docs]
-    if len(saved) > 1:  # a compose file's services: the first the primary, the others added beside it
+    if len(saved) > 1:  # a compose file's services, a llama-swap config's models: the first the primary
         out.print(
             f"serve them: sparkplay up {saved[0]} -i INVENTORY, then "
             + ", ".join(f"sparkplay up {n} --add -i INVENTORY" for n in saved[1:]),
