@@ -177,7 +177,10 @@ def _settled(text: str, where: str) -> str:
             f"write the value of {found.group(1)} in its place (or in a macro)",
         )
     if found := MACRO.search(text):
-        raise BadInput(f"{where} uses the macro ${{{found.group(1)}}}, which no macros entry defines", "define it")
+        raise BadInput(
+            f"{where} uses the macro ${{{found.group(1)}}}, which no macros entry defines",
+            f"add {found.group(1)} to the config's macros (or the model's own)",
+        )
     return text
 
 
