@@ -277,6 +277,19 @@ def test_an_engine_typed_in_the_shell_a_page_opens_in_a_container_runs_in_that_i
         importing.import_source(str(tmp_path / "exited.md"))
 
 
+def test_llama_cpps_own_flags_say_the_server_of_an_image_sparkplay_does_not_know(tmp_path, monkeypatch):
+    """A locally built llama.cpp image whose entrypoint is llama-server: its arguments are llama.cpp's alone
+    (--n-gpu-layers, -ngl, --ctx-size), so the server is llama-server, and the import says so."""
+    monkeypatch.setattr(gguf_hub, "LISTER", lambda repo, rev: ("a" * 40, ["Qwen3-8B-Q4_K_M.gguf"]))
+    text = "docker run --gpus all spark/llama-cpp:local -hf Qwen/Qwen3-8B-GGUF:Q4_K_M -ngl 99 --ctx-size 8192\n"
+    (tmp_path / "run.sh").write_text(text)
+    doc = importing.import_source(str(tmp_path / "run.sh"))
+    assert doc["engine"]["name"] == "llamacpp" and doc["context_length"] == 8192
+    (tmp_path / "plain.sh").write_text("docker run --gpus all spark/llama-cpp:local -m /m/x.gguf --n-gpu-layers 99\n")
+    with pytest.raises(BadInput, match=r"model\.path '/m/x\.gguf' is a path on the machine the recipe was written"):
+        importing.import_source(str(tmp_path / "plain.sh"))
+
+
 def test_a_launcher_script_with_defaults_arrays_and_argument_parsing():
     doc = imported("launcher-script.sh", VLLM)
     assert doc["model"]["repo"] == "nvidia/Qwen3-235B-A22B-FP4"  # the default, not the case branch's $2

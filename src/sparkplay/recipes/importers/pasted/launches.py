@@ -40,7 +40,7 @@ ENTRYPOINTS = {"vllm/vllm-openai": ("vllm", "serve")} | dict.fromkeys(
 FLAG_ENGINES = (
     ("--kernel-target", ["serve"]),
     ("--model-path", ["python3", "-m", "sglang.launch_server"]),
-    *((flag, ["llama-server"]) for flag in ("-hf", "--hf-repo")),
+    *((flag, ["llama-server"]) for flag in ("-hf", "--hf-repo", "--n-gpu-layers", "-ngl", "--ctx-size")),
     *((flag, ["vllm", "serve"]) for flag in ("--tensor-parallel-size", "--model")),
 )
 SSH_VALUED = set("BbcDEeFIiJLlmOopQRSWw")
