@@ -106,3 +106,17 @@ def test_a_hostile_macro_chain_stays_bounded(tmp_path):
     assert argv.flag_value(imported["serve"]["args"], "--alias") == "-".join(["x"] * 2**10)
     with pytest.raises(BadInput, match="grows past 64 KiB once the macro"):
         importing.import_sources(config(tmp_path, chain(40)))
+
+
+def test_one_model_that_cannot_be_planned_refuses_the_file_and_names_pick(tmp_path):
+    """Nothing of a file is imported when one of its models could never start; --pick takes another alone."""
+    doc = {
+        "models": {
+            "good": {"cmd": LINE},
+            "local": {"cmd": "llama-server -m /opt/models/x.gguf --port ${PORT}"},
+        }
+    }
+    path = config(tmp_path, doc)
+    with pytest.raises(BadInput, match=r"recipe local cannot be planned .* \(or --pick another of its 2; this is 2\)"):
+        importing.import_sources(path)
+    assert importing.import_source(path, pick=1)["name"] == "good"

@@ -25,12 +25,14 @@ def import_sources(source: str, **how: Unpack[catalog.Reading]) -> list[dict[str
     refused on stand-in nodes) is refused, naming the source."""
     docs = catalog.read_sources(source, **how)
     root = settings.DEFAULTS["sparkplay_model_root"]
-    for doc in docs:
+    for number, doc in enumerate(docs, 1):
         try:  # what the recipe alone decides must plan: an import that could never start is no import
             plan.rehearse(doc, root)
         except BadInput as exc:
+            # one of a file's several (compose services, llama-swap models): nothing is imported; --pick takes one
+            others = f" (or --pick another of its {len(docs)}; this is {number})" if len(docs) > 1 else ""
             raise BadInput(
-                f"{source}: recipe {doc['name']} cannot be planned as written: {exc.problem}", exc.fix
+                f"{source}: recipe {doc['name']} cannot be planned as written: {exc.problem}", exc.fix + others
             ) from None
         for key in plan.env_not_passed(doc, root):
             doc["provenance"].append(
