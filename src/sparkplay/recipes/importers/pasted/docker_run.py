@@ -279,3 +279,14 @@ def exec_target(name: str, started: Container | None, images: list[str], nodes: 
         return Container(images[0], [], {}), said
     said = f"docker exec runs it in the container {name}, which the text does not start: its image is not known"
     return Container("", [], {}), said
+
+
+def env_outside(whose: str, names: list[str]) -> tuple[str, str, str]:
+    """The note for a process environment (a unit's, a llama-swap model's) given to `docker run` itself: it is
+    the docker command's, and reaches the container only through -e."""
+    return (
+        "serve.env",
+        "ignored",
+        f"{whose} ({', '.join(names)}) is the docker command's own environment, not the container's (docker "
+        "passes only what -e names): not applied",
+    )

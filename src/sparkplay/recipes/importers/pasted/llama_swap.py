@@ -19,7 +19,7 @@ import shlex
 from typing import Any
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes.importers.pasted import launches
+from sparkplay.recipes.importers.pasted import docker_run, launches
 from sparkplay.recipes.importers.pasted.launches import Found
 
 MACRO = re.compile(r"\$\{([A-Za-z0-9_-]+)\}")
@@ -104,14 +104,7 @@ def _said(spec: dict[str, Any], at: str, outside: dict[str, str], port: int | No
     if port is not None:
         notes.append(("serve.port", "derived", f"${{PORT}} in {at}'s cmd: llama-swap's port for it, {port}"))
     if outside:
-        notes.append(
-            (
-                "serve.env",
-                "ignored",
-                f"{at}'s env ({', '.join(outside)}) is the docker command's own environment, not the container's "
-                "(docker passes only what -e names): not applied",
-            )
-        )
+        notes.append(docker_run.env_outside(f"{at}'s env", list(outside)))
     if carried := [key for key in NOT_CARRIED if spec.get(key) not in (None, "", [], {})]:
         notes.append(
             (

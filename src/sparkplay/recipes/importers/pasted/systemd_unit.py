@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes.importers.pasted import launches
+from sparkplay.recipes.importers.pasted import docker_run, launches
 from sparkplay.recipes.importers.pasted.launches import Found
 from sparkplay.recipes.importers.pasted.shell_words import unknown
 
@@ -80,14 +80,7 @@ def find(text: str, where: str) -> Found:
                         )
                     )
                 if launch.container is not None and env:
-                    launch.notes.append(
-                        (
-                            "serve.env",
-                            "ignored",
-                            f"the unit's Environment= ({', '.join(env)}) is the docker command's, not the "
-                            "container's (docker passes only what -e names): not applied",
-                        )
-                    )
+                    launch.notes.append(docker_run.env_outside("the unit's Environment=", list(env)))
     return found
 
 
