@@ -178,7 +178,7 @@ def find(text: str, html: bool, where: str) -> Found:
     found = Found()
     variables: dict[str, str] = {}
     unread = 0
-    blocks_with_launches: list[tuple[str, int]] = []
+    launching: list[str] = []  # the kind of each block that held a launch
     for number, (info, body) in enumerate(blocks(text, html), 1):
         at = f"code block {number}"
         if info in YAML_INFO or (info == "" and re.search(r"^services:\s*$", body, re.MULTILINE)):
@@ -190,7 +190,7 @@ def find(text: str, html: bool, where: str) -> Found:
                 inner = compose.find(data, where)
                 for launch in inner.launches:
                     launch.where = f"{at}, {launch.where}"
-                blocks_with_launches += [("compose", number)] if inner.launches else []
+                launching += ["compose"] if inner.launches else []
                 found.launches += inner.launches
                 found.ignored += inner.ignored
                 continue
@@ -198,7 +198,7 @@ def find(text: str, html: bool, where: str) -> Found:
             inner = systemd_unit.find(body, where)
             for launch in inner.launches:
                 launch.where = f"{at}, {launch.where}"
-            blocks_with_launches += [("unit", number)] if inner.launches else []
+            launching += ["unit"] if inner.launches else []
             found.launches += inner.launches
             continue
         if info not in SHELL_INFO:
@@ -214,9 +214,9 @@ def find(text: str, html: bool, where: str) -> Found:
             found.elsewhere.append(f"{at}: {exc.problem}")
             continue
         variables = dict(known.scalars)
-        blocks_with_launches += [("shell", number)] if len(found.launches) > count else []
+        launching += ["shell"] if len(found.launches) > count else []
     # a page whose launches are one compose block's services imports them all, as that file would
-    found.together = [kind for kind, _ in blocks_with_launches] == ["compose"]
+    found.together = launching == ["compose"]
     if unread and not found.launches:
         found.elsewhere.append(f"{unread} code block(s) of the page are not shell text sparkplay can read")
     return found

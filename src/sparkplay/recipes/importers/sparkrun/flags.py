@@ -11,9 +11,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-# sparkplay engine -> the key of sparkrun's runtime in the flag map data
-ENGINES = ("vllm", "sglang", "llamacpp", "atlas", "trtllm")
-
 
 @cache
 def flag_maps() -> dict[str, Any]:
