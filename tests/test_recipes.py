@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from sparkplay import importing
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, model
 from sparkplay.recipes.diff import semantic_diff
@@ -251,12 +252,15 @@ def test_one_redirect_is_followed(project, site):
 
 
 def test_tolerant_field_names_env_object_and_extra_fields(project, site):
-    # a vLLM recipe that names no image cannot run: the import says which field and how to set it
-    refused = cli(project, "recipe", "import", f"{site}/alt.json")
-    assert refused.returncode == 2 and not (project / "recipes").exists()
-    assert "engine.image cannot be determined from the recipe: no container image is known" in refused.stderr
-    assert "--set engine.image=VALUE" in refused.stderr
-    proc = cli(project, "recipe", "import", f"{site}/alt.json", "--set", "engine.image=vllm/vllm-openai:v0.11.0")
+    # a vLLM recipe that names no image runs in vLLM's default image for DGX Spark, said; --set names another
+    default = cli(project, "recipe", "import", f"{site}/alt.json")
+    assert default.returncode == 0, default.stderr
+    doc = yaml.safe_load((project / "recipes" / "tiny-vllm.yml").read_text())
+    assert doc["engine"]["image"] == registry.spec("vllm").defaults.image
+    said = [p["detail"] for p in doc["provenance"] if p["key"] == "engine.image" and p["how"] == "filled"]
+    assert said and "the source names no image" in said[0] and "--set engine.image=IMAGE" in said[0]
+    image = "engine.image=vllm/vllm-openai:v0.11.0"
+    proc = cli(project, "recipe", "import", f"{site}/alt.json", "--yes", "--set", image)
     assert proc.returncode == 0, proc.stderr
     doc = yaml.safe_load((project / "recipes" / "tiny-vllm.yml").read_text())
     assert doc["engine"]["image"] == "vllm/vllm-openai:v0.11.0"

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from sparkplay import boundary, checkpoints, importing
+from sparkplay.engines import registry
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput, SparkplayError
 from sparkplay.recipes.importers.pasted import gguf_hub, shell
@@ -50,10 +51,9 @@ def all_notes(doc: dict) -> str:
 # -- command lines -----------------------------------------------------------------
 
 
-def test_a_plain_vllm_serve_line_imports_with_its_flags_and_asks_for_the_image():
-    with pytest.raises(BadInput, match=r"engine.image cannot be determined.*--set engine.image="):
-        imported("vllm-serve.txt")
+def test_a_plain_vllm_serve_line_imports_with_its_flags_in_the_image_set():
     doc = imported("vllm-serve.txt", VLLM)
+    assert doc["engine"]["image"] == "vllm/vllm-openai:v0.11.2"
     assert doc["source"]["kind"] == "command" and doc["source"]["launch"] == "line 1"
     assert doc["model"]["repo"] == "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8"
     assert doc["topology"]["nodes"] == 2 and doc["topology"]["tensor_parallel"] == 2
@@ -160,11 +160,12 @@ def test_a_launch_script_of_eugrs_launch_cluster_runs_in_its_image_and_says_so()
     assert doc["serve"]["env"]["VLLM_USE_DEEP_GEMM"] == "0"
 
 
-def test_a_bare_line_without_the_profile_header_still_asks_for_its_image(tmp_path):
+def test_a_bare_line_without_the_profile_header_runs_in_the_engines_default_image(tmp_path):
     text = (PASTED / "eugr-launch-script.sh").read_text().replace("# PROFILE:", "# Profile")
     (tmp_path / "bare.sh").write_text(text)
-    with pytest.raises(BadInput, match=r"engine\.image cannot be determined"):
-        importing.import_source(str(tmp_path / "bare.sh"))
+    doc = importing.import_source(str(tmp_path / "bare.sh"))
+    assert doc["engine"]["image"] == registry.spec("vllm").defaults.image
+    assert "the source names no image" in notes(doc, "filled")["engine.image"]
 
 
 def test_a_script_opening_with_a_test_and_comments_inside_arrays_reads_as_bash_reads_it():
@@ -271,10 +272,11 @@ def test_an_engine_typed_in_the_shell_a_page_opens_in_a_container_runs_in_that_i
     doc = importing.import_source(str(tmp_path / "page.md"))
     assert doc["engine"]["image"] == "lmsysorg/sglang:v0.5.9-cu130" and doc["model"]["repo"] == "Qwen/Qwen3-8B"
     assert "opens a shell in lmsysorg/sglang:v0.5.9-cu130" in all_notes(doc)
-    # the shell's `exit` ends it: what follows runs on the host, with no image named
+    # the shell's `exit` ends it: what follows runs on the host, with no image named (SGLang's default, said)
     (tmp_path / "exited.md").write_text(INSIDE.replace("```bash\npython3", "```bash\nexit\npython3"))
-    with pytest.raises(BadInput, match=r"engine\.image cannot be determined"):
-        importing.import_source(str(tmp_path / "exited.md"))
+    exited = importing.import_source(str(tmp_path / "exited.md"))
+    assert exited["engine"]["image"] == registry.spec("sglang").defaults.image
+    assert "outside a container" in notes(exited, "derived")["engine.image"]
 
 
 def test_llama_cpps_own_flags_say_the_server_of_an_image_sparkplay_does_not_know(tmp_path, monkeypatch):

@@ -237,13 +237,38 @@ def test_a_served_name_the_command_states_is_kept(tmp_path):
     assert doc["model"]["served_name"] == "mine" and doc["serve"]["args"].count("--served-model-name") == 1
 
 
-def test_a_recipe_with_model_and_runtime_alone_is_sparkruns_and_asks_for_the_image(tmp_path):
+@pytest.mark.parametrize(
+    ("runtime", "image"),
+    [
+        ("vllm", "ghcr.io/spark-arena/dgx-vllm-eugr-nightly-tf5:latest"),
+        ("sglang", "scitrera/dgx-spark-sglang:latest"),
+        ("trtllm", "nvcr.io/nvidia/tensorrt-llm/release:latest"),
+    ],
+)
+def test_a_recipe_with_model_and_runtime_alone_runs_in_sparkruns_default_image_said(tmp_path, runtime, image):
+    """sparkrun runs a recipe with no container in its DGX Spark platform's default for the runtime
+    (platforms/dgx_spark.py): so does the import, saying so (a moving tag: apply pins its digest)."""
     path = tmp_path / "r.yaml"
-    path.write_text("model: Qwen/Qwen3-8B\nruntime: vllm\ndefaults:\n  max_model_len: 8192\n")
+    path.write_text(f"model: Qwen/Qwen3-8B\nruntime: {runtime}\ndefaults:\n  max_model_len: 8192\n")
+    doc = importing.import_source(str(path))
+    assert doc["source"]["kind"] == "sparkrun" and doc["context_length"] == 8192 and doc["engine"]["image"] == image
+    filled = [p["detail"] for p in doc["provenance"] if p["key"] == "engine.image" and p["how"] == "filled"]
+    assert filled == [
+        f"the recipe names no container: sparkrun runs {runtime} on DGX Spark in {image} (a moving "
+        "tag: apply pins its digest)"
+    ]
+    doc = importing.import_source(str(path), sets=["engine.image=vllm/vllm-openai:v0.20.0"])
+    assert doc["engine"]["image"] == "vllm/vllm-openai:v0.20.0"
+
+
+@pytest.mark.parametrize(
+    "marks", ["runtime: vllm\nbuilder: eugr\n", "recipe_version: '1'\n", "runtime: vllm\nbuild_args: [--use-wheels]\n"]
+)
+def test_a_recipe_whose_launcher_builds_its_image_and_names_none_is_asked_for_it(tmp_path, marks):
+    path = tmp_path / "r.yaml"
+    path.write_text(f"model: Qwen/Qwen3-8B\n{marks}defaults:\n  max_model_len: 8192\n")
     with pytest.raises(BadInput, match=r"engine\.image cannot be determined.*--set engine\.image="):
         importing.import_source(str(path))
-    doc = importing.import_source(str(path), sets=["engine.image=vllm/vllm-openai:v0.20.0"])
-    assert doc["source"]["kind"] == "sparkrun" and doc["context_length"] == 8192
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,11 @@ class Defaults:
     port: int
     health_timeout_s: int
     image_repository: str | None = None
+    # the image a recipe that names none runs in (a bare `vllm serve` line, a script that runs the engine from a
+    # virtualenv): a pinned tag of the image the engine's DGX Spark guide uses, and where that guide is, said in
+    # the import's note
+    image: str | None = None
+    image_from: str = ""
     packages: tuple[str, ...] = ()
     # knobs the engine's launcher exposes, at their defaults
     knobs: dict[str, Any] = field(default_factory=dict)

@@ -10,6 +10,7 @@ filled or cleaned value is noted in `provenance`.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from typing import Any
 
@@ -70,6 +71,23 @@ def _check_one_line(raw: RawRecipe) -> None:
             )
 
 
+def _json_on_one_line(raw: RawRecipe) -> None:
+    """A flag's JSON object or list that a script writes over several lines, in quotes: the same value on one
+    line, as an argv, an env file and a unit carry it (the engine's JSON parser reads no difference)."""
+    for i, arg in enumerate(raw.args):
+        flag, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        if not CONTROL.search(value):
+            continue
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict | list):
+            raw.args[i] = flag + eq + json.dumps(parsed, ensure_ascii=False)
+            named = flag or (raw.args[i - 1] if i else "an argument")
+            raw.note("serve.args", "cleaned", f"the JSON given to {named} written on one line (the same value)")
+
+
 def _one_line_title(raw: RawRecipe) -> str:
     title = " ".join(CONTROL.sub(" ", raw.title).split())[:200] or "recipe"
     if title != raw.title:
@@ -105,6 +123,7 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         raw.note("serve.env", "ignored", secrets.note(name))
     flags.check_json_flags(raw.args)
     flags.left_out(raw)
+    _json_on_one_line(raw)
     _check_one_line(raw)
     engine_defaults = spec.defaults
     derived = flags.derive(raw)
@@ -272,6 +291,16 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
         # the recipe gave only a tag; the repository is the engine's own
         doc["engine"]["image"] = f"{engine_defaults.image_repository}:{doc['engine']['image']}"
         raw.note("engine.image", "filled", "image repository from the known engines table; tag from the recipe")
+    named = raw.image or raw.image_dir or raw.image_unnamed
+    if engine_defaults.image and engine_defaults.runtime == "docker" and not named:
+        # the source says nothing of an image (one it names, valid or not, is its own and checked as such)
+        doc["engine"]["image"] = engine_defaults.image
+        raw.note(
+            "engine.image",
+            "filled",
+            f"the source names no image: {engine_defaults.image}, from {engine_defaults.image_from}; "
+            "--set engine.image=IMAGE runs another",
+        )
     if repo and not doc["model"]["checkpoints"]:
         doc["model"]["checkpoints"] = [source.checkpoint("target", repo, doc["model"]["revision"])]
     source.add_other_models(raw, doc)

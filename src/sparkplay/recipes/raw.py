@@ -22,6 +22,9 @@ class RawRecipe:
     env: dict[str, str] = field(default_factory=dict)
     image: str | None = None
     image_dir: str | None = None
+    # the source runs the engine in a container whose image it does not name (one started elsewhere, one its
+    # compose file builds): no default image stands in for that one
+    image_unnamed: bool = False
     nodes: int | None = None
     tensor_parallel: int | None = None
     pipeline_parallel: int | None = None

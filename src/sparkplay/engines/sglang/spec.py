@@ -18,7 +18,13 @@ COMMAND = "python3 -m sglang.launch_server --model-path MODEL, or sglang serve"
 
 class Sglang(EngineSpec, name="sglang", title="SGLang", command=COMMAND):
     # SGLang's launch_server default port; a first boot compiles CUDA graphs
-    defaults = Defaults(runtime="docker", port=30000, health_timeout_s=1800)
+    defaults = Defaults(
+        runtime="docker",
+        port=30000,
+        health_timeout_s=1800,
+        image="lmsysorg/sglang:v0.5.14-cu130-runtime",
+        image_from="SGLang's CUDA 13 release, the build DGX Spark's GB10 needs",
+    )
     context_flags = ("--context-length",)
     field_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "tensor_parallel": ("--tp-size", "--tensor-parallel-size", "--tp"),

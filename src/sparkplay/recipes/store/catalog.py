@@ -202,7 +202,8 @@ def read_all(
     try:
         doc = model.parsed(lambda: yaml.safe_load(text), where)
     except yaml.YAMLError:
-        if YAML_KEY.match(text.lstrip()):  # a mapping with a syntax error: named by its line
+        # a mapping with a syntax error is named by its line; a page's `Status: ...` lines are no mapping
+        if YAML_KEY.match(text.lstrip()) and not (page.is_markdown(text) or page.is_prose(text)):
             model.from_yaml(text, where)
         doc = None
     if not isinstance(doc, dict):

@@ -37,16 +37,17 @@ def shell_text(
     try:
         found, variables = launches.find(PROMPT.sub("", text))
     except BadInput:
-        if page.is_prose(text):  # its prose read as shell words fails on an apostrophe: say what the text is
-            raise BadInput(
-                f"{where} is a Markdown page with no code block, and holds no engine command sparkplay can read",
-                "give the engine's command line, or a page with it in a fenced code block",
-            ) from None
+        if _prose_like(text, where):  # its prose read as shell words fails on an apostrophe: say what it is
+            raise _prose(where) from None
         raise
+    if not (found.launches or found.elsewhere or found.compose_runs or found.wrappers) and _prose_like(text, where):
+        raise _prose(where)
     if named := launch_script.profile(text):  # eugr's launch-cluster.sh runs it in its own image
         launch_script.adopt(found.launches, text, named)
     if not found.launches and len(found.compose_runs) == 1:
         service, path, _ = compose_run.find(*found.compose_runs[0], where)
+        for launch in service.launches:
+            launch.notes += [("serve.args", "derived", text) for text in found.read_as]
         return pasted(service, source("compose"), name, pick, str(path), "a compose file")
     if not found.launches and len(found.wrappers) == 1:
         return [normalise(wrapper.to_raw(found.wrappers[0], source("sparkrun"), name, where))]
@@ -64,6 +65,18 @@ def shell_text(
             "import the command or script the launcher runs with these settings (its engine command line)",
         )
     return pasted(found, source("command"), name, pick, where, "shell text (a command line or a script)")
+
+
+def _prose_like(text: str, where: str) -> bool:
+    """Markdown with no code block: its marks, or (only to name it in a refusal) a Markdown file's name."""
+    return page.is_prose(text) or where.lower().endswith((".md", ".markdown", ".mdx"))
+
+
+def _prose(where: str) -> BadInput:
+    return BadInput(
+        f"{where} is a Markdown page with no code block, and holds no engine command sparkplay can read",
+        "give the engine's command line, or a page with it in a fenced code block",
+    )
 
 
 def pasted(

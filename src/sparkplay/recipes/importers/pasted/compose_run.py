@@ -89,13 +89,14 @@ def find(words: list[str], at: str, where: str) -> tuple[Found, Path, dict[str, 
             "import the compose file itself and pick its service with --pick N",
         )
     spec = dict(data["services"][asked["service"]] or {})
+    # what the command line gives, the shell already expanded: Compose interpolates its file, not these
     if asked["command"]:
-        spec["command"] = asked["command"]
+        spec["command"] = [word.replace("$", "$$") for word in asked["command"]]
     if asked["env"]:
         env = spec.get("environment") or {}
         if isinstance(env, list):
             env = dict(e.split("=", 1) if "=" in e else (e, "") for e in env)
-        spec["environment"] = {**env, **asked["env"]}
+        spec["environment"] = {**env, **{key: value.replace("$", "$$") for key, value in asked["env"].items()}}
     found = compose.find({**data, "services": {asked["service"]: spec}}, str(path))
     said = [f"read through {at}: docker compose {asked['verb']} {asked['service']} from {path}"]
     if asked["command"]:

@@ -100,14 +100,14 @@ def _around(raw: RawRecipe, launch: Launch) -> dict[str, str]:
         env.update(_container_env(container, raw))
     elif container is not None:
         env.update(_container_env(container, raw))
-        raw.image = container.image or None
+        raw.image, raw.image_unnamed = container.image or None, not container.image
         _container(container, raw)
     elif sparkrun_executor.in_container(raw.engine):
         raw.note(
             "engine.image",
             "derived",
-            "the command runs the engine outside a container: sparkplay runs it "
-            "in the engine's image, which the text does not name",
+            "the command runs the engine outside a container (from the host's own install): sparkplay runs "
+            "it in a container of the engine's image",
         )
     return env
 
@@ -137,6 +137,7 @@ def _before(raw: RawRecipe, launch: Launch) -> None:
 def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecipe:
     # a secret flag goes before anything reads the words: `--hf-token $HF_TOKEN` is left out, not refused
     launch.command, left_out = secrets.without_flags(launch.command)
+    unsettled = _unsettled_env(launch)
     _check_settled(launch)
     for word in launch.command:
         if word.startswith(DASHES):
@@ -159,6 +160,8 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
         raw.note(key, how, detail)
     for flag in left_out:
         raw.note("serve.args", "ignored", secrets.note(flag))
+    for said in unsettled:
+        raw.note("serve.env", "ignored", said)
     _per_rank(raw, launch)
     raw.note("serve.args", "derived", f"the engine command at {launch.where}")
     env = {**launch.env, **parsed.env, **_around(raw, launch)}
@@ -180,6 +183,39 @@ def _per_rank(raw: RawRecipe, launch: Launch) -> None:
     count = raw.drop_per_rank()
     if count and count.isdigit() and launch.nodes is None:
         launch.nodes = int(count)
+
+
+# what a login shell always sets: a value built on them names the author's own account, not a setting
+LOGIN = frozenset({"HOME", "USER", "LOGNAME"})
+
+
+def _unsettled_env(launch: Launch) -> list[str]:
+    """The environment settings whose value the text leaves to the shell that runs it (`-e UID=$(id -u)`,
+    `CACHE=$HOME/.cache`), taken out of the launch, each with why: like docker's `-e NAME`, the text does not
+    say them. (A secret's are left for the secret rule; a flag's unsettled value is refused, not dropped.)"""
+    said = []
+
+    def settled(key: str, value: str) -> bool:
+        if SECRET.search(key) or not (names := shell.unknowns(value)):
+            return True
+        if launch.container is None and set(names) <= LOGIN:  # `$HOME/.cache/...` of an engine run on the host
+            said.append(
+                f"{key}={shell.shown(value)}: a path in the home of whoever ran the engine on the host; "
+                "not applied (the engine's container keeps its own)"
+            )
+        else:
+            said.append(
+                f"{key}={shell.shown(value)[:60]}: its value comes from the shell that runs the text, "
+                f"which the text does not say; not applied (import with --set serve.env.{key}=VALUE)"
+            )
+        return False
+
+    launch.env = {k: v for k, v in launch.env.items() if settled(k, v)}
+    if launch.container is not None and launch.container.values("--env"):
+        launch.container.options["--env"] = [
+            e for e in launch.container.values("--env") if "=" not in e or settled(*e.split("=", 1))
+        ]
+    return said
 
 
 def _check_settled(launch: Launch) -> None:

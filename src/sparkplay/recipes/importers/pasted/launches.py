@@ -91,6 +91,7 @@ class Found:
     wrappers: list[tuple[list[str], str]] = field(default_factory=list)  # run-recipe's words after it, where
     compose_runs: list[tuple[list[str], str]] = field(default_factory=list)  # docker compose's words after it
     together: bool = False  # its launches run side by side (a compose file's services), not one of them
+    read_as: list[str] = field(default_factory=list)  # how the text was read (no arguments, no conditions)
 
 
 def find(
@@ -130,16 +131,18 @@ def find(
         earlier.append(text)
         if statement.piped or statement.redirected or statement.background:
             operators.append(text)
+    found.read_as += script.branches
+    if script.variables.without_arguments:
+        found.read_as.append(
+            f"read as run with no arguments: {', '.join(dict.fromkeys(script.variables.without_arguments))}"
+        )
     if script.control_flow:
-        for launch in found.launches[first:]:
-            launch.notes.append(
-                (
-                    "serve.args",
-                    "derived",
-                    "the text has if/while/for/case or functions: sparkplay "
-                    "read its statements in order, without running its conditions or loops",
-                )
-            )
+        found.read_as.append(
+            "the text has if/while/for/case or functions: sparkplay read its statements in order, without running "
+            "its conditions or loops"
+        )
+    for launch in found.launches[first:]:
+        launch.notes += [("serve.args", "derived", text) for text in found.read_as]
     return found, script.variables
 
 

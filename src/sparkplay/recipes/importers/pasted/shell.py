@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sparkplay.errors import BadInput
+from sparkplay.recipes.importers.pasted.shell_eval import Case, glob_escape, matches, substituted
 from sparkplay.recipes.importers.pasted.shell_words import REDIRECTS, UNKNOWN, Piece, Word, lex, matching, unknown
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -42,6 +43,7 @@ class Variables:
     def __init__(self, given: dict[str, str] | None = None) -> None:
         self.scalars: dict[str, str] = dict(given or {})
         self.arrays: dict[str, list[str]] = {}
+        self.without_arguments: list[str] = []  # the arguments read as absent, and what that made of them
 
     def value(self, name: str) -> str | None:
         if name in self.arrays:
@@ -122,14 +124,20 @@ class Variables:
         end = matching(text, i + 1) if nxt in "({" else 0
         if end < 0:  # never closed: nothing after it can be read as the shell would
             return len(text), unknown(text[i:]), None
-        if nxt == "(":
-            return end + 1, UNKNOWN + "$(...)" + UNKNOWN, None
+        if nxt == "(":  # a pure command on settled words is evaluated (shell_eval); anything else is unknown
+            inner = read(text[i + 2 : end], self.scalars).statements
+            one = inner[0] if len(inner) == 1 and not (inner[0].piped or inner[0].redirected) else None
+            value = substituted(one.words) if one and not any(UNKNOWN in w for w in one.words) else None
+            return end + 1, UNKNOWN + "$(...)" + UNKNOWN if value is None else value, None
         if nxt == "{":
             return end + 1, *self._braced(text[i + 2 : end])
         if m := _NAME.match(text, i + 1):
             value = self.value(m.group(0))
             return m.end(), value if value is not None else unknown(m.group(0)), None
-        if nxt.isdigit() or nxt in "@*#?$!-":
+        if nxt in "@*":  # every argument: none, read as the script runs with no arguments
+            self.without_arguments.append(f"${nxt} is empty")
+            return i + 2, "", None
+        if nxt.isdigit() or nxt in "#?$!-":
             return i + 2, unknown("$" + nxt), None
         return i + 1, "$", None
 
@@ -145,10 +153,16 @@ class Variables:
                 return " ".join(elements), None
             index = int(m.group(2))
             return (elements[index] if index < len(elements) else ""), None
-        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?)([-=+?])(.*))?", inner, re.DOTALL)
+        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?:(:?)([-=+?])(.*))?", inner, re.DOTALL)
         if not m:
             return unknown("${" + inner + "}"), None
         name, colon, op, word = m.groups()
+        if name.isdigit():  # an argument: unset, as the script runs with no arguments (its usage's default)
+            if op in ("-", "+"):
+                taken = self.text(Word([Piece(word or "", True, True)])) if op == "-" else ""
+                self.without_arguments.append(f"${{{name}{colon}{op}...}} is {taken!r}")
+                return taken, None
+            return unknown(name), None
         value = self.value(name)
         unset = value is None or (colon == ":" and value == "")
         alternative = self.text(Word([Piece(word or "", True, True)]))
@@ -177,8 +191,9 @@ def shown(text: str) -> str:
 @dataclass
 class Script:
     statements: list[Statement]
-    control_flow: bool  # if/while/for read straight through, case and function bodies skipped
+    control_flow: bool  # if/while/for read straight through, function bodies and unsettled cases skipped
     variables: Variables
+    branches: list[str] = field(default_factory=list)  # the case branches taken on a settled word, said
 
 
 def read(text: str, given: dict[str, str] | None = None) -> Script:
@@ -202,10 +217,14 @@ class _Reader:
         self.depth = 0  # how many conditions or loops a statement sits in
         self.start_line = 1
         self.redirected = self.piped = False
+        self.cases: list[Case] = []
+        self.branches: list[str] = []
 
     def read(self, items: list[tuple[str, Word | str, int]]) -> Script:
         after_redirect = False
         for at, (_, item, line) in enumerate(items):
+            if self.cases and not self.skip_until and self._case(item):
+                continue
             if item == "(" and len(self.words) == 1 and at + 1 < len(items) and items[at + 1][1] == ")":
                 self.words = []  # name() { ... }: a function's body runs only when called; not read
                 self.skip_until.append("}")
@@ -218,6 +237,8 @@ class _Reader:
                 if not self.words:
                     self.start_line = line
                 self.words.append(item)
+                if len(self.words) == 3 and self.words[0].raw() == "case" and item.raw() == "in":
+                    self.end("\n")  # `case WORD in pattern) ...` on one line: the patterns follow
                 continue
             if item in REDIRECTS:
                 self.redirected = True
@@ -230,7 +251,44 @@ class _Reader:
             self.end(item)
         self.piped = False
         self.end("\n")
-        return Script(self.statements, self.control, self.variables)
+        return Script(self.statements, self.control, self.variables, self.branches)
+
+    def _case(self, item: Word | str) -> bool:
+        """A token of a settled case's patterns or skipped body, consumed; in a body that runs, its `;;` ends it
+        (the tokens between are read as any other)."""
+        case = self.cases[-1]
+        if case.phase == "run":
+            if item in (";;", ";&", ";;&"):
+                self.end(";")
+                case.phase, case.patterns = "patterns", [""]
+                return True
+            return False
+        starts, case.at_start = case.at_start, not isinstance(item, Word)
+        if isinstance(item, Word) and starts and item.raw() == "esac":
+            if case.nested:
+                case.nested -= 1
+            elif case.phase == "patterns" or case.phase == "skip":
+                self.cases.pop()
+            return True
+        if case.phase == "skip":
+            case.nested += isinstance(item, Word) and starts and item.raw() == "case"
+            if item in (";;", ";&", ";;&") and not case.nested:
+                case.phase, case.patterns = "patterns", [""]
+            return True
+        if isinstance(item, Word):  # a quoted part matches itself; an unquoted one is a glob
+            case.patterns[-1] += "".join(
+                glob_escape(self.variables.text(Word([p]))) if p.quoted else self.variables.text(Word([p]))
+                for p in item.pieces
+            )
+        elif item == "|":
+            case.patterns.append("")
+        elif item == ")":
+            hit = next((p for p in case.patterns if matches(case.subject, p)), None)
+            case.phase = "run" if hit is not None and not case.taken else "skip"
+            if case.phase == "run":
+                case.taken, case.at_start = True, True
+                self.branches.append(f"its case on {case.subject!r} took the branch {'|'.join(case.patterns)})")
+        return True
 
     def end(self, op: str) -> None:
         """The command gathered so far ends at `op`: a block's opening or closing word, or a statement."""
@@ -239,6 +297,12 @@ class _Reader:
             if self.skip_until:
                 if first == self.skip_until[-1]:
                     self.skip_until.pop()
+                elif first in _BLOCK_OPEN:  # a case in a skipped block: its esac is its own
+                    self.skip_until.append(_BLOCK_OPEN[first])
+            elif first == "esac" and self.cases:  # a running branch's case ends without a `;;`
+                self.cases.pop()
+            elif first == "case" and (case := self._settled_case()) is not None:
+                self.cases.append(case)
             elif first in _BLOCK_OPEN:
                 self.skip_until.append(_BLOCK_OPEN[first])
                 self.control = True
@@ -248,6 +312,13 @@ class _Reader:
             else:
                 self.statement(self.words, op, self.start_line)
         self.words, self.redirected = [], False
+
+    def _settled_case(self) -> Case | None:
+        """`case WORD in`, its word known (a script's `${1:-preset}`): matched; else None (skipped)."""
+        if len(self.words) != 3 or self.words[2].raw() != "in":
+            return None
+        subject = self.variables.text(self.words[1])
+        return None if UNKNOWN in subject else Case(subject)
 
     def statement(self, ws: list[Word], op: str, line: int) -> None:
         while ws and ws[0].raw() in _CONTROL:

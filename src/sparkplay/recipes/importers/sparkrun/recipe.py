@@ -346,6 +346,12 @@ def to_raw(
         extra={**left.unknown, **({"sparkrun_not_honoured": left.not_honoured} if left.not_honoured else {})},
     )
     raw.drop_per_rank()  # the ranks and the leader's address are the inventory's (sparkrun adds its own per node too)
+    if engine != "llamacpp" and not raw.image:  # sparkrun's own image for the runtime, said; none: asked for
+        raw.image = sparkrun_rules.default_image(data, version, runtime)
+        raw.image_unnamed = raw.image is None
+        if raw.image:
+            said = f"the recipe names no container: sparkrun runs {runtime} on DGX Spark in {raw.image}"
+            raw.note("engine.image", "filled", f"{said} (a moving tag: apply pins its digest)")
     raw.mods = left.mods
     raw.pre_exec = left.pre_exec
     script = command.script

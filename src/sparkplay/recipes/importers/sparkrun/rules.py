@@ -52,3 +52,22 @@ def built_locally(data: dict[str, Any], version: str, runtime: str) -> bool:
     if not eugr:
         return bool(data.get("builder")) and "/" not in (imageref.repository(image) or image)
     return any(a not in PULL_COMPATIBLE for a in build_args) or "/" not in (imageref.repository(image) or image)
+
+
+# sparkrun's image for a recipe that names no container, by runtime, on DGX Spark (platforms/dgx_spark.py,
+# _DGX_SPARK_DEFAULTS; `vllm` resolves to vllm-distributed or vllm-ray, alike here). eugr-vllm has none: its
+# builder makes the image.
+DEFAULT_IMAGES = {
+    "vllm": "ghcr.io/spark-arena/dgx-vllm-eugr-nightly-tf5:latest",
+    "vllm-distributed": "ghcr.io/spark-arena/dgx-vllm-eugr-nightly-tf5:latest",
+    "vllm-ray": "ghcr.io/spark-arena/dgx-vllm-eugr-nightly-tf5:latest",
+    "sglang": "scitrera/dgx-spark-sglang:latest",
+    "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:latest",
+    "atlas": "azeezish/atlas-gb10:latest",
+}
+
+
+def default_image(data: dict[str, Any], version: str, runtime: str) -> str | None:
+    """The image sparkrun runs a recipe with no container in: its platform default for the runtime, unless its
+    launcher builds one (an eugr recipe)."""
+    return None if built_locally(data, version, runtime) else DEFAULT_IMAGES.get(runtime)

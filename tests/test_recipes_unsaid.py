@@ -1,0 +1,262 @@
+"""What a pasted text leaves to whoever runs it, read as a user expects and said: the image of an engine run from
+the host's own install, a script's arguments, settings whose value the shell supplies, a JSON value written over
+several lines, and the shapes of pages. Each case is a text of the kind found in real repositories (written
+here, from bash's and Compose's rules); the hostile and unreadable ones are still refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkplay import importing
+from sparkplay.engines import registry
+from sparkplay.engines.plan import Options, build, stand_in_nodes
+from sparkplay.errors import BadInput
+
+
+def imported(tmp_path: Path, text: str, name: str = "run.sh") -> dict:
+    (tmp_path / name).write_text(text)
+    return importing.import_source(str(tmp_path / name))
+
+
+def said(doc: dict, key: str, how: str) -> str:
+    return "\n".join(p["detail"] for p in doc["provenance"] if p["key"] == key and p["how"] == how)
+
+
+# -- the image of an engine the text runs from the host's own install -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("engine", "line"),
+    [
+        ("vllm", "vllm serve Qwen/Qwen3-8B --max-model-len 8192"),
+        ("vllm", "source .venv/bin/activate\npython -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3-8B"),
+        ("sglang", "python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --context-length 8192"),
+        ("trtllm", "trtllm-serve Qwen/Qwen3-8B --backend pytorch --max_seq_len 8192"),
+    ],
+)
+def test_an_engine_run_outside_a_container_runs_in_its_pinned_default_image_said(tmp_path, engine, line):
+    doc = imported(tmp_path, line + "\n")
+    default = registry.spec(engine).defaults.image
+    assert doc["engine"]["name"] == engine and doc["engine"]["image"] == default
+    assert ":" in default and not default.endswith(":latest")  # pinned: every rank and run the same
+    note = said(doc, "engine.image", "filled")
+    assert f"the source names no image: {default}" in note and "--set engine.image=IMAGE" in note
+    plan = build(doc, stand_in_nodes(1), Options(model_root="/m", allow=None))
+    assert default in str(plan)
+
+
+def test_a_default_image_is_one_the_inventory_trusts_without_asking():
+    from sparkplay import boundary
+
+    for engine in ("vllm", "sglang", "trtllm"):
+        assert boundary.image_trusted(registry.spec(engine).defaults.image, boundary.TRUSTED_IMAGES)
+
+
+def test_an_image_the_text_names_wins_and_llama_cpp_needs_none(tmp_path, monkeypatch):
+    from sparkplay.recipes.importers.pasted import gguf_hub
+
+    doc = imported(tmp_path, "docker run --gpus all vllm/vllm-openai:v0.11.2 Qwen/Qwen3-8B\n")
+    assert doc["engine"]["image"] == "vllm/vllm-openai:v0.11.2" and not said(doc, "engine.image", "filled")
+    monkeypatch.setattr(gguf_hub, "LISTER", lambda repo, rev: ("a" * 40, ["Qwen3-8B-Q4_K_M.gguf"]))
+    native = imported(tmp_path, "llama-server -hf Qwen/Qwen3-8B-GGUF:Q4_K_M\n", "ll.sh")
+    assert native["engine"]["runtime"] == "native" and native["engine"]["image"] is None
+
+
+@pytest.mark.parametrize(
+    ("text", "refusal"),
+    [
+        # a container started elsewhere: its image is the author's, not a default's
+        ("docker exec -it vllm_node bash -c 'vllm serve Qwen/Qwen3-8B'\n", r"engine\.image cannot be determined"),
+        # an image that is no reference is the source's own mistake, refused as such
+        ("docker run --gpus all 'bad image' vllm serve Qwen/Qwen3-8B\n", r"engine\.image"),
+    ],
+)
+def test_an_image_the_text_means_but_does_not_name_is_still_asked_for(tmp_path, text, refusal):
+    with pytest.raises(BadInput, match=refusal):
+        imported(tmp_path, text)
+
+
+def test_a_compose_service_that_builds_its_image_gets_no_default(tmp_path):
+    text = "services:\n  vllm:\n    build: .\n    command: vllm serve Qwen/Qwen3-8B\n"
+    with pytest.raises(BadInput, match=r"engine\.image cannot be determined"):
+        imported(tmp_path, text, "compose.yaml")
+
+
+# -- a script's arguments -----------------------------------------------------------------------------------
+
+
+def test_a_script_is_read_as_run_with_no_arguments_its_defaults_taken_and_said(tmp_path):
+    text = (
+        "#!/bin/bash\n# Usage: ./run.sh [model] [extra vllm args]\n"
+        'MODEL="${1:-Qwen/Qwen3-8B}"\nshift || true\nEXTRA="$@"\nTAG=${2:+--tag}\n'
+        'docker run --gpus all vllm/vllm-openai:v0.11.2 "$MODEL" --max-model-len 8192 $EXTRA $TAG "$@"\n'
+    )
+    doc = imported(tmp_path, text)
+    assert doc["model"]["repo"] == "Qwen/Qwen3-8B"
+    assert "--tag" not in doc["serve"]["args"] and "$@" not in " ".join(doc["serve"]["args"])
+    note = said(doc, "serve.args", "derived")
+    assert "read as run with no arguments: ${1:-...} is 'Qwen/Qwen3-8B', $@ is empty" in note
+
+
+@pytest.mark.parametrize("use", ['"$1"', '"${1}"', '"${1:?give a model}"'])
+def test_an_argument_without_a_default_is_still_refused_naming_it(tmp_path, use):
+    with pytest.raises(BadInput, match=r"uses \$1, which the text never sets"):
+        imported(tmp_path, f"vllm serve {use} --max-model-len 8192\n")
+
+
+# -- settings whose value the shell supplies ---------------------------------------------------------------
+
+
+def test_an_environment_setting_the_shell_supplies_is_left_out_and_named(tmp_path):
+    text = (
+        "export HOST_UID=$(id -u)\n"
+        "docker run --gpus all -e HOST_UID=$HOST_UID -e RANK_IP=$NODE_IP -e VLLM_LOGGING_LEVEL=INFO "
+        "vllm/vllm-openai:v0.11.2 Qwen/Qwen3-8B\n"
+    )
+    doc = imported(tmp_path, text)
+    assert doc["serve"]["env"] == {"VLLM_LOGGING_LEVEL": "INFO"}
+    note = said(doc, "serve.env", "ignored")
+    assert "HOST_UID=$(...): its value comes from the shell that runs the text" in note
+    assert "RANK_IP=$NODE_IP" in note and "--set serve.env.RANK_IP=VALUE" in note
+
+
+def test_a_cache_in_the_hosts_home_means_nothing_in_the_container(tmp_path):
+    text = "export VLLM_CACHE_ROOT=${HOME}/.cache/vllm\nCUDA_VISIBLE_DEVICES=$GPU vllm serve Qwen/Qwen3-8B\n"
+    doc = imported(tmp_path, text)
+    assert doc["serve"]["env"] == {}
+    note = said(doc, "serve.env", "ignored")
+    assert "VLLM_CACHE_ROOT=$HOME/.cache/vllm: a path in the home of whoever ran the engine on the host" in note
+    assert "CUDA_VISIBLE_DEVICES=$GPU: its value comes from the shell" in note
+
+
+def test_a_secret_the_shell_supplies_is_the_secret_rules_and_a_flag_the_shell_supplies_is_refused(tmp_path):
+    doc = imported(tmp_path, "HF_TOKEN=$HF_TOKEN vllm serve Qwen/Qwen3-8B\n")
+    assert "HF_TOKEN" not in doc["serve"]["env"] and "a secret is never stored" in said(doc, "serve.env", "ignored")
+    with pytest.raises(BadInput, match=r"uses \$PORT, which the text never sets"):
+        imported(tmp_path, "vllm serve Qwen/Qwen3-8B --port $PORT\n", "port.sh")
+
+
+def test_docker_compose_run_does_not_interpolate_what_the_shell_already_expanded(tmp_path):
+    (tmp_path / "compose.yaml").write_text(
+        "services:\n  vllm:\n    image: vllm/vllm-openai:v0.11.2\n    environment:\n      - A=${NOT_SET:-x}\n"
+    )
+    text = "docker compose run --rm -e PS1='a$b' vllm Qwen/Qwen3-8B --chat-template-content-format 'x$y'\n"
+    doc = imported(tmp_path, text)
+    assert "x$y" in doc["serve"]["args"] and doc["serve"]["env"]["PS1"] == "a$b"
+    assert doc["serve"]["env"]["A"] == "x"  # the compose file's own text is interpolated, as Compose does
+
+
+# -- a JSON value over several lines -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["--compilation-config '{json}'", "--compilation-config='{json}'"])
+def test_a_json_value_written_over_several_lines_is_the_same_value_on_one(tmp_path, form):
+    value = '{\n    "custom_ops": ["+quant_fp8", "+rms_norm"],\n    "cudagraph_mode": "FULL_DECODE_ONLY"\n}'
+    text = "vllm serve Qwen/Qwen3-8B " + form.replace("{json}", value) + "\n"
+    doc = imported(tmp_path, text)
+    one = '{"custom_ops": ["+quant_fp8", "+rms_norm"], "cudagraph_mode": "FULL_DECODE_ONLY"}'
+    assert one in doc["serve"]["args"] or f"--compilation-config={one}" in doc["serve"]["args"]
+    assert "--compilation-config written on one line" in said(doc, "serve.args", "cleaned")
+
+
+def test_a_value_over_several_lines_that_is_no_json_is_still_refused(tmp_path):
+    with pytest.raises(BadInput, match=r"holds a control character or a line break"):
+        imported(tmp_path, "vllm serve Qwen/Qwen3-8B --chat-template 'line one\nline two'\n")
+
+
+# -- pages ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "# Results\n\nStatus: first row.\nTarget: gemma\n\n",  # `Key: value` lines read as YAML keys
+        "---\ntitle: Serving Qwen\ndate: 2026-06-01\n---\n\n",  # a blog's front matter
+    ],
+)
+def test_a_markdown_page_whose_lines_look_like_yaml_is_read_as_a_page(tmp_path, head):
+    text = head + "Run it:\n\n```bash\nvllm serve Qwen/Qwen3-8B --max-model-len 8192\n```\n"
+    doc = imported(tmp_path, text, "page.md")
+    assert doc["source"]["kind"] == "page" and doc["model"]["repo"] == "Qwen/Qwen3-8B"
+
+
+def test_a_markdown_page_with_no_code_block_says_so(tmp_path):
+    text = "# Campaign log\n\n## 2026-06-07\n\n- Added **SGLang** as a runtime: see [notes](notes.md).\n- Tuned it.\n"
+    with pytest.raises(BadInput, match=r"is a Markdown page with no code block"):
+        imported(tmp_path, text, "log.md")
+
+
+# -- what follows from the text alone: a case on a settled word, a pure command's output ----------------------
+
+PRESETS = """#!/bin/bash
+# Usage: ./serve.sh [preset]   (presets: nomic, nemotron, custom MODEL)
+PRESET="${1:-nomic}"
+case "$PRESET" in
+  nomic|nomic-v1*)
+    MODEL="nomic-ai/nomic-embed-text-v1.5"
+    EXTRA="--runner pooling --served-model-name $(basename "$MODEL")"
+    ;;
+  "nemotron")
+    MODEL="nvidia/llama-nemotron-embed-1b-v2"
+    case "$MODEL" in nvidia/*) EXTRA="--trust-remote-code" ;; esac
+    ;;
+  custom) MODEL="${2:?Usage: $0 custom org/model}" ;;
+  *) echo "unknown preset $PRESET"; exit 1 ;;
+esac
+vllm serve "$MODEL" --max-model-len 8192 $EXTRA
+"""
+
+
+def test_a_preset_script_runs_the_branch_its_default_preset_takes(tmp_path):
+    doc = imported(tmp_path, PRESETS)
+    assert doc["model"]["repo"] == "nomic-ai/nomic-embed-text-v1.5"
+    assert doc["serve"]["args"][-4:] == ["--runner", "pooling", "--served-model-name", "nomic-embed-text-v1.5"]
+    note = said(doc, "serve.args", "derived")
+    assert "its case on 'nomic' took the branch nomic|nomic-v1*)" in note
+    assert "${1:-...} is 'nomic'" in note and "without running its conditions" not in note
+
+
+@pytest.mark.parametrize(
+    ("preset", "repo", "extra"),
+    [
+        ("nemotron", "nvidia/llama-nemotron-embed-1b-v2", ["--trust-remote-code"]),  # a nested case, settled too
+        ("nomic-v1.5", "nomic-ai/nomic-embed-text-v1.5", ["--runner", "pooling"]),  # a glob pattern
+    ],
+)
+def test_each_preset_is_matched_as_bash_matches_it(tmp_path, preset, repo, extra):
+    doc = imported(tmp_path, PRESETS.replace("${1:-nomic}", "${1:-" + preset + "}"))
+    assert doc["model"]["repo"] == repo and doc["serve"]["args"][2 : 2 + len(extra)] == extra
+
+
+def test_a_quoted_pattern_matches_only_itself_and_an_unsettled_case_is_skipped(tmp_path):
+    quoted = 'P=n\ncase $P in "n*") M=wrong/glob ;; n*) M=right/glob ;; esac\nvllm serve $M\n'
+    assert imported(tmp_path, quoted)["model"]["repo"] == "right/glob"
+    with pytest.raises(BadInput, match=r"uses \$MODEL, which the text never sets"):  # no default: none taken
+        imported(tmp_path, PRESETS.replace("${1:-nomic}", "$1"), "bare.sh")
+    with pytest.raises(BadInput, match=r"uses \$2, which the text never sets"):  # the custom branch needs $2
+        imported(tmp_path, PRESETS.replace("${1:-nomic}", "${1:-custom}"), "custom.sh")
+
+
+@pytest.mark.parametrize(
+    ("substitution", "value"),
+    [
+        ('$(basename "$M")', "x.gguf"),
+        ("$(basename $M .gguf)", "x"),
+        ("$(dirname $M)", "/models/org"),
+        ("$(basename $(dirname $M))", "org"),
+        ("$(echo served)", "served"),
+    ],
+)
+def test_a_pure_command_on_settled_words_is_its_output(tmp_path, substitution, value):
+    doc = imported(tmp_path, f"M=/models/org/x.gguf\nvllm serve Qwen/Qwen3-8B --served-model-name {substitution}\n")
+    assert doc["model"]["served_name"] == value
+
+
+@pytest.mark.parametrize(
+    "substitution", ["$(id -u)", "$(echo $UNSET)", "$(echo a | tr a b)", "$(basename -a x y)", "$(echo -n x)"]
+)
+def test_any_other_substitution_is_still_refused(tmp_path, substitution):
+    with pytest.raises(BadInput, match=r"command substitution"):
+        imported(tmp_path, f"vllm serve Qwen/Qwen3-8B --served-model-name {substitution}\n")
