@@ -16,15 +16,14 @@ DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
 COMMAND = "python3 -m sglang.launch_server --model-path MODEL, or sglang serve"
 
 
+# the image a recipe that names none runs in (engines/spec.py Defaults.image), and whose guide it follows
+IMAGE = "lmsysorg/sglang:v0.5.14-cu130-runtime"
+IMAGE_FROM = "SGLang's CUDA 13 release, the build DGX Spark's GB10 needs"
+
+
 class Sglang(EngineSpec, name="sglang", title="SGLang", command=COMMAND):
     # SGLang's launch_server default port; a first boot compiles CUDA graphs
-    defaults = Defaults(
-        runtime="docker",
-        port=30000,
-        health_timeout_s=1800,
-        image="lmsysorg/sglang:v0.5.14-cu130-runtime",
-        image_from="SGLang's CUDA 13 release, the build DGX Spark's GB10 needs",
-    )
+    defaults = Defaults(runtime="docker", port=30000, health_timeout_s=1800, image=IMAGE, image_from=IMAGE_FROM)
     context_flags = ("--context-length",)
     field_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "tensor_parallel": ("--tp-size", "--tensor-parallel-size", "--tp"),

@@ -54,15 +54,14 @@ def launcher_words(words: Sequence[str]) -> int:
 COMMAND = "trtllm-serve MODEL, alone or under mpirun ... trtllm-llmapi-launch"
 
 
+# the image a recipe that names none runs in (engines/spec.py Defaults.image), and whose guide it follows
+IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13"
+IMAGE_FROM = "NVIDIA's TensorRT-LLM playbook for DGX Spark (build.nvidia.com/spark/trt-llm)"
+
+
 class Trtllm(EngineSpec, name="trtllm", title="TensorRT-LLM", command=COMMAND):
     # NVIDIA's release image serves on trtllm-serve's default port; the first start loads and may autotune
-    defaults = Defaults(
-        runtime="docker",
-        port=8000,
-        health_timeout_s=1800,
-        image="nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13",
-        image_from="NVIDIA's TensorRT-LLM playbook for DGX Spark (build.nvidia.com/spark/trt-llm)",
-    )
+    defaults = Defaults(runtime="docker", port=8000, health_timeout_s=1800, image=IMAGE, image_from=IMAGE_FROM)
     context_flags = ("--max_seq_len",)
     field_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "tensor_parallel": TP,

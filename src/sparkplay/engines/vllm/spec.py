@@ -52,16 +52,15 @@ def speculative_method(config: Mapping[str, Any]) -> str:
     return "auto"
 
 
+# the image a recipe that names none runs in (engines/spec.py Defaults.image), and whose guide it follows
+IMAGE = "nvcr.io/nvidia/vllm:26.05-py3"
+IMAGE_FROM = "NVIDIA's vLLM playbook for DGX Spark (build.nvidia.com/spark/vllm)"
+
+
 class Vllm(EngineSpec, name="vllm", title="vLLM", command="vllm serve MODEL"):
     # vLLM's OpenAI server default port; first boots can autotune for an hour, recipes raise this through
     # VLLM_ENGINE_READY_TIMEOUT_S
-    defaults = Defaults(
-        runtime="docker",
-        port=8000,
-        health_timeout_s=1800,
-        image="nvcr.io/nvidia/vllm:26.05-py3",
-        image_from="NVIDIA's vLLM playbook for DGX Spark (build.nvidia.com/spark/vllm)",
-    )
+    defaults = Defaults(runtime="docker", port=8000, health_timeout_s=1800, image=IMAGE, image_from=IMAGE_FROM)
     ready_timeout_env = "VLLM_ENGINE_READY_TIMEOUT_S"
     context_flags = ("--max-model-len",)
     field_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
