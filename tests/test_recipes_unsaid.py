@@ -260,3 +260,46 @@ def test_a_pure_command_on_settled_words_is_its_output(tmp_path, substitution, v
 def test_any_other_substitution_is_still_refused(tmp_path, substitution):
     with pytest.raises(BadInput, match=r"command substitution"):
         imported(tmp_path, f"vllm serve Qwen/Qwen3-8B --served-model-name {substitution}\n")
+
+
+# -- functions: a body read where the text calls it -----------------------------------------------------------
+
+LAUNCHER = """#!/bin/bash
+set -euo pipefail
+MODEL="Qwen/Qwen3-8B"
+
+log() { echo "[$(date)] $*"; }
+
+start_server() {
+    local port="${1:-8000}"
+    log "starting on $port"
+    docker run --gpus all vllm/vllm-openai:v0.11.2 "$MODEL" --port "$port" "${@:2}"
+}
+
+function unused {
+    vllm serve some/other-model
+}
+
+main() {
+    start_server 9000 --max-model-len 16384 --enable-prefix-caching
+}
+
+main "$@"
+"""
+
+
+def test_a_launcher_whose_engine_starts_in_a_function_reads_it_where_it_is_called(tmp_path):
+    doc = imported(tmp_path, LAUNCHER)
+    assert doc["model"]["repo"] == "Qwen/Qwen3-8B" and doc["serve"]["port"] == 9000
+    assert doc["context_length"] == 16384 and "--enable-prefix-caching" in doc["serve"]["args"]
+    note = said(doc, "serve.args", "derived")
+    assert "the function start_server read where the text calls it" in note and "function main" in note
+    assert "other-model" not in str(doc)  # a function never called is never read
+
+
+def test_a_function_called_twice_is_two_launches_and_one_calling_itself_is_bounded(tmp_path):
+    twice = LAUNCHER.replace('main "$@"', "start_server 9001\nstart_server 9002")
+    with pytest.raises(BadInput, match=r"holds 2 engine commands"):
+        imported(tmp_path, twice)
+    looping = 'f() { echo "$1"; f "x$1"; }\nf a\nvllm serve Qwen/Qwen3-8B\n'
+    assert imported(tmp_path, looping, "loop.sh")["model"]["repo"] == "Qwen/Qwen3-8B"

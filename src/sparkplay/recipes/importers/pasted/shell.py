@@ -11,18 +11,20 @@ plain expansion stays UNKNOWN, and whoever uses such a word says so.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes.importers.pasted.shell_eval import Case, glob_escape, matches, substituted
-from sparkplay.recipes.importers.pasted.shell_words import REDIRECTS, UNKNOWN, Piece, Word, lex, matching, unknown
+from sparkplay.recipes.importers.pasted.shell_eval import Case, glob_escape, matches
+from sparkplay.recipes.importers.pasted.shell_vars import Variables
+from sparkplay.recipes.importers.pasted.shell_vars import shown as shown  # the readers' one spelling
+from sparkplay.recipes.importers.pasted.shell_vars import unknowns as unknowns
+from sparkplay.recipes.importers.pasted.shell_words import REDIRECTS, UNKNOWN, Piece, Word, lex
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 _BLOCK_OPEN = {"case": "esac"}
 _CONTROL = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "{", "}", "!", "[[", "]]"}
 MAX_TEXT = 1 << 20
+MAX_CALLS = 8  # functions called inside functions: deeper than this is not read
 
 
 @dataclass
@@ -35,157 +37,6 @@ class Statement:
     redirected: bool = False
     piped: bool = False
     depth: int = 0  # inside if/while/for bodies
-
-
-class Variables:
-    """The text's own variables and arrays, as its statements set them in order."""
-
-    def __init__(self, given: dict[str, str] | None = None) -> None:
-        self.scalars: dict[str, str] = dict(given or {})
-        self.arrays: dict[str, list[str]] = {}
-        self.without_arguments: list[str] = []  # the arguments read as absent, and what that made of them
-
-    def value(self, name: str) -> str | None:
-        if name in self.arrays:
-            return self.arrays[name][0] if self.arrays[name] else ""
-        return self.scalars.get(name)
-
-    def expand(self, word: Word) -> list[str]:
-        """The fields a word becomes: unquoted expansions split on blanks, empty unquoted ones gone."""
-        fields: list[str] = []
-        current, started = "", False
-        for piece in word.pieces:
-            for text, split, whole_array in self._pieces(piece):
-                if whole_array is not None:  # "${A[@]}": one field per element
-                    if whole_array:
-                        current += whole_array[0]
-                        fields.extend([current, *whole_array[1:-1]] if len(whole_array) > 1 else [])
-                        current = whole_array[-1] if len(whole_array) > 1 else current
-                        started = True
-                    continue
-                if not split:
-                    current += text
-                    started = started or piece.quoted or bool(text)
-                    continue
-                parts = text.split()
-                if not parts:
-                    if text and started:
-                        fields.append(current)
-                        current, started = "", False
-                    continue
-                if text[:1].isspace() and started:
-                    fields.append(current)
-                    current = ""
-                current += parts[0]
-                for part in parts[1:]:
-                    fields.append(current)
-                    current = part
-                started = True
-                if text[-1:].isspace():
-                    fields.append(current)
-                    current, started = "", False
-        if started:
-            fields.append(current)
-        return fields
-
-    def text(self, word: Word) -> str:
-        """A word expanded without field splitting (an assignment's value)."""
-        out = []
-        for piece in word.pieces:
-            for text, _, whole in self._pieces(piece):
-                out.append(" ".join(whole) if whole is not None else text)
-        return "".join(out)
-
-    def _pieces(self, piece: Piece) -> Iterator[tuple[str, bool, list[str] | None]]:
-        """(text, split it, array elements) for each part of a piece."""
-        if not piece.expand or "$" not in piece.text:
-            yield piece.text, False, None
-            return
-        i, text, literal = 0, piece.text, []
-        while i < len(text):
-            if text[i] != "$" or i + 1 >= len(text):
-                literal.append(text[i])
-                i += 1
-                continue
-            if literal:
-                yield "".join(literal), False, None
-                literal = []
-            end, value, array = self._dollar(text, i)
-            if array is not None and piece.quoted:
-                yield "", False, array
-            else:
-                yield (" ".join(array) if array is not None else value), not piece.quoted, None
-            i = end
-        if literal:
-            yield "".join(literal), False, None
-
-    def _dollar(self, text: str, i: int) -> tuple[int, str, list[str] | None]:
-        nxt = text[i + 1]
-        end = matching(text, i + 1) if nxt in "({" else 0
-        if end < 0:  # never closed: nothing after it can be read as the shell would
-            return len(text), unknown(text[i:]), None
-        if nxt == "(":  # a pure command on settled words is evaluated (shell_eval); anything else is unknown
-            inner = read(text[i + 2 : end], self.scalars).statements
-            one = inner[0] if len(inner) == 1 and not (inner[0].piped or inner[0].redirected) else None
-            value = substituted(one.words) if one and not any(UNKNOWN in w for w in one.words) else None
-            return end + 1, UNKNOWN + "$(...)" + UNKNOWN if value is None else value, None
-        if nxt == "{":
-            return end + 1, *self._braced(text[i + 2 : end])
-        if m := _NAME.match(text, i + 1):
-            value = self.value(m.group(0))
-            return m.end(), value if value is not None else unknown(m.group(0)), None
-        if nxt in "@*":  # every argument: none, read as the script runs with no arguments
-            self.without_arguments.append(f"${nxt} is empty")
-            return i + 2, "", None
-        if nxt.isdigit() or nxt in "#?$!-":
-            return i + 2, unknown("$" + nxt), None
-        return i + 1, "$", None
-
-    def _braced(self, inner: str) -> tuple[str, list[str] | None]:
-        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[([@*]|\d+)\]", inner)
-        if m:
-            elements = self.arrays.get(m.group(1))
-            if elements is None:
-                return unknown(m.group(1)), None
-            if m.group(2) == "@":
-                return "", list(elements)
-            if m.group(2) == "*":
-                return " ".join(elements), None
-            index = int(m.group(2))
-            return (elements[index] if index < len(elements) else ""), None
-        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(?:(:?)([-=+?])(.*))?", inner, re.DOTALL)
-        if not m:
-            return unknown("${" + inner + "}"), None
-        name, colon, op, word = m.groups()
-        if name.isdigit():  # an argument: unset, as the script runs with no arguments (its usage's default)
-            if op in ("-", "+"):
-                taken = self.text(Word([Piece(word or "", True, True)])) if op == "-" else ""
-                self.without_arguments.append(f"${{{name}{colon}{op}...}} is {taken!r}")
-                return taken, None
-            return unknown(name), None
-        value = self.value(name)
-        unset = value is None or (colon == ":" and value == "")
-        alternative = self.text(Word([Piece(word or "", True, True)]))
-        if op in ("-", "="):
-            if unset:
-                if op == "=":
-                    self.scalars[name] = alternative
-                return alternative, None
-        elif op == "+":
-            return ("" if unset else alternative), None
-        elif op == "?" and unset:
-            return unknown(name), None
-        return (value if value is not None else unknown(name)), None
-
-
-def unknowns(text: str) -> list[str]:
-    """The names of the expansions a text could not settle."""
-    return re.findall(UNKNOWN + "([^" + UNKNOWN + "]*)" + UNKNOWN, text)
-
-
-def shown(text: str) -> str:
-    """A text with its unsettled expansions written back as `$NAME`, for messages."""
-    return re.sub(UNKNOWN + "([^" + UNKNOWN + "]*)" + UNKNOWN, lambda m: "$" + m.group(1).lstrip("$"), text)
 
 
 @dataclass
@@ -201,7 +52,15 @@ def read(text: str, given: dict[str, str] | None = None) -> Script:
     if len(text) > MAX_TEXT:
         raise BadInput("the text is larger than 1 MiB", "a command or script is small; check the input")
     text = text.replace("\r\n", "\n")  # a file saved on Windows: its line ends are the same lines
-    return _Reader(Variables(given)).read(list(lex(text)))
+    variables = Variables(given)
+    variables.command = _one_command
+    return _Reader(variables).read(list(lex(text)))
+
+
+def _one_command(text: str, given: dict[str, str]) -> list[str] | None:
+    """The words of a command substitution's text when it is one simple command (no pipe, no redirect)."""
+    inner = read(text, given).statements
+    return inner[0].words if len(inner) == 1 and not (inner[0].piped or inner[0].redirected) else None
 
 
 class _Reader:
@@ -219,14 +78,28 @@ class _Reader:
         self.redirected = self.piped = False
         self.cases: list[Case] = []
         self.branches: list[str] = []
+        self.functions: dict[str, list[tuple[str, Word | str, int]]] = {}
+        self.calls = 0  # how many function bodies are being read inside each other (bounded)
 
     def read(self, items: list[tuple[str, Word | str, int]]) -> Script:
+        self._feed(items)
+        self.piped = False
+        self.end("\n")
+        return Script(self.statements, self.control, self.variables, self.branches)
+
+    def _feed(self, items: list[tuple[str, Word | str, int]]) -> None:
         after_redirect = False
-        for at, (_, item, line) in enumerate(items):
+        at = 0
+        while at < len(items):
+            _, item, line = items[at]
+            at += 1
             if self.cases and not self.skip_until and self._case(item):
                 continue
-            if item == "(" and len(self.words) == 1 and at + 1 < len(items) and items[at + 1][1] == ")":
-                self.words = []  # name() { ... }: a function's body runs only when called; not read
+            if not self.skip_until and (after := self._definition(items, at - 1)) is not None:
+                at = after  # name() { ... }: its body is read where the text calls it
+                continue
+            if item == "(" and len(self.words) == 1 and at < len(items) and items[at][1] == ")":
+                self.words = []  # a function of another form (a subshell body): never read
                 self.skip_until.append("}")
                 self.control = True
                 continue
@@ -249,9 +122,47 @@ class _Reader:
                 continue
             self.piped = item in ("|", "|&")
             self.end(item)
-        self.piped = False
+
+    def _definition(self, items: list[tuple[str, Word | str, int]], at: int) -> int | None:
+        """At `name() {`, `function name {` or `function name() {`: the body kept under its name, and the index
+        after its closing `}`; else None."""
+        item = items[at][1]
+        if item == "(" and len(self.words) == 1 and at + 1 < len(items) and items[at + 1][1] == ")":
+            name, i = self.words[0].raw(), at + 2
+        elif isinstance(item, Word) and item.raw() == "function" and not self.words and at + 1 < len(items):
+            name, i = str(items[at + 1][1].raw()) if isinstance(items[at + 1][1], Word) else "", at + 2
+            i += 2 if items[i : i + 2] and [t[1] for t in items[i : i + 2]] == ["(", ")"] else 0
+        else:
+            return None
+        while i < len(items) and items[i][1] == "\n":
+            i += 1
+        if not name or i >= len(items) or not isinstance(items[i][1], Word) or items[i][1].raw() != "{":
+            return None
+        depth, start = 0, True
+        for j in range(i, len(items)):
+            token = items[j][1]
+            if isinstance(token, Word):
+                depth += start and token.raw() == "{"
+                depth -= start and token.raw() == "}"
+                if depth == 0:
+                    self.functions[name], self.words, self.control = items[i + 1 : j], [], True
+                    return j + 1
+                start = token.raw() in _CONTROL
+            else:
+                start = token not in REDIRECTS
+        return None
+
+    def _call(self, name: str, arguments: list[str]) -> None:
+        """A function the text defined, called: its body read here, its $1... the call's arguments."""
+        saved = (self.words, self.start_line, self.redirected, self.piped, self.variables.positional)
+        self.words, self.redirected, self.piped, self.variables.positional = [], False, False, arguments
+        self.calls += 1
+        self._feed(self.functions[name])
         self.end("\n")
-        return Script(self.statements, self.control, self.variables, self.branches)
+        self.calls -= 1
+        self.words, self.start_line, self.redirected, self.piped, self.variables.positional = saved
+        said = f"the function {name} read where the text calls it"
+        self.branches += [said] if said not in self.branches else []
 
     def _case(self, item: Word | str) -> bool:
         """A token of a settled case's patterns or skipped body, consumed; in a body that runs, its `;;` ends it
@@ -345,6 +256,9 @@ class _Reader:
                 if _ASSIGN.match(word.raw()):
                     _assign(variables, word)
             self.statements.append(Statement(expanded, line, depth=self.depth))
+            return
+        if expanded and expanded[0] in self.functions and not prefix and self.calls < MAX_CALLS:
+            self._call(expanded[0], expanded[1:])
             return
         argv = [*prefix, *expanded]
         self.statements.append(Statement(argv, line, op == "&", self.redirected, self.piped, self.depth))
