@@ -303,3 +303,102 @@ def test_a_function_called_twice_is_two_launches_and_one_calling_itself_is_bound
         imported(tmp_path, twice)
     looping = 'f() { echo "$1"; f "x$1"; }\nf a\nvllm serve Qwen/Qwen3-8B\n'
     assert imported(tmp_path, looping, "loop.sh")["model"]["repo"] == "Qwen/Qwen3-8B"
+
+
+# -- a launcher with its profile: the arguments a script is run with, the files it sources -------------------
+
+LAUNCH = """#!/usr/bin/env bash
+# Serve one model on this node.   scripts/launch.sh recipes/<model>.env
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -f .env ] && . ./.env
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+RECIPE=${1:?usage: launch.sh recipes/<model>.env}
+SERVE_ARGS=() MODS=()
+. "$RECIPE"
+exec docker run --gpus all "$IMAGE" vllm serve "$MODEL" --port "$PORT" "${SERVE_ARGS[@]}" ${MODS[@]+"${MODS[@]}"}
+"""
+PROFILE = """# one small dense model
+MODEL=Qwen/Qwen3-8B
+SERVE_ARGS=(
+  # a sizing knob, not a speed knob
+  --gpu-memory-utilization 0.7
+  --max-model-len 32768
+)
+"""
+
+
+def repository(tmp_path: Path) -> Path:
+    """A launcher repository as users keep one: scripts/, its helpers, recipes/ of profiles, a .env of secrets."""
+    (tmp_path / "scripts" / "lib").mkdir(parents=True)
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "scripts" / "launch.sh").write_text(LAUNCH)
+    (tmp_path / "scripts" / "lib" / "common.sh").write_text("IMAGE=vllm/vllm-openai:v0.11.2\nPORT=8011\n")
+    (tmp_path / "recipes" / "qwen3-8b.env").write_text(PROFILE)
+    (tmp_path / ".env").write_text("HF_TOKEN=hf_secret_from_dotenv\nPORT=9999\n")
+    return tmp_path / "scripts" / "launch.sh"
+
+
+def test_a_launcher_imports_as_run_with_its_profile_and_says_which_files_it_read(tmp_path):
+    script = repository(tmp_path)
+    doc = importing.import_source(str(script), arguments=["recipes/qwen3-8b.env"])
+    assert doc["model"]["repo"] == "Qwen/Qwen3-8B" and doc["engine"]["image"] == "vllm/vllm-openai:v0.11.2"
+    assert doc["serve"]["port"] == 8011 and doc["context_length"] == 32768  # not the .env's port: never read
+    assert doc["knobs"]["gpu_memory_utilization"] == 0.7
+    note = said(doc, "serve.args", "derived")
+    assert "read scripts/lib/common.sh (sha256 " in note and "read recipes/qwen3-8b.env (sha256 " in note
+    assert "read as run with the arguments recipes/qwen3-8b.env" in note
+    assert "hf_secret" not in str(doc) and "read .env" not in note
+
+
+def test_a_launcher_run_without_its_argument_says_which_one_it_needs(tmp_path):
+    with pytest.raises(BadInput, match=r"--arg VALUE \(it needs \$1 \(usage: launch\.sh recipes/<model>\.env\)\)"):
+        importing.import_source(str(repository(tmp_path)))
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/etc/passwd",  # outside the repository
+        "../outside.sh",  # above the script's folder's parent
+        "recipes/.hidden.env",  # a hidden file
+        ".ssh/profile.sh",  # in a hidden folder
+        "recipes/link.env",  # a link out of the repository
+        "recipes/big.env",  # larger than a profile is
+        "recipes/binary.env",  # no text
+    ],
+)
+def test_a_script_sources_only_small_text_files_of_its_own_repository(tmp_path, target):
+    root = tmp_path / "repo"
+    script = repository(root)
+    (tmp_path / "outside.sh").write_text("MODEL=evil/outside\n")
+    (root / "recipes" / ".hidden.env").write_text("MODEL=evil/hidden\n")
+    (root / ".ssh").mkdir()
+    (root / ".ssh" / "profile.sh").write_text("MODEL=evil/ssh\n")
+    (root / "recipes" / "link.env").symlink_to(tmp_path / "outside.sh")
+    (root / "recipes" / "big.env").write_text("MODEL=evil/big\n" + "#" * (300 * 1024))
+    (root / "recipes" / "binary.env").write_bytes(b"MODEL=evil/binary\n\0\0")
+    script.write_text(LAUNCH.replace('. "$RECIPE"', f'. "$RECIPE"\nsource {target}'))
+    doc = importing.import_source(str(script), arguments=["recipes/qwen3-8b.env"])
+    assert doc["model"]["repo"] == "Qwen/Qwen3-8B" and "evil" not in str(doc["model"])
+    assert f"read {target}" not in said(doc, "serve.args", "derived")
+
+
+def test_arguments_are_for_scripts_only(tmp_path):
+    (tmp_path / "compose.yaml").write_text(
+        "services:\n  v:\n    image: vllm/vllm-openai:v0.11.2\n    command: Qwen/Qwen3-8B\n"
+    )
+    with pytest.raises(BadInput, match=r"is no script: --arg gives a script its arguments"):
+        importing.import_source(str(tmp_path / "compose.yaml"), arguments=["x"])
+
+
+def test_the_cli_imports_a_launcher_with_its_profile(tmp_path):
+    from tests.test_recipes import cli
+
+    project = tmp_path / "project"
+    (project / "playbooks").mkdir(parents=True)
+    (project / "ansible.cfg").write_text("[defaults]\n")
+    script = repository(tmp_path / "repo")
+    proc = cli(project, "recipe", "import", str(script), "--arg", "recipes/qwen3-8b.env", "--name", "qwen")
+    assert proc.returncode == 0, proc.stderr
+    assert "Qwen/Qwen3-8B" in (project / "recipes" / "qwen.yml").read_text()

@@ -100,6 +100,15 @@ def recipe_import(
             "a compose file.",
         ),
     ] = None,
+    arguments: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--arg",
+            metavar="VALUE",
+            help="An argument the script is run with, in order (a launcher's profile: --arg recipes/model.env); "
+            "repeatable. Without it a script is read as run with none, its defaults taken.",
+        ),
+    ] = None,
     mods_from: Annotated[
         list[Path] | None,
         typer.Option(
@@ -121,7 +130,9 @@ def recipe_import(
     systemd unit, or a page whose code blocks hold the command.
     """
     root = project_dir(project)
-    docs = importing.import_sources(source, name=name, sets=sets or (), mods_from=mods_from or (), pick=pick)
+    docs = importing.import_sources(
+        source, name=name, sets=sets or (), mods_from=mods_from or (), pick=pick, arguments=arguments or ()
+    )
     saved = [_save_one(root, doc, yes) for doc in docs]
     if len(saved) > 1:  # a compose file's services, a llama-swap config's models: the first the primary
         out.print(

@@ -23,10 +23,11 @@ from sparkplay.recipes import model
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.importers import launcher, webjson
 from sparkplay.recipes.importers.pasted import compose, gguf_hub, kubernetes, llama_swap, page
+from sparkplay.recipes.importers.pasted.shell import Origin
 from sparkplay.recipes.importers.sparkrun import recipe as sparkrun
 from sparkplay.recipes.normalise import normalise
 from sparkplay.recipes.store import fetch
-from sparkplay.recipes.store.pasted import pasted, shell_text
+from sparkplay.recipes.store.pasted import origin, pasted, shell_text
 
 # a YAML mapping's first line (`key: value`): shell text never starts so
 YAML_KEY = re.compile(r"^(#[^\n]*\n\s*)*[A-Za-z_][A-Za-z0-9_.-]*:(\s|$)")
@@ -73,12 +74,14 @@ def only_one(docs: list[dict[str, Any]], source: str) -> dict[str, Any]:
 
 class Reading(TypedDict, total=False):
     """How a source is read, by keyword (read_sources and the importer's own entry points alike): the recipe's
-    name, KEY=VALUE corrections, folders of sparkrun mods, and which of a compose file's launches."""
+    name, KEY=VALUE corrections, folders of sparkrun mods, which of a compose file's launches, and a script's
+    arguments."""
 
     name: str | None
     sets: Sequence[str]
     mods_from: Sequence[Path]
     pick: int | None
+    arguments: Sequence[str]  # a script's, as it is run with them (`--arg`)
 
 
 def read_sources(source: str, **how: Unpack[Reading]) -> list[dict[str, Any]]:
@@ -99,8 +102,12 @@ def read_sources(source: str, **how: Unpack[Reading]) -> list[dict[str, Any]]:
     if name is not None:
         model.check_name(name)
     body, sha, content_type = _body(source)
+    arguments = how.get("arguments") or ()
+    script = origin(source, arguments)
     try:
-        docs = read_all(body, source, sha, name, content_type, how.get("mods_from") or (), how.get("pick"))
+        docs = read_all(body, source, sha, name, content_type, how.get("mods_from") or (), how.get("pick"), script)
+        if arguments and not script.used:
+            raise BadInput(f"{source} is no script: --arg gives a script its arguments", "import it without --arg")
         for doc in docs:
             for assignment in sets:
                 apply_set(doc, assignment, source)
@@ -170,8 +177,9 @@ def read_all(
     content_type: str = "",
     mods_from: Sequence[Path] = (),
     pick: int | None = None,
+    script: Origin | None = None,
 ) -> list[dict[str, Any]]:
-    """The normalised recipes from a source's bytes, by what the bytes are."""
+    """The normalised recipes from a source's bytes, by what the bytes are (`script`: shell text's origin)."""
     text = body.decode("utf-8", errors="replace")
     if not text.strip():
         raise BadInput(f"{where} is empty", "give a recipe, a command line or script, a compose file or a page")
@@ -207,7 +215,7 @@ def read_all(
             model.from_yaml(text, where)
         doc = None
     if not isinstance(doc, dict):
-        return shell_text(text, source, name, pick, where)
+        return shell_text(text, source, name, pick, where, script)
     if compose.is_compose(doc):
         return pasted(compose.find(doc, where), source("compose"), name, pick, where, "a compose file")
     if llama_swap.is_config(doc):

@@ -4,8 +4,11 @@ they run side by side."""
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from sparkplay.errors import BadInput
@@ -16,18 +19,53 @@ from sparkplay.recipes.importers.pasted import (
     launches,
     page,
     profile,
+    shell,
     systemd_unit,
     wrapper,
 )
 from sparkplay.recipes.importers.pasted import launch as paste
 from sparkplay.recipes.normalise import normalise
 
+MAX_SOURCED = 256 * 1024  # a file a script sources: a profile or a helper, small
 # a copied terminal's prompt before a command (`$ vllm serve ...`)
 PROMPT = re.compile(r"^[ \t]*\$[ \t]+(?=\S)", re.MULTILINE)
 
 
+def origin(source: str, arguments: Sequence[str]) -> shell.Origin:
+    """How a script read from SOURCE knows its own place: a local file's path ($0) and the files around it it may
+    source; the arguments it is run with (`--arg`; none: its defaults, said)."""
+    given = list(arguments) if arguments else None
+    if "://" in source or source == "-":
+        return shell.Origin(None, given)
+    path = Path(source).resolve()
+    return shell.Origin(str(path), given, partial(_sourced, path.parent.parent))
+
+
+def _sourced(root: Path, path: str) -> tuple[str, str] | None:
+    """A file a script sources, read where it lies inside ROOT (the script's folder's parent: a repository's
+    `scripts/` and `recipes/` side by side) and is small text; no hidden file or folder (`.env`, `.ssh`: a
+    user's own settings and secrets), no link out of ROOT. None: not read, and the script reads on without it."""
+    try:
+        real = Path(path).resolve(strict=True)
+        inside = real.relative_to(root)
+    except (OSError, ValueError):
+        return None
+    if any(part.startswith(".") for part in inside.parts) or not real.is_file():
+        return None
+    with real.open("rb") as handle:
+        body = handle.read(MAX_SOURCED + 1)
+    if len(body) > MAX_SOURCED or b"\0" in body:
+        return None
+    return body.decode("utf-8", errors="replace"), f"{inside} (sha256 {hashlib.sha256(body).hexdigest()[:12]})"
+
+
 def shell_text(
-    text: str, source: Callable[[str], dict[str, Any]], name: str | None, pick: int | None, where: str
+    text: str,
+    source: Callable[[str], dict[str, Any]],
+    name: str | None,
+    pick: int | None,
+    where: str,
+    script: shell.Origin | None = None,
 ) -> list[dict[str, Any]]:
     """Text that is no recipe format: a page in Markdown, else shell text (a command line, a script, a profile)."""
     if page.is_markdown(text):
@@ -35,7 +73,7 @@ def shell_text(
     if systemd_unit.is_unit(text):
         return pasted(systemd_unit.find(text, where), source("command"), name, pick, where, "a systemd unit")
     try:
-        found, variables = launches.find(PROMPT.sub("", text))
+        found, variables = launches.find(PROMPT.sub("", text), origin=script)
     except BadInput:
         if _prose_like(text, where):  # its prose read as shell words fails on an apostrophe: say what it is
             raise _prose(where) from None
@@ -64,7 +102,15 @@ def shell_text(
             "launcher script, with no engine command in it",
             "import the command or script the launcher runs with these settings (its engine command line)",
         )
-    return pasted(found, source("command"), name, pick, where, "shell text (a command line or a script)")
+    try:
+        return pasted(found, source("command"), name, pick, where, "shell text (a command line or a script)")
+    except BadInput as exc:  # a value that follows from the script's arguments: say how to give them
+        if not variables.needed or "which the text never sets" not in exc.problem:
+            raise
+        needed = ", ".join(dict.fromkeys(variables.needed))
+        raise BadInput(
+            exc.problem, f"{exc.fix}; or import the script as run with its arguments: --arg VALUE (it needs {needed})"
+        ) from None
 
 
 def _prose_like(text: str, where: str) -> bool:

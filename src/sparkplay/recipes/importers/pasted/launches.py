@@ -95,10 +95,16 @@ class Found:
 
 
 def find(
-    text: str, where: str = "line", given: dict[str, str] | None = None, into: Found | None = None, depth: int = 0
+    text: str,
+    where: str = "line",
+    given: dict[str, str] | None = None,
+    into: Found | None = None,
+    depth: int = 0,
+    origin: shell.Origin | None = None,
 ) -> tuple[Found, shell.Variables]:
-    """Every engine launch in a shell text, in order (`into`: what a page's earlier blocks found, their containers)."""
-    script = shell.read(text, given)
+    """Every engine launch in a shell text, in order (`into`: what a page's earlier blocks found, their containers;
+    `origin`: the file a script was read from, its arguments and what it may source)."""
+    script = shell.read(text, given, origin)
     found = into if into is not None else Found()
     first = len(found.launches)
     exported: dict[str, str] = {}
@@ -131,16 +137,7 @@ def find(
         earlier.append(text)
         if statement.piped or statement.redirected or statement.background:
             operators.append(text)
-    found.read_as += script.branches
-    if script.variables.without_arguments:
-        found.read_as.append(
-            f"read as run with no arguments: {', '.join(dict.fromkeys(script.variables.without_arguments))}"
-        )
-    if script.control_flow:
-        found.read_as.append(
-            "the text has if/while/for/case or functions: sparkplay read its statements in order, without running "
-            "its conditions or loops"
-        )
+    found.read_as += script.said()
     for launch in found.launches[first:]:
         launch.notes += [("serve.args", "derived", text) for text in found.read_as]
     return found, script.variables

@@ -10,7 +10,10 @@ plain expansion stays UNKNOWN, and whoever uses such a word says so.
 
 from __future__ import annotations
 
+import posixpath
 import re
+import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkplay.errors import BadInput
@@ -44,22 +47,61 @@ class Script:
     statements: list[Statement]
     control_flow: bool  # if/while/for read straight through, function bodies and unsettled cases skipped
     variables: Variables
-    branches: list[str] = field(default_factory=list)  # the case branches taken on a settled word, said
+    branches: list[str] = field(default_factory=list)  # the cases, functions and sources it read, said
+    arguments: list[str] | None = None  # the arguments it was read as run with (None: none)
+
+    def said(self) -> list[str]:
+        """How the text was read, for the import's notes."""
+        notes = list(self.branches)
+        if self.arguments is not None:
+            notes.append(f"read as run with the arguments {shlex.join(self.arguments)}")
+        elif self.variables.without_arguments:
+            notes.append(f"read as run with no arguments: {', '.join(dict.fromkeys(self.variables.without_arguments))}")
+        if self.control_flow:
+            notes.append(
+                "the text has if/while/for/case or functions: sparkplay read its statements in order, without "
+                "running its conditions or loops"
+            )
+        return notes
 
 
-def read(text: str, given: dict[str, str] | None = None) -> Script:
+@dataclass
+class Origin:
+    """A script read from a file: its path ($0, BASH_SOURCE), the arguments it is run with (None: none, its
+    defaults taken and said), and the reader of the files it sources (their text and how to name them, or None
+    for one it may not read)."""
+
+    path: str | None
+    arguments: list[str] | None = None
+    load: Callable[[str], tuple[str, str] | None] | None = None
+    used: bool = False  # read as a script (a compose file, a page or a recipe is none)
+
+
+def read(text: str, given: dict[str, str] | None = None, origin: Origin | None = None) -> Script:
     """Every simple command in the text, in order, expanded with the assignments before it."""
-    if len(text) > MAX_TEXT:
-        raise BadInput("the text is larger than 1 MiB", "a command or script is small; check the input")
-    text = text.replace("\r\n", "\n")  # a file saved on Windows: its line ends are the same lines
     variables = Variables(given)
     variables.command = _one_command
-    return _Reader(variables).read(list(lex(text)))
+    if origin is not None:
+        origin.used, variables.script, variables.positional = True, origin.path, origin.arguments
+        variables.arrays["BASH_SOURCE"] = [origin.path] if origin.path else []
+    script = _Reader(variables, origin.load if origin else None).read(_tokens(text))
+    script.arguments = origin.arguments if origin else None
+    return script
 
 
-def _one_command(text: str, given: dict[str, str]) -> list[str] | None:
-    """The words of a command substitution's text when it is one simple command (no pipe, no redirect)."""
-    inner = read(text, given).statements
+def _tokens(text: str) -> list[tuple[str, Word | str, int]]:
+    if len(text) > MAX_TEXT:
+        raise BadInput("the text is larger than 1 MiB", "a command or script is small; check the input")
+    return list(lex(text.replace("\r\n", "\n")))  # a file saved on Windows: its line ends are the same lines
+
+
+def _one_command(text: str, outer: Variables) -> list[str] | None:
+    """The words of a command substitution's text when it is one simple command (no pipe, no redirect), in a
+    copy of the shell's state; `cd DIR && pwd` is the folder it names (`$(cd "$(dirname "$0")" && pwd)`)."""
+    variables = outer.copy()
+    inner = _Reader(variables, None).read(_tokens(text)).statements
+    if len(inner) == 2 and inner[0].words[:1] == ["cd"] and inner[1].words == ["pwd"]:
+        return ["echo", variables.cwd] if variables.cwd else None
     return inner[0].words if len(inner) == 1 and not (inner[0].piped or inner[0].redirected) else None
 
 
@@ -67,8 +109,9 @@ class _Reader:
     """Tokens to statements: words gather until an operator ends the command; blocks that run only when
     called (functions) or depend on a condition are skipped or marked; assignments are kept as they come."""
 
-    def __init__(self, variables: Variables) -> None:
+    def __init__(self, variables: Variables, load: Callable[[str], tuple[str, str] | None] | None) -> None:
         self.variables = variables
+        self.load = load
         self.statements: list[Statement] = []
         self.control = False  # the text has conditions, loops or functions: not one straight line
         self.words: list[Word] = []
@@ -151,6 +194,27 @@ class _Reader:
             else:
                 start = token not in REDIRECTS
         return None
+
+    def _source(self, path: str, arguments: list[str]) -> bool:
+        """`source FILE` of a file the origin may read: its text read here, as bash runs it in this shell."""
+        full = _resolved(self.variables.cwd, path)
+        loaded = self.load(full) if self.load and full and self.calls < MAX_CALLS else None
+        if loaded is None:
+            return False
+        text, named = loaded
+        sources = self.variables.arrays.get("BASH_SOURCE", [])
+        saved = (self.words, self.start_line, self.redirected, self.piped, self.variables.positional, sources)
+        self.words, self.redirected, self.piped = [], False, False
+        self.variables.positional = arguments or self.variables.positional
+        self.variables.arrays["BASH_SOURCE"] = [full, *sources]
+        self.calls += 1
+        self._feed(_tokens(text))
+        self.end("\n")
+        self.calls -= 1
+        self.words, self.start_line, self.redirected, self.piped, self.variables.positional, sources = saved
+        self.variables.arrays["BASH_SOURCE"] = sources
+        self.branches.append(f"read {named} where the text sources it")
+        return True
 
     def _call(self, name: str, arguments: list[str]) -> None:
         """A function the text defined, called: its body read here, its $1... the call's arguments."""
@@ -260,8 +324,21 @@ class _Reader:
         if expanded and expanded[0] in self.functions and not prefix and self.calls < MAX_CALLS:
             self._call(expanded[0], expanded[1:])
             return
+        if expanded[:1] == ["cd"]:  # where a relative path leads from here, while the text says it
+            self.variables.cwd = _resolved(self.variables.cwd, expanded[1]) if len(expanded) == 2 else None
+        if expanded[:1] in (["source"], ["."]) and len(expanded) > 1 and self._source(expanded[1], expanded[2:]):
+            return
         argv = [*prefix, *expanded]
         self.statements.append(Statement(argv, line, op == "&", self.redirected, self.piped, self.depth))
+
+
+def _resolved(cwd: str | None, path: str) -> str | None:
+    """A settled path from the folder the text is in (an absolute one as it is); None where that is unknown."""
+    if UNKNOWN in path or path in ("", "-", "~") or path.startswith("~"):
+        return None
+    if path.startswith("/"):
+        return posixpath.normpath(path)
+    return posixpath.normpath(posixpath.join(cwd, path)) if cwd else None
 
 
 def _value(variables: Variables, word: Word) -> str:

@@ -14,6 +14,10 @@ from sparkplay.recipes.importers.pasted.shell_words import UNKNOWN, Piece, Word,
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+class Fields(list[str]):
+    """An expansion's fields as they are, quoted or not (an idiom whose inner expansion is quoted)."""
+
+
 class Variables:
     """The text's own variables and arrays, as its statements set them in order."""
 
@@ -21,10 +25,20 @@ class Variables:
         self.scalars: dict[str, str] = dict(given or {})
         self.arrays: dict[str, list[str]] = {}
         self.without_arguments: list[str] = []  # the arguments read as absent, and what that made of them
+        self.needed: list[str] = []  # the script's arguments it cannot run without (`${1:?usage: ...}`)
         # a function's arguments while its body is read where it is called; None: the script's own (none)
         self.positional: list[str] | None = None
         # the words of a command substitution's one simple command (the shell reader's), None for any other
-        self.command: Callable[[str, dict[str, str]], list[str] | None] = lambda _text, _given: None
+        self.command: Callable[[str, Variables], list[str] | None] = lambda _text, _variables: None
+        self.script: str | None = None  # $0: the script's own path, where it was read from a file
+        self.cwd: str | None = None  # the folder the text has cd'd to, where it follows from the text
+
+    def copy(self) -> Variables:
+        """The state a subshell starts with ($(...)): its changes stay its own."""
+        other = Variables(self.scalars)
+        other.arrays = {k: list(v) for k, v in self.arrays.items()}
+        other.positional, other.command, other.script, other.cwd = self.positional, self.command, self.script, self.cwd
+        return other
 
     def value(self, name: str) -> str | None:
         if name in self.arrays:
@@ -92,7 +106,7 @@ class Variables:
                 yield "".join(literal), False, None
                 literal = []
             end, value, array = self._dollar(text, i)
-            if array is not None and piece.quoted:
+            if array is not None and (piece.quoted or isinstance(array, Fields)):
                 yield "", False, array
             else:
                 yield (" ".join(array) if array is not None else value), not piece.quoted, None
@@ -106,7 +120,7 @@ class Variables:
         if end < 0:  # never closed: nothing after it can be read as the shell would
             return len(text), unknown(text[i:]), None
         if nxt == "(":  # a pure command on settled words is evaluated (shell_eval); anything else is unknown
-            words = self.command(text[i + 2 : end], self.scalars)
+            words = self.command(text[i + 2 : end], self)
             value = substituted(words) if words and not any(UNKNOWN in w for w in words) else None
             return end + 1, UNKNOWN + "$(...)" + UNKNOWN if value is None else value, None
         if nxt == "{":
@@ -114,6 +128,8 @@ class Variables:
         if m := _NAME.match(text, i + 1):
             value = self.value(m.group(0))
             return m.end(), value if value is not None else unknown(m.group(0)), None
+        if nxt == "0":  # the script's path: known where it was read from a file
+            return i + 2, self.script or unknown("0"), None
         if self.positional is not None and (nxt in "@*#" or nxt.isdigit()):  # a called function's arguments
             given = self.positional
             if nxt == "#":
@@ -135,6 +151,15 @@ class Variables:
             start = max(int(m.group(2)) - 1, 0)
             given = (self.positional or [])[start : start + int(m.group(3)) if m.group(3) else None]
             return " ".join(given), (list(given) if m.group(1) == "@" else None)
+        if m := re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]:?([-+])(.*)", inner, re.DOTALL):
+            # `${ARGS[@]+"${ARGS[@]}"}` (set -u's idiom): the elements, if any (an array comes from no environment)
+            elements, op, alternative = self.arrays.get(m.group(1)) or [], m.group(2), m.group(3)
+            itself = op == "-" or alternative.strip('"') == f"${{{m.group(1)}[@]}}"
+            if elements and itself:
+                return " ".join(elements), Fields(elements)
+            if (op == "+") == bool(elements):  # `+` of a set array, `-` of an empty one: the alternative
+                return self.text(Word([Piece(alternative, True, True)])), None
+            return "", Fields()
         m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[([@*]|\d+)\]", inner)
         if m:
             elements = self.arrays.get(m.group(1))
@@ -150,11 +175,15 @@ class Variables:
         if not m:
             return unknown("${" + inner + "}"), None
         name, colon, op, word = m.groups()
+        if name == "0":
+            return self.script or unknown("0"), None
         if name.isdigit() and self.positional is None:  # the script's argument: unset (run with none)
             if op in ("-", "+"):
                 taken = self.text(Word([Piece(word or "", True, True)])) if op == "-" else ""
                 self.without_arguments.append(f"${{{name}{colon}{op}...}} is {taken!r}")
                 return taken, None
+            said = self.text(Word([Piece(word or "", True, True)])) if op == "?" else ""
+            self.needed.append(f"${name}" + (f" ({shown(said)})" if said else ""))
             return unknown(name), None
         if name.isdigit():  # a called function's argument
             index = int(name)
