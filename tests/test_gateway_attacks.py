@@ -83,7 +83,9 @@ def test_a_thousand_idle_connections_do_not_delay_a_completion(routes):
     try:
         held = [socket.create_connection(("127.0.0.1", port)) for _ in range(1000)]
         status, took = completion(port)
-        assert status == 200 and took < 0.5, took  # a bound for a loaded CI machine; benchmarks/gateway.py measures
+        # a gateway that served the idle ones first would wait out their 30 s idle timeout; a loaded machine takes
+        # well under a second (how long is benchmarks/gateway.py's to measure, not a unit test's)
+        assert status == 200 and took < 5, took
         for sock in held:
             sock.close()
     finally:
