@@ -402,3 +402,63 @@ def test_the_cli_imports_a_launcher_with_its_profile(tmp_path):
     proc = cli(project, "recipe", "import", str(script), "--arg", "recipes/qwen3-8b.env", "--name", "qwen")
     assert proc.returncode == 0, proc.stderr
     assert "Qwen/Qwen3-8B" in (project / "recipes" / "qwen.yml").read_text()
+
+
+# -- tests, && / ||, if and for on values the text sets -----------------------------------------------------
+
+FLOW = """#!/bin/bash
+ENABLE_TOOLS="${ENABLE_TOOLS:-1}"
+MODE=single
+ARGS=(--max-model-len 16384)
+if [ "${ENABLE_TOOLS}" = "1" ]; then
+  ARGS+=(--enable-auto-tool-choice --tool-call-parser hermes)
+else
+  ARGS+=(--disable-tools)
+fi
+if [ "$MODE" = "cluster" ]; then
+  ARGS+=(--tensor-parallel-size 2)
+elif [[ $MODE == single ]]; then
+  ARGS+=(--tensor-parallel-size 1)
+  if [ 4 -gt 8 ]; then ARGS+=(--nope); fi
+else
+  ARGS+=(--nope-either)
+fi
+EXTRA=""
+[ -z "$EXTRA" ] || ARGS+=(--never "$EXTRA")
+[ -n "$ENABLE_TOOLS" ] && ARGS+=(--enable-prefix-caching)
+ENVS=()
+for kv in VLLM_LOGGING_LEVEL=INFO "VLLM_USE_V1=1"; do [ -z "$kv" ] || ENVS+=(-e "$kv"); done
+MODS=()
+for m in "${MODS[@]:-}"; do [ -z "$m" ] || ENVS+=(-v "$m:/mods"); done
+docker run --gpus all "${ENVS[@]}" vllm/vllm-openai:v0.11.2 Qwen/Qwen3-8B "${ARGS[@]}"
+"""
+
+
+def test_conditions_and_loops_on_values_the_text_sets_run_as_bash_runs_them(tmp_path):
+    doc = imported(tmp_path, FLOW)
+    args = doc["serve"]["args"]
+    assert "--enable-auto-tool-choice" in args and "--enable-prefix-caching" in args
+    assert not {"--disable-tools", "--nope", "--nope-either", "--never"} & set(args)
+    assert doc["topology"]["tensor_parallel"] == 1 and doc["context_length"] == 16384
+    assert doc["serve"]["env"] == {"VLLM_LOGGING_LEVEL": "INFO", "VLLM_USE_V1": "1"}
+    note = said(doc, "serve.args", "derived")
+    assert "its tests on values it sets were followed: [ 1 = 1 ] is true" in note
+    assert "its loop over VLLM_LOGGING_LEVEL=INFO VLLM_USE_V1=1 read once for each" in note
+    assert "without running its conditions" not in note  # every one was settled
+
+
+@pytest.mark.parametrize(
+    "condition",
+    ["[ -f /etc/vllm.conf ]", "command -v nvidia-smi", '[ "$GPU" = "gb10" ]', "[[ $MODE == s* ]]", "[ -n x -a -n y ]"],
+)
+def test_a_condition_the_text_cannot_settle_is_read_straight_through_and_said(tmp_path, condition):
+    text = f"MODE=single\nA=--first\nif {condition}; then A=--then; else A=--else; fi\nvllm serve Qwen/Qwen3-8B $A\n"
+    doc = imported(tmp_path, text)
+    assert "--else" in doc["serve"]["args"]  # both branches read, in order: the last one set it
+    assert "without running its conditions or loops" in said(doc, "serve.args", "derived")
+
+
+def test_a_loop_over_what_the_text_cannot_settle_is_read_once(tmp_path):
+    text = 'for f in /models/*.gguf; do M="$f"; done\nvllm serve Qwen/Qwen3-8B --served-model-name "$M"\n'
+    with pytest.raises(BadInput, match=r"uses \$f|uses \$M"):
+        imported(tmp_path, text)

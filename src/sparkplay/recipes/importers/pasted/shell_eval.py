@@ -1,4 +1,5 @@
-"""What the shell reader evaluates itself, because its result follows from the text alone: a `case` on a settled
+"""What the shell reader evaluates itself, because its result follows from the text alone: a test on settled words
+(`[ "$X" = 1 ]`, `[ -z "$Y" ]`), a `case` on a settled
 word (bash's glob matching, first match wins) and a command substitution of a pure command on settled words
 (`$(basename "$MODEL")`, `$(dirname ...)`, `$(echo ...)`). Anything else stays unknown."""
 
@@ -8,6 +9,11 @@ import fnmatch
 import posixpath
 import re
 from dataclasses import dataclass, field
+
+from sparkplay.recipes.importers.pasted.shell_words import REDIRECTS, UNKNOWN, Word
+
+# a command's first words that keep the next word at a command's start
+CONTROL = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "{", "}", "!", "[[", "]]"}
 
 
 def glob_escape(text: str) -> str:
@@ -57,3 +63,88 @@ def substituted(words: list[str]) -> str | None:
     if name == "echo" and not (args and args[0].startswith("-")):
         return " ".join(args)
     return None
+
+
+@dataclass
+class If:
+    """An if/elif/else/fi as far as it is read: its condition being read, a branch that runs, one skipped, the
+    rest after a branch ran, or (a condition the text cannot settle) every branch read straight through."""
+
+    state: str  # cond, run, skip, done or straight
+    straight: bool = False  # an elif of a straight-through if: its branches are read straight through too
+
+
+def test(words: list[str]) -> bool | None:
+    """The status of `[ ... ]`, `[[ ... ]]`, `test ...`, `true`, `false` or `:` on settled words: string tests
+    (-z, -n, a word alone, =, ==, !=) and integer ones (-eq ... -ge), `!` first negating; None for anything
+    else (a file test, a glob in `[[ == ]]`, -a/-o) or anything unsettled."""
+    if not words or any("\ue000" in w for w in words):
+        return None
+    negate = words[0] == "!"
+    words = words[1:] if negate else words
+    result = _test(words)
+    return None if result is None else result != negate
+
+
+def _test(words: list[str]) -> bool | None:
+    if words in (["true"], [":"]):
+        return True
+    if words == ["false"]:
+        return False
+    if words[:1] == ["test"]:
+        inner = words[1:]
+    elif (words[:1], words[-1:]) in ((["["], ["]"]), (["[["], ["]]"])):
+        inner = words[1:-1]
+    else:
+        return None
+    if inner[:1] == ["!"]:
+        result = _expression(inner[1:], words[0] == "[[")
+        return None if result is None else not result
+    return _expression(inner, words[0] == "[[")
+
+
+def _expression(inner: list[str], double: bool) -> bool | None:
+    if len(inner) == 1:
+        return inner[0] != ""
+    if len(inner) == 2 and inner[0] in ("-z", "-n"):
+        return (inner[1] == "") == (inner[0] == "-z")
+    if len(inner) != 3:
+        return None
+    left, op, right = inner
+    if op in ("=", "==", "!="):
+        if double and re.search(r"[*?\[]", right):
+            return None  # [[ x == pattern ]]: a glob whose quoting the words no longer show
+        return (left == right) == (op != "!=")
+    numeric = {"-eq": 0, "-ne": 1, "-lt": 2, "-le": 3, "-gt": 4, "-ge": 5}
+    if op in numeric and re.fullmatch(r"-?\d+", left) and re.fullmatch(r"-?\d+", right):
+        a, b = int(left), int(right)
+        return (a == b, a != b, a < b, a <= b, a > b, a >= b)[numeric[op]]
+    return None
+
+
+def block(items: list[tuple[str, Word | str, int]], at: int, opening: str, closing: str) -> int | None:
+    """The index of the word that closes the block ITEMS[at] opens (`do`...`done`, `{`...`}`), counting the
+    blocks inside it by their words where a command starts; None where it is not such a block or never closed."""
+    if at >= len(items) or not isinstance(items[at][1], Word) or items[at][1].raw() != opening:
+        return None
+    depth, start = 0, True
+    for j in range(at, len(items)):
+        token = items[j][1]
+        if isinstance(token, Word):
+            depth += start and token.raw() == opening
+            depth -= start and token.raw() == closing
+            if depth == 0:
+                return j
+            start = token.raw() in CONTROL
+        else:
+            start = token not in REDIRECTS
+    return None
+
+
+def resolved(cwd: str | None, path: str) -> str | None:
+    """A settled path from the folder the text is in (an absolute one as it is); None where that is unknown."""
+    if UNKNOWN in path or path in ("", "-", "~") or path.startswith("~"):
+        return None
+    if path.startswith("/"):
+        return posixpath.normpath(path)
+    return posixpath.normpath(posixpath.join(cwd, path)) if cwd else None

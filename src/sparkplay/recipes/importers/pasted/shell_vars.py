@@ -12,6 +12,7 @@ from sparkplay.recipes.importers.pasted.shell_eval import substituted
 from sparkplay.recipes.importers.pasted.shell_words import UNKNOWN, Piece, Word, matching, unknown
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 
 
 class Fields(list[str]):
@@ -212,3 +213,38 @@ def unknowns(text: str) -> list[str]:
 def shown(text: str) -> str:
     """A text with its unsettled expansions written back as `$NAME`, for messages."""
     return re.sub(UNKNOWN + "([^" + UNKNOWN + "]*)" + UNKNOWN, lambda m: "$" + m.group(1).lstrip("$"), text)
+
+
+def assigned(variables: Variables, word: Word) -> str:
+    """An assignment word's value (NAME=value), expanded without field splitting."""
+    m = ASSIGN.match(word.raw())
+    return variables.text(Word(_after(word.pieces, len(m.group(0)) if m else 0)))
+
+
+def _after(pieces: list[Piece], skip: int) -> list[Piece]:
+    """The pieces of a word after its first `skip` characters."""
+    out: list[Piece] = []
+    for piece in pieces:
+        if skip >= len(piece.text):
+            skip -= len(piece.text)
+            continue
+        out.append(Piece(piece.text[skip:], piece.quoted, piece.expand))
+        skip = 0
+    return out
+
+
+def assign(variables: Variables, word: Word) -> None:
+    m = ASSIGN.match(word.raw())
+    if m is None:
+        return
+    name, append = m.group(1), m.group(2) == "+"
+    if word.array is not None:
+        elements = [f for w in word.array for f in variables.expand(w)]
+        variables.arrays[name] = [*variables.arrays.get(name, []), *elements] if append else elements
+        variables.scalars.pop(name, None)
+        return
+    value = assigned(variables, word)
+    if append:
+        value = (variables.value(name) or "") + value
+    variables.scalars[name] = value
+    variables.arrays.pop(name, None)
