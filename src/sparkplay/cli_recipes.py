@@ -32,6 +32,15 @@ from sparkplay.recipes.store import catalog
 recipe_app = typer.Typer(help="Import, list, show, validate and compare recipes (the catalog in recipes/).")
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Answer yes to replacing what exists (it is backed up).")]
+ArgOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--arg",
+        metavar="VALUE",
+        help="An argument the script is run with, in order (a launcher's profile: --arg recipes/model.env); "
+        "repeatable. Without it a script is read as run with none, its defaults taken.",
+    ),
+]
 
 
 def make_confirm(yes: bool) -> catalog.Confirm:
@@ -100,15 +109,7 @@ def recipe_import(
             "a compose file.",
         ),
     ] = None,
-    arguments: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--arg",
-            metavar="VALUE",
-            help="An argument the script is run with, in order (a launcher's profile: --arg recipes/model.env); "
-            "repeatable. Without it a script is read as run with none, its defaults taken.",
-        ),
-    ] = None,
+    arguments: ArgOpt = None,
     mods_from: Annotated[
         list[Path] | None,
         typer.Option(
