@@ -462,3 +462,17 @@ def test_a_loop_over_what_the_text_cannot_settle_is_read_once(tmp_path):
     text = 'for f in /models/*.gguf; do M="$f"; done\nvllm serve Qwen/Qwen3-8B --served-model-name "$M"\n'
     with pytest.raises(BadInput, match=r"uses \$f|uses \$M"):
         imported(tmp_path, text)
+
+
+def test_a_default_in_quotes_is_the_word_without_them(tmp_path):
+    """bash removes the quotes of `${VAR:-"word"}`'s word (NVIDIA's txt2kg scripts write every default so):
+    the value is 0.0.0.0, not "0.0.0.0" with its quotes."""
+    text = (
+        'VLLM_MODEL=${VLLM_MODEL:-"meta-llama/Llama-3.1-8B-Instruct"}\nHOST=${HOST:-"0.0.0.0"}\n'
+        'DTYPE="${DTYPE:-\'auto\'}"\nNAME=${NAME:-"llama 8b"}\n'
+        'vllm serve $VLLM_MODEL --host $HOST --kv-cache-dtype "$DTYPE" --served-model-name "$NAME"\n'
+    )
+    doc = imported(tmp_path, text)
+    assert doc["model"]["repo"] == "meta-llama/Llama-3.1-8B-Instruct" and doc["model"]["served_name"] == "llama 8b"
+    assert "'auto'" in doc["serve"]["args"]  # in double quotes a single quote is a character, as bash keeps it
+    assert not any('"' in arg for arg in doc["serve"]["args"])

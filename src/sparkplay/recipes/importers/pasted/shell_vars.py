@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
+from sparkplay.errors import BadInput
 from sparkplay.recipes.importers.pasted.shell_eval import substituted
-from sparkplay.recipes.importers.pasted.shell_words import UNKNOWN, Piece, Word, matching, unknown
+from sparkplay.recipes.importers.pasted.shell_words import UNKNOWN, Piece, Word, lex, matching, unknown
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
@@ -40,6 +41,19 @@ class Variables:
         other.arrays = {k: list(v) for k, v in self.arrays.items()}
         other.positional, other.command, other.script, other.cwd = self.positional, self.command, self.script, self.cwd
         return other
+
+    def word(self, text: str, quoted: bool = False) -> str:
+        """The word of `${NAME:-word}` as bash makes it: expanded, its quotes removed (`${HOST:-"0.0.0.0"}` is
+        0.0.0.0), one field; inside double quotes a single quote in it is a character (bash keeps it)."""
+        if quoted:
+            return self.text(Word([Piece(re.sub(r'(?<!\\)"', "", text), True, True)]))
+        try:
+            words = [item for _, item, _ in lex(text) if isinstance(item, Word)]
+        except BadInput:
+            words = []
+        if len(words) != 1:  # blanks between words, or none: the text as it stands
+            return self.text(Word([Piece(text, True, True)]))
+        return self.text(words[0])
 
     def value(self, name: str) -> str | None:
         if name in self.arrays:
@@ -106,7 +120,7 @@ class Variables:
             if literal:
                 yield "".join(literal), False, None
                 literal = []
-            end, value, array = self._dollar(text, i)
+            end, value, array = self._dollar(text, i, piece.quoted)
             if array is not None and (piece.quoted or isinstance(array, Fields)):
                 yield "", False, array
             else:
@@ -115,7 +129,7 @@ class Variables:
         if literal:
             yield "".join(literal), False, None
 
-    def _dollar(self, text: str, i: int) -> tuple[int, str, list[str] | None]:
+    def _dollar(self, text: str, i: int, quoted: bool = False) -> tuple[int, str, list[str] | None]:
         nxt = text[i + 1]
         end = matching(text, i + 1) if nxt in "({" else 0
         if end < 0:  # never closed: nothing after it can be read as the shell would
@@ -125,7 +139,7 @@ class Variables:
             value = substituted(words) if words and not any(UNKNOWN in w for w in words) else None
             return end + 1, UNKNOWN + "$(...)" + UNKNOWN if value is None else value, None
         if nxt == "{":
-            return end + 1, *self._braced(text[i + 2 : end])
+            return end + 1, *self._braced(text[i + 2 : end], quoted)
         if m := _NAME.match(text, i + 1):
             value = self.value(m.group(0))
             return m.end(), value if value is not None else unknown(m.group(0)), None
@@ -145,7 +159,7 @@ class Variables:
             return i + 2, unknown("$" + nxt), None
         return i + 1, "$", None
 
-    def _braced(self, inner: str) -> tuple[str, list[str] | None]:
+    def _braced(self, inner: str, quoted: bool = False) -> tuple[str, list[str] | None]:
         if m := re.fullmatch(r"([@*]):(\d+)(?::(\d+))?", inner):  # ${@:2}: the arguments from the second on
             if self.positional is None:
                 self.without_arguments.append(f"${{{inner}}} is empty")
@@ -159,7 +173,7 @@ class Variables:
             if elements and itself:
                 return " ".join(elements), Fields(elements)
             if (op == "+") == bool(elements):  # `+` of a set array, `-` of an empty one: the alternative
-                return self.text(Word([Piece(alternative, True, True)])), None
+                return self.word(alternative, quoted), None
             return "", Fields()
         m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[([@*]|\d+)\]", inner)
         if m:
@@ -180,10 +194,10 @@ class Variables:
             return self.script or unknown("0"), None
         if name.isdigit() and self.positional is None:  # the script's argument: unset (run with none)
             if op in ("-", "+"):
-                taken = self.text(Word([Piece(word or "", True, True)])) if op == "-" else ""
+                taken = self.word(word or "", quoted) if op == "-" else ""
                 self.without_arguments.append(f"${{{name}{colon}{op}...}} is {taken!r}")
                 return taken, None
-            said = self.text(Word([Piece(word or "", True, True)])) if op == "?" else ""
+            said = self.word(word or "", quoted) if op == "?" else ""
             self.needed.append(f"${name}" + (f" ({shown(said)})" if said else ""))
             return unknown(name), None
         if name.isdigit():  # a called function's argument
@@ -192,7 +206,7 @@ class Variables:
         else:
             value = self.value(name)
         unset = value is None or (colon == ":" and value == "")
-        alternative = self.text(Word([Piece(word or "", True, True)]))
+        alternative = self.word(word or "", quoted)
         if op in ("-", "="):
             if unset:
                 if op == "=":
