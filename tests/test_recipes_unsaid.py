@@ -476,3 +476,10 @@ def test_a_default_in_quotes_is_the_word_without_them(tmp_path):
     assert doc["model"]["repo"] == "meta-llama/Llama-3.1-8B-Instruct" and doc["model"]["served_name"] == "llama 8b"
     assert "'auto'" in doc["serve"]["args"]  # in double quotes a single quote is a character, as bash keeps it
     assert not any('"' in arg for arg in doc["serve"]["args"])
+
+
+@pytest.mark.parametrize("line", ["vllm serve google/gemma-4-12b ...", "vllm serve … --max-model-len 8192"])
+def test_a_command_that_leaves_out_the_rest_of_itself_is_refused_not_run_with_the_dots(tmp_path, line):
+    page = f"# Serving\n\nThe rest as before:\n\n```bash\n{line}\n```\n"
+    with pytest.raises(BadInput, match=r"holds (\.\.\.|…) where the text leaves out the rest of it; give the whole"):
+        imported(tmp_path, page, "page.md")

@@ -244,6 +244,11 @@ def _check_settled(launch: Launch) -> None:
                 f"the command at {launch.where} holds the placeholder {m.group(0)} ({text[:80]})",
                 f"replace {m.group(0)} with its value in the text",
             )
+    if elided := [w for w in launch.command if w in ("...", "\u2026", "[...]", "[\u2026]")]:  # `vllm serve M ...`
+        raise BadInput(
+            f"the command at {launch.where} holds {elided[0]} where the text leaves out the rest of it",
+            "give the whole command, every flag written out",
+        )
 
 
 def _container_env(container: Container, raw: RawRecipe) -> dict[str, str]:
