@@ -483,3 +483,40 @@ def test_a_command_that_leaves_out_the_rest_of_itself_is_refused_not_run_with_th
     page = f"# Serving\n\nThe rest as before:\n\n```bash\n{line}\n```\n"
     with pytest.raises(BadInput, match=r"holds (\.\.\.|…) where the text leaves out the rest of it; give the whole"):
         imported(tmp_path, page, "page.md")
+
+
+# -- a compose project's .env ----------------------------------------------------------------------------------
+
+COMPOSE_ENV = """services:
+  vllm:
+    image: ghcr.io/${GH_USER}/vllm-spark:${TAG:-v1}
+    environment:
+      - RAY_NODE_IP_ADDRESS=${NODE_IP}
+      - HUGGING_FACE_HUB_TOKEN=${HF_TOKEN}
+    command: vllm serve ${MODEL} --max-model-len ${MAX_LEN:-8192}
+"""
+
+
+def test_a_compose_file_is_interpolated_with_its_projects_env_as_compose_does(tmp_path):
+    (tmp_path / "compose.yaml").write_text(COMPOSE_ENV)
+    (tmp_path / ".env").write_text(
+        "# the project's settings\nGH_USER=alice\nexport MODEL='Qwen/Qwen3-8B'\nMAX_LEN=\"16384\"\n"
+        "NODE_IP=$(hostname -I)\nHF_TOKEN=hf_secret_value\n"
+    )
+    doc = importing.import_source(str(tmp_path / "compose.yaml"))
+    assert doc["engine"]["image"] == "ghcr.io/alice/vllm-spark:v1" and doc["model"]["repo"] == "Qwen/Qwen3-8B"
+    assert doc["context_length"] == 16384 and "hf_secret_value" not in str(doc)
+    note = said(doc, "source", "derived")
+    assert "GH_USER, MODEL, MAX_LEN), as Compose reads its project's .env" in note
+    assert "not read from it: HF_TOKEN, NODE_IP" in note
+    assert "RAY_NODE_IP_ADDRESS=$NODE_IP" in said(doc, "serve.env", "ignored")
+
+
+def test_without_its_env_or_with_a_linked_one_the_compose_file_asks_for_what_it_names(tmp_path):
+    (tmp_path / "compose.yaml").write_text(COMPOSE_ENV)
+    with pytest.raises(BadInput, match=r"uses \$(MODEL|GH_USER), which the text never sets"):
+        importing.import_source(str(tmp_path / "compose.yaml"))
+    (tmp_path / "elsewhere.env").write_text("GH_USER=mallory\nMODEL=evil/model\n")
+    (tmp_path / ".env").symlink_to(tmp_path / "elsewhere.env")
+    with pytest.raises(BadInput, match=r"uses \$(MODEL|GH_USER), which the text never sets"):
+        importing.import_source(str(tmp_path / "compose.yaml"))

@@ -192,7 +192,9 @@ def read_all(
     if head == "{" or (head == "[" and fetch.is_json(text)):
         data = fetch.parse_json_object(body, where, content_type)
         if compose.is_compose(data):
-            return pasted(compose.find(data, where), source("compose"), name, pick, where, "a compose file")
+            return pasted(
+                compose.find(data, where, _folder(where)), source("compose"), name, pick, where, "a compose file"
+            )
         return [normalise(webjson.to_raw(data, source("localairecipes"), name))]
     if head == "<" or "html" in content_type.lower():
         return pasted(page.find(text, True, where), source("page"), name, pick, where, "an HTML page")
@@ -217,7 +219,7 @@ def read_all(
     if not isinstance(doc, dict):
         return shell_text(text, source, name, pick, where, script)
     if compose.is_compose(doc):
-        return pasted(compose.find(doc, where), source("compose"), name, pick, where, "a compose file")
+        return pasted(compose.find(doc, where, _folder(where)), source("compose"), name, pick, where, "a compose file")
     if llama_swap.is_config(doc):
         return pasted(llama_swap.find(doc, where), source("llama-swap"), name, pick, where, "a llama-swap config")
     if sparkrun.is_sparkrun(doc):
@@ -233,6 +235,11 @@ def read_all(
     if name is not None:
         doc["name"] = name
     return [doc]
+
+
+def _folder(where: str) -> Path | None:
+    """The folder a local file lies in (a compose project's, for its .env); None for a URL or stdin."""
+    return None if "://" in where or where == "-" else Path(where).resolve().parent
 
 
 def _manifests(text: str, where: str) -> list[Any] | None:

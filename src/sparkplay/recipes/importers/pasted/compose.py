@@ -3,16 +3,18 @@
 A service's fields are read as the `docker run` options they are (the specification's own correspondence:
 environment is --env, volumes --volume, ports --publish, ipc --ipc, ...), so one set of rules
 (pasted/launch.py) decides what sparkplay maps and what it names as not applied. Variables are interpolated
-as Compose does (`${VAR:-default}`, `$$`), from nothing but the file: a value left to the machine's
-environment or `.env` is unknown, and refused where the engine would need it.
+as Compose does (`${VAR:-default}`, `$$`), from the file and its project's `.env` (its secrets never read): a
+value left to the machine's environment is unknown, and refused where the engine would need it.
 """
 
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Any
 
 from sparkplay.errors import BadInput
+from sparkplay.recipes import secrets
 from sparkplay.recipes.importers.pasted import launches, shell
 from sparkplay.recipes.importers.pasted.docker_run import Container
 from sparkplay.recipes.importers.pasted.launches import Found
@@ -80,32 +82,61 @@ QUIET = {
     "attach",
 }
 
+MAX_DOTENV = 64 * 1024  # a project's .env: settings, small
+
 
 def is_compose(data: Any) -> bool:
     return isinstance(data, dict) and isinstance(data.get("services"), dict) and "schema" not in data
 
 
-def interpolate(value: Any) -> Any:
-    """Compose's interpolation over every string: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}, $$."""
+def interpolate(value: Any, given: dict[str, str] | None = None) -> Any:
+    """Compose's interpolation over every string: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}, $$;
+    `given`: the project's `.env`."""
     if isinstance(value, str):
         if "$" not in value:
             return value
         escaped = value.replace("$$", "\ue001")
-        text = shell.Variables().text(Word([Piece(escaped, True, True)]))
+        text = shell.Variables(given).text(Word([Piece(escaped, True, True)]))
         return text.replace("\ue001", "$")
     if isinstance(value, list):
-        return [interpolate(v) for v in value]
+        return [interpolate(v, given) for v in value]
     if isinstance(value, dict):
-        return {str(k): interpolate(v) for k, v in value.items()}
+        return {str(k): interpolate(v, given) for k, v in value.items()}
     return value
 
 
-def find(data: dict[str, Any], where: str) -> Found:
+def dotenv(folder: Path | None) -> tuple[dict[str, str], str | None]:
+    """The `.env` of the compose project's folder, as Compose reads it for interpolation, and what the import
+    says of it: a regular text file (a link is not followed) of NAME=value lines, read by the shell reader;
+    a secret's name, and a value it leaves to the machine, are never read from it."""
+    path = folder / ".env" if folder is not None else None
+    if path is None or not path.exists():
+        return {}, None
+    body = path.read_bytes()[: MAX_DOTENV + 1] if path.is_file() and not path.is_symlink() else b"\0"
+    try:
+        scalars = (
+            {}
+            if len(body) > MAX_DOTENV or b"\0" in body
+            else shell.read(body.decode("utf-8", "replace")).variables.scalars
+        )
+    except BadInput:
+        scalars = {}
+    kept = {k: v for k, v in scalars.items() if not secrets.ENV_NAME.search(k) and not shell.unknowns(v)}
+    if not kept:
+        return {}, f"{path} not read: no plain NAME=value settings in a small regular file"
+    left = sorted(set(scalars) - set(kept))
+    unread = f"; not read from it: {', '.join(left)} (a secret, or a value the machine gives)" if left else ""
+    return kept, f"interpolated with {path} ({', '.join(kept)}), as Compose reads its project's .env{unread}"
+
+
+def find(data: dict[str, Any], where: str, folder: Path | None = None) -> Found:
+    """Each engine service a Launch; `folder`: the project's, whose `.env` Compose interpolates from."""
     found = Found(together=True)
+    given, said = dotenv(folder)
     for service, spec in data["services"].items():
         if not isinstance(spec, dict):
             raise BadInput(f"{where}: service {service} is not a mapping", "fix the compose file")
-        spec = interpolate(spec)
+        spec = interpolate(spec, given)
         at = f"service {service}"
         image = spec.get("image")
         if not isinstance(image, str):
@@ -123,7 +154,7 @@ def find(data: dict[str, Any], where: str) -> Found:
             continue
         for launch in found.launches[count:]:
             launch.name_hint = str(service)
-            launch.notes += _notes(spec, service)
+            launch.notes += _notes(spec, service) + ([("source", "derived", said)] if said else [])
     return found
 
 

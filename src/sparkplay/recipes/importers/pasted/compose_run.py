@@ -97,7 +97,7 @@ def find(words: list[str], at: str, where: str) -> tuple[Found, Path, dict[str, 
         if isinstance(env, list):
             env = dict(e.split("=", 1) if "=" in e else (e, "") for e in env)
         spec["environment"] = {**env, **{key: value.replace("$", "$$") for key, value in asked["env"].items()}}
-    found = compose.find({**data, "services": {asked["service"]: spec}}, str(path))
+    found = compose.find({**data, "services": {asked["service"]: spec}}, str(path), path.parent)
     said = [f"read through {at}: docker compose {asked['verb']} {asked['service']} from {path}"]
     if asked["command"]:
         said.append(f"docker compose run's command replaces the service's: {shell.shown(' '.join(asked['command']))}")
