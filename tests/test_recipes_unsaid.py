@@ -520,3 +520,32 @@ def test_without_its_env_or_with_a_linked_one_the_compose_file_asks_for_what_it_
     (tmp_path / ".env").symlink_to(tmp_path / "elsewhere.env")
     with pytest.raises(BadInput, match=r"uses \$(MODEL|GH_USER), which the text never sets"):
         importing.import_source(str(tmp_path / "compose.yaml"))
+
+
+# -- hostile scripts: what they would make the reader do is bounded ----------------------------------------------
+
+WORDS = " ".join(f"w{i}" for i in range(60))
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        # an array that doubles in each of 60 passes: 2**60 elements
+        (f'A=(x)\nfor i in {WORDS}; do A=("${{A[@]}}" "${{A[@]}}"); done\nvllm serve "${{A[0]}}"\n', "grows past"),
+        # a text that doubles likewise
+        (f'X=ab\nfor i in {WORDS}; do X="$X$X"; done\nvllm serve "$X"\n', "grows past"),
+        # loops inside loops inside a function called from a loop: 60**4 passes
+        (
+            f"f() {{ for a in {WORDS}; do for b in {WORDS}; do for c in {WORDS}; do :; done; done; done; }}\n"
+            f"for d in {WORDS}; do f; done\nvllm serve Qwen/Qwen3-8B\n",
+            "takes more than 200000 words to read",
+        ),
+    ],
+)
+def test_a_script_that_would_run_away_is_refused_quickly(tmp_path, text, says):
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(BadInput, match=says):
+        imported(tmp_path, text)
+    assert time.monotonic() - started < 30  # the bound, not a speed target: a runaway never ends

@@ -20,6 +20,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BLOCK_OPEN = {"case": "esac"}
 MAX_TEXT = 1 << 20
 MAX_CALLS = 8  # functions called inside functions: deeper than this is not read
+MAX_STEPS = 200_000  # tokens read in all, each loop's pass and each call counted
 
 
 @dataclass
@@ -85,6 +86,7 @@ class Reader:
         self.status: bool | None = None  # the last command's, where it follows from the text (a settled test)
         self.skip_next = False  # the && or || after it decided the next command does not run
         self.tests: list[str] = []  # the settled tests followed, said
+        self.steps = 0  # tokens read, loops and calls and sources counted in: bounded
 
     def read(self, items: list[tuple[str, Word | str, int]]) -> Script:
         self._feed(items)
@@ -99,6 +101,12 @@ class Reader:
         while at < len(items):
             _, item, line = items[at]
             at += 1
+            self.steps += 1
+            if self.steps > MAX_STEPS:
+                raise BadInput(
+                    f"the text takes more than {MAX_STEPS} words to read (loops and calls inside each other)",
+                    "give the engine's command line as it runs",
+                )
             if self.cases and not self.skip_until and self._case(item):
                 continue
             if not self.skip_until and (after := self._definition(items, at - 1)) is not None:

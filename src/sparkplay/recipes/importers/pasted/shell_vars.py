@@ -14,6 +14,7 @@ from sparkplay.recipes.importers.pasted.shell_words import UNKNOWN, Piece, Word,
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
+MAX_ELEMENTS, MAX_VALUE = 10_000, 1 << 20  # a variable a launch could hold
 
 
 class Fields(list[str]):
@@ -254,11 +255,21 @@ def assign(variables: Variables, word: Word) -> None:
     name, append = m.group(1), m.group(2) == "+"
     if word.array is not None:
         elements = [f for w in word.array for f in variables.expand(w)]
-        variables.arrays[name] = [*variables.arrays.get(name, []), *elements] if append else elements
+        variables.arrays[name] = _bounded(name, [*variables.arrays.get(name, []), *elements] if append else elements)
         variables.scalars.pop(name, None)
         return
     value = assigned(variables, word)
     if append:
         value = (variables.value(name) or "") + value
-    variables.scalars[name] = value
+    variables.scalars[name] = _bounded(name, [value])[0]
     variables.arrays.pop(name, None)
+
+
+def _bounded(name: str, elements: list[str]) -> list[str]:
+    """A variable no launch needs this large (a loop that doubles it) is refused before it fills memory."""
+    if len(elements) > MAX_ELEMENTS or sum(map(len, elements)) > MAX_VALUE:
+        raise BadInput(
+            f"the text's variable {name} grows past what a launch holds ({MAX_ELEMENTS} words, {MAX_VALUE} bytes)",
+            "give the engine's command line as it runs",
+        )
+    return elements
