@@ -549,3 +549,14 @@ def test_a_script_that_would_run_away_is_refused_quickly(tmp_path, text, says):
     with pytest.raises(BadInput, match=says):
         imported(tmp_path, text)
     assert time.monotonic() - started < 30  # the bound, not a speed target: a runaway never ends
+
+
+def test_a_comment_that_ends_a_docker_run_line_ends_the_command_as_bash_reads_it(tmp_path):
+    """`--network host   # required \\`: the backslash is the comment's, so bash runs `docker run ... --network
+    host` with no image (luongnv89's start scripts): the refusal says where and why, not a guess at the rest."""
+    text = (
+        "exec docker run --rm \\\n  --network host   # required: host networking \\\n  --gpus all \\\n"
+        "  vllm/vllm-openai:v0.11.2 Qwen/Qwen3-8B\n"
+    )
+    with pytest.raises(BadInput, match=r"docker run at line 1 names no image: the command ends after its options"):
+        imported(tmp_path, text)

@@ -249,11 +249,15 @@ def _options(
     return options, i
 
 
-def parse_run(words: list[str]) -> Container:
+def parse_run(words: list[str], where: str = "") -> Container:
     """`docker run` words after `run`: the options, the image and the command after it."""
     options, at = _options(words, RUN_VALUED, RUN_SWITCHES, RUN_SHORT, "docker run")
-    if at >= len(words):
-        raise BadInput("docker run names no image", "give the image after docker run's options")
+    if at >= len(words):  # as bash reads it: often a `# comment \` that ended the line, its backslash with it
+        raise BadInput(
+            f"docker run{f' at {where}' if where else ''} names no image: the command ends after its options",
+            "give the image after docker run's options (a comment at a line's end ends the command there: bash "
+            "reads the backslash after it as part of the comment)",
+        )
     return Container(words[at], words[at + 1 :], options)
 
 

@@ -262,7 +262,7 @@ def _docker(words: list[str], at: str, env: dict[str, str], found: Found, depth:
         words = words[1:]
     sub = words[0] if words else ""
     if sub == "run":
-        container = docker_run.parse_run(words[1:])
+        container = docker_run.parse_run(words[1:], at)
         found.images.append(container.image)
         if name := container.last("--name"):
             found.containers[name] = container
