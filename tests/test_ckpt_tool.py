@@ -617,3 +617,29 @@ def test_a_killed_receiver_fails_the_sync_loudly_and_the_rerun_resumes(peer_env,
     assert rc == 0, err
     assert out["sent_bytes"] < LARGE + (8 << 20)  # resumed, not sent again whole
     assert (dest / "big.bin").read_bytes() == (root / "big.bin").read_bytes()
+
+
+def test_stop_leaves_no_status_file_and_signals_no_process_that_is_not_a_sync(tmp_path):
+    """Each run follows its own status file (roles/checkpoint/tasks/peer.yml names it per run, so a sync an
+    earlier run left dying never writes into the one a newer run follows); `stop` removes it once its sync is
+    gone, and never signals a pid that is no sync (reused, or any other process)."""
+    from sparkplay.nodetools.ckpt import sync as syncing
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        for pid in (sleeper.pid, 2**22 + 7, None):
+            status = tmp_path / f"lab-big-rank1-{pid}.json"
+            status.write_text(json.dumps({"pid": pid, "phase": "failed", "finished": True, "rc": 1}))
+            assert syncing.stop(status) == {"stopped": False}
+            assert not status.exists()
+        assert sleeper.poll() is None  # not a sync: never signalled
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert syncing.stop(tmp_path / "never-written.json") == {"stopped": False}
+
+
+def test_each_run_follows_a_status_file_of_its_own():
+    tasks = (Path(__file__).resolve().parents[1] / "roles/checkpoint/tasks/peer.yml").read_text()
+    assert "--status', checkpoint_sync_run]" in tasks and 'progress, "{{ checkpoint_sync_run }}"' in tasks
+    assert "now(utc=true, fmt='%Y%m%dT%H%M%S%f')" in tasks  # unique per run, fixed once by set_fact

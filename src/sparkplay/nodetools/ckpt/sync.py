@@ -349,15 +349,21 @@ def progress(path: Path, job: str | None) -> dict[str, Any]:
 
 
 def stop(path: Path) -> dict[str, Any]:
-    """End the sync a status file names, if it still runs (a play that gave up following it)."""
+    """End the sync a status file names, if it still runs (a play that gave up following it), then remove the
+    file once its sync is gone (each run has its own: none is left behind)."""
     try:
         pid = json.loads(path.read_text()).get("pid")
     except (OSError, ValueError):
         return {"stopped": False}
-    if not _is_sync(pid):  # gone, or the pid was reused
-        return {"stopped": False}
-    os.kill(pid, signal.SIGTERM)
-    return {"stopped": True, "pid": pid}
+    stopped = _is_sync(pid)  # else gone, or the pid was reused
+    if stopped:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while _is_sync(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    if not _is_sync(pid) and path.is_file() and not path.is_symlink():
+        path.unlink()
+    return {"stopped": True, "pid": pid} if stopped else {"stopped": False}
 
 
 def _async_job_ended(job: str | None) -> bool:
