@@ -38,3 +38,16 @@ def atomic_write(path: Path, content: str | bytes, mode: int = 0o644) -> bool:
     finally:
         os.close(dir_fd)
     return True
+
+
+def read_small_text(path: Path, limit: int) -> bytes | None:
+    """A regular file's bytes when it is text of at most `limit` bytes (no NUL), read no further than that;
+    None for a link, anything not a regular file, a larger file or a binary one."""
+    try:
+        if not path.is_file() or path.is_symlink():
+            return None
+        with path.open("rb") as handle:
+            body = handle.read(limit + 1)
+    except OSError:
+        return None
+    return None if len(body) > limit or b"\0" in body else body

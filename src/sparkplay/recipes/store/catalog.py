@@ -239,7 +239,8 @@ def read_all(
 
 def _folder(where: str) -> Path | None:
     """The folder a local file lies in (a compose project's, for its .env); None for a URL or stdin."""
-    return None if "://" in where or where == "-" else Path(where).resolve().parent
+    path = origin(where, ()).path  # the one rule for what is a local file
+    return Path(path).parent if path else None
 
 
 def _manifests(text: str, where: str) -> list[Any] | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkplay.errors import BadInput
+from sparkplay.fsutil import read_small_text
 from sparkplay.recipes import model
 from sparkplay.recipes.importers.pasted import (
     compose_run,
@@ -50,11 +51,8 @@ def _sourced(root: Path, path: str) -> tuple[str, str] | None:
         inside = real.relative_to(root)
     except (OSError, ValueError):
         return None
-    if any(part.startswith(".") for part in inside.parts) or not real.is_file():
-        return None
-    with real.open("rb") as handle:
-        body = handle.read(MAX_SOURCED + 1)
-    if len(body) > MAX_SOURCED or b"\0" in body:
+    body = None if any(part.startswith(".") for part in inside.parts) else read_small_text(real, MAX_SOURCED)
+    if body is None:
         return None
     return body.decode("utf-8", errors="replace"), f"{inside} (sha256 {hashlib.sha256(body).hexdigest()[:12]})"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkplay.errors import BadInput
+from sparkplay.fsutil import read_small_text
 from sparkplay.recipes import secrets
 from sparkplay.recipes.importers.pasted import launches, shell
 from sparkplay.recipes.importers.pasted.docker_run import Container
@@ -112,13 +113,9 @@ def dotenv(folder: Path | None) -> tuple[dict[str, str], str | None]:
     path = folder / ".env" if folder is not None else None
     if path is None or not path.exists():
         return {}, None
-    body = path.read_bytes()[: MAX_DOTENV + 1] if path.is_file() and not path.is_symlink() else b"\0"
+    body = read_small_text(path, MAX_DOTENV)
     try:
-        scalars = (
-            {}
-            if len(body) > MAX_DOTENV or b"\0" in body
-            else shell.read(body.decode("utf-8", "replace")).variables.scalars
-        )
+        scalars = {} if body is None else shell.read(body.decode("utf-8", "replace")).variables.scalars
     except BadInput:
         scalars = {}
     kept = {k: v for k, v in scalars.items() if not secrets.ENV_NAME.search(k) and not shell.unknowns(v)}
