@@ -24,7 +24,7 @@ from sparkplay.engines import registry
 from sparkplay.engines.plan import Options, build
 from sparkplay.errors import BadInput, SparkplayError
 from sparkplay.recipes.importers.pasted import gguf_hub, shell
-from sparkplay.recipes.store import catalog
+from sparkplay.recipes.store import catalog, choices
 from tests import test_recipes
 from tests.conftest import PROJECT
 from tests.fake_hub import FakeHub
@@ -203,8 +203,10 @@ def test_a_pages_one_compose_block_imports_every_service_as_the_file_would(tmp_p
     ]
     text = (PASTED / "page-compose-block.md").read_text().replace("vllm serve --help", "vllm serve Qwen/Qwen3-4B")
     (tmp_path / "page.md").write_text(text)
-    with pytest.raises(BadInput, match="holds 3 engine commands"):
-        importing.import_sources(str(tmp_path / "page.md"))
+    docs = importing.import_sources(str(tmp_path / "page.md"))
+    assert [d["model"]["repo"] for d in docs] == ["Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-4B"]
+    assert all(choices.is_choice(d) for d in docs)
+    assert importing.import_sources(str(tmp_path / "page.md"), pick=3)[0]["model"]["repo"] == "Qwen/Qwen3-4B"
 
 
 def test_markdown_prose_with_no_code_block_is_named_as_such_not_as_a_broken_quote(tmp_path):
@@ -338,7 +340,6 @@ def test_hostile_docker_options_are_named_and_never_reach_the_plan():
         ("docker-run-script.sh", "runs the script /opt/launch/serve-model.bash inside the container"),
         ("unset-model.sh", r"uses \$MODEL_ID, which the text never sets"),
         ("substitution.sh", "command substitution"),
-        ("two-commands.sh", r"holds 2 engine commands: 1\) line 1: vllm serve Qwen/Qwen3-8B.*--pick N"),
         ("run-recipe.sh", r"runs run-recipe on the recipe recipes/glm-4.7-nvfp4.yaml, which is not beside.*import the"),
         ("eugr-checkout/serve-missing.sh", r"the recipe no-such-recipe, which is not beside.*then in recipes/"),
         ("compose-checkout/missing.sh", r"runs docker compose on nothere.yml, which is not beside"),
@@ -447,8 +448,11 @@ def test_a_playbook_page_reads_only_its_code_blocks_in_order():
 
 
 def test_an_html_page_lists_its_commands_and_pick_chooses():
-    with pytest.raises(BadInput, match=r"holds 2 engine commands: 1\) code block 1.*2\) code block 2.*--pick N"):
-        imported("page-two-choices.html")
+    with pytest.raises(
+        BadInput,
+        match=r"holds 2 engine launches \(1\) qwen3-4b-instruct-2507-1; 2\) qwen3-4b-instruct-2507-2\).*--pick N",
+    ):
+        imported("page-two-choices.html")  # one recipe asked for: the choices named
     first, second = imported("page-two-choices.html", pick=1), imported("page-two-choices.html", pick=2)
     assert first["engine"]["name"] == "vllm" and first["context_length"] == 16384
     assert second["engine"]["name"] == "sglang" and second["engine"]["image"] == "lmsysorg/sglang:spark"

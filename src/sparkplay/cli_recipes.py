@@ -27,7 +27,7 @@ from sparkplay.paths import project_dir
 from sparkplay.recipes import model
 from sparkplay.recipes.diff import semantic_diff
 from sparkplay.recipes.store import apply as apply_mod
-from sparkplay.recipes.store import catalog
+from sparkplay.recipes.store import catalog, choices
 
 recipe_app = typer.Typer(help="Import, list, show, validate and compare recipes (the catalog in recipes/).")
 
@@ -134,8 +134,15 @@ def recipe_import(
     docs = importing.import_sources(
         source, name=name, sets=sets or (), mods_from=mods_from or (), pick=pick, arguments=arguments or ()
     )
-    saved = [_save_one(root, doc, yes) for doc in docs]
-    if len(saved) > 1:  # a compose file's services, a llama-swap config's models: the first the primary
+    said: set[str] = set()  # what the recipes of a text's choices share (a choice not imported): said once
+    saved = [_save_one(root, doc, yes, said) for doc in docs]
+    if choices.is_choice(docs[0]):  # a page's or a script's choices: each serves alone, or beside another (--add)
+        out.print(
+            f"{source} holds several engine commands, each a choice: serve one with sparkplay up NAME -i "
+            f"INVENTORY, NAME one of {', '.join(saved)}",
+            markup=False,
+        )
+    elif len(saved) > 1:  # a compose file's services, a llama-swap config's models: the first the primary
         out.print(
             f"serve them: sparkplay up {saved[0]} -i INVENTORY, then "
             + ", ".join(f"sparkplay up {n} --add -i INVENTORY" for n in saved[1:]),
@@ -143,7 +150,7 @@ def recipe_import(
         )
 
 
-def _save_one(root: Path, doc: dict[str, Any], yes: bool) -> str:
+def _save_one(root: Path, doc: dict[str, Any], yes: bool, said: set[str]) -> str:
     result = catalog.save(catalog.catalog_dir(root), doc, make_confirm(yes))
 
     def shown(path: Path) -> Path:  # a checkout's recipes/ as before; an installed sparkplay's in full
@@ -159,10 +166,15 @@ def _save_one(root: Path, doc: dict[str, Any], yes: bool) -> str:
         err.print(str(problem), markup=False, highlight=False)
     for note in doc.get("provenance") or []:
         if note.get("how") in ("narrowed", "overridden", "added", "pinned"):
-            err.print(f"note: {note['key']}: {note['detail']}", markup=False, highlight=False)
+            line = f"note: {note['key']}: {note['detail']}"
         elif note.get("how") == "ignored":
             kept = " (kept in the recipe's extra)" if note["key"].startswith("extra.") else ""
-            err.print(f"not honoured: {note['key']}: {note['detail']}{kept}", markup=False, highlight=False)
+            line = f"not honoured: {note['key']}: {note['detail']}{kept}"
+        else:
+            continue
+        if note["key"] != choices.KEY or line not in said:
+            said.add(line)
+            err.print(line, markup=False, highlight=False)
     return str(doc["name"])
 
 

@@ -11,7 +11,7 @@ from typing import Any, Unpack
 from sparkplay import argv, settings
 from sparkplay.engines import plan, registry
 from sparkplay.errors import BadInput
-from sparkplay.recipes.store import catalog
+from sparkplay.recipes.store import catalog, choices
 
 
 def import_source(source: str, **how: Unpack[catalog.Reading]) -> dict[str, Any]:
@@ -25,15 +25,22 @@ def import_sources(source: str, **how: Unpack[catalog.Reading]) -> list[dict[str
     refused on stand-in nodes) is refused, naming the source."""
     docs = catalog.read_sources(source, **how)
     root = settings.DEFAULTS["sparkplay_model_root"]
-    for number, doc in enumerate(docs, 1):
+    numbers = {id(doc): number for number, doc in enumerate(docs, 1)}
+
+    def rehearsed(doc: dict[str, Any]) -> None:
         try:  # what the recipe alone decides must plan: an import that could never start is no import
             plan.rehearse(doc, root)
         except BadInput as exc:
-            # one of a file's several (compose services, llama-swap models): nothing is imported; --pick takes one
+            # one of a file's launches run together (compose services, llama-swap models): nothing is imported;
+            # --pick takes one (a text's choices: the others are imported, this one named)
+            number = numbers[id(doc)]
             others = f" (or --pick another of its {len(docs)}; this is {number})" if len(docs) > 1 else ""
             raise BadInput(
                 f"{source}: recipe {doc['name']} cannot be planned as written: {exc.problem}", exc.fix + others
             ) from None
+
+    docs = choices.each(docs, rehearsed, source)
+    for doc in docs:
         for key in plan.env_not_passed(doc, root):
             doc["provenance"].append(
                 {

@@ -26,7 +26,7 @@ from sparkplay.recipes.importers.pasted import compose, gguf_hub, kubernetes, ll
 from sparkplay.recipes.importers.pasted.shell import Origin
 from sparkplay.recipes.importers.sparkrun import recipe as sparkrun
 from sparkplay.recipes.normalise import normalise
-from sparkplay.recipes.store import fetch
+from sparkplay.recipes.store import choices, fetch
 from sparkplay.recipes.store.pasted import origin, pasted, shell_text
 
 # a YAML mapping's first line (`key: value`): shell text never starts so
@@ -108,17 +108,18 @@ def read_sources(source: str, **how: Unpack[Reading]) -> list[dict[str, Any]]:
         docs = read_all(body, source, sha, name, content_type, how.get("mods_from") or (), how.get("pick"), script)
         if arguments and not script.used:
             raise BadInput(f"{source} is no script: --arg gives a script its arguments", "import it without --arg")
-        for doc in docs:
+
+        def fill(doc: dict[str, Any]) -> None:
             for assignment in sets:
                 apply_set(doc, assignment, source)
             gguf_hub.apply(doc)  # llama.cpp's -hf, after --set (a model.path given there is used as it is)
+
+        docs = choices.each(docs, fill, source)
     except BadInput as exc:  # every error names the input it is about
         if source in exc.problem:
             raise
         raise BadInput(f"{source}: {exc.problem}", exc.fix) from None
-    for doc in docs:
-        _check_complete(doc, source)
-    return docs
+    return choices.each(docs, lambda doc: _check_complete(doc, source), source)
 
 
 def _body(source: str) -> tuple[bytes, str, str]:

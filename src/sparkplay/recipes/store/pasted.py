@@ -26,6 +26,7 @@ from sparkplay.recipes.importers.pasted import (
 )
 from sparkplay.recipes.importers.pasted import launch as paste
 from sparkplay.recipes.normalise import normalise
+from sparkplay.recipes.store import choices
 
 MAX_SOURCED = 256 * 1024  # a file a script sources: a profile or a helper, small
 # a copied terminal's prompt before a command (`$ vllm serve ...`)
@@ -69,7 +70,7 @@ def shell_text(
     if page.is_markdown(text):
         return pasted(page.find(text, False, where), source("page"), name, pick, where, "a Markdown page")
     if systemd_unit.is_unit(text):
-        return pasted(systemd_unit.find(text, where), source("command"), name, pick, where, "a systemd unit")
+        return pasted(systemd_unit.find(text, where), source("command"), name, pick, where, "a systemd unit", False)
     try:
         found, variables = launches.find(PROMPT.sub("", text), origin=script)
     except BadInput:
@@ -124,28 +125,93 @@ def _prose(where: str) -> BadInput:
 
 
 def pasted(
-    found: launches.Found, src: dict[str, Any], name: str | None, pick: int | None, where: str, shape: str
+    found: launches.Found,
+    src: dict[str, Any],
+    name: str | None,
+    pick: int | None,
+    where: str,
+    shape: str,
+    offers_choices: bool = True,
 ) -> list[dict[str, Any]]:
-    """The recipes of the launches a command line, a script, a compose file or a page holds."""
+    """The recipes of the launches a command line, a script, a compose file or a page holds: all of them where
+    they run side by side (a compose file's services), else each choice the text offers its own recipe (a page's
+    commands, a script's runs; not a systemd unit's, whose one service runs one), or the one `--pick` names."""
     chosen = paste.pick(found, pick, where, shape)
-    if len(chosen) > 1 and not found.together:  # one of several choices, unless they run side by side
-        raise BadInput(
-            f"{where} holds {len(chosen)} engine commands: {paste.listing(found)}", "choose one with --pick N"
-        )
-    docs = []
-    for launch in chosen:
-        own = f"{name}-{launch.name_hint}" if name and len(chosen) > 1 and launch.name_hint else name
-        raw = paste.to_raw(launch, {**src, "launch": launch.where}, own)
-        if src["kind"] == "compose" and found.ignored:
-            raw.note(
-                "extra.compose.services",
-                "ignored",
-                f"the compose file's other services run no engine and are not applied: {', '.join(found.ignored)}",
+    if len(chosen) > 1 and not found.together:
+        if not offers_choices:
+            raise BadInput(
+                f"{where} holds {len(chosen)} engine commands: {paste.listing(found)}", "choose one with --pick N"
             )
-            raw.extra.setdefault("compose", {})["services"] = list(found.ignored)
-        docs.append(normalise(raw))
+        return _choices(found, chosen, src, name, where)
+    docs = [_one(found, launch, src, name, len(chosen)) for launch in chosen]
+    return _distinct_names(docs, chosen)
+
+
+def _one(found: launches.Found, launch: launches.Launch, src: dict[str, Any], name: str | None, of: int) -> dict:
+    own = f"{name}-{launch.name_hint}" if name and of > 1 and launch.name_hint else name
+    raw = paste.to_raw(launch, {**src, "launch": launch.where}, own)
+    if src["kind"] == "compose" and found.ignored:
+        raw.note(
+            "extra.compose.services",
+            "ignored",
+            f"the compose file's other services run no engine and are not applied: {', '.join(found.ignored)}",
+        )
+        raw.extra.setdefault("compose", {})["services"] = list(found.ignored)
+    return normalise(raw)
+
+
+def _choices(
+    found: launches.Found, chosen: list[launches.Launch], src: dict[str, Any], name: str | None, where: str
+) -> list[dict[str, Any]]:
+    """Several engine commands that are choices: each one that imports as written a recipe of its own (the same
+    command written twice, once); the rest named on those (store/choices.py)."""
+    if len(chosen) > choices.MAX:
+        raise BadInput(
+            f"{where} holds {len(chosen)} engine commands, more choices than one import makes recipes of "
+            f"({choices.MAX}): {paste.listing(found)[:600]}",
+            "choose one with --pick N",
+        )
+    docs: list[dict[str, Any]] = []
+    kept: list[launches.Launch] = []
+    numbers: list[int] = []
+    failed: list[tuple[str, BadInput]] = []
+    for number, launch in enumerate(chosen, 1):
+        try:
+            doc = _one(found, launch, src, name, len(chosen))
+        except BadInput as exc:
+            failed.append((f"{number}) {launch.where}", exc))
+            continue
+        if not any(_same(doc, other) for other in docs):
+            docs.append(doc)
+            kept.append(launch)
+            numbers.append(number)
+    if not docs:
+        raise choices.refusal(len(chosen), where, failed)
+    docs = _distinct_names(docs, kept, numbers)
+    choices.mark(docs, numbers, len(chosen), where)
+    choices.left_out(docs, [choices.why(launch, exc.problem, where) for launch, exc in failed])
+    return docs
+
+
+def _same(doc: dict[str, Any], other: dict[str, Any]) -> bool:
+    """The same recipe, wherever in the text it is written (a page that repeats its command)."""
+
+    def essence(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if k not in ("name", "source", "provenance")}
+
+    return essence(doc) == essence(other)
+
+
+def _distinct_names(
+    docs: list[dict[str, Any]], chosen: Sequence[launches.Launch], numbers: Sequence[int] = ()
+) -> list[dict[str, Any]]:
+    """A name each: where two share one, each gets its container's or service's name, else its number in the text."""
     names = [d["name"] for d in docs]
-    if len(set(names)) < len(names):
-        for doc, launch in zip(docs, chosen, strict=True):
-            doc["name"] = model.slugify(f"{doc['name']}-{launch.name_hint or launch.where}")
+    if len(set(names)) == len(names):
+        return docs
+    hints = [launch.name_hint for launch in chosen]
+    numbers = numbers or range(1, len(docs) + 1)
+    by_hint = len(set(hints)) == len(hints) and all(hints)
+    for doc, hint, number in zip(docs, hints, numbers, strict=True):
+        doc["name"] = model.slugify(f"{doc['name']}-{hint if by_hint else number}")
     return docs

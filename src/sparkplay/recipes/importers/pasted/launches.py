@@ -281,8 +281,8 @@ def _docker(words: list[str], at: str, env: dict[str, str], found: Found, depth:
         container = Container(container.image, [], {**container.options, "--env": exec_env})
         before = len(found.launches)
         _inside(command, at, container, found, depth)
-        for launch in found.launches[before:]:
-            launch.name_hint = launch.name_hint or shell.shown(name)
+        for launch in found.launches[before:]:  # a container the shell finds at run time names nothing here
+            launch.name_hint = launch.name_hint or (None if shell.unknowns(name) else name)
             if note:
                 launch.notes.append(("engine.image", "derived", note))
     elif sub == "compose":
