@@ -345,7 +345,10 @@ def test_hostile_docker_options_are_named_and_never_reach_the_plan():
         ("compose-checkout/missing.sh", r"runs docker compose on nothere.yml, which is not beside"),
         ("compose-checkout/wrong-service.sh", r"runs the service nosuch, which .*docker-compose.yml does not define"),
         ("eugr-checkout/serve-escape.sh", r"the recipe ../../../../../etc/passwd, which is not beside"),
-        ("profile.conf", r"is a profile of settings \(NAME=value lines: MODEL, PORT, TP\)"),
+        (
+            "profile.conf",
+            r"a profile of settings \(MODEL=Qwen/Qwen3-8B, PORT=8000, TP=2\) that does not say its engine",
+        ),
         ("compose-unset.yml", r"service vllm uses \$MODEL, which the text never sets"),
         ("compose-no-engine.yml", r"is a compose file, not a recipe, and holds no engine command.*webui"),
         ("page-no-code.md", "is a Markdown page, not a recipe, and holds no engine command"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+from collections.abc import Sequence
 
 import sparkplay.engines
 from sparkplay.engines.spec import EngineSpec, KnownModel
@@ -63,3 +64,13 @@ def trusted_images() -> tuple[str, ...]:
 def command_help() -> str:
     """How each engine's serve command is written, for a command line that names none of them."""
     return "sparkplay knows " + "; ".join(s.command_help for s in specs().values())
+
+
+def by_flags(args: Sequence[str]) -> str | None:
+    """The engine flags given alone say: the one whose own flag (EngineSpec.own_flags) comes first in ARGS
+    (`--flag=value` too), else one that claims a flag several engines spell (EngineSpec.claimed_flags)."""
+    owners = {flag: name for name, s in specs().items() for flag in s.own_flags}
+    flags = [word.split("=", 1)[0] for word in args if word.startswith("-")]
+    if owner := next((owners[flag] for flag in flags if flag in owners), None):
+        return owner
+    return next((name for name, s in specs().items() if s.claimed_flags.intersection(flags)), None)

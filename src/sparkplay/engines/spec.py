@@ -132,11 +132,24 @@ class EngineSpec:
     families: ClassVar[tuple[str, ...]] = ()  # its image families (family() says which a recipe's is)
     ready_timeout_env: ClassVar[str | None] = None  # a variable of the recipe's that says how long a start may take
     served_name_flags: ClassVar[tuple[str, ...]] = ()  # the flag(s) naming what it serves the model as
+    # flags of its server that no other engine sparkplay knows spells: flags given alone (a compose `command:`
+    # on an image sparkplay does not know, a profile's arguments) say the engine by them (registry.by_flags)
+    own_flags: ClassVar[frozenset[str]] = frozenset()
+    # flags other engines spell too that, given alone with no engine's own flag, are read as this one's
+    claimed_flags: ClassVar[frozenset[str]] = frozenset()
+    program: ClassVar[tuple[str, ...]] = ()  # its serve program's words before its flags
+    # how people write its name in a variable's (VLLM_ARGS) or an image's (vllm/vllm-omni) name
+    spellings: ClassVar[tuple[str, ...]] = ()
     # the flags a multi-node guide gives each node's command, which its plan sets per rank itself
     per_rank: ClassVar[tuple[str, ...]] = ()
     model_is_file: ClassVar[bool] = False  # its model argument is always a file (never a hub repository)
     kv_from_header: ClassVar[bool] = False  # its KV cache per token is read from the model file's header (GGUF)
     answers_exact: ClassVar[bool] = False  # its greedy answer to one request is the same across restarts
+
+    def command_words(self, model: str) -> list[str]:
+        """Its serve command for MODEL, before its flags, for a text that gives the flags and the model apart (a
+        profile of settings)."""
+        return [*self.program, model]
 
     def recognise(self, program: str, rest: Sequence[str]) -> tuple[str | None, list[str]] | None:
         """(its model, its flags) when `program rest...` is this engine's serve command, else None."""

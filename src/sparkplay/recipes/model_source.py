@@ -16,6 +16,21 @@ from sparkplay.recipes.raw import RawRecipe
 REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
 
+# what a model that is no repository may be: a path or a file name (no blank, quote or shell sign: a text's
+# `vllm serve 'org/m; rm -rf /'` is neither a model nor a path)
+PATH_PATTERN = re.compile(r"^[A-Za-z0-9_./:@+=,~%-]+\Z")
+
+
+def check_path(model: str) -> None:
+    if not PATH_PATTERN.match(model):
+        bad = next((c for c in model if not PATH_PATTERN.match(c)), "")
+        raise BadInput(
+            f"the model {model!r} is neither a Hugging Face repository (org/name) nor a path ({bad!r} is in no path "
+            "a recipe serves)",
+            "give the model's repository (org/name) or its file or folder under the model root",
+        )
+
+
 def model_file(raw: RawRecipe, repo: str | None) -> str | None:
     """llama.cpp's -m: a file under the model root. An absolute path is the recipe author's own disk (or
     container); with the repository known, the file of that name in its mirrored checkpoint is meant."""

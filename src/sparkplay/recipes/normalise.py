@@ -134,6 +134,8 @@ def normalise(raw: RawRecipe) -> dict[str, Any]:
     model_is_repo = (
         raw.model is not None and not spec.model_is_file and source.REPO_PATTERN.match(raw.model) is not None
     )
+    if raw.model is not None and not model_is_repo:
+        source.check_path(raw.model)
     hub = spec.hub_model(raw.args)
     repo = raw.model if model_is_repo else raw.repo or (hub.split(":", 1)[0] if hub else None)
     gguf = spec.gguf(raw.args, raw.model, repo, raw.quant)

@@ -112,6 +112,9 @@ class Atlas(EngineSpec, name="atlas", title="Atlas", command="serve MODEL --kern
     memory_fraction = Fraction(("--gpu-memory-utilization",), ("SPARKGLM_GPU_MEMORY_UTILIZATION",), 0.88)
     knobs_read = None  # every knob the schema names (its profile)
     served_name_flags = ("--model-name", "--served-model-name")
+    program = ("serve",)  # with its --kernel-target, among the flags that said it is Atlas
+    spellings = ("atlas",)
+    own_flags = frozenset({"--kernel-target"})
     # its image entrypoint clears every ambient ATLAS_* and applies only its profile's
     # (shared/reference/engines.md), where the plan puts them
     plain_env_prefixes = ("ATLAS_",)

@@ -73,10 +73,20 @@ class Llamacpp(EngineSpec, name="llamacpp", title="llama.cpp", command="llama-se
     kv_from_header = True  # the GGUF header's layers, KV heads and head size
     answers_exact = True  # its CPU and CUDA kernels are fixed at build
     served_name_flags = ("--alias", "-a")
+    program = ("llama-server",)
+    spellings = ("llama.cpp", "llama-cpp", "llamacpp", "llama-server", "llama_cpp")
+    own_flags = frozenset(
+        "-hf --hf-repo --hf-file -ngl --n-gpu-layers --ctx-size --jinja -fa --flash-attn --cache-type-k "
+        "--cache-type-v --no-mmap --mlock".split()
+    )
     added_flags: ClassVar[Mapping[str, str]] = {
         "--metrics": "llama-server's Prometheus /metrics (off unless asked for), which sparkplay's metrics and "
         "watchdog read"
     }
+
+    def command_words(self, model: str) -> list[str]:
+        local = model.endswith(".gguf") or model.startswith(("/", "."))  # a file, else a hub repository (-hf)
+        return [*self.program, "-m" if local else "-hf", model]
 
     def recognise(self, program: str, rest: Sequence[str]) -> tuple[str | None, list[str]] | None:
         if program != "llama-server":

@@ -40,8 +40,17 @@ class Sglang(EngineSpec, name="sglang", title="SGLang", command=COMMAND):
     revision_flag = "--revision"
     knobs_read = frozenset({"gpu_memory_utilization"})  # its --mem-fraction-static
     served_name_flags = ("--served-model-name",)
+    program = ("python3", "-m", "sglang.launch_server")
+    spellings = ("sglang",)
+    own_flags = frozenset(
+        "--model-path --mem-fraction-static --context-length --tp-size --chunked-prefill-size "
+        "--max-running-requests --cuda-graph-max-bs --disable-radix-cache --speculative-algorithm".split()
+    )
     per_rank = ("--nnodes", "--node-rank", "--dist-init-addr")
     plain_env = frozenset({"SGLANG_ENABLE_JIT_DEEPGEMM", "SGLANG_DISABLE_CUDNN_CHECK"})
+
+    def command_words(self, model: str) -> list[str]:
+        return [*self.program, "--model-path", model]
 
     def recognise(self, program: str, rest: Sequence[str]) -> tuple[str | None, list[str]] | None:
         if program in ("python", "python3") and list(rest[:2]) == ["-m", "sglang.launch_server"]:

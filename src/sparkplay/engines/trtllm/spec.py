@@ -71,6 +71,12 @@ class Trtllm(EngineSpec, name="trtllm", title="TensorRT-LLM", command=COMMAND):
         "bind": ("--host",),
     }
     images = ("nvcr.io/nvidia/*",)  # its release images (nvcr.io/nvidia/tensorrt-llm/release)
+    program = ("trtllm-serve",)
+    spellings = ("tensorrt-llm", "tensorrt_llm", "trtllm")
+    own_flags = frozenset(
+        "--max_seq_len --max_batch_size --max_num_tokens --extra_llm_api_options --tp_size --pp_size --ep_size "
+        "--kv_cache_free_gpu_memory_fraction".split()
+    )
     revision_flag = "--revision"
     knobs_read = frozenset({"gpu_memory_utilization"})  # its KV cache fraction
     per_rank = ("--gpus_per_node",)  # one GB10 per Spark: the plan sets it

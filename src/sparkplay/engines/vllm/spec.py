@@ -64,6 +64,7 @@ class Vllm(EngineSpec, name="vllm", title="vLLM", command="vllm serve MODEL"):
     ready_timeout_env = "VLLM_ENGINE_READY_TIMEOUT_S"
     context_flags = ("--max-model-len",)
     field_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "tensor_parallel": ("--tensor-parallel-size", "-tp"),
         "pipeline_parallel": ("--pipeline-parallel-size", "-pp"),
         "nodes": ("--nnodes",),
         "gpu_memory_utilization": ("--gpu-memory-utilization",),
@@ -80,6 +81,14 @@ class Vllm(EngineSpec, name="vllm", title="vLLM", command="vllm serve MODEL"):
     api_key_env = "VLLM_API_KEY"
     knobs_read = frozenset({"gpu_memory_utilization"})
     served_name_flags = ("--served-model-name",)
+    program = ("vllm", "serve")
+    spellings = ("vllm",)
+    claimed_flags = frozenset({"--tensor-parallel-size", "--model"})  # its images are the ones run with flags alone
+    own_flags = frozenset(
+        "--max-model-len --gpu-memory-utilization --max-num-seqs --max-num-batched-tokens --enforce-eager "
+        "--async-scheduling --compilation-config --speculative-config --enable-prefix-caching "
+        "--enable-chunked-prefill --distributed-executor-backend --enable-expert-parallel".split()
+    )
     per_rank = (
         "--nnodes",
         "--node-rank",
@@ -165,8 +174,7 @@ class Vllm(EngineSpec, name="vllm", title="vLLM", command="vllm serve MODEL"):
 
     def derive(self, args: Sequence[str], note: Note) -> dict[str, Any]:
         found = super().derive(args, note)
-        tp = argv.whole(argv.flag_value(args, "--tensor-parallel-size", "-tp"), "--tensor-parallel-size")
-        found["tensor_parallel"] = tp
+        tp = found["tensor_parallel"]
         # vLLM's expert parallelism spans the tensor- and data-parallel groups together
         if argv.has_flag(args, "--enable-expert-parallel", "-ep"):
             dp = argv.whole(argv.flag_value(args, "--data-parallel-size", "-dp"), "--data-parallel-size")

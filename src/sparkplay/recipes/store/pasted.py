@@ -20,6 +20,7 @@ from sparkplay.recipes.importers.pasted import (
     launches,
     page,
     profile,
+    settings_profile,
     shell,
     systemd_unit,
     wrapper,
@@ -95,6 +96,14 @@ def shell_text(
         for launch in found.launches:
             launch.notes += [("serve.args", "derived", words) for words in said]
         return pasted(found, source("command"), name, pick, where, "a vllm_profile.conf")
+    if not (found.launches or found.elsewhere) and settings_profile.is_profile(variables.scalars, found.ignored):
+        # settings a launcher sources (MODEL=, SERVE_ARGS=(...)): the command they make, imported as a pasted one
+        line, said = settings_profile.command(variables.scalars, variables.arrays, where)
+        read_as = found.read_as
+        found, _ = launches.find(line, f"{where} (as a profile read)")
+        for launch in found.launches:
+            launch.notes += [("serve.args", "derived", words) for words in [*read_as, *said]]
+        return pasted(found, source("command"), name, pick, where, "a profile of settings")
     if not found.launches and not found.elsewhere and not found.ignored and variables.scalars:
         raise BadInput(
             f"{where} is a profile of settings (NAME=value lines: {', '.join(list(variables.scalars)[:4])}) for a "

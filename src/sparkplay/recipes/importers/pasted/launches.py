@@ -12,7 +12,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from sparkplay import argv, imageref
+from sparkplay import imageref
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline
 from sparkplay.recipes.importers.pasted import docker_run, launch_script, shell
@@ -35,13 +36,6 @@ DOCKERS = ("docker", "podman", "nvidia-docker")
 # the entrypoint of the images whose command is only the engine's arguments (their Dockerfiles' ENTRYPOINT)
 ENTRYPOINTS = {"vllm/vllm-openai": ("vllm", "serve")} | dict.fromkeys(
     ("ghcr.io/ggml-org/llama.cpp", "ghcr.io/ggerganov/llama.cpp"), ("llama-server",)
-)
-# what an engine's own flags say it is, for an image whose entrypoint sparkplay does not know
-FLAG_ENGINES = (
-    ("--kernel-target", ["serve"]),
-    ("--model-path", ["python3", "-m", "sglang.launch_server"]),
-    *((flag, ["llama-server"]) for flag in ("-hf", "--hf-repo", "--n-gpu-layers", "-ngl", "--ctx-size")),
-    *((flag, ["vllm", "serve"]) for flag in ("--tensor-parallel-size", "--model")),
 )
 SSH_VALUED = set("BbcDEeFIiJLlmOopQRSWw")
 EUGR_VALUED = set(
@@ -347,10 +341,10 @@ def _container_command(container: Container, at: str) -> list[str] | None:
         return ["vllm", *command]
     if command and not command[0].startswith("-"):
         return command
-    for flag, program in FLAG_ENGINES:
-        if argv.has_flag(command, flag):
-            container.options.setdefault("_entrypoint_note", []).append(" ".join(program))
-            return [*program, *command]
+    if engine := registry.by_flags(command):  # what its flags say, for an image whose entrypoint is not known
+        program = list(registry.spec(engine).program)
+        container.options.setdefault("_entrypoint_note", []).append(" ".join(program))
+        return [*program, *command]
     return command or None
 
 

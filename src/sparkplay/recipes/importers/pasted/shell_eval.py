@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkplay.recipes.importers.pasted.shell_words import REDIRECTS, UNKNOWN, Word
@@ -139,6 +140,26 @@ def block(items: list[tuple[str, Word | str, int]], at: int, opening: str, closi
         else:
             start = token not in REDIRECTS
     return None
+
+
+def places(
+    cwd: str | None, script: str | None, path: str, load: Callable[[str], tuple[str, str] | None] | None
+) -> tuple[str, tuple[str, str] | None]:
+    """A file the text sources, and its text and name as LOAD reads it (None: not read): from the folder the
+    text is in; where that is unknown, from its own file's folder, then that folder's parent (a repository whose
+    launcher cds to its root before it sources `recipes/x.env`), said as such."""
+    full = resolved(cwd, path)
+    if full is not None or cwd is not None or not script or path.startswith(("/", "~")) or UNKNOWN in path:
+        return full or "", load(full) if load and full else None
+    here = posixpath.dirname(script)
+    for guess in (resolved(here, path), resolved(posixpath.dirname(here), path)):
+        if guess and load and (loaded := load(guess)) is not None:
+            text, named = loaded
+            return guess, (
+                text,
+                f"{named} (from the file's folder or its parent: the text does not say which folder it runs in)",
+            )
+    return "", None
 
 
 def resolved(cwd: str | None, path: str) -> str | None:

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkplay.errors import BadInput
-from sparkplay.recipes.importers.pasted.shell_eval import CONTROL, Case, If, block, glob_escape, matches, resolved, test
+from sparkplay.recipes.importers.pasted import shell_eval as ev
+from sparkplay.recipes.importers.pasted.shell_eval import CONTROL, Case, If, block, glob_escape, matches, test
 from sparkplay.recipes.importers.pasted.shell_vars import ASSIGN, Variables, assign, assigned
 from sparkplay.recipes.importers.pasted.shell_words import REDIRECTS, UNKNOWN, Word, lex
 
@@ -195,8 +196,8 @@ class Reader:
 
     def _source(self, path: str, arguments: list[str]) -> bool:
         """`source FILE` of a file the origin may read: its text read here, as bash runs it in this shell."""
-        full = resolved(self.variables.cwd, path)
-        loaded = self.load(full) if self.load and full and self.calls < MAX_CALLS else None
+        load = self.load if self.calls < MAX_CALLS else None
+        full, loaded = ev.places(self.variables.cwd, self.variables.script, path, load)
         if loaded is None:
             return False
         text, named = loaded
@@ -382,7 +383,7 @@ class Reader:
             self._call(expanded[0], expanded[1:])
             return
         if expanded[:1] == ["cd"]:  # where a relative path leads from here, while the text says it
-            self.variables.cwd = resolved(self.variables.cwd, expanded[1]) if len(expanded) == 2 else None
+            self.variables.cwd = ev.resolved(self.variables.cwd, expanded[1]) if len(expanded) == 2 else None
         if expanded[:1] in (["source"], ["."]) and len(expanded) > 1 and self._source(expanded[1], expanded[2:]):
             return
         if expanded[expanded[:1] == ["!"] :][:1] in (["["], ["[["], ["test"], ["true"], ["false"], [":"]):
