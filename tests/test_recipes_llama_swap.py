@@ -113,7 +113,7 @@ def test_one_model_that_cannot_be_planned_refuses_the_file_and_names_pick(tmp_pa
     doc = {
         "models": {
             "good": {"cmd": LINE},
-            "local": {"cmd": "llama-server -m /opt/models/x.gguf --port ${PORT}"},
+            "local": {"cmd": "llama-server -m /x.gguf --port ${PORT}"},  # a file in no folder
         }
     }
     path = config(tmp_path, doc)

@@ -290,8 +290,11 @@ def test_llama_cpps_own_flags_say_the_server_of_an_image_sparkplay_does_not_know
     doc = importing.import_source(str(tmp_path / "run.sh"))
     assert doc["engine"]["name"] == "llamacpp" and doc["context_length"] == 8192
     (tmp_path / "plain.sh").write_text("docker run --gpus all spark/llama-cpp:local -m /m/x.gguf --n-gpu-layers 99\n")
-    with pytest.raises(BadInput, match=r"model\.path '/m/x\.gguf' is a path on the machine the recipe was written"):
-        importing.import_source(str(tmp_path / "plain.sh"))
+    doc = importing.import_source(str(tmp_path / "plain.sh"))
+    assert doc["engine"]["name"] == "llamacpp" and doc["model"]["path"] == "m/x.gguf"  # its folder under the root
+    (tmp_path / "root.sh").write_text("docker run --gpus all spark/llama-cpp:local -m /x.gguf --n-gpu-layers 99\n")
+    with pytest.raises(BadInput, match=r"model\.path '/x\.gguf' is a path on the machine the recipe was written"):
+        importing.import_source(str(tmp_path / "root.sh"))  # a file in no folder: nothing to name it by
 
 
 def test_a_launcher_script_with_defaults_arrays_and_argument_parsing():
@@ -434,8 +437,14 @@ def test_a_compose_service_with_entrypoint_long_ports_and_volumes():
 
 
 def test_a_compose_file_in_json_and_a_model_file_on_the_authors_disk():
-    with pytest.raises(BadInput, match="outside the model root"):
-        imported("compose-llamacpp.json")
+    """A file on the author's disk, no repository named: the file of that name in a folder of that name under
+    the model root, which rank 0 must hold; said, with how to download it instead."""
+    doc = imported("compose-llamacpp.json")
+    path = doc["model"]["path"]
+    assert not path.startswith("/") and path.count("/") == 1 and path.endswith(".gguf")
+    note = [n["detail"] for n in doc["provenance"] if n["key"] == "model.path" and n["how"] == "cleaned"]
+    assert f"sparkplay serves {path} under the model root, which rank 0 must hold" in note[0]
+    assert "--set model.repo=ORG/NAME" in note[0]
 
 
 # -- pages -------------------------------------------------------------------------

@@ -561,3 +561,28 @@ def test_a_comment_that_ends_a_docker_run_line_ends_the_command_as_bash_reads_it
     )
     with pytest.raises(BadInput, match=r"docker run at line 1 names no image: the command ends after its options"):
         imported(tmp_path, text)
+
+
+# -- a model on the writer's own disk, no repository named ----------------------------------------------------
+
+
+def test_a_model_folder_on_the_writers_disk_is_that_folder_under_the_model_root_said(tmp_path):
+    text = "docker run --gpus all -v /data/models:/models vllm/vllm-openai:v0.11.2 /models/Qwen3.6-35B-A3B-NVFP4 \\\n"
+    doc = imported(tmp_path, text + "  --max-model-len 8192\n")
+    assert doc["model"]["repo"] is None and doc["model"]["path"] == "Qwen3.6-35B-A3B-NVFP4"
+    # the name clients ask for is the one the text served it as, not sparkplay's path
+    assert doc["model"]["served_name"] == "/models/Qwen3.6-35B-A3B-NVFP4"
+    note = said(doc, "model.path", "cleaned")
+    assert "a folder on the machine the text was written for" in note and "mirrored to every rank" in note
+    plan = build(doc, stand_in_nodes(1), Options(model_root="/m", allow=None))
+    argv = plan["ranks"][0]["argv"]
+    assert "/m/Qwen3.6-35B-A3B-NVFP4" in argv and argv[argv.index("--served-model-name") + 1] == (
+        "/models/Qwen3.6-35B-A3B-NVFP4"
+    )
+    assert {"host": "rank0", "path": "/m/Qwen3.6-35B-A3B-NVFP4"}.items() <= plan["requires"][0].items()
+
+
+@pytest.mark.parametrize("model", ["/", "/models/.cache", "/models/..", "/.hidden"])
+def test_a_host_path_with_no_name_to_serve_it_by_is_still_refused(tmp_path, model):
+    with pytest.raises(BadInput, match=r"is a path on the machine the recipe was written on|outside the model root"):
+        imported(tmp_path, f"vllm serve {model} --max-model-len 8192\n")

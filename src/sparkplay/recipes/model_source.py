@@ -35,7 +35,10 @@ def model_file(raw: RawRecipe, repo: str | None) -> str | None:
     """llama.cpp's -m: a file under the model root. An absolute path is the recipe author's own disk (or
     container); with the repository known, the file of that name in its mirrored checkpoint is meant."""
     path = raw.model
-    if not registry.spec(raw.engine).model_is_file or not path or not path.startswith("/") or not repo:
+    spec = registry.spec(raw.engine)
+    if path and path.startswith("/") and not repo and spec.serves_local_path:
+        return _staged(raw, path, spec.model_is_file)
+    if not spec.model_is_file or not path or not path.startswith("/") or not repo:
         return path
     mapped = f"{checkpoints.checkpoint_folder(repo)}/{posixpath.basename(path)}"
     raw.note(
@@ -43,6 +46,26 @@ def model_file(raw: RawRecipe, repo: str | None) -> str | None:
         "cleaned",
         f"{path} is a path on the recipe author's machine; the file of that name "
         f"in the {repo} checkpoint is used ({mapped} under the model root)",
+    )
+    return mapped
+
+
+def _staged(raw: RawRecipe, path: str, is_file: bool) -> str:
+    """A model the text serves from a folder (or file) on its writer's machine, with no repository named: the
+    folder of that name under the model root, staged on rank 0 and mirrored to every rank (a file: in a folder
+    named as the one it was in). A path with no name in it is left to the plan to refuse."""
+    normal = posixpath.normpath(path)
+    name, parent = posixpath.basename(normal), posixpath.basename(posixpath.dirname(normal))
+    if name in ("", ".", "..") or name.startswith(".") or (is_file and parent in ("", ".", "..")):
+        return path
+    mapped = f"{parent}/{name}" if is_file else name
+    raw.note(
+        "model.path",
+        "cleaned",
+        f"{path} is a {'file' if is_file else 'folder'} on the machine the text was written for, and no repository "
+        f"is named: sparkplay serves {mapped} under the model root, which rank 0 must hold ("
+        + ("the engine's other ranks get its weights from rank 0" if is_file else "mirrored to every rank, verified")
+        + "); put the model there, or name its repository to download it: --set model.repo=ORG/NAME",
     )
     return mapped
 
