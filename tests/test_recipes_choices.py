@@ -94,7 +94,7 @@ def test_a_choice_refused_at_any_step_is_left_out_and_said(tmp_path):
     assert doc["model"]["repo"] == "Qwen/Qwen3-4B"
     said = "\n".join(notes(doc, "ignored"))
     assert "1) code block 1, line 1: holds the placeholder <MODEL>" in said
-    assert "2) code block 2, line 1: cannot be planned as written: model.path '/.cache' " in said
+    assert "2) code block 2, line 1: recipe " in said and "cannot be planned as written: model.path '/.cache' " in said
     assert "is a path on the machine the recipe was written on" in said
     assert "3) code block 3, line 1: " in said and len(notes(doc, "ignored")) == 3
 
