@@ -586,3 +586,17 @@ def test_a_model_folder_on_the_writers_disk_is_that_folder_under_the_model_root_
 def test_a_host_path_with_no_name_to_serve_it_by_is_still_refused(tmp_path, model):
     with pytest.raises(BadInput, match=r"is a path on the machine the recipe was written on|outside the model root"):
         imported(tmp_path, f"vllm serve {model} --max-model-len 8192\n")
+
+
+def test_a_comment_beside_commands_is_a_comment_and_a_block_of_root_prompts_is_a_transcript(tmp_path):
+    """A bare `# ` is a root prompt only in a block where every line has a prompt: beside plain commands it
+    starts a comment (a runbook's `# check the flags (llama-server defaults to f16)` ran no llama-server)."""
+    commented = (
+        '```bash\nCFG=/etc/llama/config.yaml\ngrep -q matrix "$CFG" || echo missing\n'
+        "# the gate (llama-server defaults to f16 when absent)\n```\n\n"
+        "```bash\nvllm serve Qwen/Qwen3-8B --max-model-len 8192\n```\n"
+    )
+    doc = imported(tmp_path, commented, "runbook.md")
+    assert doc["engine"]["name"] == "vllm" and doc["source"]["launch"] == "code block 2, line 1"
+    root = "```\n# export HF_HOME=/srv/hf\n# vllm serve Qwen/Qwen3-8B --max-model-len 4096\n```\n"
+    assert imported(tmp_path, root, "root.md")["context_length"] == 4096

@@ -35,6 +35,9 @@ SHELL_INFO = (
 )
 YAML_INFO = ("yaml", "yml", "compose", "docker-compose")
 PROMPT = re.compile(r"^[ \t]*(?:[\w.@-]+(?::[~\w/.-]*)?)?[$#>][ \t]+(?=\S)", re.MULTILINE)
+# the prompts a comment never looks like: `$ `, `> `, `user@host:~# ` (a bare `# ` is one only where every line
+# of the block has a prompt: elsewhere it starts a comment)
+NOT_A_COMMENT = re.compile(r"^[ \t]*(?:(?:[\w.@-]+(?::[~\w/.-]*)?)?[$>]|[\w.@-]+(?::[~\w/.-]*)?#)[ \t]+(?=\S)", re.M)
 
 
 def is_prose(text: str) -> bool:
@@ -161,9 +164,11 @@ def _shown_markdown(text: str) -> str:
 
 def _console(body: str) -> str | None:
     """A block's shell text: a console's prompts (`$ `, `# `, `user@host:~$ `) taken off, except in a script
-    (a `#!` first line: its `# ` lines are comments), and kept where taking them off leaves no shell text; None
-    when neither reads."""
-    tries = [body] if body.lstrip().startswith("#!") else [PROMPT.sub("", body), body]
+    (a `#!` first line: its `# ` lines are comments) or a block with lines that have none (there a bare `# `
+    starts a comment), and kept where taking them off leaves no shell text; None when neither reads."""
+    lines = [line for line in body.splitlines() if line.strip()]
+    prompts = PROMPT if all(PROMPT.match(line) for line in lines) else NOT_A_COMMENT
+    tries = [body] if body.lstrip().startswith("#!") else [prompts.sub("", body), body]
     for text in tries:
         try:
             shell.read(text)
