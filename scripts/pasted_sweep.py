@@ -23,8 +23,9 @@ def main(args: list[str]) -> int:
     from sparkplay.errors import BadInput
     from sparkplay.recipes.importers.pasted import gguf_hub
 
-    if "--stand-in-hub" in args:  # no network: every GGUF repository lists a Q4_K_M and a Q8_0 file of its name
-        gguf_hub.LISTER = lambda repo, _rev: ("0" * 40, [f"{repo.split('/')[-1]}-{q}.gguf" for q in ("Q4_K_M", "Q8_0")])
+    if "--stand-in-hub" in args:  # no network: every GGUF repository lists a file of its name per common tag
+        tags = ("Q4_K_M", "Q8_0", "UD-Q4_K_XL", "UD-Q8_K_XL", "MXFP4", "F16")
+        gguf_hub.LISTER = lambda repo, _rev: ("0" * 40, [f"{repo.split('/')[-1]}-{q}.gguf" for q in tags])
     verbose = "--verbose" in args
     files = sorted(f for d in args if not d.startswith("--") for f in Path(d).rglob("*") if f.is_file())
     counts: collections.Counter[str] = collections.Counter()

@@ -600,3 +600,13 @@ def test_a_comment_beside_commands_is_a_comment_and_a_block_of_root_prompts_is_a
     assert doc["engine"]["name"] == "vllm" and doc["source"]["launch"] == "code block 2, line 1"
     root = "```\n# export HF_HOME=/srv/hf\n# vllm serve Qwen/Qwen3-8B --max-model-len 4096\n```\n"
     assert imported(tmp_path, root, "root.md")["context_length"] == 4096
+
+
+def test_an_engine_run_from_a_folder_the_shell_supplies_is_read_by_its_name(tmp_path):
+    doc = imported(tmp_path, '"$HOME/vllm-tp/bin/vllm" serve Qwen/Qwen3-8B --max-model-len 8192\n')
+    assert doc["engine"]["name"] == "vllm" and doc["model"]["repo"] == "Qwen/Qwen3-8B"
+    assert "the program $HOME/vllm-tp/bin/vllm runs from a folder the shell supplies: read as vllm" in said(
+        doc, "serve.args", "derived"
+    )
+    with pytest.raises(BadInput, match=r"holds no engine command sparkplay can read \(it runs \$ENGINE\)"):
+        imported(tmp_path, "$HOME/bin/$ENGINE serve Qwen/Qwen3-8B\n")

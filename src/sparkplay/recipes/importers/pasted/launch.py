@@ -56,7 +56,7 @@ def pick(found: Found, choice: int | None, where: str, shape: str = "shell text"
             raise BadInput(
                 f"{where}: no engine command to import: {found.elsewhere[0]}", "import the file it names instead"
             )
-        programs = ", ".join(dict.fromkeys(PRINTABLE.sub("?", p)[:60] for p in found.ignored[:8]))
+        programs = ", ".join(dict.fromkeys(PRINTABLE.sub("?", shell.shown(p))[:60] for p in found.ignored[:8]))
         shown = f" (it runs {programs})" if found.ignored else ""
         known = [NOT_YET[p.rsplit("/", 1)[-1]] for p in found.ignored if p.rsplit("/", 1)[-1] in NOT_YET]
         if known:  # an engine sparkplay knows of but does not serve: named first, not lost among the rest
@@ -138,6 +138,7 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
     # a secret flag goes before anything reads the words: `--hf-token $HF_TOKEN` is left out, not refused
     launch.command, left_out = secrets.without_flags(launch.command)
     unsettled = _unsettled_env(launch)
+    launch.command, program = shell.program_named(launch.command)
     _check_settled(launch)
     for word in launch.command:
         if word.startswith(DASHES):
@@ -162,6 +163,8 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
         raw.note("serve.args", "ignored", secrets.note(flag))
     for said in unsettled:
         raw.note("serve.env", "ignored", said)
+    if program:
+        raw.note("serve.args", "derived", program)
     _per_rank(raw, launch)
     raw.note("serve.args", "derived", f"the engine command at {launch.where}")
     env = {**launch.env, **parsed.env, **_around(raw, launch)}
