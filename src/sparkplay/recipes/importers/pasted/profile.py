@@ -17,6 +17,7 @@ import posixpath
 import re
 import shlex
 
+from sparkplay import imageref
 from sparkplay.errors import BadInput
 
 # the runner's image when a profile names none (IMAGE_REPO:DEFAULT_VLLM_TAG in vllm_spark.sh as read)
@@ -101,6 +102,8 @@ def command(scalars: dict[str, str], arrays: dict[str, list[str]], where: str) -
             args += [flag or "", values[key]]
     args += extra
     image = profile.get("DOCKER_IMAGE") or RUNNER_IMAGE
+    if not imageref.is_reference(image):  # never docker's options (`-v /:/host ...`)
+        raise BadInput(f"{where}: PROFILE_DOCKER_IMAGE holds {image!r}, which is no image reference", "give REPO:TAG")
     if not profile.get("DOCKER_IMAGE"):
         said.append(f"the profile names no image: the runner's own default, {RUNNER_IMAGE}, is used")
     docker = ["docker", "run", "--gpus", "all"]

@@ -19,6 +19,7 @@ from sparkplay import argv, imageref
 from sparkplay.engines import registry
 from sparkplay.engines.spec import EngineSpec
 from sparkplay.errors import BadInput
+from sparkplay.recipes.importers.pasted import shell
 
 MODEL = ("MODEL", "MODEL_ID", "MODEL_NAME", "MODEL_REPO", "HF_MODEL", "HF_MODEL_ID", "HF_REPO", "MODEL_PATH")
 IMAGE = ("IMAGE", "DOCKER_IMAGE", "CONTAINER_IMAGE", "IMAGE_NAME", "VLLM_IMAGE", "SGLANG_IMAGE", "TRTLLM_IMAGE")
@@ -54,6 +55,10 @@ def command(scalars: Mapping[str, str], arrays: Mapping[str, list[str]], where: 
     flags, named, prefixed = _flags(scalars, arrays)
     image_var = next((name for name in IMAGE if scalars.get(name)), None)
     image = scalars[image_var] if image_var else None
+    if image and not shell.unknowns(image) and not imageref.is_reference(image):
+        raise BadInput(
+            f"{where}: {image_var} holds {image!r}, which is no image reference", f"give {image_var} as REPO:TAG"
+        )
     engine, why = _engine(prefixed, flags, image)
     if engine is None:
         settings = [f"{k}={v}" for k, v in scalars.items() if v and k not in named]
