@@ -610,3 +610,15 @@ def test_an_engine_run_from_a_folder_the_shell_supplies_is_read_by_its_name(tmp_
     )
     with pytest.raises(BadInput, match=r"holds no engine command sparkplay can read \(it runs \$ENGINE\)"):
         imported(tmp_path, "$HOME/bin/$ENGINE serve Qwen/Qwen3-8B\n")
+
+
+def test_a_compose_service_whose_launch_lives_in_its_image_is_refused_saying_so(tmp_path):
+    text = "services:\n  vllm:\n    image: spark-vllm:latest\n    environment:\n      - MODEL=Qwen/Qwen3-8B\n"
+    with pytest.raises(BadInput, match=r"service vllm runs what its image spark-vllm:latest starts \(the file gives"):
+        imported(tmp_path, text, "compose.yaml")
+    # beside a service that does run an engine, it is one of the services named as not applied
+    both = text + "  chat:\n    image: vllm/vllm-openai:v0.11.2\n    command: Qwen/Qwen3-4B --max-model-len 4096\n"
+    doc = imported(tmp_path, both, "compose.yaml")
+    assert doc["model"]["repo"] == "Qwen/Qwen3-4B" and "vllm (spark-vllm:latest)" in said(
+        doc, "extra.compose.services", "ignored"
+    )

@@ -148,6 +148,11 @@ def find(data: dict[str, Any], where: str, folder: Path | None = None) -> Found:
         if len(found.launches) == count:
             what = image or "a built image"
             found.ignored.append(f"service {service} ({what})")
+            if command is None and image:  # what it starts is in the image: said, so the refusal is right
+                found.elsewhere.append(
+                    f"{at} runs what its image {image} starts (the file gives it no command: or entrypoint:), which "
+                    "the file does not hold"
+                )
             continue
         for launch in found.launches[count:]:
             launch.name_hint = str(service)

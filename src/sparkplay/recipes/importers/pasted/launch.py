@@ -54,7 +54,8 @@ def pick(found: Found, choice: int | None, where: str, shape: str = "shell text"
     if not launches:
         if found.elsewhere:
             raise BadInput(
-                f"{where}: no engine command to import: {found.elsewhere[0]}", "import the file it names instead"
+                f"{where}: no engine command to import: {found.elsewhere[0]}",
+                "import the file that holds the engine's command instead, or write that command in the text",
             )
         programs = ", ".join(dict.fromkeys(PRINTABLE.sub("?", shell.shown(p))[:60] for p in found.ignored[:8]))
         shown = f" (it runs {programs})" if found.ignored else ""
