@@ -29,17 +29,24 @@ from tests.test_gateway import Engine
 GIB = 1 << 30
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """COUNT distinct free ports: each held until all are chosen (one closed before the next is asked for may
+    be handed out again, and two engines on one port answer for each other)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 class Lab:
     """Stand-in engines on fixed ports, started and stopped through a stand-in swapper's socket."""
 
     def __init__(self, folder: Path, names: list[str], claim: int, budget: int, ttl: float) -> None:
-        self.ports = {name: free_port() for name in names}
+        self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         self.running: dict[str, ThreadingHTTPServer] = {}
         self.ops: list[str] = []
         self.release = threading.Event()

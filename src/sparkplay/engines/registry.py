@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+import re
 from collections.abc import Sequence
 
 import sparkplay.engines
@@ -74,3 +75,15 @@ def by_flags(args: Sequence[str]) -> str | None:
     if owner := next((owners[flag] for flag in flags if flag in owners), None):
         return owner
     return next((name for name, s in specs().items() if s.claimed_flags.intersection(flags)), None)
+
+
+def by_image_name(image: str) -> str | None:
+    """The engine an image's name spells (EngineSpec.spellings as a word of its repository: vllm/vllm-omni,
+    lmsysorg/sglang, spark-vllm, local/llama.cpp); None: none does."""
+    repository = image.lower().split("@")[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]
+    for name, spec in specs().items():
+        if any(re.search(rf"(^|[/_.-]){re.escape(word)}($|[/_.-])", repository) for word in spec.spellings):
+            return name
+    return None

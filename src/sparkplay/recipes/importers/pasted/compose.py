@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
 from sparkplay.fsutil import read_small_text
 from sparkplay.recipes import secrets
@@ -148,7 +149,7 @@ def find(data: dict[str, Any], where: str, folder: Path | None = None) -> Found:
         if len(found.launches) == count:
             what = image or "a built image"
             found.ignored.append(f"service {service} ({what})")
-            if command is None and image:  # what it starts is in the image: said, so the refusal is right
+            if command is None and image and registry.by_image_name(image):  # an engine's image starts it
                 found.elsewhere.append(
                     f"{at} runs what its image {image} starts (the file gives it no command: or entrypoint:), which "
                     "the file does not hold"

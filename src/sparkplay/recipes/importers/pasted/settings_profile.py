@@ -134,11 +134,8 @@ def _engine(prefixed: str | None, flags: list[str], image: str | None) -> tuple[
         spec = registry.spec(found)
         own = next((f for f in flags if f.split("=")[0] in spec.own_flags), None)
         return found, f"{own} is its own flag" if own else "flags several engines spell, read as its"
-    if image:
-        name = (imageref.repository(image) or image).lower()
-        for spec in registry.specs().values():
-            if any(re.search(rf"(^|[/_-]){re.escape(word)}($|[/_-])", name) for word in spec.spellings):
-                return spec.name, f"its image {image} is {spec.title}'s"
+    if image and (found := registry.by_image_name(image)):
+        return found, f"its image {image} is {registry.spec(found).title}'s"
     return None, ""
 
 
