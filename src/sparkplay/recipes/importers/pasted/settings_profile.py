@@ -105,7 +105,7 @@ def _flags(scalars: Mapping[str, str], arrays: Mapping[str, list[str]]) -> tuple
     flags: list[str] = []
     named: list[str] = []
     prefixed = None
-    for name in [*arrays, *scalars]:
+    for name in dict.fromkeys([*arrays, *scalars]):  # an array's name once, its elements as they are
         engine, rest = prefix_engine(name)
         if not ARGS.match(rest):
             continue
