@@ -67,8 +67,6 @@ def test_an_image_the_text_names_wins_and_llama_cpp_needs_none(tmp_path, monkeyp
 @pytest.mark.parametrize(
     ("text", "refusal"),
     [
-        # a container started elsewhere: its image is the author's, not a default's
-        ("docker exec -it vllm_node bash -c 'vllm serve Qwen/Qwen3-8B'\n", r"engine\.image cannot be determined"),
         # an image that is no reference is the source's own mistake, refused as such
         ("docker run --gpus all 'bad image' vllm serve Qwen/Qwen3-8B\n", r"engine\.image"),
     ],
@@ -76,6 +74,17 @@ def test_an_image_the_text_names_wins_and_llama_cpp_needs_none(tmp_path, monkeyp
 def test_an_image_the_text_means_but_does_not_name_is_still_asked_for(tmp_path, text, refusal):
     with pytest.raises(BadInput, match=refusal):
         imported(tmp_path, text)
+
+
+def test_an_engine_run_in_a_container_the_text_does_not_start_runs_in_the_default_image_said(tmp_path):
+    """`docker exec` into a container another page or script started: its image is not in the text, so the
+    engine's default is used, as for an engine run from the host's own install, and said with the flag that
+    names the container's own."""
+    doc = imported(tmp_path, "docker exec -it vllm_node bash -c 'vllm serve Qwen/Qwen3-8B --max-model-len 8192'\n")
+    assert doc["engine"]["image"] == registry.spec("vllm").defaults.image
+    notes = said(doc, "engine.image", "derived") + said(doc, "engine.image", "filled")
+    assert "the container vllm_node, which the text does not start: its image is not in the text" in notes
+    assert "--set engine.image=IMAGE" in notes
 
 
 def test_a_compose_service_that_builds_its_image_gets_no_default(tmp_path):

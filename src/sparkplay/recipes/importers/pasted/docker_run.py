@@ -269,6 +269,9 @@ def parse_exec(words: list[str]) -> tuple[str, list[str], dict[str, list[str]]]:
     return words[at], words[at + 1 :], options
 
 
+ELSEWHERE = "_started_elsewhere"  # an option a container carries when the text never starts it (docker exec)
+
+
 def exec_target(name: str, started: Container | None, images: list[str], nodes: list[str]) -> tuple[Container, str]:
     """The container a `docker exec NAME` runs in, and what the import says of its image: the one the text starts
     under that name; else the Ray node vLLM's run_cluster.sh started last (the container a two-node guide execs
@@ -281,8 +284,11 @@ def exec_target(name: str, started: Container | None, images: list[str], nodes: 
     if len(set(images)) == 1:
         said = f"docker exec runs it in {name}, which the text starts from {images[0]}: that image is the engine's"
         return Container(images[0], [], {}), said
-    said = f"docker exec runs it in the container {name}, which the text does not start: its image is not known"
-    return Container("", [], {}), said
+    said = (
+        f"docker exec runs it in the container {name}, which the text does not start: its image is not in the text, "
+        "so the engine's default image is used (--set engine.image=IMAGE names that container's own)"
+    )
+    return Container("", [], {ELSEWHERE: []}), said
 
 
 def env_outside(whose: str, names: list[str]) -> tuple[str, str, str]:

@@ -17,7 +17,7 @@ from sparkplay.engines import registry
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, hooks, secrets
 from sparkplay.recipes.importers.pasted import shell, volumes
-from sparkplay.recipes.importers.pasted.docker_run import LIFECYCLE, Container
+from sparkplay.recipes.importers.pasted.docker_run import ELSEWHERE, LIFECYCLE, Container
 from sparkplay.recipes.importers.pasted.launches import Found, Launch
 from sparkplay.recipes.importers.sparkrun import executor as sparkrun_executor
 from sparkplay.recipes.model import slugify
@@ -35,7 +35,7 @@ EXECUTOR_OPTIONS = {
     "--ulimit": "ulimit",
     "--user": "user",
 }
-HANDLED = {"--env", "--volume", "--mount", "--publish", "--shm-size", "--entrypoint", "--runtime", "_entrypoint_note"}
+HANDLED = {*"--env --volume --mount --publish --shm-size --entrypoint --runtime _entrypoint_note".split(), ELSEWHERE}
 GPU_RUNTIMES = ("nvidia",)
 
 
@@ -101,7 +101,7 @@ def _around(raw: RawRecipe, launch: Launch) -> dict[str, str]:
         env.update(_container_env(container, raw))
     elif container is not None:
         env.update(_container_env(container, raw))
-        raw.image, raw.image_unnamed = container.image or None, not container.image
+        raw.image, raw.image_unnamed = container.image or None, not (container.image or ELSEWHERE in container.options)
         _container(container, raw)
     elif sparkrun_executor.in_container(raw.engine):
         raw.note(
