@@ -631,3 +631,24 @@ def test_a_compose_service_whose_launch_lives_in_its_image_is_refused_saying_so(
     assert doc["model"]["repo"] == "Qwen/Qwen3-4B" and "vllm (spark-vllm:latest)" in said(
         doc, "extra.compose.services", "ignored"
     )
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_a_placeholder_tag_of_an_engines_default_image_is_that_defaults_pinned_tag(tmp_path, engine):
+    default = registry.spec(engine).defaults.image
+    line = {
+        "vllm": "vllm serve Qwen/Qwen3-8B",
+        "sglang": "python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B",
+        "trtllm": "trtllm-serve Qwen/Qwen3-8B",
+    }[engine]
+    repository = default.rsplit(":", 1)[0]
+    doc = imported(tmp_path, f"docker run --gpus all {repository}:<latest_container_version> {line}\n")
+    assert doc["engine"]["image"] == default
+    assert f"{repository}:<latest_container_version> leaves its tag to the reader" in said(
+        doc, "engine.image", "derived"
+    )
+
+
+def test_a_placeholder_tag_of_another_image_is_still_refused(tmp_path):
+    with pytest.raises(BadInput, match=r"holds the placeholder <TAG>"):
+        imported(tmp_path, "docker run --gpus all ghcr.io/someone/vllm:<TAG> vllm serve Qwen/Qwen3-8B\n")

@@ -4,8 +4,10 @@ exactly where docker finds them. Never run."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+from sparkplay.engines import registry
 from sparkplay.errors import BadInput
 
 # docker run's options that take a value (long names; the short ones map to them)
@@ -300,3 +302,23 @@ def env_outside(whose: str, names: list[str]) -> tuple[str, str, str]:
         f"{whose} ({', '.join(names)}) is the docker command's own environment, not the container's (docker "
         "passes only what -e names): not applied",
     )
+
+
+# an image whose tag a page leaves for its reader (`nvcr.io/nvidia/vllm:<latest_container_version>`)
+PLACEHOLDER_TAG = re.compile(r"^(?P<repository>[^<>\s:]+(?::\d+)?(?:/[^<>\s:]+)*):<[A-Za-z][A-Za-z0-9_ .-]*>$")
+
+
+def placeholder_tag(container: Container | None) -> tuple[str, str, str] | None:
+    """A placeholder tag of an engine's own default image repository is that default's pinned tag (the page's
+    "the latest version" is one the engine's default pins), and the note that says so; else the image stays,
+    and its placeholder is refused as any other."""
+    found = PLACEHOLDER_TAG.match(container.image) if container is not None else None
+    if container is None or found is None:
+        return None
+    for spec in registry.specs().values():
+        default = spec.defaults.image or ""
+        if default.rsplit(":", 1)[0] == found.group("repository"):
+            said = f"{container.image} leaves its tag to the reader: {spec.title}'s pinned default, {default}, is used"
+            container.image = default
+            return "engine.image", "derived", said
+    return None

@@ -16,7 +16,7 @@ from sparkplay import argv
 from sparkplay.engines import registry
 from sparkplay.errors import BadInput
 from sparkplay.recipes import cmdline, hooks, secrets
-from sparkplay.recipes.importers.pasted import shell, volumes
+from sparkplay.recipes.importers.pasted import docker_run, shell, volumes
 from sparkplay.recipes.importers.pasted.docker_run import ELSEWHERE, LIFECYCLE, Container
 from sparkplay.recipes.importers.pasted.launches import Found, Launch
 from sparkplay.recipes.importers.sparkrun import executor as sparkrun_executor
@@ -140,6 +140,7 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
     launch.command, left_out = secrets.without_flags(launch.command)
     unsettled = _unsettled_env(launch)
     launch.command, program = shell.program_named(launch.command)
+    tagged = docker_run.placeholder_tag(launch.container)
     _check_settled(launch)
     for word in launch.command:
         if word.startswith(DASHES):
@@ -164,8 +165,8 @@ def to_raw(launch: Launch, source: dict[str, Any], name: str | None) -> RawRecip
         raw.note("serve.args", "ignored", secrets.note(flag))
     for said in unsettled:
         raw.note("serve.env", "ignored", said)
-    if program:
-        raw.note("serve.args", "derived", program)
+    for note in filter(None, (program, tagged)):
+        raw.note(*note)
     _per_rank(raw, launch)
     raw.note("serve.args", "derived", f"the engine command at {launch.where}")
     env = {**launch.env, **parsed.env, **_around(raw, launch)}

@@ -55,10 +55,11 @@ def _one_command(text: str, outer: Variables) -> list[str] | None:
     return inner[0].words if len(inner) == 1 and not (inner[0].piped or inner[0].redirected) else None
 
 
-def program_named(words: list[str]) -> tuple[list[str], str | None]:
+def program_named(words: list[str]) -> tuple[list[str], tuple[str, str, str] | None]:
     """A program run from a folder the shell supplies (`$HOME/venv/bin/vllm serve ...`): its name alone is what
     says the engine (sparkplay runs the engine in its image, not from that folder), and how that is said."""
     folder, _, name = words[0].rpartition("/") if words else ("", "", "")
     if not unknowns(folder) or unknowns(name) or not name:
         return words, None
-    return [name, *words[1:]], f"the program {shown(words[0])} runs from a folder the shell supplies: read as {name}"
+    said = f"the program {shown(words[0])} runs from a folder the shell supplies: read as {name}"
+    return [name, *words[1:]], ("serve.args", "derived", said)
