@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 
 import sparkplay.engines
+from sparkplay import imageref
 from sparkplay.engines.spec import EngineSpec, KnownModel
 from sparkplay.errors import BadInput
 
@@ -80,10 +81,8 @@ def by_flags(args: Sequence[str]) -> str | None:
 def by_image_name(image: str) -> str | None:
     """The engine an image's name spells (EngineSpec.spellings as a word of its repository: vllm/vllm-omni,
     lmsysorg/sglang, spark-vllm, local/llama.cpp); None: none does."""
-    repository = image.lower().split("@")[0]
-    if ":" in repository.rsplit("/", 1)[-1]:
-        repository = repository.rsplit(":", 1)[0]
+    repository = (imageref.repository(image) or image).lower()  # an unparsable one: its tag ends the word
     for name, spec in specs().items():
-        if any(re.search(rf"(^|[/_.-]){re.escape(word)}($|[/_.-])", repository) for word in spec.spellings):
+        if any(re.search(rf"(^|[/_.-]){re.escape(word)}($|[/_.:-])", repository) for word in spec.spellings):
             return name
     return None

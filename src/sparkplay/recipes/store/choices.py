@@ -37,11 +37,16 @@ def left_out(docs: list[dict[str, Any]], said: list[str]) -> None:
         doc["provenance"] += [{"key": KEY, "how": "ignored", "detail": f"not imported: {why}"} for why in said]
 
 
+def label(number: int | str, where: str) -> str:
+    """`3) code block 6, line 1`: a choice's number in the text and where it is."""
+    return f"{number}) {where}"
+
+
 def launch_of(doc: dict[str, Any]) -> str:
-    """`3) code block 6, line 1`: the choice's number in the text and where it is."""
+    """A marked recipe's label (its number, from the note mark wrote)."""
     said = next(n["detail"] for n in doc["provenance"] if n["key"] == KEY and n["how"] == "chosen")
     number = NUMBER.search(said)
-    return f"{number.group(1) if number else '?'}) {doc['source'].get('launch') or doc['name']}"
+    return label(number.group(1) if number else "?", doc["source"].get("launch") or doc["name"])
 
 
 def why(launch: str, problem: str, where: str) -> str:

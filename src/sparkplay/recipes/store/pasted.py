@@ -92,18 +92,13 @@ def shell_text(
     if not found.launches and profile.is_profile(variables.scalars, variables.arrays):
         # a model's vllm_profile.conf: the docker run its runner would start, imported as a pasted one
         line, said = profile.command(variables.scalars, variables.arrays, where)
-        found, _ = launches.find(line, f"{where} (as its runner starts it)")
-        for launch in found.launches:
-            launch.notes += [("serve.args", "derived", words) for words in said]
-        return pasted(found, source("command"), name, pick, where, "a vllm_profile.conf")
+        written = _written_out(line, said, f"{where} (as its runner starts it)")
+        return pasted(written, source("command"), name, pick, where, "a vllm_profile.conf")
     if not (found.launches or found.elsewhere) and settings_profile.is_profile(variables.scalars, found.ignored):
         # settings a launcher sources (MODEL=, SERVE_ARGS=(...)): the command they make, imported as a pasted one
         line, said = settings_profile.command(variables.scalars, variables.arrays, where)
-        read_as = found.read_as
-        found, _ = launches.find(line, f"{where} (as a profile read)")
-        for launch in found.launches:
-            launch.notes += [("serve.args", "derived", words) for words in [*read_as, *said]]
-        return pasted(found, source("command"), name, pick, where, "a profile of settings")
+        written = _written_out(line, [*found.read_as, *said], f"{where} (as a profile read)")
+        return pasted(written, source("command"), name, pick, where, "a profile of settings")
     if not found.launches and not found.elsewhere and not found.ignored and variables.scalars:
         raise BadInput(
             f"{where} is a profile of settings (NAME=value lines: {', '.join(list(variables.scalars)[:4])}) for a "
@@ -119,6 +114,14 @@ def shell_text(
         raise BadInput(
             exc.problem, f"{exc.fix}; or import the script as run with its arguments: --arg VALUE (it needs {needed})"
         ) from None
+
+
+def _written_out(line: str, said: list[str], where: str) -> launches.Found:
+    """The launch of a command line a reader wrote out from a profile's settings, with what the reading said."""
+    found, _ = launches.find(line, where)
+    for launch in found.launches:
+        launch.notes += [("serve.args", "derived", words) for words in said]
+    return found
 
 
 def _prose_like(text: str, where: str) -> bool:
@@ -188,7 +191,7 @@ def _choices(
         try:
             doc = _one(found, launch, src, name, len(chosen))
         except BadInput as exc:
-            failed.append((f"{number}) {launch.where}", exc))
+            failed.append((choices.label(number, launch.where), exc))
             continue
         if not any(_same(doc, other) for other in docs):
             docs.append(doc)

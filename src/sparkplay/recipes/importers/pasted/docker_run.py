@@ -305,7 +305,8 @@ def env_outside(whose: str, names: list[str]) -> tuple[str, str, str]:
 
 
 # an image whose tag a page leaves for its reader (`nvcr.io/nvidia/vllm:<latest_container_version>`)
-PLACEHOLDER_TAG = re.compile(r"^(?P<repository>[^<>\s:]+(?::\d+)?(?:/[^<>\s:]+)*):<[A-Za-z][A-Za-z0-9_ .-]*>$")
+PLACEHOLDER = r"<[A-Za-z][A-Za-z0-9_ .:/-]*>"  # a value a text leaves for its reader (`<MODEL>`)
+PLACEHOLDER_TAG = re.compile(rf"^(?P<repository>[^<>\s:]+(?::\d+)?(?:/[^<>\s:]+)*):{PLACEHOLDER}$")
 
 
 def placeholder_tag(container: Container | None) -> tuple[str, str, str] | None:

@@ -244,7 +244,7 @@ def _check_settled(launch: Launch) -> None:
                 f"set it in the text before the command (NAME=value) or write its value in place of {what}",
             )
     for text in fields:
-        if m := re.search(r"<[A-Za-z][A-Za-z0-9_ .:/-]*>", text):
+        if m := re.search(docker_run.PLACEHOLDER, text):
             raise BadInput(
                 f"the command at {launch.where} holds the placeholder {m.group(0)} ({text[:80]})",
                 f"replace {m.group(0)} with its value in the text",

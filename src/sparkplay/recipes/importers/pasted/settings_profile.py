@@ -19,6 +19,7 @@ from sparkplay import argv, imageref
 from sparkplay.engines import registry
 from sparkplay.engines.spec import EngineSpec
 from sparkplay.errors import BadInput
+from sparkplay.recipes import cmdline
 from sparkplay.recipes.importers.pasted import shell
 
 MODEL = ("MODEL", "MODEL_ID", "MODEL_NAME", "MODEL_REPO", "HF_MODEL", "HF_MODEL_ID", "HF_REPO", "MODEL_PATH")
@@ -178,7 +179,7 @@ def _env(scalars: Mapping[str, str], arrays: Mapping[str, list[str]], where: str
     for name in ENV:
         values = arrays.get(name) or (_split(scalars[name], name) if scalars.get(name) else [])
         for word in values:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word):
+            if not cmdline.ENV_ASSIGNMENT.match(word):
                 raise BadInput(f"{where}: {name} holds {word!r}, not NAME=VALUE", f"fix {name} in the profile")
             words.append(word)
     return words
